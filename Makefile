@@ -1,0 +1,28 @@
+# attnlab: `make run` sets up .venv (once) and runs the tutorial's training; `make test` runs the tests.
+# Pass Hydra overrides with ARGS, e.g. `make run ARGS="experiment=tutorial_walkthrough"`.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.attnlab-installed
+
+.PHONY: setup run test bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[launchers,test]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/attnlab $(ARGS)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q $(ARGS)
+
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks.run $(ARGS)
+
+clean:
+	rm -rf $(VENV) outputs multirun .pytest_cache

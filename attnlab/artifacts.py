@@ -1,0 +1,239 @@
+"""The run-dir contract (DESIGN.md): atomic writes while a run goes, and reading runs back.
+
+A run directory holds ``.hydra/config.yaml`` (Hydra's), ``metrics.csv`` (``step,loss``, one row
+per optimizer step, losses at full precision), ``attention.npz`` (``steps`` (S,), ``weights``
+(S, H, T, T), ``tokens`` (T,), ``token_ids`` (T,)), ``summary.json`` and, for the walkthrough,
+``walkthrough.npz``. Files are written to a temporary name and renamed, so a file with its
+final name is always complete; ``summary.json`` is written first as ``running`` and last with the
+final status.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import platform
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from attnlab.errors import RunDirError
+from attnlab.records import RunInfo, RunResult, Sink, Snapshot
+
+SUMMARY = "summary.json"
+METRICS = "metrics.csv"
+ATTENTION = "attention.npz"
+WALKTHROUGH = "walkthrough.npz"
+FINISHED = ("completed", "diverged", "interrupted", "failed")
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _temp_beside(path: Path, suffix: str) -> tuple[int, str]:
+    """A temporary file next to ``path`` with the permissions a plain ``open`` would give."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=suffix)
+    os.fchmod(fd, 0o666 & ~_umask())
+    return fd, tmp
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename."""
+    path = Path(path)
+    fd, tmp = _temp_beside(path, ".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """``atomic_write_bytes`` for UTF-8 text."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_savez(path: Path, **arrays: Any) -> None:
+    """``np.savez`` into a temporary file, then rename to ``path`` (which must end in .npz)."""
+    path = Path(path)
+    fd, tmp = _temp_beside(path, ".npz")
+    os.close(fd)
+    try:
+        np.savez(tmp, **arrays)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def environment(device: str = "cpu") -> dict[str, Any]:
+    """What a reproduction depends on: library versions, platform, device, thread count, and
+    attnlab's version and git commit (None outside a git checkout)."""
+    from importlib import metadata
+
+    import torch
+
+    def version(dist: str) -> str | None:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return None
+
+    return {
+        "python": platform.python_version(),
+        "attnlab": version("attnlab"),
+        "git_commit": _git_commit(),
+        "torch": torch.__version__,
+        "numpy": np.__version__,
+        "tiktoken": version("tiktoken"),
+        "hydra-core": version("hydra-core"),
+        "omegaconf": version("omegaconf"),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "device": device,
+        "torch_threads": torch.get_num_threads(),
+    }
+
+
+def _git_commit() -> str | None:
+    here = Path(__file__).resolve().parent.parent
+    if not (here / ".git").exists():
+        return None
+    try:
+        out = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def read_summary(run_dir: Path) -> dict[str, Any]:
+    """``summary.json`` of ``run_dir`` as a dict ({} when there is none yet)."""
+    path = Path(run_dir) / SUMMARY
+    if not path.exists():
+        return {}
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def write_summary(run_dir: Path, **fields: Any) -> dict[str, Any]:
+    """Update ``summary.json`` with ``fields`` (atomically) and return the whole summary."""
+    summary = read_summary(run_dir)
+    summary.update(fields)
+    atomic_write_text(Path(run_dir) / SUMMARY, json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
+    return summary
+
+
+def check_not_finished(run_dir: Path) -> None:
+    """Raise RunDirError when ``run_dir`` already holds a finished run (never overwrite one)."""
+    status = read_summary(run_dir).get("status")
+    if status in FINISHED:
+        raise RunDirError(f"hydra.run.dir={str(run_dir)!r}: already holds a {status} run; "
+                          "choose another hydra.run.dir (runs are never overwritten)")
+
+
+class RunDirSink(Sink):
+    """Writes ``metrics.csv``, ``attention.npz`` and the final ``summary.json`` into ``run_dir``.
+
+    Losses and snapshots are streamed to hidden partial files while the run goes (memory stays
+    flat however many snapshots), and renamed to their final names in ``on_end`` whatever the
+    status, so a diverged or interrupted run keeps everything recorded up to its last step.
+    """
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = Path(run_dir)
+        self._metrics_tmp = self.run_dir / f".{METRICS}.partial"
+        self._weights_tmp = self.run_dir / f".{ATTENTION}.weights.partial"
+        self._metrics = None
+        self._weights = None
+        self._snap_steps: list[int] = []
+        self._snap_shape: tuple[int, ...] | None = None
+        self._info: RunInfo | None = None
+
+    def on_start(self, info: RunInfo) -> None:
+        self._info = info
+        self._metrics = open(self._metrics_tmp, "w", encoding="utf-8", newline="")
+        self._metrics.write("step,loss\n")
+        self._weights = open(self._weights_tmp, "wb")
+
+    def on_losses(self, steps: np.ndarray, losses: np.ndarray) -> None:
+        self._metrics.write("".join(f"{s},{l!r}\n" for s, l in zip(steps.tolist(), losses.tolist())))
+        self._metrics.flush()
+
+    def on_snapshot(self, snapshot: Snapshot) -> None:
+        self._weights.write(np.ascontiguousarray(snapshot.weights, dtype=np.float32).tobytes())
+        self._weights.flush()
+        self._snap_steps.append(snapshot.step)
+        self._snap_shape = snapshot.weights.shape
+
+    def on_end(self, result: RunResult) -> None:
+        info = self._info
+        if info is None:
+            return
+        self.close()
+        os.replace(self._metrics_tmp, self.run_dir / METRICS)
+        S = len(self._snap_steps)
+        T = info.seq_len
+        shape = (S, *(self._snap_shape or (1, T, T)))
+        weights = (np.memmap(self._weights_tmp, dtype=np.float32, mode="r", shape=shape) if S
+                   else np.zeros(shape, dtype=np.float32))
+        atomic_savez(self.run_dir / ATTENTION, steps=np.asarray(self._snap_steps, dtype=np.int64),
+                     weights=weights, tokens=np.asarray(info.tokens, dtype=str),
+                     token_ids=np.asarray(info.token_ids, dtype=np.int64))
+        del weights
+        self._weights_tmp.unlink(missing_ok=True)
+        threshold = info.config.get("train", {}).get("loss_threshold")
+        write_summary(self.run_dir, **summary_fields(result, threshold))
+
+    def close(self) -> None:
+        for f in (self._metrics, self._weights):
+            if f is not None and not f.closed:
+                f.close()
+
+
+def summary_fields(result: RunResult, threshold: float | None) -> dict[str, Any]:
+    """The summary.json fields a finished training run adds."""
+    return {
+        "status": result.status,
+        "final_loss": result.final_loss,
+        "steps_run": result.steps_run,
+        "steps_to_threshold": result.steps_to_threshold(threshold) if threshold else None,
+        "wall_time_s": round(result.wall_time_s, 6),
+        "error": result.error,
+        **result.extra,
+    }
+
+
+def is_run_dir(path: Path) -> bool:
+    """True when ``path`` has a Hydra config and a summary.json (a run or a sweep job)."""
+    path = Path(path)
+    return (path / ".hydra" / "config.yaml").is_file() and (path / SUMMARY).is_file()
+
+
+def read_metrics(run_dir: Path) -> tuple[np.ndarray, np.ndarray]:
+    """``metrics.csv`` as ``(steps (N,) int64, losses (N,) float64)``; raises RunDirError."""
+    path = Path(run_dir) / METRICS
+    if not path.is_file():
+        raise RunDirError(f"{path}: no metrics.csv (not a finished training run)")
+    rows = list(csv.reader(io.StringIO(path.read_text(encoding="utf-8"))))
+    if not rows or rows[0][:2] != ["step", "loss"]:
+        raise RunDirError(f"{path}: header must start with step,loss")
+    data = rows[1:]
+    return (np.array([int(r[0]) for r in data], dtype=np.int64),
+            np.array([float(r[1]) for r in data], dtype=np.float64))
+
+
+def read_attention(run_dir: Path) -> dict[str, np.ndarray]:
+    """``attention.npz`` as a dict of arrays (steps, weights, tokens, token_ids)."""
+    path = Path(run_dir) / ATTENTION
+    if not path.is_file():
+        raise RunDirError(f"{path}: no attention.npz (not a finished training run)")
+    with np.load(path) as npz:
+        return {k: npz[k] for k in npz.files}

@@ -1,0 +1,98 @@
+"""What a run records, and the interface every sink implements (DESIGN.md, "One picture").
+
+The training loop (``training.py``) knows nothing about where records go: it calls the
+methods of each :class:`Sink` in order. A new output (another logger, a web view) is one new
+class with these four methods.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+STATUSES = ("running", "completed", "diverged", "interrupted", "failed")
+
+
+@dataclass
+class RunInfo:
+    """Everything a sink needs to know before the first step.
+
+    ``config`` is the resolved config as a plain ``dict`` (no interpolations left);
+    ``tokens`` are readable labels (``tokenizer.token_labels``), one per position, length T;
+    ``run_dir`` is None when the run writes no files (Python API).
+    """
+
+    config: dict[str, Any]
+    token_ids: list[int]
+    tokens: list[str]
+    snapshot_steps: list[int]
+    steps: int
+    focus_token: int
+    run_dir: Path | None = None
+
+    @property
+    def seq_len(self) -> int:
+        """T, the number of tokens."""
+        return len(self.token_ids)
+
+
+@dataclass
+class Snapshot:
+    """The attention weights at one snapshot step.
+
+    ``weights`` is ``(H, T, T)`` float32 (H = 1 head), rows sum to 1; ``loss`` is the loss of
+    the forward pass that produced these weights (the tutorial's §5 printing convention).
+    """
+
+    step: int
+    loss: float
+    weights: np.ndarray
+
+
+@dataclass
+class RunResult:
+    """How a run ended. ``status`` is one of completed, diverged, interrupted, failed.
+
+    ``losses`` (steps_run,) float64 holds every recorded loss; ``snapshots`` the snapshots in
+    step order (only kept when the caller asks for them, see ``training.train``);
+    ``wall_time_s`` is seconds from the first step to the end.
+    """
+
+    status: str
+    steps_run: int
+    final_loss: float | None
+    wall_time_s: float
+    error: str | None = None
+    losses: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    snapshots: list[Snapshot] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def steps_to_threshold(self, threshold: float) -> int | None:
+        """The first step whose loss is below ``threshold``, or None if none is."""
+        below = np.flatnonzero(self.losses < threshold)
+        return int(below[0]) if below.size else None
+
+
+class Sink:
+    """Base class: a sink receives records; every method is optional to override.
+
+    Call order: ``on_start`` once, then ``on_losses`` / ``on_snapshot`` interleaved in step
+    order, then ``on_end`` once (also when the run fails or is interrupted), then ``close``.
+    """
+
+    def on_start(self, info: RunInfo) -> None:
+        """Before the first step."""
+
+    def on_losses(self, steps: np.ndarray, losses: np.ndarray) -> None:
+        """A batch of consecutive steps ``(n,)`` int64 and their losses ``(n,)`` float64."""
+
+    def on_snapshot(self, snapshot: Snapshot) -> None:
+        """One attention snapshot, after the losses up to its step were sent."""
+
+    def on_end(self, result: RunResult) -> None:
+        """Once, with the final status (``result.losses`` holds every loss)."""
+
+    def close(self) -> None:
+        """Release files; called in ``finally``, after ``on_end``."""
