@@ -118,13 +118,13 @@ OPTIMIZERS = {"adam": AdamConfig, "adamw": AdamWConfig, "sgd": SGDConfig}
 
 def register_configs() -> None:
     """Register the schema nodes that ``conf/`` YAML files extend (``base_config``,
-    ``optimizer/base_adam`` ...). Safe to call more than once."""
+    ``schema/optimizer/adam`` ...). Safe to call more than once."""
     from hydra.core.config_store import ConfigStore
 
     cs = ConfigStore.instance()
     cs.store(name="base_config", node=Config)
     for name, node in OPTIMIZERS.items():
-        cs.store(group="optimizer", name=f"base_{name}", node=node)
+        cs.store(group="schema/optimizer", name=name, node=node)
 
 
 def _positive_int(cfg: DictConfig, key: str) -> None:
@@ -161,6 +161,13 @@ def validate(cfg: DictConfig) -> None:
                           "task=train: the loss compares Z (T, d_v) with the next X (T, d_model)")
     if cfg.device != "cpu" and not cfg.device.startswith(("cuda", "mps")):
         raise ConfigError("device", cfg.device, "must be cpu, cuda, cuda:N or mps")
+    if cfg.device != "cpu":
+        import torch
+
+        available = (torch.cuda.is_available() if cfg.device.startswith("cuda")
+                     else torch.backends.mps.is_available())
+        if not available:
+            raise ConfigError("device", cfg.device, "is not available on this machine; use device=cpu")
 
 
 def validate_tokens(cfg: DictConfig, n_tokens: int) -> None:
