@@ -32,6 +32,14 @@ def make_sinks(cfg: DictConfig, run_dir: Path) -> list[Sink]:
         from attnlab.console import ConsoleSink
 
         sinks.append(ConsoleSink(progress=cfg.train.progress))
+    if cfg.logging.tensorboard:
+        from attnlab.tensorboard import TensorBoardSink
+
+        sinks.append(TensorBoardSink(run_dir, images=cfg.logging.images))
+    if cfg.logging.figures:
+        from attnlab.plots import FigureSink
+
+        sinks.append(FigureSink(run_dir))
     return sinks
 
 

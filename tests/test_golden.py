@@ -73,3 +73,17 @@ def test_cli_walkthrough_writes_walkthrough_npz(cli, tmp_path):
                                   "scores", "weights", "Z"}
         assert [f"{v:.4f}" for v in npz["token_embeddings"][0]] == [f"{v:.4f}" for v in GOLDEN_EMBEDDING_ROWS[0]]
     assert json.loads((tmp_path / "summary.json").read_text())["status"] == "completed"
+
+
+def test_cli_logging_switches(cli, tmp_path):
+    on, off = tmp_path / "on", tmp_path / "off"
+    assert cli(f"hydra.run.dir={on}", "logging.images=false").returncode == 0
+    names = sorted(p.name for p in on.iterdir())
+    assert "attention_evolution.png" in names and "loss.png" in names
+    assert any(n.startswith("events.out.tfevents.") for n in names)
+    proc = cli(f"hydra.run.dir={off}", "logging=off")
+    assert proc.returncode == 0 and proc.stdout == ""
+    assert sorted(p.name for p in off.iterdir() if not p.name.endswith(".log")) == \
+        [".hydra", "attention.npz", "metrics.csv", "summary.json"]
+    # the records are the same whatever is logged
+    assert (on / "metrics.csv").read_bytes() == (off / "metrics.csv").read_bytes()

@@ -1,0 +1,172 @@
+"""TensorBoard sink: scalars, attention heatmaps, hparams and text, written straight into the
+run dir so ``tensorboard --logdir outputs`` lists one run per run folder (DESIGN.md).
+
+What is written (tags):
+
+- ``loss`` (scalar, every step; float32 in the event file, full precision is in metrics.csv)
+- ``attention/focus/<pos>_<tok>`` (scalar, each snapshot step): the weight the focus token
+  (``train.focus_token``) gives to the token at ``pos``; ``attention/entropy/<pos>_<tok>``:
+  entropy of row ``pos`` in nats (``ln T`` = uniform, 0 = all on one token)
+- ``attention/weights`` (image, each snapshot step, only with ``images=True``): the heatmap
+- ``hparam/final_loss``, ``hparam/steps_to_threshold`` (scalars at the last step; -1 when the
+  loss never fell below ``train.loss_threshold``) and the hparams-plugin session (flattened
+  config + ``status``), written at ``on_end``
+- ``run/sentence``, ``run/tokens``, ``run/config`` (text, step 0)
+
+``torch.utils.tensorboard`` is imported only when a sink is created.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from attnlab.records import RunInfo, RunResult, Sink, Snapshot
+
+# hparams plugin session status (api_pb2.Status has only UNKNOWN, SUCCESS, FAILURE, RUNNING):
+# only a completed run is a success; the exact attnlab status is the ``status`` hparam
+_SESSION_STATUS = {"completed": "STATUS_SUCCESS", "diverged": "STATUS_FAILURE",
+                   "failed": "STATUS_FAILURE", "interrupted": "STATUS_FAILURE"}
+
+
+def tag_names(tokens: list[str]) -> list[str]:
+    """Tag-safe, unique suffixes ``<pos>_<token>`` (``[0-9A-Za-z_.-]`` and other Unicode
+    letters/digits kept, anything else -> ``_``), e.g. ``[" with", "$"] -> ["0_with", "1__"]``."""
+    out = []
+    for pos, tok in enumerate(tokens):
+        safe = re.sub(r"[^\w.-]+", "_", tok.strip()).strip("_") or "_"
+        out.append(f"{pos}_{safe}")
+    return out
+
+
+def flatten_config(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested config -> ``{"model.d_model": 6, ...}`` with hparams-plugin-friendly values:
+    numbers and strings kept, bools as ``"true"``/``"false"``, lists as strings, None as
+    ``"none"``."""
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flatten_config(value, f"{name}."))
+        elif value is None:
+            flat[name] = "none"
+        elif isinstance(value, bool):
+            flat[name] = "true" if value else "false"
+        elif isinstance(value, (int, float, str)):
+            flat[name] = value
+        else:
+            flat[name] = str(list(value) if isinstance(value, (tuple, list)) else value)
+    return flat
+
+
+def entropy(weights: np.ndarray) -> np.ndarray:
+    """Row entropies in nats: ``(..., T, T) -> (..., T)``, with 0 log 0 = 0."""
+    w = np.asarray(weights, dtype=np.float64)
+    logw = np.log(np.where(w > 0, w, 1.0))
+    return -(w * logw).sum(axis=-1)
+
+
+def token_table(token_ids: list[int], tokens: list[str]) -> str:
+    """Markdown table: position, id, token (repr, so leading spaces show)."""
+    rows = ["| position | id | token |", "| ---: | ---: | --- |"]
+    for pos, (tid, tok) in enumerate(zip(token_ids, tokens)):
+        cell = repr(tok).replace("|", "\\|")
+        rows.append(f"| {pos} | {tid} | `{cell}` |")
+    return "\n".join(rows)
+
+
+class TensorBoardSink(Sink):
+    """Writes one run's TensorBoard events into ``run_dir`` (see the module docstring).
+
+    ``images=False`` skips the heatmap images (the slowest part: ~0.1 s per snapshot).
+    Safe to end at any point: ``on_end`` without ``on_start`` or without losses still writes
+    the hparams session with its status; ``close`` flushes and closes the event file (the file
+    is created at the first record, so a sink closed before any record writes nothing).
+    """
+
+    def __init__(self, run_dir: Path, images: bool = True):
+        from torch.utils.tensorboard import SummaryWriter  # fails here if tensorboard is missing
+
+        self._writer_class = SummaryWriter
+        self._writer = None
+        self.run_dir = Path(run_dir)
+        self.images = images
+        self.info: RunInfo | None = None
+        self._names: list[str] = []
+        self._last_step = 0
+        self._renderer = None  # plots.HeatmapRenderer, made at the first snapshot
+
+    @property
+    def writer(self):
+        """The ``SummaryWriter``, created on first use: a run refused before ``on_start``
+        (bad config) that never reaches ``on_end`` leaves no empty event file behind."""
+        if self._writer is None:
+            self._writer = self._writer_class(log_dir=str(self.run_dir))
+        return self._writer
+
+    def on_start(self, info: RunInfo) -> None:
+        from omegaconf import OmegaConf
+
+        self.info = info
+        self._names = tag_names(info.tokens)
+        w = self.writer
+        w.add_text("run/sentence", str(info.config.get("sentence", "")), 0)
+        w.add_text("run/tokens", token_table(info.token_ids, info.tokens), 0)
+        w.add_text("run/config", "```yaml\n" + OmegaConf.to_yaml(info.config) + "```", 0)
+
+    def on_losses(self, steps: np.ndarray, losses: np.ndarray) -> None:
+        for step, loss in zip(np.asarray(steps).tolist(), np.asarray(losses).tolist()):
+            self.writer.add_scalar("loss", loss, step)
+        if len(steps):
+            self._last_step = int(steps[-1])
+
+    def on_snapshot(self, snapshot: Snapshot) -> None:
+        from attnlab import plots
+
+        w = np.asarray(snapshot.weights, dtype=np.float64)
+        w = w.mean(axis=0) if w.ndim == 3 else w  # (T, T); H = 1 in attnlab
+        step = snapshot.step
+        names = self._names or tag_names([str(i) for i in range(w.shape[0])])
+        focus = self.info.focus_token if self.info else 0
+        for name, value in zip(names, w[focus]):
+            self.writer.add_scalar(f"attention/focus/{name}", value, step)
+        for name, value in zip(names, entropy(w)):
+            self.writer.add_scalar(f"attention/entropy/{name}", value, step)
+        if self.images:
+            if self._renderer is None:
+                self._renderer = plots.HeatmapRenderer(self.info.tokens if self.info else names)
+            img = self._renderer(w, f"step={step}  loss={snapshot.loss:.4f}")
+            self.writer.add_image("attention/weights", img, step, dataformats="HWC")
+
+    def on_end(self, result: RunResult) -> None:
+        from tensorboard.plugins.hparams import plugin_data_pb2
+        from torch.utils.tensorboard.summary import hparams
+
+        config = self.info.config if self.info else {}
+        hp = flatten_config(config)
+        hp["status"] = result.status
+        threshold = config.get("train", {}).get("loss_threshold")
+        reached = result.steps_to_threshold(threshold) if threshold is not None else None
+        final = result.final_loss
+        metrics = {
+            "hparam/final_loss": float("nan") if final is None else float(final),
+            "hparam/steps_to_threshold": -1 if reached is None else reached,
+        }
+        step = max(self._last_step, result.steps_run - 1, 0)
+        exp, ssi, sei = hparams(hp, metrics)
+        # torch always writes STATUS_SUCCESS; record the run's real status instead
+        plugin = sei.value[0].metadata.plugin_data
+        data = plugin_data_pb2.HParamsPluginData.FromString(plugin.content)
+        data.session_end_info.status = _SESSION_STATUS.get(result.status, "STATUS_UNKNOWN")
+        plugin.content = data.SerializeToString()
+        for summary in (exp, ssi, sei):
+            self.writer.file_writer.add_summary(summary, step)
+        for tag, value in metrics.items():
+            self.writer.add_scalar(tag, value, step)
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.flush()
+            self._writer.close()

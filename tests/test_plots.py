@@ -1,0 +1,161 @@
+"""attnlab.plots: real PNGs, sizes that follow the panel count, no missing-glyph warnings."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+from attnlab import plots
+from attnlab.records import RunInfo, RunResult, Snapshot
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+TOKENS = ["Your", " journey", " starts", " with", " one", " step"]
+ZH_TOKENS = ["你", "的", "b'\\xe6\\x97'", "旅程", " 开始", "$5", "   "]
+
+
+def snapshots(n: int, t: int = 6, seed: int = 0) -> list[Snapshot]:
+    """n snapshots of random row-stochastic (1, t, t) weights, losses 1/(k+1)."""
+    rng = np.random.default_rng(seed)
+    return [Snapshot(step=10 * k, loss=1.0 / (k + 1),
+                     weights=rng.dirichlet(np.ones(t), size=t)[None].astype(np.float32))
+            for k in range(n)]
+
+
+def read_png(path):
+    import matplotlib.image
+
+    assert path.read_bytes()[:8] == PNG_MAGIC
+    return matplotlib.image.imread(str(path))  # (H, W, 4) float32
+
+
+@pytest.fixture(params=["installed_fonts", "no_cjk_font"])
+def fonts(request, monkeypatch):
+    """Run a test with the fonts this machine has, and again as if no CJK font existed."""
+    if request.param == "no_cjk_font":
+        monkeypatch.setattr(plots, "cjk_font", lambda: None)
+    plots._drawable.cache_clear()
+    yield request.param
+    plots._drawable.cache_clear()
+
+
+def test_evolution_png_size_follows_panel_count(tmp_path):
+    sizes = {}
+    for n in (2, 5):
+        path = plots.attention_evolution(snapshots(n), TOKENS, tmp_path / f"evo{n}.png")
+        assert path == tmp_path / f"evo{n}.png"
+        img = read_png(path)
+        sizes[n] = img.shape[:2]
+        assert img.shape[2] in (3, 4)
+    w_in, h_in = plots.PANEL_IN
+    for n, (h, w) in sizes.items():
+        assert w == round((n * w_in + plots.COLORBAR_IN) * plots.DPI)
+        assert h == round((h_in + 0.5) * plots.DPI)
+    assert sizes[5][1] - sizes[2][1] == round(3 * w_in * plots.DPI)
+    # the atomic write left no temp file behind
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["evo2.png", "evo5.png"]
+
+
+def test_many_snapshots_are_thinned_and_wrapped(tmp_path):
+    snaps = snapshots(23)
+    shown = plots.pick_snapshots(snaps)
+    assert len(shown) == plots.MAX_PANELS
+    assert shown[0] is snaps[0] and shown[-1] is snaps[-1]
+    fig = plots.evolution_figure(snaps, TOKENS)
+    assert "(10 of 23 snapshots)" in fig._suptitle.get_text()
+    heatmaps = [ax for ax in fig.axes if ax.images and ax.get_label() != "<colorbar>"]
+    titles = [f"step={s.step}\nloss={s.loss:.3f}" for s in shown]
+    assert [ax.get_title() for ax in heatmaps] == titles
+    h, w = read_png(plots.attention_evolution(snaps, TOKENS, tmp_path / "many.png")).shape[:2]
+    assert w == round((plots.MAX_COLS * plots.PANEL_IN[0] + plots.COLORBAR_IN) * plots.DPI)
+    assert h == round((2 * plots.PANEL_IN[1] + 0.5) * plots.DPI)  # 10 panels -> 2 rows
+
+
+def test_evolution_panels_match_the_tutorial():
+    snaps = snapshots(3)
+    fig = plots.evolution_figure(snaps, TOKENS)
+    ax = fig.axes[0]
+    im = ax.images[0]
+    assert im.get_clim() == (0.0, 1.0)
+    np.testing.assert_allclose(im.get_array(), snaps[0].weights[0], rtol=1e-6)
+    assert [t.get_text() for t in ax.get_xticklabels()] == [t.strip() for t in TOKENS]
+    assert all(t.get_rotation() == 45 for t in ax.get_xticklabels())
+    cells = [t.get_text() for t in ax.texts]
+    assert len(cells) == 36 and cells[0] == f"{snaps[0].weights[0, 0, 0]:.2f}"
+    assert fig._suptitle.get_text() == plots.default_title()
+    big = plots.evolution_figure(snapshots(1, t=13), [f"t{i}" for i in range(13)])
+    assert len(big.axes[0].texts) == 0  # no cell values for T > 12
+
+
+def test_chinese_tokens_render_without_missing_glyphs(tmp_path, fonts):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        plots.attention_evolution(snapshots(2, t=len(ZH_TOKENS)), ZH_TOKENS, tmp_path / "zh.png")
+        img = plots.heatmap_array(snapshots(1, t=len(ZH_TOKENS))[0].weights, ZH_TOKENS, "你的")
+    assert [str(w.message) for w in caught if "Glyph" in str(w.message)] == []
+    assert img.dtype == np.uint8 and img.ndim == 3 and img.shape[2] == 3
+    read_png(tmp_path / "zh.png")
+    labels = [plots.label(t) for t in ZH_TOKENS]
+    assert labels[2] == "b'\\xe6\\x97'" and labels[5] == r"\$5" and labels[6] == "'   '"
+    if fonts == "no_cjk_font" or plots.cjk_font() is None:
+        assert plots.default_title() == plots.TITLE_EN
+        assert labels[:2] == ["\\u4f60", "\\u7684"] and labels[4] == "\\u5f00\\u59cb"
+    else:
+        assert plots.default_title() == plots.TITLE_ZH
+        assert labels[:2] == ["你", "的"] and labels[4] == "开始"
+
+
+def test_heatmap_array_is_hwc_uint8():
+    w = np.full((6, 6), 1 / 6, dtype=np.float32)
+    img = plots.heatmap_array(w, TOKENS, "step=0")
+    assert img.shape == (400, 460, 3) and img.dtype == np.uint8
+    assert img.min() < 50 and img.max() == 255  # dark text/frame on a white background
+
+
+def test_reused_renderer_matches_fresh_rendering():
+    render = plots.HeatmapRenderer(TOKENS)
+    images = []
+    for snap in snapshots(3):
+        images.append(render(snap.weights, f"step={snap.step}"))
+        fresh = plots.heatmap_array(snap.weights, TOKENS, f"step={snap.step}")
+        np.testing.assert_array_equal(images[-1], fresh)
+    assert not np.array_equal(images[0], images[1])
+
+
+def test_loss_curve_log_axis_with_zeros(tmp_path):
+    losses = np.array([2.0, 1.0, 0.1, 0.0, 1e-6, 0.0])
+    path = plots.loss_curve(losses, tmp_path / "loss.png")
+    h, w = read_png(path).shape[:2]
+    assert (w, h) == (640, 400)
+    assert plots.loss_curve(np.array([np.nan]), tmp_path / "none.png") is None
+    assert not (tmp_path / "none.png").exists()
+
+
+def test_figure_sink_writes_both_pngs(tmp_path):
+    info = RunInfo(config={}, token_ids=list(range(6)), tokens=TOKENS, snapshot_steps=[0, 10],
+                   steps=11, focus_token=1, run_dir=tmp_path)
+    sink = plots.FigureSink(tmp_path)
+    sink.on_start(info)
+    sink.on_losses(np.arange(5), np.linspace(2, 1, 5))
+    sink.on_snapshot(snapshots(1)[0])
+    sink.on_losses(np.arange(5, 11), np.linspace(1, 0.1, 6))
+    sink.on_end(RunResult("completed", 11, 0.1, 0.5))
+    sink.close()
+    assert sink.losses.dtype == np.float64 and sink.losses.shape == (11,)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["attention_evolution.png", "loss.png"]
+    read_png(tmp_path / "attention_evolution.png")
+
+
+def test_figure_sink_failed_early_writes_nothing(tmp_path):
+    sink = plots.FigureSink(tmp_path)
+    sink.on_end(RunResult("failed", 0, None, 0.0, error="boom"))
+    sink.close()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_import_is_cheap():
+    code = "import sys, attnlab.plots; print('matplotlib' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
