@@ -10,12 +10,16 @@ final status.
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
 import os
 import platform
+import shutil
 import subprocess
 import tempfile
+import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -62,22 +66,66 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
+@dataclass(frozen=True)
+class RawArray:
+    """An array stored as raw C-order bytes in ``path`` (no header), e.g. snapshots streamed
+    to a partial file; :func:`atomic_savez` copies it into the archive in chunks."""
+
+    path: Path
+    shape: tuple[int, ...]
+    dtype: Any = np.float32
+
+
 def atomic_savez(path: Path, **arrays: Any) -> None:
-    """``np.savez`` into a temporary file, then rename to ``path`` (which must end in .npz)."""
+    """``np.savez`` into a temporary file, then rename to ``path`` (which must end in .npz).
+
+    A :class:`RawArray` value is streamed from its file into the archive 1 MB at a time, so
+    memory stays flat however large it is (``np.savez`` of a memmap would page the whole file
+    into the process); the archive is the same as ``np.savez`` writes (stored, ``.npy`` v1.0
+    members in argument order)."""
     path = Path(path)
     fd, tmp = _temp_beside(path, ".npz")
     os.close(fd)
     try:
-        np.savez(tmp, **arrays)
+        if any(isinstance(a, RawArray) for a in arrays.values()):
+            _savez_streaming(tmp, arrays)
+        else:
+            np.savez(tmp, **arrays)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
 
 
+def _savez_streaming(file: str, arrays: dict[str, Any]) -> None:
+    with zipfile.ZipFile(file, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
+        for name, value in arrays.items():
+            with zf.open(f"{name}.npy", "w", force_zip64=True) as member:
+                if not isinstance(value, RawArray):
+                    np.lib.format.write_array(member, np.asanyarray(value), allow_pickle=False)
+                    continue
+                dtype = np.dtype(value.dtype)
+                expected = int(np.prod(value.shape, dtype=np.int64)) * dtype.itemsize
+                if os.path.getsize(value.path) != expected:
+                    raise ValueError(f"{value.path}: {os.path.getsize(value.path)} bytes, expected "
+                                     f"{expected} for shape {value.shape} {dtype}")
+                np.lib.format.write_array_header_1_0(member, {"descr": np.lib.format.dtype_to_descr(dtype),
+                                                              "fortran_order": False, "shape": tuple(value.shape)})
+                with open(value.path, "rb") as raw:
+                    shutil.copyfileobj(raw, member, 1 << 20)
+
+
 def environment(device: str = "cpu") -> dict[str, Any]:
     """What a reproduction depends on: library versions, platform, device, thread count, and
-    attnlab's version and git commit (None outside a git checkout)."""
+    attnlab's version and git commit (None outside a git checkout). Versions and commit are
+    looked up once per process (the code a sweep's jobs run is the code loaded at its start)."""
+    import torch
+
+    return {**_static_environment(), "device": device, "torch_threads": torch.get_num_threads()}
+
+
+@functools.lru_cache(maxsize=1)
+def _static_environment() -> dict[str, Any]:
     from importlib import metadata
 
     import torch
@@ -99,8 +147,6 @@ def environment(device: str = "cpu") -> dict[str, Any]:
         "omegaconf": version("omegaconf"),
         "platform": platform.platform(),
         "machine": platform.machine(),
-        "device": device,
-        "torch_threads": torch.get_num_threads(),
     }
 
 
@@ -168,7 +214,7 @@ class RunDirSink(Sink):
         self._metrics.flush()
 
     def on_snapshot(self, snapshot: Snapshot) -> None:
-        self._weights.write(np.ascontiguousarray(snapshot.weights, dtype=np.float32).tobytes())
+        self._weights.write(np.ascontiguousarray(snapshot.weights, dtype=np.float32).data)
         self._weights.flush()
         self._snap_steps.append(snapshot.step)
         self._snap_shape = snapshot.weights.shape
@@ -182,12 +228,11 @@ class RunDirSink(Sink):
         S = len(self._snap_steps)
         T = info.seq_len
         shape = (S, *(self._snap_shape or (1, T, T)))
-        weights = (np.memmap(self._weights_tmp, dtype=np.float32, mode="r", shape=shape) if S
-                   else np.zeros(shape, dtype=np.float32))
+        # streamed from the partial file in chunks: memory stays flat however many snapshots
+        weights = RawArray(self._weights_tmp, shape, np.float32) if S else np.zeros(shape, dtype=np.float32)
         atomic_savez(self.run_dir / ATTENTION, steps=np.asarray(self._snap_steps, dtype=np.int64),
                      weights=weights, tokens=np.asarray(info.tokens, dtype=str),
                      token_ids=np.asarray(info.token_ids, dtype=np.int64))
-        del weights
         self._weights_tmp.unlink(missing_ok=True)
         threshold = info.config.get("train", {}).get("loss_threshold")
         write_summary(self.run_dir, **summary_fields(result, threshold))
@@ -230,10 +275,12 @@ def read_metrics(run_dir: Path) -> tuple[np.ndarray, np.ndarray]:
             np.array([float(r[1]) for r in data], dtype=np.float64))
 
 
-def read_attention(run_dir: Path) -> dict[str, np.ndarray]:
-    """``attention.npz`` as a dict of arrays (steps, weights, tokens, token_ids)."""
+def read_attention(run_dir: Path, keys: tuple[str, ...] | None = None) -> dict[str, np.ndarray]:
+    """``attention.npz`` as a dict of arrays (steps, weights, tokens, token_ids); only ``keys``
+    when given (members are read lazily: ``keys=("tokens", "token_ids")`` does not load the
+    (S, H, T, T) weights, 262 MB for 1,000 snapshots at T = 256)."""
     path = Path(run_dir) / ATTENTION
     if not path.is_file():
         raise RunDirError(f"{path}: no attention.npz (not a finished training run)")
     with np.load(path) as npz:
-        return {k: npz[k] for k in npz.files}
+        return {k: npz[k] for k in (npz.files if keys is None else keys)}

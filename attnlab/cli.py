@@ -7,17 +7,23 @@ exit status 2; a diverged or interrupted run exits 1. ``HYDRA_FULL_ERROR=1`` sho
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import os
+import signal
 import sys
+import time
 from pathlib import Path
 
 import hydra
+from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from attnlab import artifacts
-from attnlab.config import Task, register_configs
+from attnlab.config import Task, apply_schema, register_configs
 from attnlab.errors import AttnlabError
+from attnlab.exercises import observe
+from attnlab import sweep as _sweep  # registers ${attnlab.job_dir:...} in every job process
 from attnlab.records import Sink
 
 EXIT_FAILED_RUN = 1  # the run started but did not complete (diverged, interrupted)
@@ -43,11 +49,33 @@ def make_sinks(cfg: DictConfig, run_dir: Path) -> list[Sink]:
     return sinks
 
 
+@contextlib.contextmanager
+def sigterm_as_interrupt():
+    """While inside, SIGTERM raises KeyboardInterrupt, so a run that is terminated takes the
+    Ctrl-C path: records flushed, sinks closed, status ``interrupted``. A no-op outside the
+    main thread (where signal handlers cannot be set)."""
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread
+        previous = None
+    try:
+        yield
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
 def run_job(cfg: DictConfig, run_dir: Path) -> str:
     """Run one job into ``run_dir`` and return its final status (completed, diverged,
     interrupted). Raises AttnlabError (one line) on bad input, after writing
     ``summary.json`` with status ``failed``; raises RunDirError, writing nothing, when
-    ``run_dir`` already holds a finished run."""
+    ``run_dir`` already holds a finished run. ``cfg`` may be untyped (a saved config.yaml):
+    it is checked against the schema first (``config.apply_schema``). SIGTERM and Ctrl-C
+    end the run as ``interrupted``."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     artifacts.check_not_finished(run_dir)
@@ -56,15 +84,29 @@ def run_job(cfg: DictConfig, run_dir: Path) -> str:
                             final_loss=None, steps_run=0, wall_time_s=None, error=None,
                             versions=artifacts.environment(cfg.device))
     try:
+        with sigterm_as_interrupt():
+            return _run(cfg, run_dir)
+    except KeyboardInterrupt:  # outside the training loop (which records its own interrupt)
+        artifacts.write_summary(run_dir, status="interrupted", error="interrupted before or after the training steps")
+        return "interrupted"
+
+
+def _run(cfg: DictConfig, run_dir: Path) -> str:
+    try:
+        cfg = apply_schema(cfg)
         if cfg.task == Task.walkthrough:
             from attnlab.walkthrough import walkthrough
 
+            t0 = time.perf_counter()
             walkthrough(cfg, run_dir)
-            artifacts.write_summary(run_dir, status="completed")
+            artifacts.write_summary(run_dir, status="completed", wall_time_s=round(time.perf_counter() - t0, 6),
+                                    **observe(cfg, run_dir))
             return "completed"
         from attnlab.training import train
 
-        return train(cfg, make_sinks(cfg, run_dir), run_dir=run_dir, keep_snapshots=False).status
+        status = train(cfg, make_sinks(cfg, run_dir), run_dir=run_dir, keep_snapshots=False).status
+        artifacts.write_summary(run_dir, **observe(cfg, run_dir))  # exercise observations (attnlab.exercises)
+        return status
     except AttnlabError as err:
         artifacts.write_summary(run_dir, status="failed", error=str(err))
         raise
@@ -76,24 +118,64 @@ def run_job(cfg: DictConfig, run_dir: Path) -> str:
 @hydra.main(version_base="1.3", config_path="pkg://attnlab.conf", config_name="config")
 def _hydra_main(cfg: DictConfig) -> str:
     from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
 
     run_dir = Path(HydraConfig.get().runtime.output_dir)
+    sweep = HydraConfig.get().mode == RunMode.MULTIRUN
     try:
         status = run_job(cfg, run_dir)
     except AttnlabError as err:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
         print(f"error: {err}", file=sys.stderr)
-        sys.exit(EXIT_BAD_INPUT)
+        if not sweep:
+            sys.exit(EXIT_BAD_INPUT)
+        status = "failed"
+    except Exception as err:  # in a sweep, an unexpected error is this job's row, not the sweep's end
+        if not sweep or os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        print(f"error: {type(err).__name__}: {err}", file=sys.stderr)
+        status = "failed"
     if status != "completed":
-        sys.exit(EXIT_FAILED_RUN)
+        if status != "failed":
+            error = artifacts.read_summary(run_dir).get("error")
+            print(f"{status}: {error}; records kept in {run_dir}", file=sys.stderr)
+        if not sweep or status == "interrupted":  # Ctrl-C stops a sweep; a bad job does not
+            sys.exit(EXIT_FAILED_RUN)
     return status
+
+
+class NeverOverwrite(Callback):
+    """Hydra callback (``hydra.callbacks.never_overwrite`` in conf/config.yaml): refuses, before
+    Hydra writes ``.hydra/`` into it, an output dir that already holds a finished run (a run
+    dir, or any job of a sweep dir). Prints one line and exits with status 2."""
+
+    def on_run_start(self, config: DictConfig, **kwargs) -> None:
+        self._refuse("hydra.run.dir", Path(str(config.hydra.run.dir)), [Path(str(config.hydra.run.dir))])
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        sweep_dir = Path(str(config.hydra.sweep.dir))
+        jobs = [p.parent for p in sweep_dir.rglob(artifacts.SUMMARY)] if sweep_dir.is_dir() else []
+        self._refuse("hydra.sweep.dir", sweep_dir, jobs)
+
+    @staticmethod
+    def _refuse(key: str, out: Path, run_dirs: list[Path]) -> None:
+        finished = [d for d in run_dirs if artifacts.read_summary(d).get("status") in artifacts.FINISHED]
+        if not finished:
+            return
+        what = (f"a {artifacts.read_summary(finished[0])['status']} run" if finished == [out]
+                else f"{len(finished)} finished run(s)")
+        print(f"error: {key}={str(out)!r}: already holds {what}; choose another {key} "
+              "(runs are never overwritten)", file=sys.stderr)
+        sys.exit(EXIT_BAD_INPUT)
 
 
 def main() -> None:
     """Console-script entry point: ``attnlab [overrides]`` / ``attnlab -m [overrides]``."""
     register_configs()
     _hydra_main()
+    if _sweep.last_exit_status:  # the sweep summary saw a job that did not complete (any launcher)
+        sys.exit(_sweep.last_exit_status)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@ sinks are given, and never touches the working directory.
 """
 from __future__ import annotations
 
+import contextlib
+import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,10 +67,7 @@ def build_optimizer(opt_cfg: DictConfig, params: Iterable[torch.nn.Parameter]) -
     torch.optim classes are allowed (raises ConfigError otherwise)."""
     from hydra.utils import instantiate
 
-    target = opt_cfg.get("_target_")
-    if target not in {node._target_ for node in C.OPTIMIZERS.values()}:
-        raise C.ConfigError("optimizer._target_", target,
-                            f"must be one of {sorted(n._target_ for n in C.OPTIMIZERS.values())}")
+    C.optimizer_schema(opt_cfg.get("_target_"))
     return instantiate(opt_cfg, params=list(params))
 
 
@@ -112,11 +111,22 @@ def train(cfg: DictConfig, sinks: Iterable[Sink] = (), run_dir: Path | None = No
         sink.on_start(info)
 
     losses = torch.empty(steps, dtype=torch.float64)
+    pending: list[torch.Tensor] = []  # detached losses of the latest steps, not yet copied into `losses`
     kept: list[Snapshot] = []
-    state = {"sent": 0, "status": "completed", "error": None}
+    state = {"sent": 0, "settled": 0, "status": "completed", "error": None}
+
+    def settle() -> None:
+        """Copy the pending losses into ``losses`` (one stack per batch instead of an indexed
+        write every step)."""
+        if pending:
+            n = state["settled"]
+            losses[n:n + len(pending)] = torch.stack(pending)
+            state["settled"] = n + len(pending)
+            pending.clear()
 
     def flush(upto: int) -> bool:
         """Send losses[sent:upto] to the sinks; False (and stop) at the first non-finite one."""
+        settle()
         start = state["sent"]
         if upto <= start:
             return True
@@ -136,38 +146,67 @@ def train(cfg: DictConfig, sinks: Iterable[Sink] = (), run_dir: Path | None = No
     snap_set = set(snapshot_steps)
     step = 0
     t0 = time.perf_counter()
-    try:
-        for step in range(steps):
-            Z, weights = attention(X)  # (T, d_v), (T, T)
-            loss = mse(Z, target)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            losses[step] = loss.detach()
-            if step in snap_set:
-                if not flush(step + 1):
+    with deferred_interrupts() as stop:
+        try:
+            for step in range(steps):
+                if stop:  # Ctrl-C / SIGTERM arrived during the previous step
+                    raise KeyboardInterrupt(f"signal {stop[0]}")
+                Z, weights = attention(X)  # (T, d_v), (T, T)
+                loss = mse(Z, target)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                pending.append(loss.detach())
+                if step in snap_set:
+                    if not flush(step + 1):
+                        break
+                    snap = Snapshot(step, float(losses[step]), weights.detach().cpu().numpy()[None].astype(np.float32))
+                    for sink in sinks:
+                        sink.on_snapshot(snap)
+                    if keep_snapshots:
+                        kept.append(snap)
+                elif (step + 1) % FLUSH_EVERY == 0 and not flush(step + 1):
                     break
-                snap = Snapshot(step, float(losses[step]), weights.detach().cpu().numpy()[None].astype(np.float32))
-                for sink in sinks:
-                    sink.on_snapshot(snap)
-                if keep_snapshots:
-                    kept.append(snap)
-            elif (step + 1) % FLUSH_EVERY == 0 and not flush(step + 1):
-                break
-        else:
-            flush(steps)
-    except KeyboardInterrupt:
-        flush(step)  # the steps that finished before the interrupt
-        state["status"] = "interrupted"
-        state["error"] = f"interrupted during step {step}; {state['sent']} steps recorded"
-    except Exception as err:
-        state["status"] = "failed"
-        state["error"] = f"{type(err).__name__}: {err}"
-        _finish(sinks, _result(state, losses, kept, time.perf_counter() - t0))
-        raise
+            else:
+                flush(steps)
+        except KeyboardInterrupt:
+            flush(step)  # the steps that finished before the interrupt
+            state["status"] = "interrupted"
+            state["error"] = f"interrupted at step {step}; {state['sent']} steps recorded"
+        except Exception as err:
+            state["status"] = "failed"
+            state["error"] = f"{type(err).__name__}: {err}"
+            _finish(sinks, _result(state, losses, kept, time.perf_counter() - t0))
+            raise
     result = _result(state, losses, kept, time.perf_counter() - t0)
     _finish(sinks, result)
     return result
+
+
+@contextlib.contextmanager
+def deferred_interrupts():
+    """While inside, SIGINT (Ctrl-C) and SIGTERM only append their number to the yielded list;
+    the training loop checks it between steps, so a signal never lands halfway through a sink
+    writing a batch. A second signal raises KeyboardInterrupt at once (for a stuck step).
+    A no-op outside the main thread, where handlers cannot be set."""
+    received: list[int] = []
+
+    def handler(signum, frame):
+        if received:
+            raise KeyboardInterrupt(f"signal {signum}")
+        received.append(signum)
+
+    previous = {}
+    try:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, handler)
+    except ValueError:  # not the main thread
+        pass
+    try:
+        yield received
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def _result(state: dict, losses: torch.Tensor, kept: list[Snapshot], wall: float) -> RunResult:

@@ -1,0 +1,133 @@
+"""Measured answers to the tutorial's five exercises (section 8), added to each run's summary.json.
+
+:func:`observe` is called by ``attnlab.cli.run_job`` after a job finished and returns the fields
+below; the sweep summary and ``attnlab-compare`` show them as columns.
+
+============================  ======================================================  ========
+field                         meaning                                                 exercise
+============================  ======================================================  ========
+``n_tokens``                  T, the number of tokens of the text                     2
+``token_table``               ``[[id, label], ...]`` (first :data:`MAX_TABLE` tokens)   2
+``shapes``                    ``{stage: [dims]}`` for token_embeddings, pos_embeddings, 1
+                              X, Q, K, V, scores, weights, Z (walkthrough only)
+``max_abs_weight_minus_uniform``  max over i, j of ``|weights[i, j] - 1/T|`` of the     3
+                              walkthrough's weights (0 = perfectly uniform attention)
+``permutation_check``         with ``analysis.compare_sentence`` set: the same         5
+                              parameters applied to both texts (see
+                              :func:`permutation_check`)
+============================  ======================================================  ========
+
+Exercise 4 (lr x steps) needs nothing new: ``final_loss`` and ``steps_to_threshold`` are
+already in every training run's summary.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+from omegaconf import DictConfig
+
+from attnlab import artifacts
+from attnlab import config as C
+
+MAX_TABLE = 256  # token_table rows kept in summary.json (n_tokens is always exact)
+STAGES = ("token_embeddings", "pos_embeddings", "X", "Q", "K", "V", "scores", "weights", "Z")
+
+
+def token_table(token_ids: Sequence[int], labels: Sequence[str], limit: int = MAX_TABLE) -> list[list[Any]]:
+    """``[[id, label], ...]`` for the first ``limit`` tokens (labels as ``tokenizer.token_labels``:
+    partial UTF-8 bytes of Chinese or emoji appear as ``\\xNN``)."""
+    return [[int(i), str(t)] for i, t in zip(list(token_ids)[:limit], list(labels)[:limit])]
+
+
+def max_abs_weight_minus_uniform(weights: np.ndarray) -> float:
+    """``max |weights - 1/T|`` over all entries of ``weights`` (T, T) (or (..., T, T)): how far
+    attention is from the uniform 1/T of an untrained layer with tiny scores."""
+    w = np.asarray(weights, dtype=np.float64)
+    return float(np.max(np.abs(w - 1.0 / w.shape[-1])))
+
+
+def row_matching(ids_a: Sequence[int], ids_b: Sequence[int]) -> list[int] | None:
+    """A permutation ``perm`` with ``ids_b[i] == ids_a[perm[i]]`` for every i (repeated ids are
+    matched in order), or None when ``ids_b`` is not a reordering of ``ids_a``."""
+    if len(ids_a) != len(ids_b) or sorted(ids_a) != sorted(ids_b):
+        return None
+    free: dict[int, list[int]] = {}
+    for pos, t in enumerate(ids_a):
+        free.setdefault(int(t), []).append(pos)
+    return [free[int(t)].pop(0) for t in ids_b]
+
+
+def permutation_check(cfg: DictConfig) -> dict[str, Any]:
+    """Exercise 5: apply one set of parameters to ``sentence`` (A) and
+    ``analysis.compare_sentence`` (B) and test whether B's context vectors are A's rows permuted.
+
+    The parameters are the ones the job starts from (``training.build_model`` with the job's seed
+    and order: walkthrough order for ``task=walkthrough``, section-5 order for training), so a
+    training job reports on its initial parameters. Returns ``compare_sentence``,
+    ``token_ids_a``/``token_ids_b``, ``tokens_are_permutation`` (B's ids are a reordering of A's;
+    at a sentence start GPT-2 gives ``'one'`` and ``' one'`` different ids, so "One step" vs
+    "Step one" is not), ``permutation`` (row i of Z_B is compared with row ``permutation[i]``
+    of Z_A), ``z_max_abs_diff`` = max |Z_B - Z_A[permutation]| (None when not a reordering) and
+    ``x_max_abs_diff``, the same for the inputs X. Without positions (``model.positional=none``)
+    ``z_max_abs_diff`` is ~1e-7 (float32 rounding: self-attention is permutation-equivariant);
+    with learned positions it is of the order of the values themselves.
+    Raises ConfigError / TokenizerError when B cannot be tokenized."""
+    import torch
+
+    from attnlab import tokenizer
+    from attnlab.training import build_model, prepare
+
+    other = cfg.analysis.compare_sentence
+    prepared = prepare(cfg)
+    ids_a = prepared.token_ids
+    ids_b = tokenizer.encode(other, cfg.tokenizer.encoding, C.plain(cfg.tokenizer.special_tokens))
+    perm = row_matching(ids_a, ids_b)
+    out: dict[str, Any] = {"compare_sentence": other, "token_ids_a": list(ids_a), "token_ids_b": list(ids_b),
+                           "tokens_are_permutation": perm is not None, "permutation": perm,
+                           "positional": C.plain(cfg.model.positional), "z_max_abs_diff": None,
+                           "x_max_abs_diff": None}
+    if perm is None:
+        return out
+    order = "walkthrough" if cfg.task == C.Task.walkthrough else "training"
+    embedding, attention = build_model(cfg, prepared, order=order)
+    device = next(attention.parameters()).device
+    with torch.no_grad():
+        X_a = embedding(torch.tensor(ids_a, device=device))  # (T, d_model)
+        X_b = embedding(torch.tensor(ids_b, device=device))  # (T, d_model), same parameters
+        Z_a, _ = attention(X_a)  # (T, d_v)
+        Z_b, _ = attention(X_b)
+        idx = torch.tensor(perm, device=device)
+        out["z_max_abs_diff"] = float((Z_b - Z_a[idx]).abs().max())
+        out["x_max_abs_diff"] = float((X_b - X_a[idx]).abs().max())
+    return out
+
+
+def observe(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
+    """The observation fields (table above) for the finished job in ``run_dir``, read from its
+    artifacts (``walkthrough.npz`` or ``attention.npz``); {} for a run without them."""
+    run_dir = Path(run_dir)
+    out: dict[str, Any] = {}
+    labels: list[str] | None = None
+    ids: list[int] | None = None
+    if (run_dir / artifacts.WALKTHROUGH).is_file():
+        with np.load(run_dir / artifacts.WALKTHROUGH) as npz:
+            arrays = {k: npz[k] for k in npz.files}
+        ids = [int(i) for i in arrays["token_ids"]]
+        from attnlab.tokenizer import token_labels
+
+        labels = token_labels(ids, cfg.tokenizer.encoding)
+        out["shapes"] = {k: list(arrays[k].shape) for k in STAGES if k in arrays}
+        out["max_abs_weight_minus_uniform"] = max_abs_weight_minus_uniform(arrays["weights"])
+    elif (run_dir / artifacts.ATTENTION).is_file():
+        att = artifacts.read_attention(run_dir, keys=("token_ids", "tokens"))  # not the weights
+        ids = [int(i) for i in att["token_ids"]]
+        labels = [str(t) for t in att["tokens"]]
+    if ids is not None and labels is not None:
+        out["n_tokens"] = len(ids)
+        out["token_table"] = token_table(ids, labels)
+    analysis = cfg.get("analysis")
+    if analysis is not None and analysis.get("compare_sentence") is not None:
+        out["permutation_check"] = permutation_check(cfg)
+    return out

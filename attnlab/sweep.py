@@ -1,0 +1,111 @@
+"""Sweeps that read well: job folder names, and the summary printed at the end of every multirun.
+
+Job folders. ``conf/config.yaml`` sets ``hydra.sweep.subdir`` to
+``${attnlab.job_dir:${hydra.job.num},${hydra.job.override_dirname}}``, e.g.
+``0_model.d_model=6,model.init_std=0.02``. Hydra's ``override_dirname`` holds the job's own
+overrides (never ``hydra.*`` ones such as ``hydra/launcher=joblib``, so a sweep gets the same
+folder names under any launcher), sorted, ``key=value`` joined by ``,``. It is made one safe
+folder name by :func:`job_dirname`: the job number first (names are unique within a sweep),
+Hydra's quotes and backslash escapes dropped, ``/``, ``\\``, control characters and whitespace as ``_``, at most
+:data:`MAX_NAME_BYTES` UTF-8 bytes (longer names are cut and end in ``~`` + 8 hex digits of
+a hash of the full name). Chinese and emoji are kept as they are.
+
+The resolver is registered when this module is imported (``attnlab.cli`` imports it, so every
+job process, whatever the launcher, has it).
+
+Summary. :class:`SweepSummary` is a Hydra callback (``hydra.callbacks.sweep_summary`` in
+``conf/config.yaml``). ``on_multirun_end`` runs once on the machine that started the sweep,
+after every job returned (also with joblib, submitit and Ray). It reads every job folder under
+``hydra.sweep.dir`` back from disk (:func:`attnlab.compare.collect_rows`, the same code as
+``attnlab-compare``, so the two always agree), prints the table, writes ``summary.csv`` in the
+sweep dir atomically, and records the sweep's exit status: 1 when any job did not complete
+(failed, diverged, interrupted, or never wrote its summary), else 0. ``attnlab.cli.main``
+exits with it after Hydra returns.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+
+RESOLVER = "attnlab.job_dir"
+MAX_NAME_BYTES = 160  # well under the 255-byte file-name limit of common filesystems
+SUMMARY_CSV = "summary.csv"
+EXIT_SOME_JOBS_FAILED = 1
+
+# Exit status of the last multirun in this process (None: no multirun ended here).
+last_exit_status: int | None = None
+
+_UNSAFE = re.compile(r"[/\\\x00-\x1f\x7f]|\s")
+_ESCAPED = re.compile(r"\\([\\()\[\]{}:=, \t])")
+
+
+def job_dirname(num: Any, override_dirname: Any = "", max_bytes: int = MAX_NAME_BYTES) -> str:
+    """One safe folder name for a sweep job: ``"{num}_{override_dirname}"`` (just ``"{num}"``
+    without overrides) with Hydra's quotes removed, path separators, control characters and
+    whitespace replaced by ``_``, and at most ``max_bytes`` UTF-8 bytes (cut at a character
+    boundary, then ``~`` and 8 hex digits of the full name's sha1 so cut names stay distinct).
+
+    >>> job_dirname(1, 'sentence="a/b c"')
+    '1_sentence=a_b_c'
+    """
+    rest = str(override_dirname or "")
+    rest = _ESCAPED.sub(r"\1", rest)  # Hydra writes swept unquoted values with \-escapes ("one\ step")
+    rest = rest.replace('"', "").replace("'", "")
+    name = f"{num}_{rest}" if rest else f"{num}"
+    name = _UNSAFE.sub("_", name)
+    if name in (".", ".."):
+        name = name.replace(".", "_")
+    raw = name.encode("utf-8")
+    if len(raw) > max_bytes:
+        digest = hashlib.sha1(raw).hexdigest()[:8]
+        cut = raw[: max_bytes - 9].decode("utf-8", errors="ignore")
+        name = f"{cut}~{digest}"
+    return name
+
+
+def register_resolver() -> None:
+    """Register ``${attnlab.job_dir:NUM,OVERRIDE_DIRNAME}`` (:func:`job_dirname`); idempotent."""
+    if not OmegaConf.has_resolver(RESOLVER):
+        OmegaConf.register_new_resolver(RESOLVER, job_dirname)
+
+
+register_resolver()
+
+
+class SweepSummary(Callback):
+    """Hydra callback: at the end of a multirun, print the jobs' table and write
+    ``summary.csv`` (one row per job folder, columns as :data:`attnlab.compare.COLUMNS` plus the
+    exercise observations present). Never raises: a problem reading one job becomes that job's
+    row (status ``missing``/``running`` and an ``error``)."""
+
+    def __init__(self, print_table: bool = True, csv_name: str = SUMMARY_CSV) -> None:
+        self.print_table = print_table
+        self.csv_name = csv_name
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        global last_exit_status
+        from attnlab import compare
+
+        sweep_dir = Path(str(config.hydra.sweep.dir))
+        rows = compare.collect_rows([sweep_dir], sweep_end=True)
+        if not rows:
+            print(f"sweep summary: no job folders under {sweep_dir}", file=sys.stderr)
+            last_exit_status = EXIT_SOME_JOBS_FAILED
+            return
+        csv_path = sweep_dir / self.csv_name
+        compare.write_csv(rows, csv_path)
+        bad = [r for r in rows if r["status"] != "completed"]
+        if self.print_table:
+            print()
+            print(compare.format_table(rows))
+            print(f"\n{len(rows)} jobs, {len(rows) - len(bad)} completed"
+                  + (f", {len(bad)} not completed ({', '.join(sorted({r['status'] for r in bad}))})" if bad else "")
+                  + f"; summary: {csv_path}")
+            sys.stdout.flush()
+        last_exit_status = EXIT_SOME_JOBS_FAILED if bad else 0

@@ -1,0 +1,115 @@
+"""The five exercises of tutorial section 8 as presets: each is one command (`attnlab
+experiment=exerciseN`, a sweep by itself) and each job's summary.json holds the measured answer."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from attnlab import exercises
+from attnlab.compare import read_csv
+from attnlab.tokenizer import encode
+
+QUIET = ["logging.console=false", "logging.tensorboard=false", "logging.figures=false"]
+
+
+def run_exercise(cli, tmp_path: Path, n: int, *overrides: str) -> tuple[list[dict], list[dict]]:
+    """``attnlab experiment=exerciseN`` (no -m: the preset is a sweep) into a temp sweep dir;
+    returns (summary.csv rows, each job's summary.json) in job order."""
+    sweep = tmp_path / f"ex{n}"
+    proc = cli(f"experiment=exercise{n}", *overrides, f"hydra.sweep.dir={sweep}")
+    assert proc.returncode == 0, proc.stderr
+    rows = read_csv(sweep / "summary.csv")
+    summaries = [json.loads((sweep / r["job"] / "summary.json").read_text(encoding="utf-8")) for r in rows]
+    assert all(s["status"] == "completed" for s in summaries)
+    return rows, summaries
+
+
+def test_exercise1_shapes_at_every_stage(cli, tmp_path):
+    rows, sums = run_exercise(cli, tmp_path, 1)
+    assert [r["job"] for r in rows] == ["0_model.d_model=6", "1_model.d_model=16"]  # experiment= left out
+    for d_model, s in zip((6, 16), sums):
+        assert s["shapes"] == {"token_embeddings": [6, d_model], "pos_embeddings": [6, d_model], "X": [6, d_model],
+                               "Q": [6, 4], "K": [6, 4], "V": [6, 4], "scores": [6, 6], "weights": [6, 6],
+                               "Z": [6, 4]}
+    assert rows[1]["shapes"] == "X=6x16 Q=6x4 K=6x4 V=6x4 weights=6x6 Z=6x4"
+
+
+def test_exercise2_token_count_and_table_for_english_chinese_emoji(cli, tmp_path):
+    rows, sums = run_exercise(cli, tmp_path, 2)
+    sentences = ["Attention is all you need", "你的旅程从一步开始", "One small step 🚶 at a time"]
+    assert [s["n_tokens"] for s in sums] == [len(encode(t)) for t in sentences] == [6, 17, 9]
+    assert sums[0]["token_table"] == [[8086, "Att"], [1463, "ention"], [318, " is"], [477, " all"],
+                                      [345, " you"], [761, " need"]]
+    zh = sums[1]["token_table"]
+    assert [i for i, _ in zh] == encode(sentences[1])
+    assert zh[2] == [21410, "的"] and zh[0][1] == "\\xe4\\xbd"  # part of 你: bytes, not text
+    emoji = [label for _, label in sums[2]["token_table"]]
+    assert emoji[3:6] == [" \\xf0\\x9f", "\\x9a", "\\xb6"]  # 🚶 is 3 tokens of UTF-8 bytes
+    assert [r["n_tokens"] for r in rows] == ["6", "17", "9"]
+    # your own sentence replaces the preset's three
+    rows, sums = run_exercise(cli, tmp_path / "own", 2, 'sentence="Your journey starts with one step"')
+    assert len(rows) == 1 and sums[0]["n_tokens"] == 6
+    assert [i for i, _ in sums[0]["token_table"]] == [7120, 7002, 4940, 351, 530, 2239]
+
+
+def test_exercise3_init_std_decides_whether_attention_is_uniform(cli, tmp_path):
+    rows, sums = run_exercise(cli, tmp_path, 3)
+    assert [r["job"] for r in rows] == ["0_model.init_std=0.02", "1_model.init_std=1.0"]
+    small, large = (s["max_abs_weight_minus_uniform"] for s in sums)
+    assert small == pytest.approx(7.10e-05, rel=0.01)  # std 0.02: every weight is 0.167 to 4 decimals
+    assert large == pytest.approx(0.1853, abs=1e-4)  # std 1.0: no longer uniform
+    assert small < 1e-3 < 0.1 < large
+
+
+def test_exercise4_lr_steps_grid(cli, tmp_path):
+    rows, sums = run_exercise(cli, tmp_path, 4, *QUIET)
+    grid = {(r["job"].split("optimizer.lr=")[1].split(",")[0], int(s["steps_run"])): s for r, s in zip(rows, sums)}
+    assert sorted(grid) == [("0.005", 30), ("0.005", 120), ("0.05", 30), ("0.05", 120), ("0.5", 30), ("0.5", 120)]
+    assert grid["0.05", 120]["steps_to_threshold"] == 94  # the tutorial's run: below 1e-3 at step 94
+    assert grid["0.05", 120]["final_loss"] < 1e-3
+    for key in [("0.005", 30), ("0.005", 120), ("0.05", 30), ("0.5", 30), ("0.5", 120)]:
+        assert grid[key]["steps_to_threshold"] is None
+    slow, tutorial, stuck = grid["0.005", 120]["final_loss"], grid["0.05", 120]["final_loss"], grid["0.5", 120]["final_loss"]
+    assert tutorial < 1e-3 < 0.1 < slow < 1.0 < stuck  # lr too small: slow; too large: stuck
+    # the same lr repeats the shorter run's steps exactly: the same loss at step 49
+    for lr in ("0.005", "0.05", "0.5"):
+        short = next(r for r in rows if f"optimizer.lr={lr}," in r["job"] and "steps=30" in r["job"])
+        long = next(r for r in rows if f"optimizer.lr={lr}," in r["job"] and "steps=120" in r["job"])
+        assert short["focus_weight"] == long["focus_weight"] and short["snapshot_step"] == "29"
+
+
+def test_exercise5_without_positions_orders_are_a_permutation(cli, tmp_path):
+    rows, sums = run_exercise(cli, tmp_path, 5)
+    assert [r["job"] for r in rows] == ["0_model.positional=learned", "1_model.positional=none"]
+    learned, none = (s["permutation_check"] for s in sums)
+    for p in (learned, none):
+        assert p["compare_sentence"] == "Your journey starts with step one"
+        assert p["token_ids_a"] == [7120, 7002, 4940, 351, 530, 2239]
+        assert p["token_ids_b"] == [7120, 7002, 4940, 351, 2239, 530]  # ' step' ' one'
+        assert p["tokens_are_permutation"] is True and p["permutation"] == [0, 1, 2, 3, 5, 4]
+    assert none["z_max_abs_diff"] < 1e-6 and none["x_max_abs_diff"] == 0.0
+    assert learned["z_max_abs_diff"] > 0.1 and learned["x_max_abs_diff"] > 0.1
+    assert float(rows[1]["perm_z_max_abs_diff"]) == none["z_max_abs_diff"]
+
+
+def test_permutation_check_at_sentence_start_tokens_differ(cfg_of):
+    """GPT-2 gives 'one' (505) at a sentence start and ' one' (530) mid-sentence: not a reordering."""
+    cfg = cfg_of("task=walkthrough", "model.positional=none", "sentence=one step",
+                 "analysis.compare_sentence=step one")
+    p = exercises.permutation_check(cfg)
+    assert p["token_ids_a"] == [505, 2239] and p["token_ids_b"] == [9662, 530]
+    assert p["tokens_are_permutation"] is False and p["z_max_abs_diff"] is None
+    same = exercises.permutation_check(cfg_of("model.positional=none", "sentence=Your journey starts with one step",
+                                              "analysis.compare_sentence=Your journey starts with step one"))
+    assert same["z_max_abs_diff"] < 1e-6  # also for the training order of parameters
+
+
+def test_helpers():
+    assert exercises.row_matching([5, 7, 5], [7, 5, 5]) == [1, 0, 2]
+    assert exercises.row_matching([5, 7], [7, 7]) is None
+    w = np.full((4, 4), 0.25)
+    w[0] = [0.7, 0.1, 0.1, 0.1]
+    assert exercises.max_abs_weight_minus_uniform(w) == pytest.approx(0.45)

@@ -1,0 +1,127 @@
+"""Sweeps: job folder names, the sweep summary (table + summary.csv), failing jobs, launchers."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from attnlab import artifacts
+from attnlab.compare import read_csv
+from attnlab.sweep import MAX_NAME_BYTES, job_dirname
+from attnlab.training import train
+
+FAST = ["train.steps=5", "train.snapshot_steps=[0,4]", "logging=off"]
+
+
+def job_dirs(sweep_dir: Path) -> list[Path]:
+    """The job folders (submitit_local also leaves a hidden .submitit/ there)."""
+    return sorted((p for p in sweep_dir.iterdir() if p.is_dir() and not p.name.startswith(".")),
+                  key=lambda p: int(p.name.split("_")[0]))
+
+
+def assert_csv_matches_jobs(sweep_dir: Path) -> list[dict]:
+    """summary.csv has one row per job folder and each row repeats that job's summary.json."""
+    rows = read_csv(sweep_dir / "summary.csv")
+    dirs = job_dirs(sweep_dir)
+    assert [r["job"] for r in rows] == [d.name for d in dirs]
+    for row, d in zip(rows, dirs):
+        summary = json.loads((d / "summary.json").read_text(encoding="utf-8"))
+        assert row["status"] == summary["status"]
+        assert row["error"] == (summary.get("error") or "")
+        for key in ("final_loss", "wall_time_s"):
+            assert row[key] == ("" if summary.get(key) is None else repr(float(summary[key])))
+        assert row["steps_to_threshold"] == ("" if summary.get("steps_to_threshold") is None
+                                             else str(summary["steps_to_threshold"]))
+        assert Path(row["path"]) == d
+        overrides = (d / ".hydra" / "overrides.yaml").read_text()
+        for item in row["overrides"].split(" "):
+            assert item in overrides
+    return rows
+
+
+# ------------------------------------------------------------------------------ folder names
+@pytest.mark.parametrize("num, overrides, expected", [
+    (0, "model.d_model=6,model.init_std=0.02", "0_model.d_model=6,model.init_std=0.02"),
+    (3, "", "3"),
+    (1, 'sentence="a/b c"', "1_sentence=a_b_c"),
+    (2, "sentence='x\\y\tz'", "2_sentence=x_y_z"),
+    (4, 'sentence="你的旅程 🚶"', "4_sentence=你的旅程_🚶"),
+    (5, r"sentence=one\ step,x=a\,b", "5_sentence=one_step,x=a,b"),  # Hydra's escapes of swept values
+])
+def test_job_dirname_is_one_readable_safe_name(num, overrides, expected):
+    assert job_dirname(num, overrides) == expected
+
+
+def test_job_dirname_cuts_long_names_by_bytes_and_keeps_them_distinct():
+    a = job_dirname(7, "sentence=" + "旅" * 200)
+    b = job_dirname(7, "sentence=" + "旅" * 201)
+    assert len(a.encode()) <= MAX_NAME_BYTES and len(b.encode()) <= MAX_NAME_BYTES
+    assert a != b and a.startswith("7_sentence=旅") and a[-9] == "~"
+    assert "/" not in a
+
+
+# ------------------------------------------------------------------------------ basic launcher
+def test_sweep_keeps_going_past_failed_and_diverged_jobs(cli, tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = cli("-m", "optimizer.lr=0.05,1e30", "model.d_model=6,0", *FAST, f"hydra.sweep.dir={sweep}")
+    assert proc.returncode == 1, proc.stderr  # some job did not complete
+    names = [d.name for d in job_dirs(sweep)]
+    assert names == [
+        "0_logging=off,model.d_model=6,optimizer.lr=0.05,train.snapshot_steps=[0,4],train.steps=5",
+        "1_logging=off,model.d_model=0,optimizer.lr=0.05,train.snapshot_steps=[0,4],train.steps=5",
+        "2_logging=off,model.d_model=6,optimizer.lr=1e+30,train.snapshot_steps=[0,4],train.steps=5",
+        "3_logging=off,model.d_model=0,optimizer.lr=1e+30,train.snapshot_steps=[0,4],train.steps=5",
+    ]
+    rows = assert_csv_matches_jobs(sweep)
+    assert [r["status"] for r in rows] == ["completed", "failed", "diverged", "failed"]
+    assert rows[1]["error"] == rows[3]["error"] == "model.d_model=0: must be a positive integer"
+    assert rows[2]["error"] == "loss became nan at step 1 (optimizer.lr=1e+30)"
+    assert float(rows[2]["final_loss"]) == pytest.approx(2.3566272258758545, abs=0)  # step 0 kept
+    # the completed job has every artifact, and its row its focus at the last snapshot (step 4)
+    done = job_dirs(sweep)[0]
+    for name in ("metrics.csv", "attention.npz", "summary.json", ".hydra/config.yaml"):
+        assert (done / name).is_file()
+    att = artifacts.read_attention(done)
+    w = att["weights"][-1, 0, 1]
+    assert rows[0]["focus_token"] == " journey" and rows[0]["snapshot_step"] == "4"
+    assert rows[0]["focus_target"] == att["tokens"][int(np.argmax(w))]
+    assert float(rows[0]["focus_weight"]) == pytest.approx(float(w.max()), rel=1e-6)
+    # the table is printed, then the count, with a non-zero exit status
+    out = proc.stdout
+    assert out.index("0_logging=off,model.d_model=6") < out.index("4 jobs, 1 completed, 3 not completed")
+    assert "model.d_model=0: must be a positive integer" in out
+
+
+def test_sentence_sweep_quoting_gives_flat_folders(cli, tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = cli("-m", 'sentence="one, step","a/b 你好 🚶"', "task=walkthrough", "logging=off",
+               f"hydra.sweep.dir={sweep}")
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in sweep.iterdir()) == [
+        "0_logging=off,sentence=one,_step,task=walkthrough", "1_logging=off,sentence=a_b_你好_🚶,task=walkthrough",
+        "multirun.yaml", "summary.csv"]
+    rows = assert_csv_matches_jobs(sweep)
+    from attnlab.tokenizer import encode
+
+    assert [int(r["n_tokens"]) for r in rows] == [len(encode("one, step")), len(encode("a/b 你好 🚶"))] == [3, 11]
+
+
+# ------------------------------------------------------------------------------ launchers
+@pytest.mark.parametrize("launcher", ["joblib", "submitit_local"])
+def test_launchers_give_same_folders_rows_and_results(cli, cfg_of, tmp_path, launcher):
+    sweep = tmp_path / launcher
+    proc = cli("-m", "model.d_model=6,0", *FAST, f"hydra/launcher={launcher}", f"hydra.sweep.dir={sweep}",
+               timeout=240)
+    assert proc.returncode == 1, proc.stderr
+    names = [d.name for d in job_dirs(sweep)]  # hydra/launcher=... is not part of the names
+    assert names == ["0_logging=off,model.d_model=6,train.snapshot_steps=[0,4],train.steps=5",
+                     "1_logging=off,model.d_model=0,train.snapshot_steps=[0,4],train.steps=5"]
+    rows = assert_csv_matches_jobs(sweep)
+    assert [r["status"] for r in rows] == ["completed", "failed"]
+    # the same numbers as the same job run in this process, whichever launcher ran it
+    reference = train(cfg_of("model.d_model=6", *FAST))
+    assert float(rows[0]["final_loss"]) == reference.final_loss
+    _, losses = artifacts.read_metrics(job_dirs(sweep)[0])
+    np.testing.assert_array_equal(losses, reference.losses)
