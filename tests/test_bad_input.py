@@ -1,0 +1,295 @@
+"""Every bad input we know of, and exactly what the user sees.
+
+``CASES`` is the one list: the tests below check each case (in-process through ``cli.run_job``
+where the subprocess adds nothing, and a few through the real ``attnlab`` command), and
+``python tests/test_bad_input.py`` runs every case through the real commands and writes
+``docs/bad_inputs.md`` from what they printed. ``test_doc_is_current`` keeps the two in step.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, compose_cfg, run_cli
+
+from attnlab import artifacts
+from attnlab.cli import run_job
+from attnlab.errors import AttnlabError
+
+DOC = ROOT / "docs" / "bad_inputs.md"
+QUIET = ("logging=off",)  # added to every command; not shown in the doc
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    what: str  # the bad input, in words
+    args: tuple[str, ...]  # `attnlab ARGS` (or `attnlab-reproduce RUN_DIR` for kind "reproduce")
+    kind: str  # ours: our one-line error, summary failed | hydra: Hydra's own message | ok: accepted
+    expect: str  # must be in stderr (ours / hydra), names the key and value
+    cli: bool = False  # also run through the real command in the test suite
+
+
+CASES = [
+    # issue 2: config checks
+    Case("mistyped_key", "a mistyped key", ("model.d_mdl=3",), "hydra", "model.d_mdl", cli=True),
+    Case("wrong_type", "a value of the wrong type", ("model.d_model=abc",), "hydra", "full_key: model.d_model", cli=True),
+    Case("wrong_choice", "a value outside an enum", ("model.positional=xx",), "hydra", "full_key: model.positional"),
+    Case("unknown_optimizer", "an unknown optimizer", ("optimizer=rmsprop",), "hydra", "optimizer/rmsprop"),
+    Case("optimizer_target", "an optimizer `_target_` we do not ship", ("optimizer._target_=os.system",), "ours",
+         "optimizer._target_='os.system': must be one of the shipped optimizers"),
+    Case("empty_sentence", "an empty sentence", ("sentence=",), "ours", "sentence='': is empty"),
+    Case("one_token", "a one-token sentence", ("sentence=Hello",), "ours", "sentence='Hello': has 1 token"),
+    Case("d_model_zero", "a non-positive dimension", ("model.d_model=0",), "ours", "model.d_model=0: must be a positive integer", cli=True),
+    Case("d_k_negative", "a negative dimension", ("model.d_k=-1",), "ours", "model.d_k=-1: must be a positive integer"),
+    Case("d_v_mismatch", "d_v different from d_model when training", ("model.d_v=4",), "ours", "model.d_v=4: must equal model.d_model=6"),
+    Case("init_std_negative", "init std < 0", ("model.init_std=-0.5",), "ours", "model.init_std=-0.5: must be >= 0"),
+    Case("lr_zero", "lr = 0", ("optimizer.lr=0",), "ours", "optimizer.lr=0.0: must be a positive number"),
+    Case("lr_negative", "lr < 0", ("optimizer=sgd", "optimizer.lr=-0.1"), "ours", "optimizer.lr=-0.1: must be a positive number"),
+    Case("steps_zero", "steps = 0", ("train.steps=0",), "ours", "train.steps=0: must be a positive integer"),
+    Case("snapshot_outside", "a snapshot step ≥ steps", ("train.snapshot_steps=[0,201]",), "ours",
+         "train.snapshot_steps=[0, 201]: every step must be in [0, train.steps=201)"),
+    Case("snapshot_negative", "a negative snapshot step", ("train.snapshot_steps=[-1]",), "ours",
+         "train.snapshot_steps=[-1]: every step must be in [0, train.steps=201)"),
+    Case("focus_outside", "a focus token outside the sentence", ("train.focus_token=6",), "ours",
+         "train.focus_token=6: must be a token position in [0, 6)"),
+    Case("loss_threshold", "a non-positive loss threshold", ("train.loss_threshold=0",), "ours", "train.loss_threshold=0.0: must be > 0"),
+    Case("device", "an unknown device", ("device=tpu",), "ours", "device='tpu': must be cpu"),
+    # issue 5: text and tokenizer
+    Case("endoftext_special", "`<|endoftext|>` in the sentence (default)", ('sentence="Your journey<|endoftext|> starts"',), "ok",
+         "[7120, 7002, 50256, 4940]"),
+    Case("endoftext_text", "`<|endoftext|>` with `tokenizer.special_tokens=text`",
+         ('sentence="Your journey<|endoftext|> starts"', "tokenizer.special_tokens=text"), "ok",
+         "[7120, 7002, 27, 91, 437, 1659, 5239, 91, 29, 4940]"),
+    Case("endoftext_unquoted", "`<|endoftext|>` without Hydra quoting", ("sentence=Your journey<|endoftext|> starts",), "hydra",
+         "sentence=Your journey<|endoftext|> starts"),
+    Case("too_long", "a sentence longer than `tokenizer.max_tokens`", ("tokenizer.max_tokens=5",), "ours",
+         "sentence='Your journey starts with one step': has 6 tokens, more than tokenizer.max_tokens=5"),
+    Case("max_tokens_zero", "a non-positive `tokenizer.max_tokens`", ("tokenizer.max_tokens=0",), "ours",
+         "tokenizer.max_tokens=0: must be a positive integer"),
+    Case("unknown_encoding", "an unknown `tokenizer.encoding`", ("tokenizer.encoding=nope",), "ours",
+         "tokenizer.encoding='nope': unknown encoding; allowed: ", cli=True),
+    Case("text_file_missing", "a `text_file` that does not exist", ("text_file=/nonexistent/text.txt",), "ours",
+         "text_file='/nonexistent/text.txt': must be a readable UTF-8 file"),
+]
+CASE_IDS = [c.id for c in CASES]
+
+# attnlab-reproduce and run-dir cases: (id, what, how the folder is made, expected in stderr)
+REPRODUCE_CASES = [
+    ("rerun_same_dir", "`attnlab` again into a finished run's `hydra.run.dir`", "finished run",
+     "already holds a completed run; choose another hydra.run.dir (runs are never overwritten)"),
+    ("repro_missing", "`attnlab-reproduce` on a folder that does not exist", "nothing", "RUN_DIR: not a directory"),
+    ("repro_no_config", "`attnlab-reproduce` on a folder without `.hydra/config.yaml`", "a run with `.hydra/` deleted",
+     "RUN_DIR/.hydra/config.yaml: missing"),
+    ("repro_unreadable", "`attnlab-reproduce` with an unparsable config.yaml", "config.yaml = `model: [unclosed`",
+     "config.yaml: unreadable"),
+    ("repro_schema", "`attnlab-reproduce` with a config of another schema", "config.yaml has `model.n_heads: 2`",
+     "model.n_heads=2: is not a key of attnlab's config schema"),
+    ("repro_target", "`attnlab-reproduce` with `_target_: os.system` in the saved config",
+     "optimizer `_target_` edited to `os.system`", "optimizer._target_='os.system': must be one of the shipped optimizers"),
+    ("repro_running", "`attnlab-reproduce` on a run that never finished", "summary.json says running",
+     "summary.json: says running"),
+]
+
+
+# --- in-process: every case of ours -----------------------------------------------------------
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.kind == "ours"], ids=lambda c: c.id)
+def test_our_errors_name_key_value_and_allowed(case, tmp_path):
+    cfg = compose_cfg(*case.args, *QUIET)
+    with pytest.raises(AttnlabError) as info:
+        run_job(cfg, tmp_path)
+    message = str(info.value)
+    assert "\n" not in message and case.expect in message
+    summary = artifacts.read_summary(tmp_path)
+    assert summary["status"] == "failed" and summary["error"] == message
+    assert not (tmp_path / "metrics.csv").exists()
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.kind == "hydra" and not c.cli], ids=lambda c: c.id)
+def test_hydra_refuses_before_a_run_dir_exists(case):
+    with pytest.raises(Exception) as info:
+        compose_cfg(*case.args, *QUIET)
+    assert case.expect in str(info.value) + str(info.value.__cause__)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.kind == "ok"], ids=lambda c: c.id)
+def test_endoftext_is_encoded_as_configured(case, tmp_path):
+    cfg = compose_cfg(*case.args, *QUIET, "train.steps=5", "train.snapshot_steps=[0]")
+    assert run_job(cfg, tmp_path) == "completed"
+    assert str(artifacts.read_attention(tmp_path)["token_ids"].tolist()) == case.expect
+
+
+# --- the real command: one case per code path -------------------------------------------------
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.cli], ids=lambda c: c.id)
+def test_cli_prints_one_clear_message_without_traceback(case, tmp_path):
+    proc = run_cli(f"hydra.run.dir={tmp_path / 'run'}", *QUIET, *case.args)
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr and case.expect in proc.stderr
+    if case.kind == "ours":
+        assert proc.returncode == 2
+        assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: ")
+        summary = artifacts.read_summary(tmp_path / "run")
+        assert summary["status"] == "failed" and f"error: {summary['error']}\n" == proc.stderr
+    else:  # Hydra's own message: refused while composing, before any run dir exists
+        assert proc.returncode == 1 and not (tmp_path / "run").exists()
+
+
+def test_hydra_full_error_shows_the_traceback(tmp_path):
+    proc = _run([sys.executable, "-m", "attnlab.cli", f"hydra.run.dir={tmp_path / 'run'}", *QUIET, "model.d_model=0"],
+                tmp_path, env_extra={"HYDRA_FULL_ERROR": "1"})
+    assert proc.returncode != 0 and "Traceback (most recent call last)" in proc.stderr
+    assert "attnlab.errors.ConfigError: model.d_model=0: must be a positive integer" in proc.stderr
+    assert artifacts.read_summary(tmp_path / "run")["status"] == "failed"
+
+
+# --- the doc ------------------------------------------------------------------------------------
+
+def cell(text: str) -> str:
+    """Text as a Markdown table cell: one code span per line, pipes escaped."""
+    lines = [line.replace("`", "'").replace("|", "\\|") for line in text.rstrip("\n").splitlines()]
+    return "<br>".join(f"`{line}`" if line.strip() else "" for line in lines) or "(nothing)"
+
+
+def test_doc_is_current():
+    doc = DOC.read_text(encoding="utf-8")
+    for case in CASES:
+        assert f"| {case.id} |" in doc, f"{case.id} missing from {DOC}: run python tests/test_bad_input.py"
+        if case.kind == "ours":
+            cfg = compose_cfg(*case.args, *QUIET)
+            with tempfile.TemporaryDirectory() as tmp, pytest.raises(AttnlabError) as info:
+                run_job(cfg, Path(tmp))
+            assert cell(f"error: {info.value}") in doc, case.id
+    for rid, *_ in REPRODUCE_CASES:
+        assert f"| {rid} |" in doc
+
+
+# --- writing the doc from real runs -------------------------------------------------------------
+
+def _run(cmd: list[str], tmp: Path, env_extra: dict | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    env.update({"MPLBACKEND": "Agg", **(env_extra or {})})
+    return subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=600)
+
+
+def _attnlab_case(case: Case, tmp: Path) -> dict:
+    run = tmp / case.id
+    proc = _run([sys.executable, "-m", "attnlab.cli", f"hydra.run.dir={run}", *QUIET, *case.args], tmp)
+    summary = artifacts.read_summary(run) if (run / "summary.json").exists() else {}
+    seen = proc.stderr.replace(str(run), "RUN_DIR")
+    if case.kind == "ok":
+        ids = artifacts.read_attention(run)["token_ids"].tolist()
+        seen = f"accepted; token_ids {ids}"
+    return {"cmd": shlex.join(["attnlab", *case.args]), "rc": proc.returncode, "seen": seen,
+            "status": summary.get("status", "(no run dir)")}
+
+
+def _reproduce_case(rid: str, tmp: Path, finished: Path) -> dict:
+    import shutil
+
+    run = tmp / rid
+    before = None
+    if rid == "rerun_same_dir":
+        shutil.copytree(finished, run)
+        before = _tree(run)
+        proc = _run([sys.executable, "-m", "attnlab.cli", f"hydra.run.dir={run}", *QUIET], tmp)
+        cmd = "attnlab hydra.run.dir=RUN_DIR"
+    else:
+        if rid != "repro_missing":
+            shutil.copytree(finished, run)
+        cfg = run / ".hydra" / "config.yaml"
+        if rid == "repro_no_config":
+            shutil.rmtree(run / ".hydra")
+        elif rid == "repro_unreadable":
+            cfg.write_text("model: [unclosed\n")
+        elif rid == "repro_schema":
+            cfg.write_text(cfg.read_text().replace("  d_k: 4\n", "  d_k: 4\n  n_heads: 2\n"))
+        elif rid == "repro_target":
+            cfg.write_text(cfg.read_text().replace("torch.optim.Adam", "os.system"))
+        elif rid == "repro_running":
+            artifacts.write_summary(run, status="running")
+        before = _tree(run) if run.exists() else None
+        proc = _run([sys.executable, "-m", "attnlab.reproduce", str(run)], tmp)
+        cmd = "attnlab-reproduce RUN_DIR"
+    status = artifacts.read_summary(run).get("status", "-") if (run / "summary.json").exists() else "-"
+    if before is not None:
+        status += " (RUN_DIR untouched)" if _tree(run) == before else " (RUN_DIR CHANGED)"
+    return {"cmd": cmd, "rc": proc.returncode, "seen": proc.stderr.replace(str(run), "RUN_DIR"), "status": status}
+
+
+def _tree(d: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+def write_doc() -> None:
+    with tempfile.TemporaryDirectory() as tmp_s:
+        tmp = Path(tmp_s)
+        finished = tmp / "finished"
+        assert _run([sys.executable, "-m", "attnlab.cli", f"hydra.run.dir={finished}", *QUIET,
+                     "train.steps=20", "train.snapshot_steps=[0]"], tmp).returncode == 0
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            results = list(pool.map(lambda c: _attnlab_case(c, tmp), CASES))
+            repro = list(pool.map(lambda r: _reproduce_case(r[0], tmp, finished), REPRODUCE_CASES))
+    rows = ["| id | bad input | command | exit | what the user sees (stderr) | summary.json status |",
+            "| --- | --- | --- | --- | --- | --- |"]
+    for case, r in zip(CASES, results):
+        rows.append(f"| {case.id} | {case.what.replace('|', chr(92) + '|')} | {cell(r['cmd'])} | {r['rc']} | {cell(r['seen'])} | {r['status']} |")
+    rrows = ["| id | bad input | the folder | command | exit | what the user sees (stderr) | RUN_DIR summary status |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for (rid, what, folder, _), r in zip(REPRODUCE_CASES, repro):
+        rrows.append(f"| {rid} | {what} | {folder} | {cell(r['cmd'])} | {r['rc']} | {cell(r['seen'])} | {r['status']} |")
+    text = DOC_TEMPLATE.format(table="\n".join(rows), rtable="\n".join(rrows))
+    DOC.parent.mkdir(exist_ok=True)
+    DOC.write_text(text, encoding="utf-8")
+    print(f"wrote {DOC}")
+
+
+DOC_TEMPLATE = """# Bad inputs and what the user sees
+
+Generated by `python tests/test_bad_input.py` from real runs of the installed commands (every
+command also had `logging=off` and a fresh `hydra.run.dir`; that folder is shown as `RUN_DIR`).
+`tests/test_bad_input.py` checks every row of ours against the code, so this table stays true.
+
+How to read it:
+
+- **Our checks** (`error: KEY=VALUE: what is allowed`): one line on stderr, no traceback, exit
+  status 2, and `summary.json` in the run dir says `failed` with the same message in `error`.
+  Set `HYDRA_FULL_ERROR=1` to see the traceback instead.
+- **Hydra's own checks** (mistyped key, wrong type, unknown choice, override syntax): Hydra's
+  message, which names the key (`full_key: ...`), exit status 1, no traceback; the config is
+  refused while it is composed, so no run dir is made.
+- A run that starts but does not complete exits 1: `diverged` (a NaN/inf loss; every step
+  before it is kept) or `interrupted` (Ctrl-C or SIGTERM; every finished step is kept).
+
+## `attnlab` overrides
+
+{table}
+
+`<|endoftext|>`: by default (`tokenizer.special_tokens=special`) a literal `<|endoftext|>` in
+the text becomes GPT-2's special token 50256; with `tokenizer.special_tokens=text` it is encoded
+as ordinary text (`<`, `|`, `end`, `of`, `text`, `|`, `>`: seven tokens). On the command line
+the sentence needs Hydra quoting (`'sentence="Your journey<|endoftext|> starts"'`) because of `<` and `|`.
+
+## Run folders: never overwritten, and `attnlab-reproduce`
+
+{rtable}
+
+`attnlab-reproduce` exits 0 when the run reproduced exactly, 1 when something differs (a table
+names each quantity, the first differing step and the largest absolute difference), and 2 for
+every row above. A saved config is data: it is checked against attnlab's schema before anything
+is imported, so a `_target_` outside `torch.optim.Adam`, `torch.optim.AdamW`, `torch.optim.SGD`,
+a `hydra:` or `defaults:` section, or any unknown key is refused.
+"""
+
+
+if __name__ == "__main__":
+    write_doc()

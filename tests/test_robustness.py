@@ -1,0 +1,206 @@
+"""Nothing lost: divergence, Ctrl-C / SIGTERM mid-run, never overwriting a finished run,
+atomic files; and determinism (same config => bitwise-identical records, in one process or
+several, sequential or parallel)."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import ROOT, compose_cfg, run_cli
+
+from attnlab import artifacts
+from attnlab.cli import make_sinks, run_job, sigterm_as_interrupt
+from attnlab.errors import RunDirError
+from attnlab.records import Sink
+from attnlab.training import train
+
+SMALL = ("logging=off", "train.steps=40", "train.snapshot_steps=[0,10,39]")
+
+
+def tree_bytes(d: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+def assert_consistent(run: Path, steps_run: int) -> None:
+    """metrics.csv has exactly steps 0..steps_run-1; attention.npz is readable and holds only
+    snapshots of recorded steps; no temporary or partial file is left behind."""
+    steps, losses = artifacts.read_metrics(run)
+    assert steps.tolist() == list(range(steps_run))
+    assert np.isfinite(losses).all()
+    att = artifacts.read_attention(run)
+    assert att["weights"].shape[1:] == (1, 6, 6) and att["weights"].shape[0] == len(att["steps"])
+    assert all(0 <= s < steps_run for s in att["steps"].tolist())
+    assert att["token_ids"].tolist() == [7120, 7002, 4940, 351, 530, 2239]
+    leftovers = [p.name for p in run.iterdir() if p.name.startswith(".") and p.name != ".hydra"]
+    assert leftovers == []
+
+
+# --- divergence ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("overrides, step, value", [
+    (("optimizer=sgd", "optimizer.lr=1000"), 5, "inf"),  # losses 2.36, 1.3e7, 6.3e14, 3.1e22, ... inf
+    (("optimizer.lr=1e30",), 1, "nan"),                   # Adam: the first step makes the weights nan
+    (("model.init_std=1e30",), 0, "nan"),                 # the very first loss is nan: nothing recorded
+])
+def test_divergence_stops_at_the_step_and_keeps_everything_before(tmp_path, overrides, step, value):
+    cfg = compose_cfg(*SMALL, *overrides)
+    assert run_job(cfg, tmp_path / "run") == "diverged"
+    summary = artifacts.read_summary(tmp_path / "run")
+    assert summary["status"] == "diverged" and summary["steps_run"] == step
+    assert summary["error"].startswith(f"loss became {value} at step {step} ")
+    assert_consistent(tmp_path / "run", step)
+    expected = train(cfg).losses
+    assert artifacts.read_metrics(tmp_path / "run")[1].tolist() == expected.tolist()
+    assert artifacts.read_attention(tmp_path / "run")["steps"].tolist() == ([0] if step else [])
+
+
+# --- never overwrite ----------------------------------------------------------------------
+
+def test_cli_diverged_exit_then_same_dir_is_refused_byte_identical(tmp_path):
+    run = tmp_path / "run"
+    first = run_cli(f"hydra.run.dir={run}", *SMALL, "optimizer=sgd", "optimizer.lr=1000")
+    assert first.returncode == 1
+    assert first.stderr.splitlines() == [
+        f"diverged: loss became inf at step 5 (optimizer.lr=1000.0); records kept in {run}"]
+    before = tree_bytes(run)
+    assert ".hydra/config.yaml" in before and "metrics.csv" in before
+    second = run_cli(f"hydra.run.dir={run}", *SMALL, "train.steps=20", "train.snapshot_steps=[0]")
+    assert second.returncode == 2
+    assert second.stderr == (f"error: hydra.run.dir={str(run)!r}: already holds a diverged run; choose another "
+                             "hydra.run.dir (runs are never overwritten)\n")
+    assert tree_bytes(run) == before  # .hydra/config.yaml too: refused before Hydra writes it
+
+
+def test_run_job_refuses_a_finished_run_dir_in_process(tmp_path):
+    cfg = compose_cfg(*SMALL)
+    assert run_job(cfg, tmp_path) == "completed"
+    before = tree_bytes(tmp_path)
+    with pytest.raises(RunDirError, match="already holds a completed run"):
+        run_job(cfg, tmp_path)
+    assert tree_bytes(tmp_path) == before
+
+
+# --- interrupts -----------------------------------------------------------------------------
+
+class InterruptAt(Sink):
+    """Raises KeyboardInterrupt (as Ctrl-C would) when the snapshot of ``step`` arrives."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_snapshot(self, snapshot) -> None:
+        if snapshot.step == self.step:
+            raise KeyboardInterrupt
+
+
+def test_keyboard_interrupt_in_process_keeps_recorded_steps(tmp_path):
+    cfg = compose_cfg(*SMALL)
+    sinks = [artifacts.RunDirSink(tmp_path), InterruptAt(10)]
+    result = train(cfg, sinks, run_dir=tmp_path)
+    assert result.status == "interrupted" and result.steps_run == 11
+    assert_consistent(tmp_path, 11)
+    assert artifacts.read_attention(tmp_path)["steps"].tolist() == [0, 10]
+
+
+def test_interrupted_run_leaves_a_readable_tensorboard_file(tmp_path):
+    tb = pytest.importorskip("attnlab.tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    cfg = compose_cfg(*SMALL)
+    result = train(cfg, [artifacts.RunDirSink(tmp_path), tb.TensorBoardSink(tmp_path, images=True), InterruptAt(10)],
+                   run_dir=tmp_path)
+    assert result.status == "interrupted" and result.steps_run == 11
+    (events,) = tmp_path.glob("events.out.tfevents.*")
+    acc = EventAccumulator(str(events), size_guidance={"scalars": 0, "images": 0})
+    acc.Reload()
+    assert [e.step for e in acc.Scalars("loss")] == list(range(11))
+    assert [e.value for e in acc.Scalars("loss")] == pytest.approx(result.losses.tolist(), rel=1e-6)
+
+
+def test_sigterm_handler_raises_keyboard_interrupt_and_is_restored():
+    previous = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(KeyboardInterrupt):
+        with sigterm_as_interrupt():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler runs before this returns
+    assert signal.getsignal(signal.SIGTERM) == previous
+
+
+def _wait_for(pred, timeout: float, proc: subprocess.Popen) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return
+        if proc.poll() is not None:
+            raise AssertionError(f"process ended early: {proc.returncode} {proc.stderr.read()}")
+        time.sleep(0.1)
+    proc.kill()
+    raise AssertionError("timed out")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_signal_mid_run_records_interrupted_and_flushes_everything(tmp_path, sig):
+    run = tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    proc = subprocess.Popen([sys.executable, "-m", "attnlab.cli", f"hydra.run.dir={run}", "train.steps=2000000",
+                             "logging.tensorboard=true", "logging.images=true", "logging.figures=false",
+                             "logging.console=false"],
+                            cwd=ROOT, env={**env, "MPLBACKEND": "Agg"}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    partial = run / ".metrics.csv.partial"
+    # running, and past the last snapshot (200) and one flush of 256 steps
+    _wait_for(lambda: partial.is_file() and partial.read_text().count("\n") > 300, 120, proc)
+    assert artifacts.read_summary(run)["status"] == "running"  # written first, as running
+    proc.send_signal(sig)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 1
+    summary = artifacts.read_summary(run)
+    assert summary["status"] == "interrupted"
+    n = summary["steps_run"]
+    assert n >= 300 and summary["error"] == f"interrupted at step {n}; {n} steps recorded"
+    assert stderr.splitlines()[-1] == f"interrupted: {summary['error']}; records kept in {run}"
+    assert_consistent(run, n)
+    att = artifacts.read_attention(run)
+    assert att["steps"].tolist() == [0, 20, 50, 100, 200]
+    np.testing.assert_allclose(att["weights"].sum(-1), 1.0, rtol=1e-5)
+    # TensorBoard: checked when make_sinks writes it (attnlab.tensorboard wired into the CLI)
+    cfg = compose_cfg("logging.tensorboard=true", "logging.console=false")
+    if any(type(s).__name__ == "TensorBoardSink" for s in make_sinks(cfg, tmp_path / "probe")):
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+        (events,) = run.glob("events.out.tfevents.*")
+        acc = EventAccumulator(str(events), size_guidance={"scalars": 0})
+        acc.Reload()
+        assert len(acc.Scalars("loss")) == n
+
+
+# --- determinism ----------------------------------------------------------------------------
+
+def test_same_config_is_bitwise_identical_in_one_process():
+    cfg = compose_cfg("logging=off")
+    a, b = train(cfg), train(cfg)
+    assert a.losses.tobytes() == b.losses.tobytes()
+    assert [s.step for s in a.snapshots] == [0, 20, 50, 100, 200]
+    for sa, sb in zip(a.snapshots, b.snapshots):
+        assert sa.weights.tobytes() == sb.weights.tobytes()
+
+
+def test_same_config_is_bitwise_identical_across_parallel_processes(tmp_path):
+    env = {**{k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}, "MPLBACKEND": "Agg"}
+    procs = [subprocess.Popen([sys.executable, "-m", "attnlab.cli", f"hydra.run.dir={tmp_path / name}", "logging=off"],
+                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for name in ("p1", "p2")]  # started together: they run in parallel
+    for p in procs:
+        p.communicate(timeout=300)
+        assert p.returncode == 0
+    assert run_job(compose_cfg("logging=off"), tmp_path / "inproc") == "completed"
+    for name in ("metrics.csv", "attention.npz"):
+        ref = (tmp_path / "p1" / name).read_bytes()
+        assert (tmp_path / "p2" / name).read_bytes() == ref
+        assert (tmp_path / "inproc" / name).read_bytes() == ref
