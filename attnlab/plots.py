@@ -266,8 +266,10 @@ def loss_curve(losses: np.ndarray, path: Path, title: str = "loss") -> Path | No
     positive = y[ok & (y > 0)]
     y = np.clip(y[ok], positive.min() if positive.size else 1e-12, None)
     with matplotlib.rc_context(_rc()):
-        fig = Figure(figsize=(6.4, 4.0), dpi=DPI, layout="constrained")
+        # fixed margins: one axes needs no layout engine (constrained layout was ~60% of the time)
+        fig = Figure(figsize=(6.4, 4.0), dpi=DPI)
         FigureCanvasAgg(fig)
+        fig.subplots_adjust(left=0.13, right=0.97, bottom=0.12, top=0.91)
         ax = fig.add_subplot()
         ax.plot(steps[ok], y, lw=1.5)
         ax.set_yscale("log")
