@@ -377,14 +377,6 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
 
 
 # ----------------------------------------------------------------------------- figure
-def _heatmap_drawer():
-    """attnlab.plots' heatmap function (tutorial style) and tick-label helper."""
-    from attnlab import plots
-
-    draw = getattr(plots, "draw_heatmap", None) or getattr(plots, "_draw_heatmap")
-    return draw, plots.label, plots._rc, plots.drawable
-
-
 def plot(rows: Sequence[dict[str, Any]], path: Path) -> Path:
     """Write one PNG to ``path``: every run's loss curve overlaid on a log y axis (top; zeros
     clipped to the smallest positive loss, non-finite losses left out), and each run's
@@ -394,7 +386,8 @@ def plot(rows: Sequence[dict[str, Any]], path: Path) -> Path:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    draw, label, rc, drawable = _heatmap_drawer()
+    from attnlab.plots import draw_heatmap, drawable, label, plot_loss, rc, save_figure
+
     curves, maps = [], []
     for r in rows:
         run_dir = Path(r["path"])
@@ -421,22 +414,16 @@ def plot(rows: Sequence[dict[str, Any]], path: Path) -> Path:
         top, bottom = fig.subfigures(2, 1, height_ratios=[4.0, 3.6 * grid_rows])
         ax = top.subplots()
         for job, steps, losses in curves:
-            y = losses.astype(np.float64)
-            ok = np.isfinite(y)
-            positive = y[ok & (y > 0)]
-            floor = positive.min() if positive.size else 1e-12
-            ax.plot(steps[ok], np.maximum(y[ok], floor), label=drawable(_clip(job, 90)), linewidth=1.4)
-        ax.set_yscale("log")
-        ax.set_xlabel("step")
-        ax.set_ylabel("loss (MSE)")
+            plot_loss(ax, steps, losses, label=drawable(_clip(job, 90)), lw=1.4)
+        if not curves:
+            plot_loss(ax, np.zeros(0), np.zeros(0))
         ax.set_title("loss" if curves else "loss (no training runs)")
         if curves:
             ax.legend(fontsize=7, loc="best")
-        ax.grid(True, which="both", alpha=0.3)
         axes = bottom.subplots(grid_rows, cols, squeeze=False).ravel()
         im = None
         for a, (job, w, labels, title) in zip(axes, shown):
-            im = draw(a, w, [label(t) for t in labels], drawable(f"{_clip(job, 34)}\n{title}"))
+            im = draw_heatmap(a, w, [label(t) for t in labels], drawable(f"{_clip(job, 34)}\n{title}"))
         for a in axes[len(shown):]:
             a.set_axis_off()
         if im is not None:
@@ -446,10 +433,7 @@ def plot(rows: Sequence[dict[str, Any]], path: Path) -> Path:
         path = Path(path)
         if path.parent and not path.parent.exists():
             raise RunDirError(f"--plot {path}: folder {path.parent} does not exist")
-        buf = io.BytesIO()
-        fig.savefig(buf, format=(path.suffix.lstrip(".").lower() or "png"))
-    artifacts.atomic_write_bytes(path, buf.getvalue())
-    return path
+        return save_figure(fig, path)
 
 
 def short_names(jobs: Sequence[str]) -> dict[str, str]:

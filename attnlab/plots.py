@@ -13,9 +13,8 @@ the title is English and any character no installed font can draw is shown escap
 from __future__ import annotations
 
 import functools
-import os
+import io
 import re
-import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
@@ -64,7 +63,7 @@ def _drawable() -> frozenset[int]:
     return frozenset(points)
 
 
-def _rc() -> dict:
+def rc() -> dict:
     """rcParams for every figure here (used with ``matplotlib.rc_context``)."""
     # a list of concrete families gives per-glyph fallback (matplotlib >= 3.6); a generic
     # "sans-serif" with the same list in font.sans-serif would use only the first one found
@@ -108,8 +107,9 @@ def _as_matrix(weights: np.ndarray) -> np.ndarray:
 MAX_TOKEN_LABELS = 40  # longer texts get position ticks instead of token labels
 
 
-def _draw_heatmap(ax, w: np.ndarray, labels: Sequence[str], title: str):
-    """One heatmap on ``ax`` in the tutorial's style; returns the image for a colour bar."""
+def draw_heatmap(ax, w: np.ndarray, labels: Sequence[str], title: str):
+    """One heatmap of ``w`` (T, T) on ``ax`` in the tutorial's style (viridis, [0, 1], token
+    labels up to 40 tokens, cell values up to 12); returns the image for a colour bar."""
     t = w.shape[0]
     im = ax.imshow(w, cmap=CMAP, vmin=0.0, vmax=1.0)
     ax.set_title(title, fontsize=10)
@@ -140,7 +140,7 @@ def pick_snapshots(snapshots: Sequence, max_panels: int = MAX_PANELS) -> list:
 
 def evolution_figure(snapshots: Sequence[Snapshot], tokens: Sequence[str],
                      title: str | None = None, max_panels: int = MAX_PANELS) -> "Figure":
-    """The tutorial's section-5 figure as a ``Figure`` (call inside ``rc_context(_rc())``).
+    """The tutorial's section-5 figure as a ``Figure`` (call inside ``rc_context(rc())``).
 
     One heatmap per snapshot, titled ``step=N\\nloss=X.XXX``, one shared colour bar over
     [0, 1]. With more than ``max_panels`` snapshots, ``max_panels`` evenly spaced ones are
@@ -162,7 +162,7 @@ def evolution_figure(snapshots: Sequence[Snapshot], tokens: Sequence[str],
     labels = [label(t) for t in tokens]
     im = None
     for ax, snap in zip(axes.flat, shown):
-        im = _draw_heatmap(ax, _as_matrix(snap.weights), labels,
+        im = draw_heatmap(ax, _as_matrix(snap.weights), labels,
                            f"step={snap.step}\nloss={snap.loss:.3f}")
     for ax in axes.flat[n:]:
         ax.set_axis_off()
@@ -174,19 +174,17 @@ def evolution_figure(snapshots: Sequence[Snapshot], tokens: Sequence[str],
     return fig
 
 
-def _save_atomic(fig: "Figure", path: Path) -> Path:
-    """Save ``fig`` as PNG under a temp name next to ``path``, then ``os.replace`` it, so a
-    reader never sees half a file (the temp file gets the usual umask permissions)."""
+def save_figure(fig: "Figure", path: Path) -> Path:
+    """Render ``fig`` in the format its suffix names (PNG when none: ``.pdf``, ``.svg`` work)
+    and write it to ``path`` atomically (artifacts.atomic_write_bytes), so a reader never sees
+    half a file; creates the folder."""
+    from attnlab.artifacts import atomic_write_bytes
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        with open(tmp, "xb") as f:
-            fig.savefig(f, format="png")
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    buf = io.BytesIO()
+    fig.savefig(buf, format=path.suffix.lstrip(".").lower() or "png")
+    atomic_write_bytes(path, buf.getvalue())
     return path
 
 
@@ -199,8 +197,8 @@ def attention_evolution(snapshots: Sequence[Snapshot], tokens: Sequence[str], pa
     """
     import matplotlib
 
-    with matplotlib.rc_context(_rc()):
-        return _save_atomic(evolution_figure(snapshots, tokens, title, max_panels), path)
+    with matplotlib.rc_context(rc()):
+        return save_figure(evolution_figure(snapshots, tokens, title, max_panels), path)
 
 
 class HeatmapRenderer:
@@ -223,12 +221,12 @@ class HeatmapRenderer:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
 
         w = _as_matrix(weights)
-        with matplotlib.rc_context(_rc()):
+        with matplotlib.rc_context(rc()):
             if self.fig is None:
                 self.fig = Figure(figsize=(4.6, 4.0), dpi=DPI, layout="constrained")
                 FigureCanvasAgg(self.fig)
                 self.ax = self.fig.add_subplot()
-                self.im = _draw_heatmap(self.ax, w, self.labels, drawable(title))
+                self.im = draw_heatmap(self.ax, w, self.labels, drawable(title))
                 self.fig.colorbar(self.im, ax=self.ax, shrink=0.85)
                 self.fig.canvas.draw()
                 self.fig.set_layout_engine("none")  # keep the layout of the first draw
@@ -259,25 +257,34 @@ def loss_curve(losses: np.ndarray, path: Path, title: str = "loss") -> Path | No
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     y = np.asarray(losses, dtype=np.float64)
-    steps = np.arange(y.size)
-    ok = np.isfinite(y)
-    if not ok.any():
+    if not np.isfinite(y).any():
         return None
-    positive = y[ok & (y > 0)]
-    y = np.clip(y[ok], positive.min() if positive.size else 1e-12, None)
-    with matplotlib.rc_context(_rc()):
+    with matplotlib.rc_context(rc()):
         # fixed margins: one axes needs no layout engine (constrained layout was ~60% of the time)
         fig = Figure(figsize=(6.4, 4.0), dpi=DPI)
         FigureCanvasAgg(fig)
         fig.subplots_adjust(left=0.13, right=0.97, bottom=0.12, top=0.91)
         ax = fig.add_subplot()
-        ax.plot(steps[ok], y, lw=1.5)
-        ax.set_yscale("log")
-        ax.set_xlabel("step")
-        ax.set_ylabel("loss (MSE)")
+        plot_loss(ax, np.arange(y.size), y)
         ax.set_title(drawable(title))
-        ax.grid(True, which="both", alpha=0.3)
-        return _save_atomic(fig, path)
+        return save_figure(fig, path)
+
+
+def plot_loss(ax, steps: np.ndarray, losses: np.ndarray, **line_kw) -> bool:
+    """Draw one loss curve (``steps`` (n,), ``losses`` (n,)) on ``ax`` with a log y axis, labels
+    and grid. Zeros are clipped to the smallest positive loss (1e-12 if none) so the log axis
+    stays finite; non-finite losses (a diverged run) are left out. False when nothing was drawn."""
+    y = np.asarray(losses, dtype=np.float64)
+    ok = np.isfinite(y)
+    if ok.any():
+        positive = y[ok & (y > 0)]
+        ax.plot(np.asarray(steps)[ok], np.clip(y[ok], positive.min() if positive.size else 1e-12, None),
+                **{"lw": 1.5, **line_kw})
+    ax.set_yscale("log")
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss (MSE)")
+    ax.grid(True, which="both", alpha=0.3)
+    return bool(ok.any())
 
 
 # ----------------------------------------------------------------------------------- sink

@@ -7,7 +7,6 @@ where the subprocess adds nothing, and a few through the real ``attnlab`` comman
 """
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import subprocess

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ROOT, run_cli
+from conftest import run_cli
 
 from attnlab import artifacts
 from attnlab.reproduce import compare_runs, environment_differences, main
