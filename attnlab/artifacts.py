@@ -215,7 +215,6 @@ class RunDirSink(Sink):
 
     def on_snapshot(self, snapshot: Snapshot) -> None:
         self._weights.write(np.ascontiguousarray(snapshot.weights, dtype=np.float32).data)
-        self._weights.flush()
         self._snap_steps.append(snapshot.step)
         self._snap_shape = snapshot.weights.shape
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import os
+import re
 import signal
 import sys
 import time
@@ -101,6 +102,10 @@ def _run(cfg: DictConfig, run_dir: Path) -> str:
             walkthrough(cfg, run_dir)
             artifacts.write_summary(run_dir, status="completed", wall_time_s=round(time.perf_counter() - t0, 6),
                                     **observe(cfg, run_dir))
+            if cfg.logging.console:
+                from attnlab.console import display_path
+
+                print(f"\ncompleted: walkthrough  ->  {display_path(run_dir)}/{artifacts.WALKTHROUGH}")
             return "completed"
         from attnlab.training import train
 
@@ -120,6 +125,8 @@ def _hydra_main(cfg: DictConfig) -> str:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
+    if isinstance(sys.stderr, StderrGate):  # the config composed: the job's stderr is live
+        sys.stderr.release()
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     sweep = HydraConfig.get().mode == RunMode.MULTIRUN
     try:
@@ -139,7 +146,9 @@ def _hydra_main(cfg: DictConfig) -> str:
     if status != "completed":
         if status != "failed":
             error = artifacts.read_summary(run_dir).get("error")
-            print(f"{status}: {error}; records kept in {run_dir}", file=sys.stderr)
+            from attnlab.console import display_path
+
+            print(f"{status}: {error}; records kept in {display_path(run_dir)}", file=sys.stderr)
         if not sweep or status == "interrupted":  # Ctrl-C stops a sweep; a bad job does not
             sys.exit(EXIT_FAILED_RUN)
     return status
@@ -170,10 +179,96 @@ class NeverOverwrite(Callback):
         sys.exit(EXIT_BAD_INPUT)
 
 
+HYDRA_ERROR_HINT = "Set the environment variable HYDRA_FULL_ERROR=1"
+
+
+class StderrGate:
+    """A stand-in for ``sys.stderr`` while Hydra composes the config: writes are held until
+    :meth:`release` (called when the task function starts), then pass straight through.
+
+    Hydra reports a composition error (a mistyped key, a wrong type, an unknown option) in
+    several lines and exits with status 1 before any job starts; :func:`main` turns the held
+    report into one line (:func:`hydra_error_line`)."""
+
+    def __init__(self, stream) -> None:
+        self.stream = stream
+        self._held: list[str] | None = []
+
+    def write(self, text: str) -> int:
+        if self._held is None:
+            return self.stream.write(text)
+        self._held.append(text)
+        return len(text)
+
+    def flush(self) -> None:
+        if self._held is None:
+            self.stream.flush()
+
+    def held(self) -> str:
+        return "".join(self._held or [])
+
+    def release(self) -> None:
+        held, self._held = self.held(), None
+        if held:
+            self.stream.write(held)
+            self.stream.flush()
+
+    def __getattr__(self, name: str):  # isatty, fileno, encoding ... of the real stream
+        return getattr(self.stream, name)
+
+
+def hydra_error_line(report: str, argv: list[str] | None = None) -> str:
+    """Hydra's multi-line composition error as one line naming the key, the value and what is
+    allowed, e.g. ``error: model.positional='sin': Invalid value 'sin', expected one of
+    [learned, none]`` or ``error: optimizer=adamm: no such option; allowed: adam, adamw, sgd``.
+    ``argv`` (the command's arguments) supplies the value of a mistyped key."""
+    lines = [ln.strip() for ln in report.splitlines() if ln.strip() and HYDRA_ERROR_HINT not in ln]
+    text = "\n".join(lines)
+    options = re.search(r"Could not find '([^']+)/([^'/]+)'.*?Available options in '[^']+':\n(.*?)(?:\nConfig search path|$)",
+                        text, re.S)
+    if options:
+        group, option, allowed = options.group(1), options.group(2), options.group(3).split()
+        return f"error: {group}={option}: no such option; allowed: {', '.join(allowed)}"
+    override = re.search(r"Could not override '([^']+)'", text)
+    if override:
+        key = override.group(1)
+        given = next((a for a in (argv or []) if a.split("=", 1)[0].lstrip("+~") == key), key)
+        return (f"error: {given}: no such config key (see `attnlab --cfg job` for the keys); "
+                f"to add a new key on purpose use +{given}")
+    merging = re.match(r"Error merging override ([^=\s]+)=(.*)", lines[0]) if lines else None
+    if merging and len(lines) > 1:
+        return f"error: {merging.group(1)}={merging.group(2)!r}: {lines[1]}"
+    syntax = ("mismatched input", "extraneous input", "no viable", "noviable", "token recognition error")
+    if lines and any(k in lines[0].lower() for k in syntax):
+        return (f"error: {lines[0]} in the overrides (Hydra's override syntax): quote values that contain "
+                "= , [ ] { } ( ) : or non-ASCII text, e.g. 'sentence=\"a=b, c\"'")
+    details = [ln for ln in lines if not ln.startswith(("full_key:", "reference_type=", "object_type=",
+                                                        "See https", "provider=", "Config search path"))]
+    return "error: " + "; ".join(details[:2])
+
+
 def main() -> None:
-    """Console-script entry point: ``attnlab [overrides]`` / ``attnlab -m [overrides]``."""
+    """Console-script entry point: ``attnlab [overrides]`` / ``attnlab -m [overrides]``.
+
+    Exit status: 0 completed; 1 a run (or a sweep job) did not complete; 2 bad input, one line
+    on stderr (``HYDRA_FULL_ERROR=1`` shows Hydra's full report and traceback instead)."""
     register_configs()
-    _hydra_main()
+    gate = None
+    if os.environ.get("HYDRA_FULL_ERROR") != "1":
+        gate = sys.stderr = StderrGate(sys.stderr)
+    try:
+        _hydra_main()
+    except SystemExit as exit_:
+        report = gate.held() if gate else ""
+        if exit_.code == 1 and HYDRA_ERROR_HINT in report:
+            gate._held = None
+            print(hydra_error_line(report, sys.argv[1:]), file=gate.stream)
+            sys.exit(EXIT_BAD_INPUT)
+        raise
+    finally:
+        if gate is not None:
+            gate.release()
+            sys.stderr = gate.stream
     if _sweep.last_exit_status:  # the sweep summary saw a job that did not complete (any launcher)
         sys.exit(_sweep.last_exit_status)
 

@@ -11,6 +11,7 @@ Adam lr 0.05, 201 steps, snapshots at 0, 20, 50, 100, 200, focus on token 1, ' j
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Optional
@@ -161,12 +162,12 @@ def validate(cfg: DictConfig) -> None:
     """
     for key in ("model.d_model", "model.d_k", "model.d_v", "train.steps", "tokenizer.max_tokens"):
         _positive_int(cfg, key)
-    if not cfg.model.init_std >= 0:
-        raise ConfigError("model.init_std", cfg.model.init_std, "must be >= 0")
+    if not 0 <= cfg.model.init_std < math.inf:
+        raise ConfigError("model.init_std", cfg.model.init_std, "must be >= 0 and finite")
     optimizer_schema(OmegaConf.select(cfg, "optimizer._target_"))
     lr = OmegaConf.select(cfg, "optimizer.lr")
-    if not isinstance(lr, (int, float)) or not lr > 0:
-        raise ConfigError("optimizer.lr", lr, "must be a positive number")
+    if not isinstance(lr, (int, float)) or not 0 < lr < math.inf:
+        raise ConfigError("optimizer.lr", lr, "must be a positive finite number")
     steps = cfg.train.steps
     for s in cfg.train.snapshot_steps:
         if not isinstance(s, int) or not 0 <= s < steps:
@@ -203,7 +204,7 @@ def validate_tokens(cfg: DictConfig, n_tokens: int) -> None:
     f = cfg.train.focus_token
     if not 0 <= f < n_tokens:
         raise ConfigError("train.focus_token", f, f"must be a token position in [0, {n_tokens}) "
-                          f"(the text has {n_tokens} tokens)")
+                          f"(the text has {n_tokens} token{'' if n_tokens == 1 else 's'})")
 
 
 def _short(text: str, n: int = 40) -> str:

@@ -12,17 +12,29 @@ PROGRESS_MIN_STEPS = 1000  # shorter runs finish too fast for a bar to help
 MAX_TARGETS_SHOWN = 12  # longer rows show the strongest targets only
 
 
+def display_path(path) -> str:
+    """``path`` relative to the working directory when it lies below it, else absolute."""
+    from pathlib import Path
+
+    path = Path(path).resolve()
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
 def snapshot_line(step: int, loss: float, row: np.ndarray, tokens: list[str], focus: int) -> str:
     """The tutorial §5 line for one snapshot, e.g.
     ``step   0  loss=2.3566  |  ' journey' attends: 'Your'=0.22 'journey'=0.12 ...``.
 
     ``row`` (T,) is the focus token's attention weights; with more than 12 tokens only the 12
-    strongest are shown, in position order.
+    strongest are shown, in position order, and the line says so.
     """
-    shown = range(len(tokens))
+    shown, more = range(len(tokens)), ""
     if len(tokens) > MAX_TARGETS_SHOWN:
         shown = sorted(np.argsort(-row, kind="stable")[:MAX_TARGETS_SHOWN].tolist())
-    targets = " ".join(f"{show(tokens[j].strip())}={row[j]:.2f}" for j in shown)
+        more = f"  ({MAX_TARGETS_SHOWN} strongest of {len(tokens)})"
+    targets = " ".join(f"{show(tokens[j].strip())}={row[j]:.2f}" for j in shown) + more
     return f"step {step:3d}  loss={loss:.4f}  |  {show(tokens[focus])} attends: {targets}"
 
 
@@ -61,11 +73,11 @@ class ConsoleSink(Sink):
     def on_end(self, result: RunResult) -> None:
         self.close()
         final = "n/a" if result.final_loss is None else f"{result.final_loss:.6g}"
-        where = f"  ->  {self._info.run_dir}" if self._info and self._info.run_dir else ""
-        line = f"{result.status}: {result.steps_run} steps, final loss {final}, {result.wall_time_s:.2f} s{where}"
-        if result.error:
-            line += f"\n{result.status}: {result.error}"
-        print(line, file=self.file, flush=True)
+        steps = f"{result.steps_run} step{'' if result.steps_run == 1 else 's'}"
+        where = f"  ->  {display_path(self._info.run_dir)}" if self._info and self._info.run_dir else ""
+        # the reason of a run that did not complete goes to stderr (cli), once
+        print(f"{result.status}: {steps}, final loss {final}, {result.wall_time_s:.2f} s{where}",
+              file=self.file, flush=True)
 
     def close(self) -> None:
         if self._bar is not None:

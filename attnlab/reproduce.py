@@ -232,6 +232,7 @@ def reproduce(run_dir: Path, out: Path | None = None, stderr=None) -> tuple[int,
 
     (out / ".hydra").mkdir(parents=True, exist_ok=True)
     artifacts.atomic_write_bytes(out / ".hydra" / "config.yaml", (run_dir / ".hydra" / "config.yaml").read_bytes())
+    cfg.logging.console = False  # the verdict is the output; the numbers do not depend on it
     cli.run_job(cfg, out)
     artifacts.write_summary(out, reproduced_from=str(run_dir.resolve()))
     diffs = compare_runs(run_dir, out)

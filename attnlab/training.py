@@ -35,14 +35,16 @@ class Prepared:
 
 
 def read_text(cfg: DictConfig) -> str:
-    """The text to tokenize: ``text_file`` when set (UTF-8), else ``sentence``."""
-    if cfg.get("text_file"):
-        path = Path(cfg.text_file).expanduser()
-        try:
-            return path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as err:
-            raise C.ConfigError("text_file", cfg.text_file, f"must be a readable UTF-8 file ({err.strerror if isinstance(err, OSError) else err.reason})")
-    return cfg.sentence
+    """The text to tokenize: ``text_file`` when set (UTF-8, without the file's final line
+    break, which ends the file rather than belonging to the text), else ``sentence``."""
+    if not cfg.get("text_file"):
+        return cfg.sentence
+    try:
+        text = Path(cfg.text_file).expanduser().read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        reason = err.strerror if isinstance(err, OSError) else err.reason
+        raise C.ConfigError("text_file", cfg.text_file, f"must be a readable UTF-8 file ({reason})") from None
+    return text.removesuffix("\n").removesuffix("\r") if text.endswith("\n") else text
 
 
 def prepare(cfg: DictConfig) -> Prepared:

@@ -6,6 +6,7 @@ the tutorial_walkthrough preset (seed 123, std 0.02) this prints the tutorial's 
 """
 from __future__ import annotations
 
+import io
 import sys
 from pathlib import Path
 
@@ -22,8 +23,9 @@ def walkthrough(cfg: DictConfig, run_dir: Path | None = None, file=None) -> dict
     """Print sections 1–4 for ``cfg`` and return the intermediates as arrays: ``token_ids`` (T,),
     ``token_embeddings``, ``pos_embeddings``, ``X`` (T, d_model), ``Q``, ``K`` (T, d_k), ``V``
     (T, d_v), ``scores``, ``weights`` (T, T), ``Z`` (T, d_v). Also saved as ``walkthrough.npz``
-    in ``run_dir`` when given. Raises ConfigError / TokenizerError on bad input."""
-    out = file or sys.stdout
+    in ``run_dir`` when given. Prints to ``file`` (default stdout; nothing with
+    ``logging.console=false``). Raises ConfigError / TokenizerError on bad input."""
+    out = file or (sys.stdout if cfg.logging.console else io.StringIO())
 
     def p(*args: object) -> None:
         print(*args, file=out)

@@ -32,17 +32,21 @@ class Case:
     id: str
     what: str  # the bad input, in words
     args: tuple[str, ...]  # `attnlab ARGS` (or `attnlab-reproduce RUN_DIR` for kind "reproduce")
-    kind: str  # ours: our one-line error, summary failed | hydra: Hydra's own message | ok: accepted
+    kind: str  # ours: our one-line error, summary failed | hydra: Hydra's report made one line by attnlab.cli | ok: accepted
     expect: str  # must be in stderr (ours / hydra), names the key and value
     cli: bool = False  # also run through the real command in the test suite
 
 
 CASES = [
     # issue 2: config checks
-    Case("mistyped_key", "a mistyped key", ("model.d_mdl=3",), "hydra", "model.d_mdl", cli=True),
-    Case("wrong_type", "a value of the wrong type", ("model.d_model=abc",), "hydra", "full_key: model.d_model", cli=True),
-    Case("wrong_choice", "a value outside an enum", ("model.positional=xx",), "hydra", "full_key: model.positional"),
-    Case("unknown_optimizer", "an unknown optimizer", ("optimizer=rmsprop",), "hydra", "optimizer/rmsprop"),
+    Case("mistyped_key", "a mistyped key", ("model.d_mdl=3",), "hydra",
+         "error: model.d_mdl=3: no such config key (see `attnlab --cfg job` for the keys)", cli=True),
+    Case("wrong_type", "a value of the wrong type", ("model.d_model=abc",), "hydra",
+         "error: model.d_model='abc': Value 'abc' of type 'str' could not be converted to Integer", cli=True),
+    Case("wrong_choice", "a value outside an enum", ("model.positional=xx",), "hydra",
+         "error: model.positional='xx': Invalid value 'xx', expected one of [learned, none]", cli=True),
+    Case("unknown_optimizer", "an unknown optimizer", ("optimizer=rmsprop",), "hydra",
+         "error: optimizer=rmsprop: no such option; allowed: adam, adamw, sgd", cli=True),
     Case("optimizer_target", "an optimizer `_target_` we do not ship", ("optimizer._target_=os.system",), "ours",
          "optimizer._target_='os.system': must be one of the shipped optimizers"),
     Case("empty_sentence", "an empty sentence", ("sentence=",), "ours", "sentence='': is empty"),
@@ -51,8 +55,9 @@ CASES = [
     Case("d_k_negative", "a negative dimension", ("model.d_k=-1",), "ours", "model.d_k=-1: must be a positive integer"),
     Case("d_v_mismatch", "d_v different from d_model when training", ("model.d_v=4",), "ours", "model.d_v=4: must equal model.d_model=6"),
     Case("init_std_negative", "init std < 0", ("model.init_std=-0.5",), "ours", "model.init_std=-0.5: must be >= 0"),
-    Case("lr_zero", "lr = 0", ("optimizer.lr=0",), "ours", "optimizer.lr=0.0: must be a positive number"),
-    Case("lr_negative", "lr < 0", ("optimizer=sgd", "optimizer.lr=-0.1"), "ours", "optimizer.lr=-0.1: must be a positive number"),
+    Case("lr_zero", "lr = 0", ("optimizer.lr=0",), "ours", "optimizer.lr=0.0: must be a positive finite number"),
+    Case("lr_negative", "lr < 0", ("optimizer=sgd", "optimizer.lr=-0.1"), "ours", "optimizer.lr=-0.1: must be a positive finite number"),
+    Case("lr_inf", "lr = inf", ("optimizer.lr=inf",), "ours", "optimizer.lr=inf: must be a positive finite number"),
     Case("steps_zero", "steps = 0", ("train.steps=0",), "ours", "train.steps=0: must be a positive integer"),
     Case("snapshot_outside", "a snapshot step ≥ steps", ("train.snapshot_steps=[0,201]",), "ours",
          "train.snapshot_steps=[0, 201]: every step must be in [0, train.steps=201)"),
@@ -69,7 +74,7 @@ CASES = [
          ('sentence="Your journey<|endoftext|> starts"', "tokenizer.special_tokens=text"), "ok",
          "[7120, 7002, 27, 91, 437, 1659, 5239, 91, 29, 4940]"),
     Case("endoftext_unquoted", "`<|endoftext|>` without Hydra quoting", ("sentence=Your journey<|endoftext|> starts",), "hydra",
-         "sentence=Your journey<|endoftext|> starts"),
+         "in the overrides (Hydra's override syntax): quote values", cli=True),
     Case("too_long", "a sentence longer than `tokenizer.max_tokens`", ("tokenizer.max_tokens=5",), "ours",
          "sentence='Your journey starts with one step': has 6 tokens, more than tokenizer.max_tokens=5"),
     Case("max_tokens_zero", "a non-positive `tokenizer.max_tokens`", ("tokenizer.max_tokens=0",), "ours",
@@ -113,13 +118,6 @@ def test_our_errors_name_key_value_and_allowed(case, tmp_path):
     assert not (tmp_path / "metrics.csv").exists()
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if c.kind == "hydra" and not c.cli], ids=lambda c: c.id)
-def test_hydra_refuses_before_a_run_dir_exists(case):
-    with pytest.raises(Exception) as info:
-        compose_cfg(*case.args, *QUIET)
-    assert case.expect in str(info.value) + str(info.value.__cause__)
-
-
 @pytest.mark.parametrize("case", [c for c in CASES if c.kind == "ok"], ids=lambda c: c.id)
 def test_endoftext_is_encoded_as_configured(case, tmp_path):
     cfg = compose_cfg(*case.args, *QUIET, "train.steps=5", "train.snapshot_steps=[0]")
@@ -139,8 +137,9 @@ def test_cli_prints_one_clear_message_without_traceback(case, tmp_path):
         assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: ")
         summary = artifacts.read_summary(tmp_path / "run")
         assert summary["status"] == "failed" and f"error: {summary['error']}\n" == proc.stderr
-    else:  # Hydra's own message: refused while composing, before any run dir exists
-        assert proc.returncode == 1 and not (tmp_path / "run").exists()
+    else:  # refused while Hydra composes the config, before any run dir exists: one line too
+        assert proc.returncode == 2 and not (tmp_path / "run").exists()
+        assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: ")
 
 
 def test_hydra_full_error_shows_the_traceback(tmp_path):

@@ -81,9 +81,11 @@ def test_cli_logging_switches(cli, tmp_path):
     names = sorted(p.name for p in on.iterdir())
     assert "attention_evolution.png" in names and "loss.png" in names
     assert any(n.startswith("events.out.tfevents.") for n in names)
-    proc = cli(f"hydra.run.dir={off}", "logging=off")
-    assert proc.returncode == 0 and proc.stdout == ""
-    assert sorted(p.name for p in off.iterdir() if not p.name.endswith(".log")) == \
-        [".hydra", "attention.npz", "metrics.csv", "summary.json"]
+    proc = cli(f"hydra.run.dir={off}", "logging=off")  # the console lines stay
+    assert proc.returncode == 0 and proc.stdout.count("\nstep ") == 4 and proc.stdout.startswith("step   0")
+    assert sorted(p.name for p in off.iterdir()) == [".hydra", "attention.npz", "metrics.csv", "summary.json"]
+    silent = tmp_path / "silent"
+    proc = cli(f"hydra.run.dir={silent}", "logging=off", "logging.console=false")
+    assert proc.returncode == 0 and proc.stdout == "" and proc.stderr == ""
     # the records are the same whatever is logged
     assert (on / "metrics.csv").read_bytes() == (off / "metrics.csv").read_bytes()

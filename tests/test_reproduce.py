@@ -104,7 +104,7 @@ def test_sweep_jobs_reproduce_and_a_diverged_job_leaves_the_others(sweep_dir, tm
     sweep, proc = sweep_dir
     assert proc.returncode == 1, proc.stderr  # the sweep ran every job, then says one failed
     assert "3 jobs, 1 completed, 2 not completed (diverged, failed)" in proc.stdout
-    assert "error: optimizer.lr=-1.0: must be a positive number" in proc.stderr
+    assert "error: optimizer.lr=-1.0: must be a positive finite number" in proc.stderr
     jobs = {p.name.split("_")[0]: p for p in sweep.iterdir() if p.is_dir()}  # 0_..., 1_... (or 0, 1)
     assert sorted(jobs) == ["0", "1", "2"]
     assert artifacts.read_summary(jobs["2"])["status"] == "failed"
