@@ -125,8 +125,7 @@ def _hydra_main(cfg: DictConfig) -> str:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    if isinstance(sys.stderr, StderrGate):  # the config composed: the job's stderr is live
-        sys.stderr.release()
+    release_stderr()  # the config composed: the job's stderr is live
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     sweep = HydraConfig.get().mode == RunMode.MULTIRUN
     try:
@@ -160,9 +159,11 @@ class NeverOverwrite(Callback):
     dir, or any job of a sweep dir). Prints one line and exits with status 2."""
 
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
+        release_stderr()  # the config composed: nothing more for StderrGate to hold
         self._refuse("hydra.run.dir", Path(str(config.hydra.run.dir)), [Path(str(config.hydra.run.dir))])
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        release_stderr()
         sweep_dir = Path(str(config.hydra.sweep.dir))
         jobs = [p.parent for p in sweep_dir.rglob(artifacts.SUMMARY)] if sweep_dir.is_dir() else []
         self._refuse("hydra.sweep.dir", sweep_dir, jobs)
@@ -215,6 +216,12 @@ class StderrGate:
 
     def __getattr__(self, name: str):  # isatty, fileno, encoding ... of the real stream
         return getattr(self.stream, name)
+
+
+def release_stderr() -> None:
+    """Let held and further stderr output through (a no-op unless :func:`main` set a gate)."""
+    if isinstance(sys.stderr, StderrGate):
+        sys.stderr.release()
 
 
 def hydra_error_line(report: str, argv: list[str] | None = None) -> str:
