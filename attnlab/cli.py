@@ -21,7 +21,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from attnlab import artifacts
-from attnlab.config import Task, apply_schema, register_configs
+from attnlab.config import Task, apply_schema, plain, register_configs
 from attnlab.errors import AttnlabError
 from attnlab.exercises import observe
 from attnlab import sweep as _sweep  # registers ${attnlab.job_dir:...} in every job process
@@ -80,7 +80,7 @@ def run_job(cfg: DictConfig, run_dir: Path) -> str:
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     artifacts.check_not_finished(run_dir)
-    artifacts.write_summary(run_dir, status="running", task=str(cfg.task.value if hasattr(cfg.task, "value") else cfg.task),
+    artifacts.write_summary(run_dir, status="running", task=plain(cfg.task),
                             started_at=_dt.datetime.now().astimezone().isoformat(timespec="seconds"),
                             final_loss=None, steps_run=0, wall_time_s=None, error=None,
                             versions=artifacts.environment(cfg.device))
@@ -112,11 +112,9 @@ def _run(cfg: DictConfig, run_dir: Path) -> str:
         status = train(cfg, make_sinks(cfg, run_dir), run_dir=run_dir, keep_snapshots=False).status
         artifacts.write_summary(run_dir, **observe(cfg, run_dir))  # exercise observations (attnlab.exercises)
         return status
-    except AttnlabError as err:
-        artifacts.write_summary(run_dir, status="failed", error=str(err))
-        raise
-    except Exception as err:
-        artifacts.write_summary(run_dir, status="failed", error=f"{type(err).__name__}: {err}")
+    except Exception as err:  # ours are one line as they stand; others get their type
+        message = str(err) if isinstance(err, AttnlabError) else f"{type(err).__name__}: {err}"
+        artifacts.write_summary(run_dir, status="failed", error=message)
         raise
 
 
