@@ -283,3 +283,24 @@ def read_attention(run_dir: Path, keys: tuple[str, ...] | None = None) -> dict[s
         raise RunDirError(f"{path}: no attention.npz (not a finished training run)")
     with np.load(path) as npz:
         return {k: npz[k] for k in (npz.files if keys is None else keys)}
+
+
+def read_last_snapshot(run_dir: Path) -> tuple[int, np.ndarray] | None:
+    """``(step, weights (H, T, T) float32)`` of the last snapshot in ``attention.npz``, or None
+    when the run has none. Reads only that frame (the archive is stored uncompressed, as
+    :func:`atomic_savez` and ``np.savez`` write it), so a summary over many runs with thousands
+    of snapshots each does not load every (S, H, T, T) array. Raises RunDirError."""
+    steps = read_attention(run_dir, keys=("steps",))["steps"]
+    if not steps.size:
+        return None
+    with zipfile.ZipFile(Path(run_dir) / ATTENTION) as zf, zf.open("weights.npy") as f:
+        version = np.lib.format.read_magic(f)
+        read_header = {(1, 0): np.lib.format.read_array_header_1_0,
+                       (2, 0): np.lib.format.read_array_header_2_0}[version]
+        shape, fortran_order, dtype = read_header(f)
+        frame = tuple(shape[1:])
+        if fortran_order:  # not written by attnlab; fall back to reading the array
+            return int(steps[-1]), read_attention(run_dir, keys=("weights",))["weights"][-1]
+        size = int(np.prod(frame, dtype=np.int64)) * dtype.itemsize
+        f.seek(f.tell() + (shape[0] - 1) * size)
+        return int(steps[-1]), np.frombuffer(f.read(size), dtype=dtype).reshape(frame)

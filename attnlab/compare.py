@@ -38,6 +38,8 @@ import numpy as np
 
 from attnlab import artifacts
 from attnlab.errors import AttnlabError, RunDirError
+from attnlab.records import head_mean
+from attnlab.tokenizer import show
 
 COLUMNS = ["job", "overrides", "status", "final_loss", "steps_run", "steps_to_threshold", "loss_threshold",
            "focus_token", "focus_target", "focus_weight", "snapshot_step", "wall_time_s", "error"]
@@ -115,29 +117,32 @@ def _labels(token_ids: Sequence[int], encoding: str) -> list[str]:
         return [f"#{int(t)}" for t in token_ids]
 
 
-def focus_at_last_snapshot(run_dir: Path, focus: int, encoding: str = "gpt2") -> dict[str, Any]:
-    """The focus token's strongest target at the last snapshot of ``run_dir``.
-
-    Reads ``attention.npz`` (weights (S, H, T, T), heads averaged) or, for a walkthrough,
-    ``walkthrough.npz`` (weights (T, T)). Returns ``focus_token``, ``focus_target`` (token
-    labels), ``focus_weight`` (float in [0, 1]) and ``snapshot_step`` (None for a
-    walkthrough); {} when there is no snapshot or ``focus`` is outside [0, T)."""
+def last_attention(run_dir: Path, encoding: str = "gpt2") -> tuple[np.ndarray, list[str], int | None] | None:
+    """``(weights (T, T) float64, token labels, step)`` at the last snapshot of ``run_dir``:
+    from ``attention.npz`` (heads averaged; only the last frame is read) or, for a walkthrough,
+    ``walkthrough.npz`` (step None). None when the run has neither or no snapshot."""
     run_dir = Path(run_dir)
-    step = None
     if (run_dir / artifacts.ATTENTION).is_file():
-        att = artifacts.read_attention(run_dir)
-        if att["weights"].shape[0] == 0:
-            return {}
-        w = np.asarray(att["weights"][-1], dtype=np.float64)
-        w = w.mean(axis=0) if w.ndim == 3 else w  # (T, T)
-        labels = [str(t) for t in att["tokens"]]
-        step = int(att["steps"][-1])
-    elif (run_dir / artifacts.WALKTHROUGH).is_file():
+        last = artifacts.read_last_snapshot(run_dir)
+        if last is None:
+            return None
+        labels = [str(t) for t in artifacts.read_attention(run_dir, keys=("tokens",))["tokens"]]
+        return head_mean(last[1]), labels, last[0]
+    if (run_dir / artifacts.WALKTHROUGH).is_file():
         with np.load(run_dir / artifacts.WALKTHROUGH) as npz:
-            w = np.asarray(npz["weights"], dtype=np.float64)
-            labels = _labels(npz["token_ids"], encoding)
-    else:
+            return head_mean(npz["weights"]), _labels(npz["token_ids"], encoding), None
+    return None
+
+
+def focus_at_last_snapshot(run_dir: Path, focus: int, encoding: str = "gpt2") -> dict[str, Any]:
+    """The focus token's strongest target at the last snapshot of ``run_dir`` (see
+    :func:`last_attention`). Returns ``focus_token``, ``focus_target`` (token labels),
+    ``focus_weight`` (float in [0, 1]) and ``snapshot_step`` (None for a walkthrough); {} when
+    there is no snapshot or ``focus`` is outside [0, T)."""
+    last = last_attention(run_dir, encoding)
+    if last is None:
         return {}
+    w, labels, step = last
     if not isinstance(focus, int) or not 0 <= focus < w.shape[0]:
         return {}
     j = int(np.argmax(w[focus]))
@@ -152,7 +157,7 @@ def _observations(summary: dict[str, Any]) -> dict[str, Any]:
         out["n_tokens"] = summary["n_tokens"]
     table = summary.get("token_table")
     if table:
-        out["tokens"] = " ".join(_show(str(t[1])) for t in table)
+        out["tokens"] = " ".join(show(str(t[1])) for t in table)
     shapes = summary.get("shapes")
     if shapes:
         out["shapes"] = " ".join(f"{k}={'x'.join(str(d) for d in v)}" for k, v in shapes.items()
@@ -306,17 +311,11 @@ def read_csv(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
-def _show(label: str) -> str:
-    from attnlab.tokenizer import show
-
-    return show(label)
-
-
 def _cell(col: str, v: Any) -> str:
     if v is None or v == "":
         return "-"
     if col in ("focus_token", "focus_target"):
-        return _show(str(v))
+        return show(str(v))
     if isinstance(v, bool):
         return "yes" if v else "no"
     if isinstance(v, float):
@@ -461,19 +460,13 @@ def short_names(jobs: Sequence[str]) -> dict[str, str]:
 def _last_weights(run_dir: Path, row: dict[str, Any]):
     """(weights (T, T), token labels, title) at the last snapshot, or (None, None, None)."""
     try:
-        if (run_dir / artifacts.ATTENTION).is_file():
-            att = artifacts.read_attention(run_dir)
-            if att["weights"].shape[0]:
-                w = np.asarray(att["weights"][-1], dtype=np.float64)
-                w = w.mean(axis=0) if w.ndim == 3 else w
-                return w, [str(t) for t in att["tokens"]], f"step={int(att['steps'][-1])}"
-        elif (run_dir / artifacts.WALKTHROUGH).is_file():
-            with np.load(run_dir / artifacts.WALKTHROUGH) as npz:
-                return (np.asarray(npz["weights"], dtype=np.float64), _labels(npz["token_ids"], "gpt2"),
-                        "walkthrough")
+        last = last_attention(run_dir)
     except (AttnlabError, OSError, ValueError, KeyError):
-        pass
-    return None, None, None
+        last = None
+    if last is None:
+        return None, None, None
+    w, labels, step = last
+    return w, labels, ("walkthrough" if step is None else f"step={step}")
 
 
 # ----------------------------------------------------------------------------- CLI

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from attnlab.records import RunInfo, RunResult, Sink, Snapshot
+from attnlab.records import RunInfo, RunResult, Sink, Snapshot, head_mean
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
@@ -98,12 +98,6 @@ def default_title() -> str:
 
 
 # ------------------------------------------------------------------------------- heatmaps
-def _as_matrix(weights: np.ndarray) -> np.ndarray:
-    """``(T, T)`` or ``(H, T, T)`` -> ``(T, T)`` float (heads averaged; H = 1 in attnlab)."""
-    w = np.asarray(weights, dtype=np.float64)
-    return w.mean(axis=0) if w.ndim == 3 else w
-
-
 MAX_TOKEN_LABELS = 40  # longer texts get position ticks instead of token labels
 
 
@@ -162,7 +156,7 @@ def evolution_figure(snapshots: Sequence[Snapshot], tokens: Sequence[str],
     labels = [label(t) for t in tokens]
     im = None
     for ax, snap in zip(axes.flat, shown):
-        im = draw_heatmap(ax, _as_matrix(snap.weights), labels,
+        im = draw_heatmap(ax, head_mean(snap.weights), labels,
                            f"step={snap.step}\nloss={snap.loss:.3f}")
     for ax in axes.flat[n:]:
         ax.set_axis_off()
@@ -220,7 +214,7 @@ class HeatmapRenderer:
         from matplotlib.figure import Figure
         from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-        w = _as_matrix(weights)
+        w = head_mean(weights)
         with matplotlib.rc_context(rc()):
             if self.fig is None:
                 self.fig = Figure(figsize=(4.6, 4.0), dpi=DPI, layout="constrained")

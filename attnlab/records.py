@@ -51,6 +51,13 @@ class Snapshot:
     weights: np.ndarray
 
 
+def head_mean(weights: np.ndarray) -> np.ndarray:
+    """Attention weights ``(H, T, T)`` (a snapshot) or ``(T, T)`` as one ``(T, T)`` float64
+    matrix, heads averaged (H = 1 in attnlab, so this is the one head's weights)."""
+    w = np.asarray(weights, dtype=np.float64)
+    return w.mean(axis=0) if w.ndim == 3 else w
+
+
 @dataclass
 class RunResult:
     """How a run ended. ``status`` is one of completed, diverged, interrupted, failed.

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from attnlab.records import RunInfo, RunResult, Sink, Snapshot
+from attnlab.records import RunInfo, RunResult, Sink, Snapshot, head_mean
 
 # hparams plugin session status (api_pb2.Status has only UNKNOWN, SUCCESS, FAILURE, RUNNING):
 # only a completed run is a success; the exact attnlab status is the ``status`` hparam
@@ -125,8 +125,7 @@ class TensorBoardSink(Sink):
     def on_snapshot(self, snapshot: Snapshot) -> None:
         from attnlab import plots
 
-        w = np.asarray(snapshot.weights, dtype=np.float64)
-        w = w.mean(axis=0) if w.ndim == 3 else w  # (T, T); H = 1 in attnlab
+        w = head_mean(snapshot.weights)  # (T, T)
         step = snapshot.step
         names = self._names or tag_names([str(i) for i in range(w.shape[0])])
         focus = self.info.focus_token if self.info else 0

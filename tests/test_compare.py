@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from omegaconf import OmegaConf
@@ -114,3 +115,28 @@ def test_console_script_is_installed(sweep):
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.startswith("attnlab-compare: error: --sort 'nonsense': unknown column; one of job,")
     assert len(proc.stderr.splitlines()) == 1
+
+
+def test_last_snapshot_reads_only_the_last_frame(tmp_path):
+    from attnlab import artifacts
+    from attnlab.records import RunInfo, RunResult, Snapshot
+
+    rng = np.random.default_rng(0)
+    frames = rng.random((7, 1, 5, 5)).astype(np.float32)
+    sink = artifacts.RunDirSink(tmp_path)
+    sink.on_start(RunInfo(config={}, token_ids=[1, 2, 3, 4, 5], tokens=list("abcde"),
+                          snapshot_steps=list(range(0, 70, 10)), steps=70, focus_token=1, run_dir=tmp_path))
+    for i, w in enumerate(frames):
+        sink.on_snapshot(Snapshot(10 * i, 0.5, w))
+    sink.on_end(RunResult("completed", 70, 0.5, 0.1))
+    step, last = artifacts.read_last_snapshot(tmp_path)
+    assert step == 60 and last.shape == (1, 5, 5)
+    np.testing.assert_array_equal(last, frames[-1])
+    np.testing.assert_array_equal(last, artifacts.read_attention(tmp_path)["weights"][-1])
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    sink = artifacts.RunDirSink(empty)
+    sink.on_start(RunInfo(config={}, token_ids=[1, 2], tokens=["a", "b"], snapshot_steps=[], steps=3,
+                          focus_token=0, run_dir=empty))
+    sink.on_end(RunResult("completed", 3, 0.5, 0.1))
+    assert artifacts.read_last_snapshot(empty) is None
