@@ -210,7 +210,7 @@ class RunDirSink(Sink):
         self._weights = open(self._weights_tmp, "wb")
 
     def on_losses(self, steps: np.ndarray, losses: np.ndarray) -> None:
-        self._metrics.write("".join(f"{s},{l!r}\n" for s, l in zip(steps.tolist(), losses.tolist())))
+        self._metrics.write("".join(f"{step},{loss!r}\n" for step, loss in zip(steps.tolist(), losses.tolist())))
         self._metrics.flush()
 
     def on_snapshot(self, snapshot: Snapshot) -> None:
@@ -233,8 +233,7 @@ class RunDirSink(Sink):
                      weights=weights, tokens=np.asarray(info.tokens, dtype=str),
                      token_ids=np.asarray(info.token_ids, dtype=np.int64))
         self._weights_tmp.unlink(missing_ok=True)
-        threshold = info.config.get("train", {}).get("loss_threshold")
-        write_summary(self.run_dir, **summary_fields(result, threshold))
+        write_summary(self.run_dir, **summary_fields(result))
 
     def close(self) -> None:
         for f in (self._metrics, self._weights):
@@ -242,16 +241,15 @@ class RunDirSink(Sink):
                 f.close()
 
 
-def summary_fields(result: RunResult, threshold: float | None) -> dict[str, Any]:
+def summary_fields(result: RunResult) -> dict[str, Any]:
     """The summary.json fields a finished training run adds."""
     return {
         "status": result.status,
         "final_loss": result.final_loss,
         "steps_run": result.steps_run,
-        "steps_to_threshold": result.steps_to_threshold(threshold) if threshold else None,
+        "steps_to_threshold": result.steps_to_threshold,
         "wall_time_s": round(result.wall_time_s, 6),
         "error": result.error,
-        **result.extra,
     }
 
 

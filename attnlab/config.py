@@ -1,17 +1,16 @@
-"""The config schema (Hydra structured configs) and the checks that say what is wrong.
+"""The config schema (Hydra structured configs): every key's type and default, written once.
 
 The dataclasses below are registered in Hydra's ConfigStore (``register_configs``) and back the
-YAML files in ``conf/``: a mistyped key or a value of the wrong type is reported by Hydra itself
-(``model.d_model=abc``). Value checks that a type cannot express (positive sizes, snapshot steps
-inside the run, ...) are in :func:`validate`, which raises :class:`~attnlab.errors.ConfigError`
-with one line naming the key, the value and what is allowed.
+YAML files in ``conf/``, which add only what differs from these defaults: a mistyped key or a
+value of the wrong type is reported by Hydra itself (``model.d_model=abc``). Value checks that a
+type cannot express (positive sizes, snapshot steps inside the run, ...) are in
+:mod:`attnlab.checks`.
 
 Defaults are the tutorial's section 5 (seed 42, d_model 6, d_k 4, d_v = d_model, init std 1.0,
 Adam lr 0.05, 201 steps, snapshots at 0, 20, 50, 100, 200, focus on token 1, ' journey').
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Optional
@@ -88,16 +87,16 @@ class TrainConfig:
     steps: int = 201
     snapshot_steps: list[int] = field(default_factory=lambda: [0, 20, 50, 100, 200])
     focus_token: int = 1
-    loss_threshold: float = 1e-3
-    progress: bool = True
+    loss_threshold: float = 1e-3  # "steps to threshold" in summaries and TensorBoard hparams
 
 
 @dataclass
 class LoggingConfig:
-    console: bool = True
-    tensorboard: bool = True
-    images: bool = True
-    figures: bool = True
+    console: bool = True  # the tutorial's lines at each snapshot step
+    progress: bool = True  # a progress bar (on a terminal) for runs of >= 1000 steps
+    tensorboard: bool = True  # scalars, text and hparams in the run dir's event file
+    images: bool = True  # attention heatmaps in TensorBoard (with tensorboard)
+    figures: bool = True  # attention_evolution.png and loss.png in the run dir
 
 
 @dataclass
@@ -147,68 +146,6 @@ def register_configs() -> None:
     cs.store(name="base_config", node=Config)
     for name, node in OPTIMIZERS.items():
         cs.store(group="schema/optimizer", name=name, node=node)
-
-
-def _positive_int(cfg: DictConfig, key: str) -> None:
-    value = OmegaConf.select(cfg, key)
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ConfigError(key, value, "must be a positive integer")
-
-
-def validate(cfg: DictConfig) -> None:
-    """Check the values a schema type cannot; raises ConfigError on the first bad one.
-
-    Token-dependent checks (sentence length, focus token) are in :func:`validate_tokens`.
-    """
-    for key in ("model.d_model", "model.d_k", "model.d_v", "train.steps", "tokenizer.max_tokens"):
-        _positive_int(cfg, key)
-    if not 0 <= cfg.model.init_std < math.inf:
-        raise ConfigError("model.init_std", cfg.model.init_std, "must be >= 0 and finite")
-    optimizer_schema(OmegaConf.select(cfg, "optimizer._target_"))
-    lr = OmegaConf.select(cfg, "optimizer.lr")
-    if not isinstance(lr, (int, float)) or not 0 < lr < math.inf:
-        raise ConfigError("optimizer.lr", lr, "must be a positive finite number")
-    steps = cfg.train.steps
-    for s in cfg.train.snapshot_steps:
-        if not isinstance(s, int) or not 0 <= s < steps:
-            raise ConfigError("train.snapshot_steps", list(cfg.train.snapshot_steps),
-                              f"every step must be in [0, train.steps={steps})")
-    if not cfg.train.loss_threshold > 0:
-        raise ConfigError("train.loss_threshold", cfg.train.loss_threshold, "must be > 0")
-    if cfg.task == Task.train and cfg.model.d_v != cfg.model.d_model:
-        raise ConfigError("model.d_v", cfg.model.d_v, f"must equal model.d_model={cfg.model.d_model} for "
-                          "task=train: the loss compares Z (T, d_v) with the next X (T, d_model)")
-    if cfg.device != "cpu" and not cfg.device.startswith(("cuda", "mps")):
-        raise ConfigError("device", cfg.device, "must be cpu, cuda, cuda:N or mps")
-    if cfg.device != "cpu":
-        import torch
-
-        available = (torch.cuda.is_available() if cfg.device.startswith("cuda")
-                     else torch.backends.mps.is_available())
-        if not available:
-            raise ConfigError("device", cfg.device, "is not available on this machine; use device=cpu")
-
-
-def validate_tokens(cfg: DictConfig, n_tokens: int) -> None:
-    """Checks that need the tokenized sentence: T (``n_tokens``) in [2, tokenizer.max_tokens]
-    for training (one token leaves nothing to predict), focus token in [0, T)."""
-    key = "text_file" if cfg.get("text_file") else "sentence"
-    shown = cfg.text_file if key == "text_file" else cfg.sentence
-    if n_tokens == 0:
-        raise ConfigError(key, shown, "is empty: give at least 2 tokens of text")
-    if n_tokens > cfg.tokenizer.max_tokens:
-        raise ConfigError(key, _short(shown), f"has {n_tokens} tokens, more than tokenizer.max_tokens="
-                          f"{cfg.tokenizer.max_tokens} (raise it to allow longer text)")
-    if cfg.task == Task.train and n_tokens < 2:
-        raise ConfigError(key, shown, "has 1 token: training predicts the next token, give at least 2")
-    f = cfg.train.focus_token
-    if not 0 <= f < n_tokens:
-        raise ConfigError("train.focus_token", f, f"must be a token position in [0, {n_tokens}) "
-                          f"(the text has {n_tokens} token{'' if n_tokens == 1 else 's'})")
-
-
-def _short(text: str, n: int = 40) -> str:
-    return text if len(text) <= n else text[:n] + "…"
 
 
 def plain(value: Any) -> Any:

@@ -1,7 +1,8 @@
 """Measured answers to the tutorial's five exercises (section 8), added to each run's summary.json.
 
-:func:`observe` is called by ``attnlab.cli.run_job`` after a job finished and returns the fields
-below; the sweep summary and ``attnlab-compare`` show them as columns.
+:func:`observe` is called by :func:`attnlab.job.run_job` after a job finished and returns the fields
+below; :func:`columns` turns them into the columns the sweep summary and ``attnlab-compare`` show
+(:data:`COLUMNS`), so a new exercise field is added in this file only.
 
 ============================  ======================================================  ========
 field                         meaning                                                 exercise
@@ -22,17 +23,21 @@ already in every training run's summary.
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 from omegaconf import DictConfig
 
-from attnlab import artifacts
-from attnlab import config as C
+from attnlab.config import Task, plain
 
 MAX_TABLE = 256  # token_table rows kept in summary.json (n_tokens is always exact)
 STAGES = ("token_embeddings", "pos_embeddings", "X", "Q", "K", "V", "scores", "weights", "Z")
+# table columns made from the observations (see :func:`columns`), their printed headers, and
+# those the printed table shows only when they differ between rows
+COLUMNS = ["n_tokens", "tokens", "shapes", "max_abs_weight_minus_uniform", "perm_tokens_match", "perm_z_max_abs_diff"]
+HEADERS = {"max_abs_weight_minus_uniform": "max|w-1/T|", "perm_tokens_match": "perm_tokens",
+           "perm_z_max_abs_diff": "perm_max|ΔZ|"}
+SAME_HIDDEN = {"n_tokens", "tokens", "shapes"}
 
 
 def token_table(token_ids: Sequence[int], labels: Sequence[str], limit: int = MAX_TABLE) -> list[list[Any]]:
@@ -77,20 +82,20 @@ def permutation_check(cfg: DictConfig) -> dict[str, Any]:
     import torch
 
     from attnlab import tokenizer
-    from attnlab.training import build_model, prepare
+    from attnlab.training import build_model
 
     other = cfg.analysis.compare_sentence
-    prepared = prepare(cfg)
+    prepared = tokenizer.tokenize(cfg)
     ids_a = prepared.token_ids
-    ids_b = tokenizer.encode(other, cfg.tokenizer.encoding, C.plain(cfg.tokenizer.special_tokens))
+    ids_b = tokenizer.encode(other, cfg.tokenizer.encoding, plain(cfg.tokenizer.special_tokens))
     perm = row_matching(ids_a, ids_b)
     out: dict[str, Any] = {"compare_sentence": other, "token_ids_a": list(ids_a), "token_ids_b": list(ids_b),
                            "tokens_are_permutation": perm is not None, "permutation": perm,
-                           "positional": C.plain(cfg.model.positional), "z_max_abs_diff": None,
+                           "positional": plain(cfg.model.positional), "z_max_abs_diff": None,
                            "x_max_abs_diff": None}
     if perm is None:
         return out
-    order = "walkthrough" if cfg.task == C.Task.walkthrough else "training"
+    order = "walkthrough" if cfg.task == Task.walkthrough else "training"
     embedding, attention = build_model(cfg, prepared, order=order)
     device = next(attention.parameters()).device
     with torch.no_grad():
@@ -104,30 +109,40 @@ def permutation_check(cfg: DictConfig) -> dict[str, Any]:
     return out
 
 
-def observe(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
-    """The observation fields (table above) for the finished job in ``run_dir``, read from its
-    artifacts (``walkthrough.npz`` or ``attention.npz``); {} for a run without them."""
-    run_dir = Path(run_dir)
-    out: dict[str, Any] = {}
-    labels: list[str] | None = None
-    ids: list[int] | None = None
-    if (run_dir / artifacts.WALKTHROUGH).is_file():
-        with np.load(run_dir / artifacts.WALKTHROUGH) as npz:
-            arrays = {k: npz[k] for k in npz.files}
-        ids = [int(i) for i in arrays["token_ids"]]
-        from attnlab.tokenizer import token_labels
-
-        labels = token_labels(ids, cfg.tokenizer.encoding)
+def observe(cfg: DictConfig, token_ids: Sequence[int], labels: Sequence[str],
+            arrays: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
+    """The observation fields (table above) for a finished job on ``token_ids`` (T,) with their
+    ``labels``; ``arrays`` are the walkthrough's intermediates (``walkthrough.walkthrough``'s
+    return value) for ``task=walkthrough``, None for training."""
+    out: dict[str, Any] = {"n_tokens": len(token_ids), "token_table": token_table(token_ids, labels)}
+    if arrays is not None:
         out["shapes"] = {k: list(arrays[k].shape) for k in STAGES if k in arrays}
         out["max_abs_weight_minus_uniform"] = max_abs_weight_minus_uniform(arrays["weights"])
-    elif (run_dir / artifacts.ATTENTION).is_file():
-        att = artifacts.read_attention(run_dir, keys=("token_ids", "tokens"))  # not the weights
-        ids = [int(i) for i in att["token_ids"]]
-        labels = [str(t) for t in att["tokens"]]
-    if ids is not None and labels is not None:
-        out["n_tokens"] = len(ids)
-        out["token_table"] = token_table(ids, labels)
     analysis = cfg.get("analysis")
     if analysis is not None and analysis.get("compare_sentence") is not None:
         out["permutation_check"] = permutation_check(cfg)
+    return out
+
+
+def columns(summary: dict[str, Any]) -> dict[str, Any]:
+    """The observations a job's ``summary.json`` holds, flattened into table cells
+    (:data:`COLUMNS`; only those present)."""
+    from attnlab.tokenizer import show
+
+    out: dict[str, Any] = {}
+    if summary.get("n_tokens") is not None:
+        out["n_tokens"] = summary["n_tokens"]
+    table = summary.get("token_table")
+    if isinstance(table, list) and table:
+        out["tokens"] = " ".join(show(str(t[1])) for t in table if isinstance(t, list) and len(t) == 2)
+    shapes = summary.get("shapes")
+    if isinstance(shapes, dict) and shapes:
+        out["shapes"] = " ".join(f"{k}={'x'.join(str(d) for d in v)}" for k, v in shapes.items()
+                                 if k in ("X", "Q", "K", "V", "weights", "Z") and isinstance(v, list))
+    if summary.get("max_abs_weight_minus_uniform") is not None:
+        out["max_abs_weight_minus_uniform"] = summary["max_abs_weight_minus_uniform"]
+    perm = summary.get("permutation_check")
+    if isinstance(perm, dict):
+        out["perm_tokens_match"] = perm.get("tokens_are_permutation")
+        out["perm_z_max_abs_diff"] = perm.get("z_max_abs_diff")
     return out

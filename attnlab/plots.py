@@ -1,102 +1,33 @@
-"""Matplotlib figures: the tutorial's attention-evolution figure, the loss curve, and the
-heatmap image that TensorBoard shows.
+"""Matplotlib figures: the tutorial's attention-evolution figure, the loss curve, the
+comparison figure of ``attnlab-compare --plot``, and the heatmap they (and TensorBoard's images)
+share.
 
 Object API only (``Figure`` + ``FigureCanvasAgg``), never ``pyplot``: no global figure state,
 no GUI backend, safe in sweeps and threads. Matplotlib is imported inside the functions, so
-``import attnlab.plots`` costs nothing until a figure is drawn.
-
-Fonts: when a CJK font is installed (Noto Sans CJK, WenQuanYi, SimHei, Source Han, ...) it is
-used as a fallback after DejaVu Sans and the suptitle is the tutorial's Chinese one; otherwise
-the title is English and any character no installed font can draw is shown escaped
-(``\\u4f60``) instead of as an empty box with a "Glyph missing" warning.
+``import attnlab.plots`` costs nothing until a figure is drawn. Fonts: :mod:`attnlab.fonts`.
 """
 from __future__ import annotations
 
-import functools
 import io
-import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
+from attnlab.fonts import default_title, drawable, label, rc
 from attnlab.records import RunInfo, RunResult, Sink, Snapshot, head_mean
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
 
-TITLE_ZH = "注意力权重的训练演化"
-TITLE_EN = "Attention weights during training"
 CMAP = "viridis"
 MAX_PANELS = 10  # evolution figure: at most this many snapshots, evenly spaced
 MAX_COLS = 5  # ... wrapped into rows of at most this many panels
 PANEL_IN = (3.4, 3.6)  # inches per heatmap panel (width, height)
 COLORBAR_IN = 0.9  # extra figure width for the shared colour bar
 DPI = 100
-_CJK_FONT = re.compile(
-    r"CJK|WenQuanYi|WQY|SimHei|SimSun|Source Han|Microsoft YaHei|PingFang|Hiragino"
-    r"|Heiti|Songti|Arial Unicode|Droid Sans Fallback|AR PL|Unifont",
-    re.IGNORECASE,
-)
-
-
-# ---------------------------------------------------------------------------------- fonts
-@functools.lru_cache(maxsize=None)
-def cjk_font() -> str | None:
-    """The family name of an installed CJK font, or None (first match in the font list)."""
-    from matplotlib import font_manager
-
-    names = sorted({f.name for f in font_manager.fontManager.ttflist if _CJK_FONT.search(f.name)})
-    return names[0] if names else None
-
-
-@functools.lru_cache(maxsize=None)
-def _drawable() -> frozenset[int]:
-    """Code points the fonts we use (DejaVu Sans + the CJK font, if any) have glyphs for."""
-    from matplotlib import font_manager
-    from matplotlib.ft2font import FT2Font
-
-    points: set[int] = set()
-    for family in ["DejaVu Sans"] + ([cjk_font()] if cjk_font() else []):
-        path = font_manager.findfont(font_manager.FontProperties(family=family))
-        points.update(FT2Font(path).get_charmap())
-    return frozenset(points)
-
-
-def rc() -> dict:
-    """rcParams for every figure here (used with ``matplotlib.rc_context``)."""
-    # a list of concrete families gives per-glyph fallback (matplotlib >= 3.6); a generic
-    # "sans-serif" with the same list in font.sans-serif would use only the first one found
-    families = ["DejaVu Sans"] + ([cjk_font()] if cjk_font() else [])
-    return {"font.family": families, "axes.unicode_minus": False}
-
-
-def drawable(text: str) -> str:
-    """``text`` with each character no font here can draw escaped (``你`` -> ``\\u4f60``
-    without a CJK font) and ``$`` escaped so it is never read as mathtext."""
-    points = _drawable()
-    out = []
-    for ch in text:
-        if ch == "$":
-            out.append(r"\$")
-        elif ord(ch) in points or ch in "\n\t":
-            out.append(ch)
-        else:
-            out.append(f"\\u{ord(ch):04x}" if ord(ch) <= 0xFFFF else f"\\U{ord(ch):08x}")
-    return "".join(out)
-
-
-def label(token: str) -> str:
-    """A tick label for one token: stripped like the tutorial's ``t.strip()`` (a token that is
-    only whitespace is shown as its ``repr``, ``' '``), then made :func:`drawable`."""
-    return drawable(token.strip() or repr(token))
-
-
-def default_title() -> str:
-    """The tutorial's Chinese title when a CJK font is installed, else the English one."""
-    return TITLE_ZH if cjk_font() else TITLE_EN
-
-
+MAX_HEATMAPS = 8  # comparison figure: at most this many heatmap panels
+HEATMAP_COLS = 4  # ... per row
 # ------------------------------------------------------------------------------- heatmaps
 MAX_TOKEN_LABELS = 40  # longer texts get position ticks instead of token labels
 
@@ -142,8 +73,8 @@ def evolution_figure(snapshots: Sequence[Snapshot], tokens: Sequence[str],
     into rows of at most ``MAX_COLS``. Figure size is ``cols * 3.4 + 0.9`` by
     ``rows * 3.6 + 0.5`` inches at 100 dpi.
     """
-    from matplotlib.figure import Figure
     from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
     shown = pick_snapshots(snapshots, max_panels)
     n = len(shown)
@@ -195,50 +126,6 @@ def attention_evolution(snapshots: Sequence[Snapshot], tokens: Sequence[str], pa
         return save_figure(evolution_figure(snapshots, tokens, title, max_panels), path)
 
 
-class HeatmapRenderer:
-    """Renders successive attention heatmaps for one token list to ``(H_px, W_px, 3)`` uint8
-    RGB arrays (HWC), for ``SummaryWriter.add_image(..., dataformats="HWC")``.
-
-    One figure (460 x 400 px) is reused: the first call lays it out (constrained layout),
-    later calls only swap the pixel data, cell values and title, about twice as fast.
-    Colour scale fixed to [0, 1] so images at different steps compare.
-    """
-
-    def __init__(self, tokens: Sequence[str]):
-        self.labels = [label(t) for t in tokens]
-        self.fig = self.im = None
-
-    def __call__(self, weights: np.ndarray, title: str = "") -> np.ndarray:
-        """``weights``: ``(T, T)`` or ``(1, T, T)``; returns the RGB image."""
-        import matplotlib
-        from matplotlib.figure import Figure
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-        w = head_mean(weights)
-        with matplotlib.rc_context(rc()):
-            if self.fig is None:
-                self.fig = Figure(figsize=(4.6, 4.0), dpi=DPI, layout="constrained")
-                FigureCanvasAgg(self.fig)
-                self.ax = self.fig.add_subplot()
-                self.im = draw_heatmap(self.ax, w, self.labels, drawable(title))
-                self.fig.colorbar(self.im, ax=self.ax, shrink=0.85)
-                self.fig.canvas.draw()
-                self.fig.set_layout_engine("none")  # keep the layout of the first draw
-            else:
-                self.im.set_data(w)
-                self.ax.set_title(drawable(title), fontsize=10)
-                for text, value in zip(self.ax.texts, w.flat):
-                    text.set_text(f"{value:.2f}")
-                    text.set_color("black" if value > 0.6 else "white")
-                self.fig.canvas.draw()
-            return np.asarray(self.fig.canvas.buffer_rgba())[..., :3].copy()
-
-
-def heatmap_array(weights: np.ndarray, tokens: Sequence[str], title: str = "") -> np.ndarray:
-    """One attention heatmap as an HWC uint8 RGB array (see :class:`HeatmapRenderer`)."""
-    return HeatmapRenderer(tokens)(weights, title)
-
-
 def loss_curve(losses: np.ndarray, path: Path, title: str = "loss") -> Path | None:
     """Write ``loss.png``: loss ``(steps,)`` against step on a log y axis.
 
@@ -247,8 +134,8 @@ def loss_curve(losses: np.ndarray, path: Path, title: str = "loss") -> Path | No
     when there is no finite loss.
     """
     import matplotlib
-    from matplotlib.figure import Figure
     from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
     y = np.asarray(losses, dtype=np.float64)
     if not np.isfinite(y).any():
@@ -279,6 +166,105 @@ def plot_loss(ax, steps: np.ndarray, losses: np.ndarray, **line_kw) -> bool:
     ax.set_ylabel("loss (MSE)")
     ax.grid(True, which="both", alpha=0.3)
     return bool(ok.any())
+
+
+# ----------------------------------------------------------------------- comparison
+def comparison_figure(rows: Sequence[dict[str, Any]], path: Path) -> Path:
+    """Write one PNG to ``path``: every run's loss curve overlaid on a log y axis (top; zeros
+    clipped to the smallest positive loss, non-finite losses left out), and each run's
+    last-snapshot attention heatmap side by side (bottom; at most :data:`MAX_HEATMAPS`,
+    colour scale [0, 1]). Matplotlib object API (Figure + Agg canvas), written atomically."""
+    import matplotlib
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from attnlab import artifacts
+    from attnlab.errors import AttnlabError, RunDirError
+    from attnlab.table import clip
+
+    curves, maps = [], []
+    for r in rows:
+        run_dir = Path(r["path"])
+        if (run_dir / artifacts.METRICS).is_file():
+            try:
+                steps, losses = artifacts.read_metrics(run_dir)
+                if losses.size:
+                    curves.append((r["job"], steps, losses))
+            except AttnlabError:
+                pass
+        w, labels, title = _last_weights(run_dir, r)
+        if w is not None:
+            maps.append((r["job"], w, labels, title))
+    shown = maps[:MAX_HEATMAPS]
+    n = max(len(shown), 1)
+    cols = min(n, HEATMAP_COLS)
+    grid_rows = -(-n // cols)
+    names = short_names([r["job"] for r in rows])
+    curves = [(names[job], steps, losses) for job, steps, losses in curves]
+    shown = [(names[j], w, lab, t) for j, w, lab, t in shown]
+    with matplotlib.rc_context(rc()):
+        fig = Figure(figsize=(max(9.0, 3.4 * cols + 0.9), 4.0 + 3.6 * grid_rows), dpi=100, layout="constrained")
+        FigureCanvasAgg(fig)
+        top, bottom = fig.subfigures(2, 1, height_ratios=[4.0, 3.6 * grid_rows])
+        ax = top.subplots()
+        for job, steps, losses in curves:
+            plot_loss(ax, steps, losses, label=drawable(clip(job, 90)), lw=1.4)
+        if not curves:
+            plot_loss(ax, np.zeros(0), np.zeros(0))
+        ax.set_title("loss" if curves else "loss (no training runs)")
+        if curves:
+            ax.legend(fontsize=7, loc="best")
+        axes = bottom.subplots(grid_rows, cols, squeeze=False).ravel()
+        im = None
+        for a, (job, w, labels, title) in zip(axes, shown):
+            im = draw_heatmap(a, w, [label(t) for t in labels], drawable(f"{clip(job, 34)}\n{title}"))
+        for a in axes[len(shown):]:
+            a.set_axis_off()
+        if im is not None:
+            bottom.colorbar(im, ax=list(axes), shrink=0.8, label="attention weight")
+        more = f" ({len(shown)} of {len(maps)})" if len(maps) > len(shown) else ""
+        bottom.suptitle("attention at the last snapshot" + more, fontsize=11)
+        path = Path(path)
+        if path.parent and not path.parent.exists():
+            raise RunDirError(f"--plot {path}: folder {path.parent} does not exist")
+        return save_figure(fig, path)
+
+
+def short_names(jobs: Sequence[str]) -> dict[str, str]:
+    """Legend/title names: each job name without the ``,``-separated override items that every
+    job in the same folder shares (e.g. ``logging=off``), keeping its folder prefix and job number."""
+    def split(job: str) -> tuple[str, list[str]]:
+        head, _, tail = job.rpartition("/")
+        num, sep, rest = tail.partition("_")
+        if not (sep and num.isdigit()):  # not a sweep job's name: keep it whole
+            return job, []
+        return (f"{head}/" if head else "") + num, rest.split(",")
+
+    parts = {j: split(j) for j in jobs}
+    groups: dict[str, list[set[str]]] = {}  # jobs of one sweep (same folder) share their common items
+    for j, (prefix, items) in parts.items():
+        groups.setdefault(j.rpartition("/")[0], []).append(set(items))
+    common = {g: set.intersection(*sets) if len(sets) > 1 else set() for g, sets in groups.items()}
+    out = {}
+    for j, (prefix, items) in parts.items():
+        kept = [i for i in items if i not in common[j.rpartition("/")[0]]]
+        out[j] = f"{prefix}_{','.join(kept)}" if kept else prefix
+    return out
+
+
+def _last_weights(run_dir: Path, row: dict[str, Any]):
+    """(weights (T, T), token labels, title) at the last snapshot, or (None, None, None)."""
+    from attnlab.errors import AttnlabError
+    from attnlab.runs import last_attention
+
+    try:
+        last = last_attention(run_dir)
+    except (AttnlabError, OSError, ValueError, KeyError):
+        last = None
+    if last is None:
+        return None, None, None
+    w, labels, step = last
+    return w, labels, ("walkthrough" if step is None else f"step={step}")
 
 
 # ----------------------------------------------------------------------------------- sink

@@ -12,8 +12,6 @@ from typing import Any
 
 import numpy as np
 
-STATUSES = ("running", "completed", "diverged", "interrupted", "failed")
-
 
 @dataclass
 class RunInfo:
@@ -62,9 +60,12 @@ def head_mean(weights: np.ndarray) -> np.ndarray:
 class RunResult:
     """How a run ended. ``status`` is one of completed, diverged, interrupted, failed.
 
-    ``losses`` (steps_run,) float64 holds every recorded loss; ``snapshots`` the snapshots in
-    step order (only kept when the caller asks for them, see ``training.train``);
-    ``wall_time_s`` is seconds from the first step to the end.
+    ``steps_run`` steps were recorded; ``final_loss`` is the last recorded loss;
+    ``steps_to_threshold`` the first step whose loss is below ``train.loss_threshold`` (None if
+    none is); ``wall_time_s`` seconds from the first step to the end; ``error`` one line for a
+    run that did not complete. ``token_ids`` (T,) and ``tokens`` (their labels) are the text
+    trained on. ``losses`` (steps_run,) float64 and ``snapshots`` (in step order) are kept only
+    when the caller asks for them (``training.train``).
     """
 
     status: str
@@ -72,14 +73,11 @@ class RunResult:
     final_loss: float | None
     wall_time_s: float
     error: str | None = None
+    steps_to_threshold: int | None = None
+    token_ids: list[int] = field(default_factory=list)
+    tokens: list[str] = field(default_factory=list)
     losses: np.ndarray = field(default_factory=lambda: np.zeros(0))
     snapshots: list[Snapshot] = field(default_factory=list)
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def steps_to_threshold(self, threshold: float) -> int | None:
-        """The first step whose loss is below ``threshold``, or None if none is."""
-        below = np.flatnonzero(self.losses < threshold)
-        return int(below[0]) if below.size else None
 
 
 class Sink:

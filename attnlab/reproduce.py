@@ -4,7 +4,7 @@ The job is rebuilt from ``RUN_DIR/.hydra/config.yaml`` only, read as data: it is
 against attnlab's schema (``config.apply_schema``), so a ``_target_`` outside the shipped
 torch.optim optimizers, a ``hydra:`` or ``defaults:`` section, or any unknown key is refused
 before anything is imported or instantiated. It then runs through the same code path as
-``attnlab`` (``cli.run_job``) into a new run dir — ``RUN_DIR-repro-<time>`` beside RUN_DIR, or
+``attnlab`` (``job.run_job``) into a new run dir — ``RUN_DIR-repro-<time>`` beside RUN_DIR, or
 ``--out DIR`` — never into RUN_DIR, and compares ``metrics.csv`` (step, loss) and
 ``attention.npz`` (steps, weights, tokens, token_ids), or ``walkthrough.npz`` for
 ``task=walkthrough``, bit for bit.
@@ -116,7 +116,8 @@ def compare_runs(original: Path, reproduction: Path) -> list[Difference]:
     if s_a.get("status") != s_b.get("status") and not prefix_only:
         diffs.append(Difference("status", note=f"{s_a.get('status')} vs {s_b.get('status')}"))
     if (Path(original) / artifacts.WALKTHROUGH).is_file():
-        with np.load(Path(original) / artifacts.WALKTHROUGH) as fa, np.load(Path(reproduction) / artifacts.WALKTHROUGH) as fb:
+        with (np.load(Path(original) / artifacts.WALKTHROUGH) as fa,
+              np.load(Path(reproduction) / artifacts.WALKTHROUGH) as fb):
             for key in sorted(set(fa.files) | set(fb.files)):
                 if key not in fa.files or key not in fb.files:
                     diffs.append(Difference(key, note="only in one run"))
@@ -197,7 +198,7 @@ def reproduce(run_dir: Path, out: Path | None = None, stderr=None) -> tuple[int,
     when ``run_dir`` cannot be reproduced or ``out`` is refused (inside RUN_DIR, or already
     holds a finished run). Environment warnings go to ``stderr`` before the run starts.
     """
-    from attnlab import cli
+    from attnlab.job import run_job
 
     stderr = stderr or sys.stderr
     run_dir = Path(run_dir)
@@ -220,9 +221,10 @@ def reproduce(run_dir: Path, out: Path | None = None, stderr=None) -> tuple[int,
     if artifacts.read_summary(out).get("status") in artifacts.FINISHED:
         raise RunDirError(f"--out {out}: already holds a {artifacts.read_summary(out)['status']} run; "
                           "choose another folder (runs are never overwritten)")
-    from attnlab.training import prepare
+    from attnlab import checks, tokenizer
 
-    prepare(cfg)  # value and text checks (ConfigError / TokenizerError) before any folder is made
+    checks.validate(cfg)  # value and text checks (ConfigError / TokenizerError) before any folder is made
+    tokenizer.tokenize(cfg)
 
     for line in environment_differences(summary.get("versions"), artifacts.environment(str(cfg.device))):
         print(line, file=stderr)
@@ -233,7 +235,7 @@ def reproduce(run_dir: Path, out: Path | None = None, stderr=None) -> tuple[int,
     (out / ".hydra").mkdir(parents=True, exist_ok=True)
     artifacts.atomic_write_bytes(out / ".hydra" / "config.yaml", (run_dir / ".hydra" / "config.yaml").read_bytes())
     cfg.logging.console = False  # the verdict is the output; the numbers do not depend on it
-    cli.run_job(cfg, out)
+    run_job(cfg, out)
     artifacts.write_summary(out, reproduced_from=str(run_dir.resolve()))
     diffs = compare_runs(run_dir, out)
     return (EXIT_SAME if not diffs else EXIT_DIFFERENT), out, diffs
@@ -247,7 +249,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "and check metrics.csv and attention.npz are bitwise identical.")
     parser.add_argument("run_dir", metavar="RUN_DIR", type=Path, help="a run folder or a sweep job folder")
     parser.add_argument("--out", metavar="DIR", type=Path, default=None,
-                        help="the new run folder (default: RUN_DIR-repro-<time> beside RUN_DIR; for a sweep job SWEEP_DIR-repro-<time>/JOB)")
+                        help="the new run folder (default: RUN_DIR-repro-<time> beside RUN_DIR; "
+                             "for a sweep job SWEEP_DIR-repro-<time>/JOB)")
     args = parser.parse_args(argv)
     try:
         code, out, diffs = reproduce(args.run_dir, args.out)

@@ -13,14 +13,14 @@ a hash of the full name). Chinese and emoji are kept as they are.
 The resolver is registered when this module is imported (``attnlab.cli`` imports it, so every
 job process, whatever the launcher, has it).
 
-Summary. :class:`SweepSummary` is a Hydra callback (``hydra.callbacks.sweep_summary`` in
-``conf/config.yaml``). ``on_multirun_end`` runs once on the machine that started the sweep,
-after every job returned (also with joblib, submitit and Ray). It reads every job folder under
-``hydra.sweep.dir`` back from disk (:func:`attnlab.compare.collect_rows`, the same code as
-``attnlab-compare``, so the two always agree), prints the table, writes ``summary.csv`` in the
-sweep dir atomically, and records the sweep's exit status: 1 when any job did not complete
-(failed, diverged, interrupted, or never wrote its summary), else 0. ``attnlab.cli.main``
-exits with it after Hydra returns.
+Summary. :func:`summarize` runs once at the end of a multirun, on the machine that started it
+(the :class:`attnlab.callbacks.SweepSummary` callback, after every job returned, also with
+joblib, submitit and Ray). It reads every job folder under the sweep dir back from disk
+(:func:`attnlab.runs.collect_rows`, the same code as ``attnlab-compare``, so the two always
+agree), prints the table, writes ``summary.csv`` in the sweep dir atomically, and records the
+sweep's exit status in :data:`last_exit_status`: 1 when any job did not complete (failed,
+diverged, interrupted, or never wrote its summary), else 0. ``attnlab.cli.main`` exits with it
+after Hydra returns.
 """
 from __future__ import annotations
 
@@ -30,8 +30,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
 RESOLVER = "attnlab.job_dir"
 MAX_NAME_BYTES = 160  # well under the 255-byte file-name limit of common filesystems
@@ -78,34 +77,31 @@ def register_resolver() -> None:
 register_resolver()
 
 
-class SweepSummary(Callback):
-    """Hydra callback: at the end of a multirun, print the jobs' table and write
-    ``summary.csv`` (one row per job folder, columns as :data:`attnlab.compare.COLUMNS` plus the
-    exercise observations present). Never raises: a problem reading one job becomes that job's
-    row (status ``missing``/``running`` and an ``error``)."""
+def summarize(sweep_dir: Path, print_table: bool = True, csv_name: str = SUMMARY_CSV) -> int:
+    """Print the jobs' table of ``sweep_dir`` and write ``csv_name`` in it (one row per job
+    folder, columns as :data:`attnlab.runs.COLUMNS` plus the exercise observations present).
+    Returns the sweep's exit status (also kept in :data:`last_exit_status`): 1 when a job did
+    not complete or there is none, else 0. A problem reading one job becomes that job's row
+    (status ``missing``/``running`` and an ``error``)."""
+    global last_exit_status
+    from attnlab.runs import collect_rows
+    from attnlab.table import format_table, write_csv
 
-    def __init__(self, print_table: bool = True, csv_name: str = SUMMARY_CSV) -> None:
-        self.print_table = print_table
-        self.csv_name = csv_name
-
-    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        global last_exit_status
-        from attnlab import compare
-
-        sweep_dir = Path(str(config.hydra.sweep.dir))
-        rows = compare.collect_rows([sweep_dir], sweep_end=True)
-        if not rows:
-            print(f"sweep summary: no job folders under {sweep_dir}", file=sys.stderr)
-            last_exit_status = EXIT_SOME_JOBS_FAILED
-            return
-        csv_path = sweep_dir / self.csv_name
-        compare.write_csv(rows, csv_path)
-        bad = [r for r in rows if r["status"] != "completed"]
-        if self.print_table:
-            print()
-            print(compare.format_table(rows))
-            print(f"\n{len(rows)} jobs, {len(rows) - len(bad)} completed"
-                  + (f", {len(bad)} not completed ({', '.join(sorted({r['status'] for r in bad}))})" if bad else "")
-                  + f"; summary: {csv_path}")
-            sys.stdout.flush()
-        last_exit_status = EXIT_SOME_JOBS_FAILED if bad else 0
+    sweep_dir = Path(sweep_dir)
+    rows = collect_rows([sweep_dir], sweep_end=True)
+    if not rows:
+        print(f"sweep summary: no job folders under {sweep_dir}", file=sys.stderr)
+        last_exit_status = EXIT_SOME_JOBS_FAILED
+        return last_exit_status
+    csv_path = sweep_dir / csv_name
+    write_csv(rows, csv_path)
+    bad = [r for r in rows if r["status"] != "completed"]
+    if print_table:
+        print()
+        print(format_table(rows))
+        print(f"\n{len(rows)} jobs, {len(rows) - len(bad)} completed"
+              + (f", {len(bad)} not completed ({', '.join(sorted({r['status'] for r in bad}))})" if bad else "")
+              + f"; summary: {csv_path}")
+        sys.stdout.flush()
+    last_exit_status = EXIT_SOME_JOBS_FAILED if bad else 0
+    return last_exit_status

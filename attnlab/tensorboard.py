@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
+from attnlab.fonts import drawable, label, rc
+from attnlab.plots import DPI, draw_heatmap
 from attnlab.records import RunInfo, RunResult, Sink, Snapshot, head_mean
 
 # hparams plugin session status (api_pb2.Status has only UNKNOWN, SUCCESS, FAILURE, RUNNING):
@@ -68,7 +70,7 @@ def entropy(weights: np.ndarray) -> np.ndarray:
     return -(w * logw).sum(axis=-1)
 
 
-def token_table(token_ids: list[int], tokens: list[str]) -> str:
+def token_markdown(token_ids: list[int], tokens: list[str]) -> str:
     """Markdown table: position, id, token (repr, so leading spaces show)."""
     rows = ["| position | id | token |", "| ---: | ---: | --- |"]
     for pos, (tid, tok) in enumerate(zip(token_ids, tokens)):
@@ -113,7 +115,7 @@ class TensorBoardSink(Sink):
         self._names = tag_names(info.tokens)
         w = self.writer
         w.add_text("run/sentence", str(info.config.get("sentence", "")), 0)
-        w.add_text("run/tokens", token_table(info.token_ids, info.tokens), 0)
+        w.add_text("run/tokens", token_markdown(info.token_ids, info.tokens), 0)
         w.add_text("run/config", "```yaml\n" + OmegaConf.to_yaml(info.config) + "```", 0)
 
     def on_losses(self, steps: np.ndarray, losses: np.ndarray) -> None:
@@ -123,8 +125,6 @@ class TensorBoardSink(Sink):
             self._last_step = int(steps[-1])
 
     def on_snapshot(self, snapshot: Snapshot) -> None:
-        from attnlab import plots
-
         w = head_mean(snapshot.weights)  # (T, T)
         step = snapshot.step
         names = self._names or tag_names([str(i) for i in range(w.shape[0])])
@@ -135,7 +135,7 @@ class TensorBoardSink(Sink):
             self.writer.add_scalar(f"attention/entropy/{name}", value, step)
         if self.images:
             if self._renderer is None:
-                self._renderer = plots.HeatmapRenderer(self.info.tokens if self.info else names)
+                self._renderer = HeatmapRenderer(self.info.tokens if self.info else names)
             img = self._renderer(w, f"step={step}  loss={snapshot.loss:.4f}")
             self.writer.add_image("attention/weights", img, step, dataformats="HWC")
 
@@ -146,8 +146,7 @@ class TensorBoardSink(Sink):
         config = self.info.config if self.info else {}
         hp = flatten_config(config)
         hp["status"] = result.status
-        threshold = config.get("train", {}).get("loss_threshold")
-        reached = result.steps_to_threshold(threshold) if threshold is not None else None
+        reached = result.steps_to_threshold
         final = result.final_loss
         metrics = {
             "hparam/final_loss": float("nan") if final is None else float(final),
@@ -169,3 +168,42 @@ class TensorBoardSink(Sink):
         if self._writer is not None:
             self._writer.flush()
             self._writer.close()
+
+
+class HeatmapRenderer:
+    """Renders successive attention heatmaps for one token list to ``(H_px, W_px, 3)`` uint8
+    RGB arrays (HWC), for ``SummaryWriter.add_image(..., dataformats="HWC")``.
+
+    One figure (460 x 400 px) is reused: the first call lays it out (constrained layout),
+    later calls only swap the pixel data, cell values and title, about twice as fast.
+    Colour scale fixed to [0, 1] so images at different steps compare.
+    """
+
+    def __init__(self, tokens: Sequence[str]):
+        self.labels = [label(t) for t in tokens]
+        self.fig = self.im = None
+
+    def __call__(self, weights: np.ndarray, title: str = "") -> np.ndarray:
+        """``weights``: ``(T, T)`` or ``(1, T, T)``; returns the RGB image."""
+        import matplotlib
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+
+        w = head_mean(weights)
+        with matplotlib.rc_context(rc()):
+            if self.fig is None:
+                self.fig = Figure(figsize=(4.6, 4.0), dpi=DPI, layout="constrained")
+                FigureCanvasAgg(self.fig)
+                self.ax = self.fig.add_subplot()
+                self.im = draw_heatmap(self.ax, w, self.labels, drawable(title))
+                self.fig.colorbar(self.im, ax=self.ax, shrink=0.85)
+                self.fig.canvas.draw()
+                self.fig.set_layout_engine("none")  # keep the layout of the first draw
+            else:
+                self.im.set_data(w)
+                self.ax.set_title(drawable(title), fontsize=10)
+                for text, value in zip(self.ax.texts, w.flat):
+                    text.set_text(f"{value:.2f}")
+                    text.set_color("black" if value > 0.6 else "white")
+                self.fig.canvas.draw()
+            return np.asarray(self.fig.canvas.buffer_rgba())[..., :3].copy()

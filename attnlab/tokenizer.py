@@ -1,4 +1,5 @@
-"""GPT-2 tokenization that works offline, and readable token labels (tutorial §1).
+"""Tutorial §1, text → token ids: the text to read, GPT-2 tokenization that works offline,
+readable token labels, and the checks that need the token count.
 
 ``gpt2`` (alias ``r50k_base``) is built with tiktoken's public API from the ranks file shipped in
 ``attnlab/data/gpt2.tiktoken`` (MIT, OpenAI; provenance in ``attnlab/data/README.md``), its
@@ -8,15 +9,36 @@ downloads once and caches in ``TIKTOKEN_CACHE_DIR``.
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from importlib import resources
+from pathlib import Path
 
 import tiktoken
+from omegaconf import DictConfig
 
-from attnlab.errors import TokenizerError
+from attnlab.config import plain
+from attnlab.errors import ConfigError, TokenizerError
 
 GPT2_RANKS_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"
 ENDOFTEXT = "<|endoftext|>"
+GPT2_VOCAB_SIZE = 50257  # tutorial §2: rows of the token-embedding table
 _PACKAGED = {"gpt2", "r50k_base"}
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """A tokenized text (tutorial §1): ``token_ids`` (T,), one readable label per token
+    (:func:`token_labels`), and ``vocab_size``, the rows of the token-embedding table
+    (at least GPT-2's 50,257)."""
+
+    token_ids: list[int]
+    labels: list[str]
+    vocab_size: int
+
+    @property
+    def seq_len(self) -> int:
+        """T, the number of tokens."""
+        return len(self.token_ids)
 
 
 @functools.lru_cache(maxsize=None)
@@ -76,3 +98,46 @@ def show(label: str) -> str:
     """``repr`` of a label as the tutorial prints tokens (``' journey'``), keeping the
     ``\\xNN`` of partial UTF-8 bytes single-escaped."""
     return repr(label).replace("\\\\x", "\\x")
+
+
+def read_text(cfg: DictConfig) -> str:
+    """The text to tokenize: ``text_file`` when set (UTF-8, without the file's final line
+    break, which ends the file rather than belonging to the text), else ``sentence``.
+    Raises ConfigError when the file cannot be read as UTF-8."""
+    if not cfg.get("text_file"):
+        return cfg.sentence
+    try:
+        text = Path(cfg.text_file).expanduser().read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        reason = err.strerror if isinstance(err, OSError) else err.reason
+        raise ConfigError("text_file", cfg.text_file, f"must be a readable UTF-8 file ({reason})") from None
+    return text.removesuffix("\n").removesuffix("\r") if text.endswith("\n") else text
+
+
+def tokenize(cfg: DictConfig) -> Tokens:
+    """Tutorial §1 for a config: read the text (:func:`read_text`), encode it with
+    ``tokenizer.encoding`` and label every token. Raises TokenizerError when the encoding
+    cannot be loaded, ConfigError (one line) when the text is empty, longer than
+    ``tokenizer.max_tokens``, a single token for training (nothing to predict), or
+    ``train.focus_token`` is not a position in [0, T)."""
+    name = cfg.tokenizer.encoding
+    ids = encode(read_text(cfg), name, plain(cfg.tokenizer.special_tokens))
+    _check_length(cfg, len(ids))
+    return Tokens(ids, token_labels(ids, name), max(GPT2_VOCAB_SIZE, get_encoding(name).n_vocab))
+
+
+def _check_length(cfg: DictConfig, n_tokens: int) -> None:
+    key = "text_file" if cfg.get("text_file") else "sentence"
+    shown = cfg.text_file if key == "text_file" else cfg.sentence
+    if n_tokens == 0:
+        raise ConfigError(key, shown, "is empty: give at least 2 tokens of text")
+    if n_tokens > cfg.tokenizer.max_tokens:
+        short = shown if len(shown) <= 40 else shown[:40] + "…"
+        raise ConfigError(key, short, f"has {n_tokens} tokens, more than tokenizer.max_tokens="
+                          f"{cfg.tokenizer.max_tokens} (raise it to allow longer text)")
+    if plain(cfg.task) == "train" and n_tokens < 2:
+        raise ConfigError(key, shown, "has 1 token: training predicts the next token, give at least 2")
+    focus = cfg.train.focus_token
+    if not 0 <= focus < n_tokens:
+        raise ConfigError("train.focus_token", focus, f"must be a token position in [0, {n_tokens}) "
+                          f"(the text has {n_tokens} token{'' if n_tokens == 1 else 's'})")

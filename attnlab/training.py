@@ -1,4 +1,4 @@
-"""The toy training run of tutorial §5: targets, optimizer from config, the loop, snapshots.
+"""Tutorial §5, the toy training run: build the model, then forward → loss → backward → step.
 
 Entry point for notebooks: :func:`train` takes a composed config and returns a
 :class:`~attnlab.records.RunResult` with every loss and snapshot; it writes nothing unless
@@ -6,55 +6,20 @@ sinks are given, and never touches the working directory.
 """
 from __future__ import annotations
 
-import contextlib
-import signal
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
 import numpy as np
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
-from attnlab import config as C
-from attnlab import tokenizer
-from attnlab.model import GPT2_VOCAB_SIZE, InputEmbedding, SelfAttention, mse, next_token_targets
+from attnlab import checks, interrupts, tokenizer
+from attnlab.config import optimizer_schema, plain, to_plain
+from attnlab.model import InputEmbedding, SelfAttention, mse, next_token_targets
 from attnlab.records import RunInfo, RunResult, Sink, Snapshot
 
 FLUSH_EVERY = 256  # steps between loss batches sent to sinks (also at snapshots and the end)
-
-
-@dataclass
-class Prepared:
-    """The tokenized text: ``token_ids`` (T,), readable ``tokens`` (T,), and the vocab size."""
-
-    token_ids: list[int]
-    tokens: list[str]
-    vocab_size: int
-
-
-def read_text(cfg: DictConfig) -> str:
-    """The text to tokenize: ``text_file`` when set (UTF-8, without the file's final line
-    break, which ends the file rather than belonging to the text), else ``sentence``."""
-    if not cfg.get("text_file"):
-        return cfg.sentence
-    try:
-        text = Path(cfg.text_file).expanduser().read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        reason = err.strerror if isinstance(err, OSError) else err.reason
-        raise C.ConfigError("text_file", cfg.text_file, f"must be a readable UTF-8 file ({reason})") from None
-    return text.removesuffix("\n").removesuffix("\r") if text.endswith("\n") else text
-
-
-def prepare(cfg: DictConfig) -> Prepared:
-    """Validate ``cfg`` and tokenize its text. Raises ConfigError / TokenizerError (one line)."""
-    C.validate(cfg)
-    enc_name = cfg.tokenizer.encoding
-    ids = tokenizer.encode(read_text(cfg), enc_name, C.plain(cfg.tokenizer.special_tokens))
-    C.validate_tokens(cfg, len(ids))
-    vocab = max(GPT2_VOCAB_SIZE, tokenizer.get_encoding(enc_name).n_vocab)
-    return Prepared(ids, tokenizer.token_labels(ids, enc_name), vocab)
 
 
 def seed_everything(seed: int) -> None:
@@ -64,157 +29,171 @@ def seed_everything(seed: int) -> None:
     torch.use_deterministic_algorithms(True)
 
 
-def build_optimizer(opt_cfg: DictConfig, params: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
-    """The ``optimizer`` group instantiated by Hydra over ``params``; only the shipped
-    torch.optim classes are allowed (raises ConfigError otherwise)."""
-    from hydra.utils import instantiate
-
-    C.optimizer_schema(opt_cfg.get("_target_"))
-    return instantiate(opt_cfg, params=list(params))
-
-
-def build_model(cfg: DictConfig, prepared: Prepared, order: str = "training") -> tuple[InputEmbedding, SelfAttention]:
+def build_model(cfg: DictConfig, tokens: tokenizer.Tokens,
+                order: str = "training") -> tuple[InputEmbedding, SelfAttention]:
     """Seed, then create the parameters on the CPU in the tutorial's order (§5 for
     ``order="training"``, §2–4 for ``"walkthrough"``); moved to ``cfg.device`` afterwards, so
     every device starts from the same numbers."""
     seed_everything(cfg.seed)
     m = cfg.model
-    embedding = InputEmbedding(prepared.vocab_size, len(prepared.token_ids), m.d_model, m.init_std,
-                               positional=C.plain(m.positional) == "learned",
-                               order=order)
+    embedding = InputEmbedding(tokens.vocab_size, tokens.seq_len, m.d_model, m.init_std,
+                               positional=plain(m.positional) == "learned", order=order)
     attention = SelfAttention(m.d_model, m.d_k, m.d_v)
     device = torch.device(cfg.device)
     return embedding.to(device), attention.to(device)
 
 
+def build_optimizer(opt_cfg: DictConfig, params: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
+    """The ``optimizer`` group as a torch optimizer over ``params``: the class comes from the
+    shipped allow-list (:func:`attnlab.config.optimizer_schema`: Adam, AdamW, SGD), the keyword
+    arguments are the schema's plain numbers. Nothing is instantiated from the config itself, so
+    a ``_target_`` hidden anywhere in it is never called. Raises ConfigError for any other class."""
+    schema = optimizer_schema(opt_cfg.get("_target_"))
+    kwargs = {k: v for k, v in OmegaConf.to_container(opt_cfg, resolve=True).items() if k != "_target_"}
+    if "betas" in kwargs:
+        kwargs["betas"] = tuple(kwargs["betas"])
+    optim_class = {"Adam": torch.optim.Adam, "AdamW": torch.optim.AdamW, "SGD": torch.optim.SGD}[
+        schema._target_.rsplit(".", 1)[1]]
+    return optim_class(list(params), **kwargs)
+
+
+class LossRecorder:
+    """The loop's loss bookkeeping: keeps each step's loss as a tensor (no ``.item()`` sync per
+    step) and sends them to the sinks in batches of consecutive steps, stopping at the first
+    non-finite loss. Memory is one batch, whatever ``train.steps`` is (plus every loss when
+    ``keep``).
+
+    ``recorded`` steps were sent; ``final_loss`` is the last of them; ``steps_to_threshold`` the
+    first step whose loss is below ``threshold``; ``diverged_at`` / ``bad_value`` the first
+    step whose loss was not finite, and that value.
+    """
+
+    def __init__(self, sinks: list[Sink], threshold: float, keep: bool = True) -> None:
+        self.sinks = sinks
+        self.threshold = threshold
+        self.recorded = 0
+        self.final_loss: float | None = None
+        self.steps_to_threshold: int | None = None
+        self.diverged_at: int | None = None
+        self.bad_value: float | None = None
+        self._pending: list[torch.Tensor] = []
+        self._kept: list[np.ndarray] | None = [] if keep else None
+
+    def append(self, loss: torch.Tensor) -> None:
+        """Record one step's loss (a scalar tensor, detached here)."""
+        self._pending.append(loss.detach())
+
+    def flush(self) -> bool:
+        """Send the pending losses to the sinks; False (and nothing after it sent) at the first
+        non-finite one."""
+        if not self._pending:
+            return self.diverged_at is None
+        batch = torch.stack(self._pending).to("cpu", torch.float64).numpy()
+        self._pending.clear()
+        bad = np.flatnonzero(~np.isfinite(batch))
+        if bad.size:
+            self.diverged_at, self.bad_value = self.recorded + int(bad[0]), float(batch[bad[0]])
+            batch = batch[: bad[0]]
+        if batch.size:
+            steps = np.arange(self.recorded, self.recorded + batch.size, dtype=np.int64)
+            for sink in self.sinks:
+                sink.on_losses(steps, batch)
+            below = np.flatnonzero(batch < self.threshold)
+            if self.steps_to_threshold is None and below.size:
+                self.steps_to_threshold = self.recorded + int(below[0])
+            if self._kept is not None:
+                self._kept.append(batch)
+            self.recorded += batch.size
+            self.final_loss = float(batch[-1])
+        return not bad.size
+
+    @property
+    def losses(self) -> np.ndarray:
+        """Every recorded loss, ``(recorded,)`` float64 (empty unless ``keep``)."""
+        return np.concatenate(self._kept) if self._kept else np.zeros(0)
+
+
 def train(cfg: DictConfig, sinks: Iterable[Sink] = (), run_dir: Path | None = None,
-          keep_snapshots: bool = True) -> RunResult:
+          keep_snapshots: bool = True, keep_losses: bool = True) -> RunResult:
     """Run tutorial §5's training as ``cfg`` says and send records to ``sinks``.
 
     Returns a RunResult: ``status`` completed, diverged (a non-finite loss; records kept up to
-    the step before it) or interrupted (KeyboardInterrupt; records kept up to the last step);
-    ``losses`` (steps_run,) float64; ``snapshots`` when ``keep_snapshots``. Raises
-    ConfigError / TokenizerError before any step when the config is bad.
+    the step before it), interrupted (Ctrl-C / SIGTERM, see :mod:`attnlab.interrupts`; records
+    kept up to the last finished step) or failed (a sink or torch raised; re-raised after the
+    sinks have ended). ``losses`` (steps_run,) float64 when ``keep_losses``, ``snapshots`` when
+    ``keep_snapshots``. Raises ConfigError / TokenizerError before any step when the config is bad.
     """
     sinks = list(sinks)
-    prepared = prepare(cfg)
-    embedding, attention = build_model(cfg, prepared, order="training")
+    checks.validate(cfg)
+    tokens = tokenizer.tokenize(cfg)  # §1
+
+    # §2–4: the parameters, in the tutorial's §5 order
+    embedding, attention = build_model(cfg, tokens, order="training")
     device = next(attention.parameters()).device
-    ids = torch.tensor(prepared.token_ids, device=device)
-    X = embedding(ids).detach()  # (T, d_model); the embeddings are not trained (§5)
-    target = next_token_targets(X)  # (T, d_model)
+    X = embedding(torch.tensor(tokens.token_ids, device=device)).detach()  # (T, d_model), not trained
+    target = next_token_targets(X)  # (T, d_model): row i is X[i+1]
     optimizer = build_optimizer(cfg.optimizer, attention.parameters())
 
     steps = cfg.train.steps
     snapshot_steps = sorted(set(cfg.train.snapshot_steps))
-    info = RunInfo(config=C.to_plain(cfg), token_ids=prepared.token_ids, tokens=prepared.tokens,
+    is_snapshot = set(snapshot_steps).__contains__
+    info = RunInfo(config=to_plain(cfg), token_ids=tokens.token_ids, tokens=tokens.labels,
                    snapshot_steps=snapshot_steps, steps=steps, focus_token=cfg.train.focus_token, run_dir=run_dir)
     for sink in sinks:
         sink.on_start(info)
-
-    losses = torch.empty(steps, dtype=torch.float64)
-    pending: list[torch.Tensor] = []  # detached losses of the latest steps, not yet copied into `losses`
+    recorder = LossRecorder(sinks, cfg.train.loss_threshold, keep=keep_losses)
     kept: list[Snapshot] = []
-    state = {"sent": 0, "settled": 0, "status": "completed", "error": None}
-
-    def settle() -> None:
-        """Copy the pending losses into ``losses`` (one stack per batch instead of an indexed
-        write every step)."""
-        if pending:
-            n = state["settled"]
-            losses[n:n + len(pending)] = torch.stack(pending)
-            state["settled"] = n + len(pending)
-            pending.clear()
-
-    def flush(upto: int) -> bool:
-        """Send losses[sent:upto] to the sinks; False (and stop) at the first non-finite one."""
-        settle()
-        start = state["sent"]
-        if upto <= start:
-            return True
-        batch = losses[start:upto].numpy()
-        bad = np.flatnonzero(~np.isfinite(batch))
-        if bad.size:
-            upto = start + int(bad[0])
-            batch = batch[: bad[0]]
-            state["status"] = "diverged"
-            state["error"] = f"loss became {losses[upto].item()} at step {upto} (optimizer.lr={cfg.optimizer.lr})"
-        if batch.size:
-            for sink in sinks:
-                sink.on_losses(np.arange(start, upto, dtype=np.int64), batch.copy())
-        state["sent"] = upto
-        return not bad.size
-
-    snap_set = set(snapshot_steps)
-    step = 0
+    status, error, step = "completed", None, 0
     t0 = time.perf_counter()
-    with deferred_interrupts() as stop:
+    with interrupts.deferred():
         try:
             for step in range(steps):
-                if stop:  # Ctrl-C / SIGTERM arrived during the previous step
-                    raise KeyboardInterrupt(f"signal {stop[0]}")
+                interrupts.check()  # Ctrl-C / SIGTERM during the previous step: stop here
+                # forward: Q, K, V → scaled scores → softmax weights → Z (§4)
                 Z, weights = attention(X)  # (T, d_v), (T, T)
                 loss = mse(Z, target)
+                # backward and update (§5's four steps)
                 optimizer.zero_grad()
                 loss.backward()
                 optimizer.step()
-                pending.append(loss.detach())
-                if step in snap_set:
-                    if not flush(step + 1):
+                # record
+                recorder.append(loss)
+                if is_snapshot(step):
+                    if not recorder.flush():
                         break
-                    snap = Snapshot(step, float(losses[step]), weights.detach().cpu().numpy()[None].astype(np.float32))
+                    snap = Snapshot(step, recorder.final_loss, weights.detach().cpu().numpy()[None].astype(np.float32))
                     for sink in sinks:
                         sink.on_snapshot(snap)
                     if keep_snapshots:
                         kept.append(snap)
-                elif (step + 1) % FLUSH_EVERY == 0 and not flush(step + 1):
+                elif (step + 1) % FLUSH_EVERY == 0 and not recorder.flush():
                     break
             else:
-                flush(steps)
+                recorder.flush()
         except KeyboardInterrupt:
-            flush(step)  # the steps that finished before the interrupt
-            state["status"] = "interrupted"
-            state["error"] = f"interrupted at step {step}; {state['sent']} steps recorded"
+            recorder.flush()  # the steps that finished before the interrupt
+            status, error = "interrupted", f"interrupted at step {step}; {recorder.recorded} steps recorded"
         except Exception as err:
-            state["status"] = "failed"
-            state["error"] = f"{type(err).__name__}: {err}"
-            _finish(sinks, _result(state, losses, kept, time.perf_counter() - t0))
+            _finish(sinks, _result(info, recorder, kept, t0, "failed", f"{type(err).__name__}: {err}"))
             raise
-    result = _result(state, losses, kept, time.perf_counter() - t0)
+    if recorder.diverged_at is not None:
+        status, error = "diverged", divergence_message(cfg, recorder.diverged_at, recorder.bad_value)
+    result = _result(info, recorder, kept, t0, status, error)
     _finish(sinks, result)
     return result
 
 
-@contextlib.contextmanager
-def deferred_interrupts():
-    """While inside, SIGINT (Ctrl-C) and SIGTERM only append their number to the yielded list;
-    the training loop checks it between steps, so a signal never lands halfway through a sink
-    writing a batch. A second signal raises KeyboardInterrupt at once (for a stuck step).
-    A no-op outside the main thread, where handlers cannot be set."""
-    received: list[int] = []
-
-    def handler(signum, frame):
-        if received:
-            raise KeyboardInterrupt(f"signal {signum}")
-        received.append(signum)
-
-    previous = {}
-    try:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            previous[sig] = signal.signal(sig, handler)
-    except ValueError:  # not the main thread
-        pass
-    try:
-        yield received
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
+def divergence_message(cfg: DictConfig, step: int, value: float | None) -> str:
+    """One line saying where the loss stopped being finite and the likely cause."""
+    return f"loss became {value} at step {step} (optimizer.lr={cfg.optimizer.lr})"
 
 
-def _result(state: dict, losses: torch.Tensor, kept: list[Snapshot], wall: float) -> RunResult:
-    sent = state["sent"]
-    return RunResult(status=state["status"], steps_run=sent, final_loss=float(losses[sent - 1]) if sent else None,
-                     wall_time_s=wall, error=state["error"], losses=losses[:sent].numpy().copy(), snapshots=kept)
+def _result(info: RunInfo, recorder: LossRecorder, kept: list[Snapshot], t0: float, status: str,
+            error: str | None) -> RunResult:
+    return RunResult(status=status, steps_run=recorder.recorded, final_loss=recorder.final_loss,
+                     wall_time_s=time.perf_counter() - t0, error=error,
+                     steps_to_threshold=recorder.steps_to_threshold, token_ids=info.token_ids,
+                     tokens=info.tokens, losses=recorder.losses, snapshots=kept)
 
 
 def _finish(sinks: list[Sink], result: RunResult) -> None:

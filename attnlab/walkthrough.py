@@ -14,9 +14,10 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
+from attnlab import checks
 from attnlab.artifacts import WALKTHROUGH, atomic_savez
-from attnlab.tokenizer import show
-from attnlab.training import build_model, prepare
+from attnlab.tokenizer import show, tokenize
+from attnlab.training import build_model
 
 
 def walkthrough(cfg: DictConfig, run_dir: Path | None = None, file=None) -> dict[str, np.ndarray]:
@@ -30,10 +31,10 @@ def walkthrough(cfg: DictConfig, run_dir: Path | None = None, file=None) -> dict
     def p(*args: object) -> None:
         print(*args, file=out)
 
-    prepared = prepare(cfg)
-    embedding, attention = build_model(cfg, prepared, order="walkthrough")
-    ids, tokens = prepared.token_ids, prepared.tokens
-    np.set_printoptions(precision=4, suppress=True)
+    checks.validate(cfg)
+    prepared = tokenize(cfg)  # §1
+    embedding, attention = build_model(cfg, prepared, order="walkthrough")  # §2–4's order
+    ids, tokens = prepared.token_ids, prepared.labels
 
     p("== 1. Tokenization ==")
     p("text:", cfg.sentence if not cfg.get("text_file") else cfg.text_file)
@@ -41,7 +42,7 @@ def walkthrough(cfg: DictConfig, run_dir: Path | None = None, file=None) -> dict
     for tid, tok in zip(ids, tokens):
         p(f"  {tid:>6} -> {show(tok)}")
 
-    with torch.no_grad():
+    with torch.no_grad(), np.printoptions(precision=4, suppress=True):  # tutorial §0's print options
         device = next(attention.parameters()).device
         id_tensor = torch.tensor(ids, device=device)
         tok_emb = embedding.token_embedding(id_tensor)
@@ -63,7 +64,8 @@ def walkthrough(cfg: DictConfig, run_dir: Path | None = None, file=None) -> dict
 
         Z, weights, parts = attention.forward_all(X)
         p("\n== 4. Self-attention ==")
-        p("Q shape:", tuple(parts["Q"].shape), " K shape:", tuple(parts["K"].shape), " V shape:", tuple(parts["V"].shape))
+        p("Q shape:", tuple(parts["Q"].shape), " K shape:", tuple(parts["K"].shape),
+          " V shape:", tuple(parts["V"].shape))
         p("scores shape:", tuple(parts["scores"].shape), f" (scaled by 1/sqrt(d_k), d_k={attention.d_k})")
         w = weights.cpu().numpy()
         width = max(10, max(len(show(t)) for t in tokens) + 1)

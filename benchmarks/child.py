@@ -6,10 +6,10 @@
     python -m benchmarks.child plain   --text-file F --d-model D --steps N --snapshots K --report OUT.json
 
 ``attnlab`` composes the config with Hydra's compose API (``conf/`` + the overrides below) and
-runs :func:`attnlab.cli.run_job`, the job function the ``attnlab`` command runs, into
+runs :func:`attnlab.job.run_job`, the job function the ``attnlab`` command runs, into
 ``--run-dir``: ``--sinks rundir`` is ``logging=off`` (run-dir artifacts only: metrics.csv,
 attention.npz, summary.json); ``--sinks cli`` keeps the default ``logging`` group, so it gets
-whatever ``cli.make_sinks`` wires; ``--sinks all`` calls ``training.train`` with the run-dir,
+whatever ``job.make_sinks`` wires; ``--sinks all`` calls ``training.train`` with the run-dir,
 TensorBoard (with images) and figure sinks built explicitly. ``plain`` runs the tutorial's loop
 from ``benchmarks/plain_tutorial.py`` on the same tokens and sizes. Both use d_k = d_v = d_model.
 
@@ -66,9 +66,9 @@ def run_attnlab(a: argparse.Namespace, snaps: list[int]) -> dict:
         result = training.train(cfg, sinks, run_dir=run_dir, keep_snapshots=False)
         status, loop_s = result.status, result.wall_time_s
     else:
-        from attnlab.cli import run_job
+        from attnlab.job import run_job
 
-        status = run_job(cfg, run_dir)
+        status = run_job(cfg, run_dir).status
         loop_s = artifacts.read_summary(run_dir)["wall_time_s"]
     total_s = time.perf_counter() - t0
     return {"status": status, "loop_s": loop_s, "total_s": total_s}

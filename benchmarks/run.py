@@ -14,7 +14,7 @@ repetition, so a noisy neighbour hits every variant alike; tables quote medians 
   in one plain process: overhead per job in ms.
 - ``scaling``: (T, d_model) in (6, 6), (64, 64), (256, 256), (1024, 768), d_k = d_v = d_model,
   text = a generated file of exactly T GPT-2 tokens, 5 snapshots per run; attnlab's job function
-  (``cli.run_job`` with run-dir artifacts, via ``benchmarks/child.py``) against the plain loop:
+  (``job.run_job`` with run-dir artifacts, via ``benchmarks/child.py``) against the plain loop:
   steps per second of the training loop, peak RSS.
 - ``snapshots``: a snapshot at every step at T = 256 for 100 and 1,000 steps: peak RSS (flat or
   growing?), run-dir size.
@@ -22,6 +22,7 @@ repetition, so a noisy neighbour hits every variant alike; tables quote medians 
 Results go between the ``<!-- bench:begin -->`` / ``<!-- bench:end -->`` markers of ``--out``
 (text outside them, e.g. analysis notes, is kept), plus the raw samples as JSON (``--json``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -118,12 +119,14 @@ def interleave(variants: dict[str, Callable[[int], Sample]], reps: int, case: st
     names = list(variants)
     out: dict[str, list[Sample]] = {n: [] for n in names}
     for r in range(reps):
-        order = names[r % len(names):] + names[:r % len(names)]
+        order = names[r % len(names) :] + names[: r % len(names)]
         for name in order:
             s = variants[name](r)
             out[name].append(s)
-            log(f"  [{case} {r + 1}/{reps}] {name}: {s.wall_s:.2f} s, {s.rss_mb:.0f} MB"
-                + (f", loop {s.report['loop_s']:.3f} s" if "loop_s" in s.report else ""))
+            log(
+                f"  [{case} {r + 1}/{reps}] {name}: {s.wall_s:.2f} s, {s.rss_mb:.0f} MB"
+                + (f", loop {s.report['loop_s']:.3f} s" if "loop_s" in s.report else "")
+            )
     return out
 
 
@@ -176,6 +179,7 @@ def case_single(work: Path, env: dict, reps: int, quick: bool) -> dict:
             run_dir = work / "single" / f"{label.replace('=', '_').replace('.', '_').replace(' ', '_')}_{r}"
             runs[label].append(run_dir)
             return measure([ATTNLAB, f"hydra.run.dir={run_dir}", *overrides], env, logf)
+
         return go
 
     variants = {"plain script": lambda r: measure([PY, PLAIN], env, logf)}
@@ -184,13 +188,17 @@ def case_single(work: Path, env: dict, reps: int, quick: bool) -> dict:
     base = res["plain script"]
     rows = []
     for name, samples in res.items():
-        row = {"variant": name, "wall_s": med(s.wall_s for s in samples), "rss_mb": med(s.rss_mb for s in samples),
-               "ratio": med(s.wall_s for s in samples) / med(s.wall_s for s in base),
-               "paired_ratio": paired_ratio(samples, base),
-               "cpu_s": med(s.cpu_s for s in samples),
-               "cpu_ratio": med(s.cpu_s for s in samples) / med(s.cpu_s for s in base),
-               "extra_mb": med(s.rss_mb for s in samples) - med(s.rss_mb for s in base),
-               "failed": sum(s.rc != 0 for s in samples)}
+        row = {
+            "variant": name,
+            "wall_s": med(s.wall_s for s in samples),
+            "rss_mb": med(s.rss_mb for s in samples),
+            "ratio": med(s.wall_s for s in samples) / med(s.wall_s for s in base),
+            "paired_ratio": paired_ratio(samples, base),
+            "cpu_s": med(s.cpu_s for s in samples),
+            "cpu_ratio": med(s.cpu_s for s in samples) / med(s.cpu_s for s in base),
+            "extra_mb": med(s.rss_mb for s in samples) - med(s.rss_mb for s in base),
+            "failed": sum(s.rc != 0 for s in samples),
+        }
         label = name.removeprefix("attnlab, ")
         if label in runs and runs[label]:
             d = runs[label][0]
@@ -206,12 +214,14 @@ def case_sweep(work: Path, env: dict, reps: int, quick: bool) -> dict:
     common = [f"seed=range(0,{jobs})", f"train.steps={steps}", f"train.snapshot_steps=[0,{steps - 1}]"]
 
     def sweep(tag: str, extra: list[str]) -> Callable[[int], Sample]:
-        return lambda r: measure([ATTNLAB, "-m", f"hydra.sweep.dir={work / 'sweep' / f'{tag}_{r}'}", *common, *extra],
-                                 env, logf)
+        return lambda r: measure(
+            [ATTNLAB, "-m", f"hydra.sweep.dir={work / 'sweep' / f'{tag}_{r}'}", *common, *extra], env, logf
+        )
 
     variants = {
         f"plain loop, {jobs} trainings": lambda r: measure(
-            [PY, PLAIN, "--repeat", str(jobs), "--steps", str(steps), "--snapshot-steps", f"0,{steps - 1}"], env, logf),
+            [PY, PLAIN, "--repeat", str(jobs), "--steps", str(steps), "--snapshot-steps", f"0,{steps - 1}"], env, logf
+        ),
         f"attnlab -m, {jobs} jobs, logging=off": sweep("off", ["logging=off"]),
     }
     if not quick:
@@ -222,22 +232,58 @@ def case_sweep(work: Path, env: dict, reps: int, quick: bool) -> dict:
     rows = []
     for name in names:
         samples = res[name]
-        rows.append({"variant": name, "wall_s": med(s.wall_s for s in samples), "rss_mb": med(s.rss_mb for s in samples),
-                     "per_job_ms": (med(s.wall_s for s in samples) - med(s.wall_s for s in base)) / jobs * 1000,
-                     "paired_per_job_ms": med((s.wall_s - b.wall_s) / jobs * 1000 for s, b in zip(samples, base)),
-                     "cpu_s": med(s.cpu_s for s in samples),
-                     "cpu_per_job_ms": (med(s.cpu_s for s in samples) - med(s.cpu_s for s in base)) / jobs * 1000,
-                     "failed": sum(s.rc != 0 for s in samples)})
-    return {"reps": reps, "jobs": jobs, "steps": steps, "rows": rows, "samples": {k: [asdict(s) for s in v] for k, v in res.items()}}
+        rows.append(
+            {
+                "variant": name,
+                "wall_s": med(s.wall_s for s in samples),
+                "rss_mb": med(s.rss_mb for s in samples),
+                "per_job_ms": (med(s.wall_s for s in samples) - med(s.wall_s for s in base)) / jobs * 1000,
+                "paired_per_job_ms": med((s.wall_s - b.wall_s) / jobs * 1000 for s, b in zip(samples, base)),
+                "cpu_s": med(s.cpu_s for s in samples),
+                "cpu_per_job_ms": (med(s.cpu_s for s in samples) - med(s.cpu_s for s in base)) / jobs * 1000,
+                "failed": sum(s.rc != 0 for s in samples),
+            }
+        )
+    return {
+        "reps": reps,
+        "jobs": jobs,
+        "steps": steps,
+        "rows": rows,
+        "samples": {k: [asdict(s) for s in v] for k, v in res.items()},
+    }
 
 
-def _child(work: Path, env: dict, logf: Path, impl: str, T: int, d: int, steps: int, snapshots: str,
-           sinks: str = "rundir", tag: str = "") -> Callable[[int], Sample]:
+def _child(
+    work: Path,
+    env: dict,
+    logf: Path,
+    impl: str,
+    T: int,
+    d: int,
+    steps: int,
+    snapshots: str,
+    sinks: str = "rundir",
+    tag: str = "",
+) -> Callable[[int], Sample]:
     def go(r: int) -> Sample:
         report = work / f"report_{os.getpid()}.json"
         run_dir = work / "runs" / f"{impl}_{sinks}_{T}_{d}_{steps}_{snapshots}{tag}_{r}"
-        argv = [PY, "-m", "benchmarks.child", impl, "--text-file", str(text_file(work, T)), "--d-model", str(d),
-                "--steps", str(steps), "--snapshots", snapshots, "--report", str(report)]
+        argv = [
+            PY,
+            "-m",
+            "benchmarks.child",
+            impl,
+            "--text-file",
+            str(text_file(work, T)),
+            "--d-model",
+            str(d),
+            "--steps",
+            str(steps),
+            "--snapshots",
+            snapshots,
+            "--report",
+            str(report),
+        ]
         if impl == "attnlab":
             argv += ["--run-dir", str(run_dir), "--sinks", sinks]
         s = measure(argv, env, logf, report)
@@ -246,6 +292,7 @@ def _child(work: Path, env: dict, logf: Path, impl: str, T: int, d: int, steps: 
             s.report["files"] = files_of(run_dir)
             shutil.rmtree(run_dir, ignore_errors=True)  # 1,000 snapshots at T=256 are 262 MB
         return s
+
     return go
 
 
@@ -254,19 +301,27 @@ def case_scaling(work: Path, env: dict, reps: int, quick: bool) -> dict:
     logf = work / "scaling.log"
     rows, samples = [], {}
     for T, d, steps in sizes:
-        variants = {"plain": _child(work, env, logf, "plain", T, d, steps, "5"),
-                    "attnlab": _child(work, env, logf, "attnlab", T, d, steps, "5")}
+        variants = {
+            "plain": _child(work, env, logf, "plain", T, d, steps, "5"),
+            "attnlab": _child(work, env, logf, "attnlab", T, d, steps, "5"),
+        }
         res = interleave(variants, reps, f"scaling T={T} d={d}")
         p, a = res["plain"], res["attnlab"]
         sps = lambda s: steps / s.report["loop_s"] if s.report.get("loop_s") else None  # noqa: E731
-        row = {"T": T, "d_model": d, "steps": steps,
-               "plain_sps": med(sps(s) for s in p), "attnlab_sps": med(sps(s) for s in a),
-               "paired_ratio": med(sps(x) / sps(y) for x, y in zip(a, p) if sps(x) and sps(y)),
-               "plain_total_s": med(s.report.get("total_s") for s in p),
-               "attnlab_total_s": med(s.report.get("total_s") for s in a),
-               "plain_rss_mb": med(s.rss_mb for s in p), "attnlab_rss_mb": med(s.rss_mb for s in a),
-               "run_dir_mb": med(s.report.get("run_dir_mb") for s in a),
-               "failed": sum(s.rc != 0 for s in p + a)}
+        row = {
+            "T": T,
+            "d_model": d,
+            "steps": steps,
+            "plain_sps": med(sps(s) for s in p),
+            "attnlab_sps": med(sps(s) for s in a),
+            "paired_ratio": med(sps(x) / sps(y) for x, y in zip(a, p) if sps(x) and sps(y)),
+            "plain_total_s": med(s.report.get("total_s") for s in p),
+            "attnlab_total_s": med(s.report.get("total_s") for s in a),
+            "plain_rss_mb": med(s.rss_mb for s in p),
+            "attnlab_rss_mb": med(s.rss_mb for s in a),
+            "run_dir_mb": med(s.report.get("run_dir_mb") for s in a),
+            "failed": sum(s.rc != 0 for s in p + a),
+        }
         row["ratio"] = row["attnlab_sps"] / row["plain_sps"]
         rows.append(row)
         samples[f"{T}x{d}"] = {k: [asdict(s) for s in v] for k, v in res.items()}
@@ -285,18 +340,34 @@ def case_snapshots(work: Path, env: dict, reps: int, quick: bool, all_sinks: boo
         # TensorBoard images are ~0.1 s per snapshot: fewer steps, same question (flat or not?)
         for n in (counts[0] // 4, counts[0]):
             variants[f"attnlab run-dir + TensorBoard (images) + figures, {n} steps"] = _child(
-                work, env, logf, "attnlab", T, d, n, "all", sinks="all")
+                work, env, logf, "attnlab", T, d, n, "all", sinks="all"
+            )
     res = interleave(variants, reps, f"snapshots T={T}")
     rows = []
     for name, samples in res.items():
-        rows.append({"variant": name, "steps": samples[0].report.get("snapshots"),
-                     "rss_mb": med(s.rss_mb for s in samples), "wall_s": med(s.wall_s for s in samples),
-                     "loop_sps": med((s.report.get("snapshots") or 0) / s.report["loop_s"] for s in samples if s.report.get("loop_s")),
-                     "total_s": med(s.report.get("total_s") for s in samples),
-                     "run_dir_mb": med(s.report.get("run_dir_mb") for s in samples),
-                     "files": samples[0].report.get("files"), "failed": sum(s.rc != 0 for s in samples)})
-    return {"reps": reps, "T": T, "d_model": d, "counts": list(counts), "rows": rows,
-            "samples": {k: [asdict(s) for s in v] for k, v in res.items()}}
+        rows.append(
+            {
+                "variant": name,
+                "steps": samples[0].report.get("snapshots"),
+                "rss_mb": med(s.rss_mb for s in samples),
+                "wall_s": med(s.wall_s for s in samples),
+                "loop_sps": med(
+                    (s.report.get("snapshots") or 0) / s.report["loop_s"] for s in samples if s.report.get("loop_s")
+                ),
+                "total_s": med(s.report.get("total_s") for s in samples),
+                "run_dir_mb": med(s.report.get("run_dir_mb") for s in samples),
+                "files": samples[0].report.get("files"),
+                "failed": sum(s.rc != 0 for s in samples),
+            }
+        )
+    return {
+        "reps": reps,
+        "T": T,
+        "d_model": d,
+        "counts": list(counts),
+        "rows": rows,
+        "samples": {k: [asdict(s) for s in v] for k, v in res.items()},
+    }
 
 
 # ------------------------------------------------------------------------------------ report
@@ -309,19 +380,61 @@ def machine() -> dict:
         except metadata.PackageNotFoundError:
             return None
 
-    cpu = next((l.split(":", 1)[1].strip() for l in Path("/proc/cpuinfo").read_text().splitlines()
-                if l.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else platform.processor()
-    mem = next((int(l.split()[1]) // 1024 for l in Path("/proc/meminfo").read_text().splitlines()
-                if l.startswith("MemTotal")), None) if Path("/proc/meminfo").exists() else None
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    dirty = bool(subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
-                                capture_output=True, text=True).stdout.strip())
-    return {"date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"), "cpu": cpu, "cores": os.cpu_count(),
-            "ram_gb": round(mem / 1024, 1) if mem else None, "platform": platform.platform(),
-            "python": platform.python_version(),
-            **{name: v(name) for name in ("attnlab", "torch", "numpy", "hydra-core", "omegaconf", "tiktoken",
-                                          "matplotlib", "tensorboard")},
-            "git": commit + ("+dirty" if dirty else ""), "load_start": os.getloadavg()}
+    cpu = (
+        next(
+            (
+                line.split(":", 1)[1].strip()
+                for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")
+            ),
+            platform.processor(),
+        )
+        if Path("/proc/cpuinfo").exists()
+        else platform.processor()
+    )
+    mem = (
+        next(
+            (
+                int(line.split()[1]) // 1024
+                for line in Path("/proc/meminfo").read_text().splitlines()
+                if line.startswith("MemTotal")
+            ),
+            None,
+        )
+        if Path("/proc/meminfo").exists()
+        else None
+    )
+    commit = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    dirty = bool(
+        subprocess.run(
+            ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
+        ).stdout.strip()
+    )
+    return {
+        "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "ram_gb": round(mem / 1024, 1) if mem else None,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        **{
+            name: v(name)
+            for name in (
+                "attnlab",
+                "torch",
+                "numpy",
+                "hydra-core",
+                "omegaconf",
+                "tiktoken",
+                "matplotlib",
+                "tensorboard",
+            )
+        },
+        "git": commit + ("+dirty" if dirty else ""),
+        "load_start": os.getloadavg(),
+    }
 
 
 def _files(names) -> list[str]:
@@ -334,85 +447,142 @@ def f(x, fmt=".2f") -> str:
 
 def render(res: dict, args: argparse.Namespace) -> str:
     m = res["machine"]
-    L = [BEGIN, "",
-         f"Measured {m['date']} with `{' '.join(['python -m benchmarks.run', *res['argv']])}`"
-         f" ({res['seconds']:.0f} s in all; repetitions per case: "
-         + ", ".join(f"{c} {res[c]['reps']}" for c in ("single", "sweep", "scaling", "snapshots") if c in res) + ").", "",
-         "Wall = fork to reap of each child process; peak RSS = its `ru_maxrss` (`os.wait4`); CPU = its user + "
-         "system seconds, which another process's load disturbs far less than wall time.", "",
-         f"- machine: {m['cpu']}, {m['cores']} cores, {m['ram_gb']} GB RAM; {m['platform']}",
-         f"- load average (1 min) at start / end: {m['load_start'][0]:.2f} / {res['load_end'][0]:.2f}"
-         f"; torch threads: {res['threads'] or 'default'}",
-         f"- Python {m['python']}, torch {m['torch']}, numpy {m['numpy']}, hydra-core {m['hydra-core']}, "
-         f"omegaconf {m['omegaconf']}, tiktoken {m['tiktoken']}, matplotlib {m['matplotlib']}, "
-         f"tensorboard {m['tensorboard']}; attnlab {m['attnlab']} at {m['git']}", ""]
+    L = [
+        BEGIN,
+        "",
+        f"Measured {m['date']} with `{' '.join(['python -m benchmarks.run', *res['argv']])}`"
+        f" ({res['seconds']:.0f} s in all; repetitions per case: "
+        + ", ".join(f"{c} {res[c]['reps']}" for c in ("single", "sweep", "scaling", "snapshots") if c in res)
+        + ").",
+        "",
+        "Wall = fork to reap of each child process; peak RSS = its `ru_maxrss` (`os.wait4`); CPU = its user + "
+        "system seconds, which another process's load disturbs far less than wall time.",
+        "",
+        f"- machine: {m['cpu']}, {m['cores']} cores, {m['ram_gb']} GB RAM; {m['platform']}",
+        f"- load average (1 min) at start / end: {m['load_start'][0]:.2f} / {res['load_end'][0]:.2f}"
+        f"; torch threads: {res['threads'] or 'default'}",
+        f"- Python {m['python']}, torch {m['torch']}, numpy {m['numpy']}, hydra-core {m['hydra-core']}, "
+        f"omegaconf {m['omegaconf']}, tiktoken {m['tiktoken']}, matplotlib {m['matplotlib']}, "
+        f"tensorboard {m['tensorboard']}; attnlab {m['attnlab']} at {m['git']}",
+        "",
+    ]
     checks = []
     if "single" in res:
-        L += ["### Single run: `attnlab` vs the plain section-5 script", "",
-              "| variant | wall s (median) | × plain (medians) | × plain (paired) | CPU s | CPU × plain | peak RSS MB | + MB vs plain | run-dir files |",
-              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+        L += [
+            "### Single run: `attnlab` vs the plain section-5 script",
+            "",
+            "| variant | wall s (median) | × plain (medians) | × plain (paired) | CPU s | CPU × plain | peak RSS MB | + MB vs plain | run-dir files |",  # noqa: E501 (a markdown table row)
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+        ]
         for r in res["single"]["rows"]:
             files = ", ".join(_files(r.get("files")))
-            L.append(f"| {r['variant']} | {f(r['wall_s'])} | {f(r['ratio'], '.3f')} | {f(r['paired_ratio'], '.3f')} | "
-                     f"{f(r['cpu_s'])} | {f(r['cpu_ratio'], '.3f')} | "
-                     f"{f(r['rss_mb'], '.0f')} | {f(r['extra_mb'], '+.0f')} | {files} |")
+            L.append(
+                f"| {r['variant']} | {f(r['wall_s'])} | {f(r['ratio'], '.3f')} | {f(r['paired_ratio'], '.3f')} | "
+                f"{f(r['cpu_s'])} | {f(r['cpu_ratio'], '.3f')} | "
+                f"{f(r['rss_mb'], '.0f')} | {f(r['extra_mb'], '+.0f')} | {files} |"
+            )
         L.append("")
         by = {r["variant"]: r for r in res["single"]["rows"]}
         off, dflt = by.get("attnlab, logging=off"), by.get("attnlab, default logging")
         if off:
-            checks.append(("single run, logging=off: wall ≤ 1.05× plain", f"{off['ratio']:.3f}× (paired {off['paired_ratio']:.3f}×)",
-                           off["ratio"] <= SINGLE_OFF_MAX))
+            checks.append(
+                (
+                    "single run, logging=off: wall ≤ 1.05× plain",
+                    f"{off['ratio']:.3f}× (paired {off['paired_ratio']:.3f}×)",
+                    off["ratio"] <= SINGLE_OFF_MAX,
+                )
+            )
         if dflt:
-            checks.append(("single run, default logging: wall ≤ 1.25× plain", f"{dflt['ratio']:.3f}× (paired {dflt['paired_ratio']:.3f}×)",
-                           dflt["ratio"] <= SINGLE_DEFAULT_MAX))
+            checks.append(
+                (
+                    "single run, default logging: wall ≤ 1.25× plain",
+                    f"{dflt['ratio']:.3f}× (paired {dflt['paired_ratio']:.3f}×)",
+                    dflt["ratio"] <= SINGLE_DEFAULT_MAX,
+                )
+            )
         worst = max((r for r in res["single"]["rows"] if r["variant"] != "plain script"), key=lambda r: r["extra_mb"])
-        checks.append(("single run: peak memory ≤ plain + 80 MB", f"{worst['extra_mb']:+.0f} MB (worst: {worst['variant']})",
-                       worst["extra_mb"] <= SINGLE_EXTRA_MB))
+        checks.append(
+            (
+                "single run: peak memory ≤ plain + 80 MB",
+                f"{worst['extra_mb']:+.0f} MB (worst: {worst['variant']})",
+                worst["extra_mb"] <= SINGLE_EXTRA_MB,
+            )
+        )
     if "sweep" in res:
         s = res["sweep"]
-        L += [f"### Sweep: `attnlab -m` over {s['jobs']} seeds ({s['steps']} steps each) vs {s['jobs']} trainings in one plain loop", "",
-              "| variant | wall s (median) | peak RSS MB | overhead per job, ms (medians) | (paired) | CPU s | CPU overhead per job, ms |",
-              "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        L += [
+            f"### Sweep: `attnlab -m` over {s['jobs']} seeds ({s['steps']} steps each) vs {s['jobs']} trainings in one plain loop",  # noqa: E501 (a markdown table row)
+            "",
+            "| variant | wall s (median) | peak RSS MB | overhead per job, ms (medians) | (paired) | CPU s | CPU overhead per job, ms |",  # noqa: E501 (a markdown table row)
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        ]
         for r in s["rows"]:
-            L.append(f"| {r['variant']} | {f(r['wall_s'])} | {f(r['rss_mb'], '.0f')} | {f(r['per_job_ms'], '.0f')} | "
-                     f"{f(r['paired_per_job_ms'], '.0f')} | {f(r['cpu_s'])} | {f(r['cpu_per_job_ms'], '.0f')} |")
+            L.append(
+                f"| {r['variant']} | {f(r['wall_s'])} | {f(r['rss_mb'], '.0f')} | {f(r['per_job_ms'], '.0f')} | "
+                f"{f(r['paired_per_job_ms'], '.0f')} | {f(r['cpu_s'])} | {f(r['cpu_per_job_ms'], '.0f')} |"
+            )
         L.append("")
         worst = max(s["rows"][1:], key=lambda r: r["per_job_ms"])
-        checks.append(("sweep: ≤ 100 ms overhead per job", f"{worst['per_job_ms']:.0f} ms (worst: {worst['variant']})",
-                       worst["per_job_ms"] <= SWEEP_MAX_MS))
+        checks.append(
+            (
+                "sweep: ≤ 100 ms overhead per job",
+                f"{worst['per_job_ms']:.0f} ms (worst: {worst['variant']})",
+                worst["per_job_ms"] <= SWEEP_MAX_MS,
+            )
+        )
     if "scaling" in res:
-        L += ["### Scaling: training-loop steps per second, d_k = d_v = d_model, 5 snapshots per run", "",
-              "attnlab = `cli.run_job` (the `attnlab` command's job function, run-dir artifacts: metrics.csv, "
-              "attention.npz, summary.json) in a child process, config composed with Hydra's compose API; "
-              "plain = the tutorial's loop (`benchmarks/plain_tutorial.py`). Steps/s count the loop only "
-              "(first step to last, snapshots included); *total* is the whole training call with torch already imported "
-              "(set-up, the compiler-stack import, the loop and, for attnlab, summary.json and the run dir).", "",
-              "| T | d_model | steps | plain steps/s | attnlab steps/s | × plain (medians) | (paired) | plain total s | attnlab total s | plain peak MB | attnlab peak MB | run dir MB |",
-              "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        L += [
+            "### Scaling: training-loop steps per second, d_k = d_v = d_model, 5 snapshots per run",
+            "",
+            "attnlab = `job.run_job` (the `attnlab` command's job function, run-dir artifacts: metrics.csv, "
+            "attention.npz, summary.json) in a child process, config composed with Hydra's compose API; "
+            "plain = the tutorial's loop (`benchmarks/plain_tutorial.py`). Steps/s count the loop only "
+            "(first step to last, snapshots included); *total* is the whole training call with torch already imported "
+            "(set-up, the compiler-stack import, the loop and, for attnlab, summary.json and the run dir).",
+            "",
+            "| T | d_model | steps | plain steps/s | attnlab steps/s | × plain (medians) | (paired) | plain total s | attnlab total s | plain peak MB | attnlab peak MB | run dir MB |",  # noqa: E501 (a markdown table row)
+            "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        ]
         for r in res["scaling"]["rows"]:
-            L.append(f"| {r['T']} | {r['d_model']} | {r['steps']} | {f(r['plain_sps'], '.1f')} | {f(r['attnlab_sps'], '.1f')} | "
-                     f"{f(r['ratio'], '.3f')} | {f(r['paired_ratio'], '.3f')} | {f(r['plain_total_s'])} | {f(r['attnlab_total_s'])} | "
-                     f"{f(r['plain_rss_mb'], '.0f')} | {f(r['attnlab_rss_mb'], '.0f')} | {f(r['run_dir_mb'], '.2f')} |")
+            L.append(
+                f"| {r['T']} | {r['d_model']} | {r['steps']} | {f(r['plain_sps'], '.1f')} | {f(r['attnlab_sps'], '.1f')} | "  # noqa: E501 (a markdown table row)
+                f"{f(r['ratio'], '.3f')} | {f(r['paired_ratio'], '.3f')} | {f(r['plain_total_s'])} | {f(r['attnlab_total_s'])} | "  # noqa: E501 (a markdown table row)
+                f"{f(r['plain_rss_mb'], '.0f')} | {f(r['attnlab_rss_mb'], '.0f')} | {f(r['run_dir_mb'], '.2f')} |"
+            )
         L.append("")
         worst = min(res["scaling"]["rows"], key=lambda r: r["ratio"])
-        checks.append(("scaling: ≥ 0.95× plain steps/s at every size",
-                       f"worst {worst['ratio']:.3f}× (paired {worst['paired_ratio']:.3f}×) at T={worst['T']}, d_model={worst['d_model']}",
-                       worst["ratio"] >= SCALING_MIN))
+        checks.append(
+            (
+                "scaling: ≥ 0.95× plain steps/s at every size",
+                f"worst {worst['ratio']:.3f}× (paired {worst['paired_ratio']:.3f}×) at T={worst['T']}, d_model={worst['d_model']}",  # noqa: E501 (a markdown table row)
+                worst["ratio"] >= SCALING_MIN,
+            )
+        )
     if "snapshots" in res:
         s = res["snapshots"]
-        L += [f"### Snapshots at every step, T = {s['T']}, d_model = {s['d_model']}", "",
-              "| variant | snapshots | peak RSS MB | loop steps/s | total s | run dir MB | run-dir files |",
-              "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+        L += [
+            f"### Snapshots at every step, T = {s['T']}, d_model = {s['d_model']}",
+            "",
+            "| variant | snapshots | peak RSS MB | loop steps/s | total s | run dir MB | run-dir files |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
+        ]
         for r in s["rows"]:
-            L.append(f"| {r['variant']} | {r['steps']} | {f(r['rss_mb'], '.0f')} | {f(r['loop_sps'], '.1f')} | {f(r['total_s'])} | "
-                     f"{f(r['run_dir_mb'], '.1f')} | {', '.join(_files(r['files']))} |")
+            L.append(
+                f"| {r['variant']} | {r['steps']} | {f(r['rss_mb'], '.0f')} | {f(r['loop_sps'], '.1f')} | {f(r['total_s'])} | "  # noqa: E501 (a markdown table row)
+                f"{f(r['run_dir_mb'], '.1f')} | {', '.join(_files(r['files']))} |"
+            )
         L.append("")
         lo, hi = s["counts"]
         by = {r["variant"]: r for r in s["rows"]}
         a_lo, a_hi = by[f"attnlab run-dir sink, {lo} steps"], by[f"attnlab run-dir sink, {hi} steps"]
         growth = a_hi["rss_mb"] - a_lo["rss_mb"]
-        checks.append((f"snapshots every step, T={s['T']}: memory flat ({lo} → {hi} steps)",
-                       f"{growth:+.0f} MB (run dir {f(a_hi['run_dir_mb'], '.0f')} MB)", growth <= SNAPSHOT_GROWTH_MAX_MB))
+        checks.append(
+            (
+                f"snapshots every step, T={s['T']}: memory flat ({lo} → {hi} steps)",
+                f"{growth:+.0f} MB (run dir {f(a_hi['run_dir_mb'], '.0f')} MB)",
+                growth <= SNAPSHOT_GROWTH_MAX_MB,
+            )
+        )
     if checks:
         L += ["### Targets (issue 6)", "", "| target | measured | met |", "| --- | --- | :---: |"]
         L += [f"| {t} | {v} | {'yes' if ok else '**no**'} |" for t, v, ok in checks]
@@ -438,9 +608,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reps", type=int, help="repetitions per case (default 5; sweep and scaling 3; quick 1)")
     p.add_argument("--only", default="single,sweep,scaling,snapshots", help="comma-separated cases")
     p.add_argument("--threads", type=int, help="OMP_NUM_THREADS for every child (default: torch's default)")
-    p.add_argument("--no-all-sinks", action="store_true",
-                   help="skip the snapshot case with the TensorBoard and figure sinks")
-    p.add_argument("--out", type=Path, help="markdown file (default docs/benchmarks.md; quick: outputs/benchmarks-quick.md)")
+    p.add_argument(
+        "--no-all-sinks", action="store_true", help="skip the snapshot case with the TensorBoard and figure sinks"
+    )
+    p.add_argument(
+        "--out", type=Path, help="markdown file (default docs/benchmarks.md; quick: outputs/benchmarks-quick.md)"
+    )
     p.add_argument("--json", type=Path, help="raw samples as JSON (default: --out with .json)")
     p.add_argument("--keep", action="store_true", help="keep the work dir (run dirs, logs)")
     args = p.parse_args(argv)
@@ -452,8 +625,12 @@ def main(argv: list[str] | None = None) -> int:
     reps = args.reps or (1 if args.quick else 5)
     env = child_env(args.threads)
     work = Path(tempfile.mkdtemp(prefix="attnlab-bench-"))
-    res: dict = {"argv": list(argv if argv is not None else sys.argv[1:]), "reps": reps, "threads": args.threads,
-                 "machine": machine()}
+    res: dict = {
+        "argv": list(argv if argv is not None else sys.argv[1:]),
+        "reps": reps,
+        "threads": args.threads,
+        "machine": machine(),
+    }
     log(f"benchmark work dir {work}; load {res['machine']['load_start']}")
     t0 = time.perf_counter()
     try:
@@ -464,7 +641,9 @@ def main(argv: list[str] | None = None) -> int:
         if "scaling" in cases:
             res["scaling"] = case_scaling(work, env, args.reps or (1 if args.quick else 3), args.quick)
         if "snapshots" in cases:
-            res["snapshots"] = case_snapshots(work, env, args.reps or 1, args.quick, not (args.no_all_sinks or args.quick))
+            res["snapshots"] = case_snapshots(
+                work, env, args.reps or 1, args.quick, not (args.no_all_sinks or args.quick)
+            )
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
@@ -476,8 +655,11 @@ def main(argv: list[str] | None = None) -> int:
     json_path.write_text(json.dumps(res, indent=1, default=str) + "\n", encoding="utf-8")
     print(block)
     log(f"wrote {out} and {json_path} in {res['seconds']:.0f} s")
-    failed = [c for c in ("single", "sweep", "scaling", "snapshots") if c in res
-              and any(r.get("failed") for r in res[c]["rows"])]
+    failed = [
+        c
+        for c in ("single", "sweep", "scaling", "snapshots")
+        if c in res and any(r.get("failed") for r in res[c]["rows"])
+    ]
     if failed:
         log(f"some runs failed in: {', '.join(failed)}")
         return 1

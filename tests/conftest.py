@@ -1,6 +1,7 @@
 """Shared test helpers: compose configs with Hydra's compose API, run the CLI in a subprocess."""
 from __future__ import annotations
 
+import csv
 import os
 import subprocess
 import sys
@@ -53,3 +54,9 @@ def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None, timeou
 @pytest.fixture
 def cli():
     return run_cli
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    """A ``summary.csv`` back as a list of dicts of strings (empty cells are ``""``)."""
+    with open(path, encoding="utf-8", newline="") as f:
+        return list(csv.DictReader(f))

@@ -1,6 +1,6 @@
 """Every bad input we know of, and exactly what the user sees.
 
-``CASES`` is the one list: the tests below check each case (in-process through ``cli.run_job``
+``CASES`` is the one list: the tests below check each case (in-process through ``job.run_job``
 where the subprocess adds nothing, and a few through the real ``attnlab`` command), and
 ``python tests/test_bad_input.py`` runs every case through the real commands and writes
 ``docs/bad_inputs.md`` from what they printed. ``test_doc_is_current`` keeps the two in step.
@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, compose_cfg, run_cli
 
 from attnlab import artifacts
-from attnlab.cli import run_job
-from attnlab.errors import AttnlabError
+from attnlab.job import run_job
+
+from conftest import ROOT, compose_cfg, run_cli
 
 DOC = ROOT / "docs" / "bad_inputs.md"
 QUIET = ("logging=off",)  # added to every command; not shown in the doc
@@ -109,19 +109,22 @@ REPRODUCE_CASES = [
 @pytest.mark.parametrize("case", [c for c in CASES if c.kind == "ours"], ids=lambda c: c.id)
 def test_our_errors_name_key_value_and_allowed(case, tmp_path):
     cfg = compose_cfg(*case.args, *QUIET)
-    with pytest.raises(AttnlabError) as info:
-        run_job(cfg, tmp_path)
-    message = str(info.value)
-    assert "\n" not in message and case.expect in message
+    result = run_job(cfg, tmp_path)
+    assert result.status == "failed"
+    assert result.bad_input
+    message = result.error
+    assert "\n" not in message
+    assert case.expect in message
     summary = artifacts.read_summary(tmp_path)
-    assert summary["status"] == "failed" and summary["error"] == message
+    assert summary["status"] == "failed"
+    assert summary["error"] == message
     assert not (tmp_path / "metrics.csv").exists()
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.kind == "ok"], ids=lambda c: c.id)
 def test_endoftext_is_encoded_as_configured(case, tmp_path):
     cfg = compose_cfg(*case.args, *QUIET, "train.steps=5", "train.snapshot_steps=[0]")
-    assert run_job(cfg, tmp_path) == "completed"
+    assert run_job(cfg, tmp_path).status == "completed"
     assert str(artifacts.read_attention(tmp_path)["token_ids"].tolist()) == case.expect
 
 
@@ -131,21 +134,27 @@ def test_endoftext_is_encoded_as_configured(case, tmp_path):
 def test_cli_prints_one_clear_message_without_traceback(case, tmp_path):
     proc = run_cli(f"hydra.run.dir={tmp_path / 'run'}", *QUIET, *case.args)
     assert proc.returncode != 0
-    assert "Traceback" not in proc.stderr and case.expect in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert case.expect in proc.stderr
     if case.kind == "ours":
         assert proc.returncode == 2
-        assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: ")
+        assert proc.stderr.count("\n") == 1
+        assert proc.stderr.startswith("error: ")
         summary = artifacts.read_summary(tmp_path / "run")
-        assert summary["status"] == "failed" and f"error: {summary['error']}\n" == proc.stderr
+        assert summary["status"] == "failed"
+        assert f"error: {summary['error']}\n" == proc.stderr
     else:  # refused while Hydra composes the config, before any run dir exists: one line too
-        assert proc.returncode == 2 and not (tmp_path / "run").exists()
-        assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: ")
+        assert proc.returncode == 2
+        assert not (tmp_path / "run").exists()
+        assert proc.stderr.count("\n") == 1
+        assert proc.stderr.startswith("error: ")
 
 
 def test_hydra_full_error_shows_the_traceback(tmp_path):
     proc = _run([sys.executable, "-m", "attnlab.cli", f"hydra.run.dir={tmp_path / 'run'}", *QUIET, "model.d_model=0"],
                 tmp_path, env_extra={"HYDRA_FULL_ERROR": "1"})
-    assert proc.returncode != 0 and "Traceback (most recent call last)" in proc.stderr
+    assert proc.returncode != 0
+    assert "Traceback (most recent call last)" in proc.stderr
     assert "attnlab.errors.ConfigError: model.d_model=0: must be a positive integer" in proc.stderr
     assert artifacts.read_summary(tmp_path / "run")["status"] == "failed"
 
@@ -164,9 +173,10 @@ def test_doc_is_current():
         assert f"| {case.id} |" in doc, f"{case.id} missing from {DOC}: run python tests/test_bad_input.py"
         if case.kind == "ours":
             cfg = compose_cfg(*case.args, *QUIET)
-            with tempfile.TemporaryDirectory() as tmp, pytest.raises(AttnlabError) as info:
-                run_job(cfg, Path(tmp))
-            assert cell(f"error: {info.value}") in doc, case.id
+            with tempfile.TemporaryDirectory() as tmp:
+                result = run_job(cfg, Path(tmp))
+            assert result.bad_input, case.id
+            assert cell(f"error: {result.error}") in doc, case.id
     for rid, *_ in REPRODUCE_CASES:
         assert f"| {rid} |" in doc
 

@@ -12,9 +12,10 @@ import subprocess
 import sys
 
 import pytest
-from conftest import GOLDEN_SECTION5, ROOT, TUTORIAL_IDS
 
 from attnlab import tokenizer
+
+from conftest import GOLDEN_SECTION5, ROOT, TUTORIAL_IDS
 
 sys.path.insert(0, str(ROOT))  # benchmarks/ is not an installed package
 from benchmarks import child, plain_tutorial, run  # noqa: E402
@@ -55,8 +56,10 @@ def test_results_replace_only_the_marked_block(tmp_path):
     out.write_text("# notes before\n\n" + text + "\n## analysis after\n", encoding="utf-8")
     run.write_out(out, f"{run.BEGIN}\nnew table\n{run.END}")
     text = out.read_text(encoding="utf-8")
-    assert "new table" in text and "old table" not in text
-    assert text.startswith("# notes before") and text.rstrip().endswith("## analysis after")
+    assert "new table" in text
+    assert "old table" not in text
+    assert text.startswith("# notes before")
+    assert text.rstrip().endswith("## analysis after")
 
 
 @pytest.mark.skipif(os.environ.get("ATTNLAB_BENCH_SMOKE") != "1",

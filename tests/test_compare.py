@@ -10,11 +10,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from omegaconf import OmegaConf
 
-from attnlab import artifacts, compare
-from attnlab.cli import run_job
+from attnlab import artifacts, compare, runs, table
+from attnlab.job import run_job
+
 from conftest import ROOT, run_cli
 
 
@@ -33,31 +33,32 @@ def job(sweep: Path, n: int) -> Path:
 
 
 def test_rows_are_the_runs_own_numbers_and_match_summary_csv(sweep):
-    rows = compare.collect_rows([sweep])
+    rows = runs.collect_rows([sweep])
     assert [r["job"] for r in rows] == ["0_logging=off,optimizer.lr=0.05,train.snapshot_steps=[0,29],train.steps=30",
                                         "1_logging=off,optimizer.lr=0.5,train.snapshot_steps=[0,29],train.steps=30"]
     for n, row in enumerate(rows):
         d = job(sweep, n)
         summary = json.loads((d / "summary.json").read_text())
         _, losses = artifacts.read_metrics(d)
-        assert row["status"] == "completed" and row["final_loss"] == summary["final_loss"] == losses[-1]
+        assert row["status"] == "completed"
+        assert row["final_loss"] == summary["final_loss"] == losses[-1]
         att = artifacts.read_attention(d)
         assert row["snapshot_step"] == 29
         assert row["focus_weight"] == pytest.approx(float(att["weights"][-1, 0, 1].max()), rel=1e-6)
         assert row["overrides"] == f"optimizer.lr={['0.05', '0.5'][n]} train.steps=30 train.snapshot_steps=[0,29] logging=off"
     assert rows[0]["final_loss"] < rows[1]["final_loss"]
     # the sweep callback's summary.csv is the same table
-    assert (sweep / "summary.csv").read_text(encoding="utf-8") == compare.csv_text(rows)
+    assert (sweep / "summary.csv").read_text(encoding="utf-8") == table.csv_text(rows)
 
 
 def test_sort_by_column_numbers_numerically_empty_last(sweep):
-    rows = compare.collect_rows([sweep])
-    by_loss = compare.sort_rows(rows, "final_loss", reverse=True)
+    rows = runs.collect_rows([sweep])
+    by_loss = table.sort_rows(rows, "final_loss", reverse=True)
     assert [r["job"][0] for r in by_loss] == ["1", "0"]
     fake = [dict(rows[0], final_loss=None, job="x"), *rows]
-    assert [r["job"][0] for r in compare.sort_rows(fake, "final_loss")] == ["0", "1", "x"]
+    assert [r["job"][0] for r in table.sort_rows(fake, "final_loss")] == ["0", "1", "x"]
     with pytest.raises(KeyError, match="unknown column; one of job, overrides, status, final_loss"):
-        compare.sort_rows(rows, "lossy")
+        table.sort_rows(rows, "lossy")
 
 
 def test_cli_prints_table_sorted_and_writes_figure(sweep, tmp_path, capsys):
@@ -66,7 +67,8 @@ def test_cli_prints_table_sorted_and_writes_figure(sweep, tmp_path, capsys):
     out = capsys.readouterr().out.splitlines()
     # no job reached the 1e-3 threshold in 30 steps, so that empty column is left out
     assert out[0].split() == ["job", "status", "final_loss", "focus", "→", "target", "weight", "at", "step", "wall_s"]
-    assert out[2].startswith("1_logging=off,optimizer.lr=0.5") and out[3].startswith("0_logging=off,optimizer.lr=0.05")
+    assert out[2].startswith("1_logging=off,optimizer.lr=0.5")
+    assert out[3].startswith("0_logging=off,optimizer.lr=0.05")
     assert out[-1] == f"figure: {fig}"
     png = fig.read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
@@ -77,17 +79,22 @@ def test_cli_prints_table_sorted_and_writes_figure(sweep, tmp_path, capsys):
 def test_run_dirs_and_a_walkthrough_together(sweep, tmp_path, cfg_of, capsys):
     walk = tmp_path / "walk"  # a walkthrough run dir, made in this process (as the CLI would)
     cfg = cfg_of("experiment=tutorial_walkthrough")
-    assert run_job(cfg, walk) == "completed"
+    assert run_job(cfg, walk).status == "completed"
     (walk / ".hydra").mkdir()
     OmegaConf.save(cfg, walk / ".hydra" / "config.yaml")
-    rows = compare.collect_rows([job(sweep, 0), walk])
+    rows = runs.collect_rows([job(sweep, 0), walk])
     # jobs are named by their path below the PATHs' common parent
-    assert rows[0]["job"].endswith(f"/{sweep.name}/{job(sweep, 0).name}") and rows[1]["job"].endswith("/walk")
+    assert rows[0]["job"].endswith(f"/{sweep.name}/{job(sweep, 0).name}")
+    assert rows[1]["job"].endswith("/walk")
     assert not rows[0]["job"].startswith("/")
     w = rows[1]
-    assert w["status"] == "completed" and w["final_loss"] is None and w["snapshot_step"] is None
-    assert w["focus_token"] == " journey" and w["focus_weight"] == pytest.approx(1 / 6, abs=1e-3)
-    assert w["n_tokens"] == 6 and w["max_abs_weight_minus_uniform"] < 1e-3
+    assert w["status"] == "completed"
+    assert w["final_loss"] is None
+    assert w["snapshot_step"] is None
+    assert w["focus_token"] == " journey"
+    assert w["focus_weight"] == pytest.approx(1 / 6, abs=1e-3)
+    assert w["n_tokens"] == 6
+    assert w["max_abs_weight_minus_uniform"] < 1e-3
     assert compare.main([str(job(sweep, 0)), str(walk), "--plot", str(tmp_path / "two.png")]) == 0
     assert (tmp_path / "two.png").stat().st_size > 10_000
 
@@ -95,8 +102,8 @@ def test_run_dirs_and_a_walkthrough_together(sweep, tmp_path, cfg_of, capsys):
 def test_table_aligns_chinese_and_emoji():
     rows = [{"job": "0_sentence=你好", "status": "completed", "path": "a"},
             {"job": "1_sentence=ab🚶", "status": "failed", "error": "x", "path": "b"}]
-    lines = compare.format_table(rows).splitlines()
-    assert [compare._width(l.split("  ")[0]) for l in lines[2:]] == [15, 15]
+    lines = table.format_table(rows).splitlines()
+    assert [table._width(line.split("  ")[0]) for line in lines[2:]] == [15, 15]
     assert lines[0].split() == ["job", "status", "error"]
 
 
@@ -112,7 +119,8 @@ def test_one_line_errors_exit_2(tmp_path, capsys):
 def test_console_script_is_installed(sweep):
     exe = shutil.which("attnlab-compare") or str(Path(sys.executable).parent / "attnlab-compare")
     proc = subprocess.run([exe, str(sweep), "--sort", "nonsense"], capture_output=True, text=True, cwd=ROOT)
-    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.returncode == 2
+    assert proc.stdout == ""
     assert proc.stderr.startswith("attnlab-compare: error: --sort 'nonsense': unknown column; one of job,")
     assert len(proc.stderr.splitlines()) == 1
 
@@ -130,7 +138,8 @@ def test_last_snapshot_reads_only_the_last_frame(tmp_path):
         sink.on_snapshot(Snapshot(10 * i, 0.5, w))
     sink.on_end(RunResult("completed", 70, 0.5, 0.1))
     step, last = artifacts.read_last_snapshot(tmp_path)
-    assert step == 60 and last.shape == (1, 5, 5)
+    assert step == 60
+    assert last.shape == (1, 5, 5)
     np.testing.assert_array_equal(last, frames[-1])
     np.testing.assert_array_equal(last, artifacts.read_attention(tmp_path)["weights"][-1])
     empty = tmp_path / "empty"

@@ -80,7 +80,8 @@ def test_runner_equals_plain_tutorial_code(cfg_of, overrides, plain):
     expected_losses, expected_snaps = plain_section5(make_opt=make_opt, **args)
 
     result = train(cfg_of(*overrides))
-    assert result.status == "completed" and result.steps_run == args["steps"]
+    assert result.status == "completed"
+    assert result.steps_run == args["steps"]
     np.testing.assert_allclose(result.losses, expected_losses, rtol=0, atol=1e-6)
     assert [s.step for s in result.snapshots] == [s for s, _ in expected_snaps]
     for snap, (_, w) in zip(result.snapshots, expected_snaps):

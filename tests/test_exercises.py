@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from attnlab import exercises
-from attnlab.compare import read_csv
 from attnlab.tokenizer import encode
+
+from conftest import read_csv
 
 QUIET = ["logging.console=false", "logging.tensorboard=false", "logging.figures=false"]
 
@@ -45,13 +46,15 @@ def test_exercise2_token_count_and_table_for_english_chinese_emoji(cli, tmp_path
                                       [345, " you"], [761, " need"]]
     zh = sums[1]["token_table"]
     assert [i for i, _ in zh] == encode(sentences[1])
-    assert zh[2] == [21410, "的"] and zh[0][1] == "\\xe4\\xbd"  # part of 你: bytes, not text
+    assert zh[2] == [21410, "的"]
+    assert zh[0][1] == "\\xe4\\xbd"  # part of 你: bytes, not text
     emoji = [label for _, label in sums[2]["token_table"]]
     assert emoji[3:6] == [" \\xf0\\x9f", "\\x9a", "\\xb6"]  # 🚶 is 3 tokens of UTF-8 bytes
     assert [r["n_tokens"] for r in rows] == ["6", "17", "9"]
     # your own sentence replaces the preset's three
     rows, sums = run_exercise(cli, tmp_path / "own", 2, 'sentence="Your journey starts with one step"')
-    assert len(rows) == 1 and sums[0]["n_tokens"] == 6
+    assert len(rows) == 1
+    assert sums[0]["n_tokens"] == 6
     assert [i for i, _ in sums[0]["token_table"]] == [7120, 7002, 4940, 351, 530, 2239]
 
 
@@ -78,7 +81,8 @@ def test_exercise4_lr_steps_grid(cli, tmp_path):
     for lr in ("0.005", "0.05", "0.5"):
         short = next(r for r in rows if f"optimizer.lr={lr}," in r["job"] and "steps=30" in r["job"])
         long = next(r for r in rows if f"optimizer.lr={lr}," in r["job"] and "steps=120" in r["job"])
-        assert short["focus_weight"] == long["focus_weight"] and short["snapshot_step"] == "29"
+        assert short["focus_weight"] == long["focus_weight"]
+        assert short["snapshot_step"] == "29"
 
 
 def test_exercise5_without_positions_orders_are_a_permutation(cli, tmp_path):
@@ -89,9 +93,12 @@ def test_exercise5_without_positions_orders_are_a_permutation(cli, tmp_path):
         assert p["compare_sentence"] == "Your journey starts with step one"
         assert p["token_ids_a"] == [7120, 7002, 4940, 351, 530, 2239]
         assert p["token_ids_b"] == [7120, 7002, 4940, 351, 2239, 530]  # ' step' ' one'
-        assert p["tokens_are_permutation"] is True and p["permutation"] == [0, 1, 2, 3, 5, 4]
-    assert none["z_max_abs_diff"] < 1e-6 and none["x_max_abs_diff"] == 0.0
-    assert learned["z_max_abs_diff"] > 0.1 and learned["x_max_abs_diff"] > 0.1
+        assert p["tokens_are_permutation"] is True
+        assert p["permutation"] == [0, 1, 2, 3, 5, 4]
+    assert none["z_max_abs_diff"] < 1e-6
+    assert none["x_max_abs_diff"] == 0.0
+    assert learned["z_max_abs_diff"] > 0.1
+    assert learned["x_max_abs_diff"] > 0.1
     assert float(rows[1]["perm_z_max_abs_diff"]) == none["z_max_abs_diff"]
 
 
@@ -100,8 +107,10 @@ def test_permutation_check_at_sentence_start_tokens_differ(cfg_of):
     cfg = cfg_of("task=walkthrough", "model.positional=none", "sentence=one step",
                  "analysis.compare_sentence=step one")
     p = exercises.permutation_check(cfg)
-    assert p["token_ids_a"] == [505, 2239] and p["token_ids_b"] == [9662, 530]
-    assert p["tokens_are_permutation"] is False and p["z_max_abs_diff"] is None
+    assert p["token_ids_a"] == [505, 2239]
+    assert p["token_ids_b"] == [9662, 530]
+    assert p["tokens_are_permutation"] is False
+    assert p["z_max_abs_diff"] is None
     same = exercises.permutation_check(cfg_of("model.positional=none", "sentence=Your journey starts with one step",
                                               "analysis.compare_sentence=Your journey starts with step one"))
     assert same["z_max_abs_diff"] < 1e-6  # also for the training order of parameters

@@ -6,12 +6,15 @@ import pytest
 
 from attnlab.training import train
 from attnlab.walkthrough import walkthrough
+
 from conftest import GOLDEN_EMBEDDING_ROWS, GOLDEN_SECTION5, TUTORIAL_IDS
 
 
 def test_section5_losses_and_journey_rows(cfg_of):
     result = train(cfg_of())
-    assert result.status == "completed" and result.steps_run == 201 and len(result.losses) == 201
+    assert result.status == "completed"
+    assert result.steps_run == 201
+    assert len(result.losses) == 201
     assert [s.step for s in result.snapshots] == list(GOLDEN_SECTION5)
     for snap in result.snapshots:
         loss, row = GOLDEN_SECTION5[snap.step]
@@ -20,7 +23,7 @@ def test_section5_losses_and_journey_rows(cfg_of):
         assert snap.weights.shape == (1, 6, 6)
         np.testing.assert_allclose(snap.weights.sum(-1), 1.0, atol=1e-6)
     assert result.losses[0] == pytest.approx(2.3566272258758545, abs=0)
-    assert result.steps_to_threshold(1e-3) == 94
+    assert result.steps_to_threshold == 94  # train.loss_threshold = 1e-3
 
 
 def test_walkthrough_sections_1_to_4(cfg_of, capsys):
@@ -30,7 +33,9 @@ def test_walkthrough_sections_1_to_4(cfg_of, capsys):
     assert [[f"{v:.4f}" for v in row] for row in arrays["token_embeddings"][:3]] == \
         [[f"{v:.4f}" for v in row] for row in GOLDEN_EMBEDDING_ROWS]
     assert np.all(arrays["weights"].round(3) == 0.167)
-    assert arrays["Q"].shape == (6, 4) and arrays["V"].shape == (6, 4) and arrays["Z"].shape == (6, 4)
+    assert arrays["Q"].shape == (6, 4)
+    assert arrays["V"].shape == (6, 4)
+    assert arrays["Z"].shape == (6, 4)
     assert "token_ids: [7120, 7002, 4940, 351, 530, 2239]" in out
     assert "[[-0.0089 -0.0162  0.0229  0.0074  0.0064  0.0093]" in out
     assert "lookup == Embedding call? True" in out
@@ -42,15 +47,16 @@ def test_cli_default_run_prints_tutorial_lines_and_writes_artifacts(cli, tmp_pat
     run_dir = tmp_path / "run"
     proc = cli(f"hydra.run.dir={run_dir}", "logging.tensorboard=false", "logging.figures=false")
     assert proc.returncode == 0, proc.stderr
-    lines = [l for l in proc.stdout.splitlines() if l.startswith("step")]
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("step")]
     assert lines[0] == ("step   0  loss=2.3566  |  ' journey' attends: 'Your'=0.22 'journey'=0.12 "
                         "'starts'=0.13 'with'=0.14 'one'=0.19 'step'=0.21")
-    assert [l[:24] for l in lines] == ["step   0  loss=2.3566  |", "step  20  loss=0.2104  |",
+    assert [line[:24] for line in lines] == ["step   0  loss=2.3566  |", "step  20  loss=0.2104  |",
                                        "step  50  loss=0.0465  |", "step 100  loss=0.0005  |",
                                        "step 200  loss=0.0000  |"]
     assert lines[-1].endswith("'Your'=0.99 'journey'=0.00 'starts'=0.00 'with'=0.00 'one'=0.00 'step'=0.00")
     metrics = (run_dir / "metrics.csv").read_text().splitlines()
-    assert metrics[0] == "step,loss" and len(metrics) == 202
+    assert metrics[0] == "step,loss"
+    assert len(metrics) == 202
     assert metrics[1] == "0,2.3566272258758545"
     with np.load(run_dir / "attention.npz") as npz:
         assert npz["steps"].tolist() == [0, 20, 50, 100, 200]
@@ -59,9 +65,12 @@ def test_cli_default_run_prints_tutorial_lines_and_writes_artifacts(cli, tmp_pat
         assert npz["token_ids"].tolist() == TUTORIAL_IDS
         assert f"{npz['weights'][4, 0, 1, 0]:.2f}" == "0.99"
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["status"] == "completed" and summary["steps_run"] == 201 and summary["error"] is None
+    assert summary["status"] == "completed"
+    assert summary["steps_run"] == 201
+    assert summary["error"] is None
     assert summary["final_loss"] == float(metrics[-1].split(",")[1])
-    assert summary["versions"]["torch"].startswith("2.") and summary["versions"]["tiktoken"]
+    assert summary["versions"]["torch"].startswith("2.")
+    assert summary["versions"]["tiktoken"]
     assert (run_dir / ".hydra" / "config.yaml").is_file()
 
 
@@ -79,13 +88,18 @@ def test_cli_logging_switches(cli, tmp_path):
     on, off = tmp_path / "on", tmp_path / "off"
     assert cli(f"hydra.run.dir={on}", "logging.images=false").returncode == 0
     names = sorted(p.name for p in on.iterdir())
-    assert "attention_evolution.png" in names and "loss.png" in names
+    assert "attention_evolution.png" in names
+    assert "loss.png" in names
     assert any(n.startswith("events.out.tfevents.") for n in names)
     proc = cli(f"hydra.run.dir={off}", "logging=off")  # the console lines stay
-    assert proc.returncode == 0 and proc.stdout.count("\nstep ") == 4 and proc.stdout.startswith("step   0")
+    assert proc.returncode == 0
+    assert proc.stdout.count("\nstep ") == 4
+    assert proc.stdout.startswith("step   0")
     assert sorted(p.name for p in off.iterdir()) == [".hydra", "attention.npz", "metrics.csv", "summary.json"]
     silent = tmp_path / "silent"
     proc = cli(f"hydra.run.dir={silent}", "logging=off", "logging.console=false")
-    assert proc.returncode == 0 and proc.stdout == "" and proc.stderr == ""
+    assert proc.returncode == 0
+    assert proc.stdout == ""
+    assert proc.stderr == ""
     # the records are the same whatever is logged
     assert (on / "metrics.csv").read_bytes() == (off / "metrics.csv").read_bytes()

@@ -8,8 +8,10 @@ import warnings
 import numpy as np
 import pytest
 
+from attnlab import fonts as font_module
 from attnlab import plots
 from attnlab.records import RunInfo, RunResult, Snapshot
+from attnlab.tensorboard import HeatmapRenderer
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 TOKENS = ["Your", " journey", " starts", " with", " one", " step"]
@@ -35,10 +37,10 @@ def read_png(path):
 def fonts(request, monkeypatch):
     """Run a test with the fonts this machine has, and again as if no CJK font existed."""
     if request.param == "no_cjk_font":
-        monkeypatch.setattr(plots, "cjk_font", lambda: None)
-    plots._drawable.cache_clear()
+        monkeypatch.setattr(font_module, "cjk_font", lambda: None)
+    font_module._drawable.cache_clear()
     yield request.param
-    plots._drawable.cache_clear()
+    font_module._drawable.cache_clear()
 
 
 def test_evolution_png_size_follows_panel_count(tmp_path):
@@ -62,7 +64,8 @@ def test_many_snapshots_are_thinned_and_wrapped(tmp_path):
     snaps = snapshots(23)
     shown = plots.pick_snapshots(snaps)
     assert len(shown) == plots.MAX_PANELS
-    assert shown[0] is snaps[0] and shown[-1] is snaps[-1]
+    assert shown[0] is snaps[0]
+    assert shown[-1] is snaps[-1]
     fig = plots.evolution_figure(snaps, TOKENS)
     assert "(10 of 23 snapshots)" in fig._suptitle.get_text()
     heatmaps = [ax for ax in fig.axes if ax.images and ax.get_label() != "<colorbar>"]
@@ -83,7 +86,8 @@ def test_evolution_panels_match_the_tutorial():
     assert [t.get_text() for t in ax.get_xticklabels()] == [t.strip() for t in TOKENS]
     assert all(t.get_rotation() == 45 for t in ax.get_xticklabels())
     cells = [t.get_text() for t in ax.texts]
-    assert len(cells) == 36 and cells[0] == f"{snaps[0].weights[0, 0, 0]:.2f}"
+    assert len(cells) == 36
+    assert cells[0] == f"{snaps[0].weights[0, 0, 0]:.2f}"
     assert fig._suptitle.get_text() == plots.default_title()
     big = plots.evolution_figure(snapshots(1, t=13), [f"t{i}" for i in range(13)])
     assert len(big.axes[0].texts) == 0  # no cell values for T > 12
@@ -93,33 +97,41 @@ def test_chinese_tokens_render_without_missing_glyphs(tmp_path, fonts):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         plots.attention_evolution(snapshots(2, t=len(ZH_TOKENS)), ZH_TOKENS, tmp_path / "zh.png")
-        img = plots.heatmap_array(snapshots(1, t=len(ZH_TOKENS))[0].weights, ZH_TOKENS, "你的")
+        img = HeatmapRenderer(ZH_TOKENS)(snapshots(1, t=len(ZH_TOKENS))[0].weights, "你的")
     assert [str(w.message) for w in caught if "Glyph" in str(w.message)] == []
-    assert img.dtype == np.uint8 and img.ndim == 3 and img.shape[2] == 3
+    assert img.dtype == np.uint8
+    assert img.ndim == 3
+    assert img.shape[2] == 3
     read_png(tmp_path / "zh.png")
-    labels = [plots.label(t) for t in ZH_TOKENS]
-    assert labels[2] == "b'\\xe6\\x97'" and labels[5] == r"\$5" and labels[6] == "'   '"
-    if fonts == "no_cjk_font" or plots.cjk_font() is None:
-        assert plots.default_title() == plots.TITLE_EN
-        assert labels[:2] == ["\\u4f60", "\\u7684"] and labels[4] == "\\u5f00\\u59cb"
+    labels = [font_module.label(t) for t in ZH_TOKENS]
+    assert labels[2] == "b'\\xe6\\x97'"
+    assert labels[5] == r"\$5"
+    assert labels[6] == "'   '"
+    if fonts == "no_cjk_font" or font_module.cjk_font() is None:
+        assert font_module.default_title() == font_module.TITLE_EN
+        assert labels[:2] == ["\\u4f60", "\\u7684"]
+        assert labels[4] == "\\u5f00\\u59cb"
     else:
-        assert plots.default_title() == plots.TITLE_ZH
-        assert labels[:2] == ["你", "的"] and labels[4] == "开始"
+        assert font_module.default_title() == font_module.TITLE_ZH
+        assert labels[:2] == ["你", "的"]
+        assert labels[4] == "开始"
 
 
-def test_heatmap_array_is_hwc_uint8():
+def test_heatmap_image_is_hwc_uint8():
     w = np.full((6, 6), 1 / 6, dtype=np.float32)
-    img = plots.heatmap_array(w, TOKENS, "step=0")
-    assert img.shape == (400, 460, 3) and img.dtype == np.uint8
-    assert img.min() < 50 and img.max() == 255  # dark text/frame on a white background
+    img = HeatmapRenderer(TOKENS)(w, "step=0")
+    assert img.shape == (400, 460, 3)
+    assert img.dtype == np.uint8
+    assert img.min() < 50
+    assert img.max() == 255  # dark text/frame on a white background
 
 
 def test_reused_renderer_matches_fresh_rendering():
-    render = plots.HeatmapRenderer(TOKENS)
+    render = HeatmapRenderer(TOKENS)
     images = []
     for snap in snapshots(3):
         images.append(render(snap.weights, f"step={snap.step}"))
-        fresh = plots.heatmap_array(snap.weights, TOKENS, f"step={snap.step}")
+        fresh = HeatmapRenderer(TOKENS)(snap.weights, f"step={snap.step}")
         np.testing.assert_array_equal(images[-1], fresh)
     assert not np.array_equal(images[0], images[1])
 
@@ -143,7 +155,8 @@ def test_figure_sink_writes_both_pngs(tmp_path):
     sink.on_losses(np.arange(5, 11), np.linspace(1, 0.1, 6))
     sink.on_end(RunResult("completed", 11, 0.1, 0.5))
     sink.close()
-    assert sink.losses.dtype == np.float64 and sink.losses.shape == (11,)
+    assert sink.losses.dtype == np.float64
+    assert sink.losses.shape == (11,)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["attention_evolution.png", "loss.png"]
     read_png(tmp_path / "attention_evolution.png")
 

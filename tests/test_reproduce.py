@@ -11,10 +11,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import run_cli
 
 from attnlab import artifacts
 from attnlab.reproduce import compare_runs, environment_differences, main
+
+from conftest import run_cli
 
 SMALL = ("logging=off", "train.steps=40", "train.snapshot_steps=[0,10,39]")
 
@@ -54,7 +55,8 @@ def test_fresh_run_reproduces_exactly(fresh_run, tmp_path, capsys):
     assert tree_bytes(fresh_run) == before  # RUN_DIR untouched
     assert artifacts.is_run_dir(out)
     summary = artifacts.read_summary(out)
-    assert summary["status"] == "completed" and summary["steps_run"] == 40
+    assert summary["status"] == "completed"
+    assert summary["steps_run"] == 40
     assert summary["reproduced_from"] == str(fresh_run.resolve())
     assert (out / "metrics.csv").read_bytes() == (fresh_run / "metrics.csv").read_bytes()
     assert (out / ".hydra" / "config.yaml").read_bytes() == (fresh_run / ".hydra" / "config.yaml").read_bytes()
@@ -81,7 +83,9 @@ def test_edited_loss_is_reported_with_its_step(fresh_run, tmp_path, capsys):
     assert out[0] == "not reproduced: 1 quantity differs"
     assert out[1].split() == ["quantity", "first", "differing", "step", "max", "abs", "diff", "note"]
     row = out[2].split()
-    assert row[0] == "loss" and row[1] == "17" and abs(float(row[2]) - 0.001) < 1e-9
+    assert row[0] == "loss"
+    assert row[1] == "17"
+    assert abs(float(row[2]) - 0.001) < 1e-9
 
 
 def test_edited_snapshot_and_row_count_are_reported(fresh_run, tmp_path):
@@ -109,8 +113,10 @@ def test_sweep_jobs_reproduce_and_a_diverged_job_leaves_the_others(sweep_dir, tm
     assert sorted(jobs) == ["0", "1", "2"]
     assert artifacts.read_summary(jobs["2"])["status"] == "failed"
     s0, s1 = artifacts.read_summary(jobs["0"]), artifacts.read_summary(jobs["1"])
-    assert s0["status"] == "diverged" and s0["steps_run"] == 5
-    assert s1["status"] == "completed" and s1["steps_run"] == 40
+    assert s0["status"] == "diverged"
+    assert s0["steps_run"] == 5
+    assert s1["status"] == "completed"
+    assert s1["steps_run"] == 40
     assert "optimizer.lr=1000" in (jobs["0"] / ".hydra" / "overrides.yaml").read_text()
     assert main([str(jobs["0"]), "--out", str(tmp_path / "repro0")]) == 0
     assert capsys.readouterr().out.startswith("reproduced exactly")
@@ -168,7 +174,8 @@ def test_saved_config_targets_are_refused_before_anything_runs(fresh_run, tmp_pa
     out = tmp_path / "repro"
     assert main([str(run), "--out", str(out)]) == 2
     err = capsys.readouterr().err
-    assert len(err.splitlines()) == 1 and err.startswith(f"error: {key}")
+    assert len(err.splitlines()) == 1
+    assert err.startswith(f"error: {key}")
     assert not out.exists()
 
 
@@ -190,7 +197,9 @@ def test_not_a_reproducible_run_exits_2_with_one_line(tmp_path, capsys, make, ex
     run = make(tmp_path)
     assert main([str(run)]) == 2
     err = capsys.readouterr().err
-    assert len(err.splitlines()) == 1 and err.startswith("error: ") and expected in err
+    assert len(err.splitlines()) == 1
+    assert err.startswith("error: ")
+    assert expected in err
     assert not [p for p in tmp_path.iterdir() if "-repro-" in p.name]
 
 
@@ -210,10 +219,12 @@ def test_console_script_and_full_error(tmp_path):
     exe = Path(sys.executable).with_name("attnlab-reproduce")
     proc = subprocess.run([str(exe), str(tmp_path / "nope")], capture_output=True, text=True,
                           env={k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"})
-    assert proc.returncode == 2 and proc.stderr == f"error: {tmp_path / 'nope'}: not a directory\n"
+    assert proc.returncode == 2
+    assert proc.stderr == f"error: {tmp_path / 'nope'}: not a directory\n"
     full = subprocess.run([sys.executable, "-m", "attnlab.reproduce", str(tmp_path / "nope")], capture_output=True,
                           text=True, env={**os.environ, "HYDRA_FULL_ERROR": "1"})
-    assert full.returncode != 0 and "Traceback (most recent call last)" in full.stderr
+    assert full.returncode != 0
+    assert "Traceback (most recent call last)" in full.stderr
 
 
 def test_plain_hydra_rerun_matches_and_never_writes_into_run_dir(fresh_run, tmp_path):
@@ -237,16 +248,17 @@ def test_plain_hydra_rerun_matches_and_never_writes_into_run_dir(fresh_run, tmp_
 def test_walkthrough_run_reproduces_and_an_edited_array_is_named(tmp_path, capsys):
     """A run made in-process with the config saved as Hydra would (OmegaConf.save of the
     composed config, interpolations kept)."""
-    from conftest import compose_cfg
     from omegaconf import OmegaConf
 
-    from attnlab.cli import run_job
+    from attnlab.job import run_job
+
+    from conftest import compose_cfg
 
     cfg = compose_cfg("experiment=tutorial_walkthrough", "logging.console=false")
     run = tmp_path / "wt"
     (run / ".hydra").mkdir(parents=True)
     OmegaConf.save(cfg, run / ".hydra" / "config.yaml")
-    assert run_job(cfg, run) == "completed"
+    assert run_job(cfg, run).status == "completed"
     capsys.readouterr()
     assert main([str(run), "--out", str(tmp_path / "r1")]) == 0
     assert capsys.readouterr().out.splitlines()[-2] == "reproduced exactly"  # after the narration
@@ -257,4 +269,5 @@ def test_walkthrough_run_reproduces_and_an_edited_array_is_named(tmp_path, capsy
     assert main([str(run), "--out", str(tmp_path / "r2")]) == 1
     out = capsys.readouterr().out.splitlines()
     out = out[out.index("not reproduced: 1 quantity differs"):]
-    assert out[2].split()[0] == "scores" and abs(float(out[2].split()[2]) - 1e-3) < 1e-6
+    assert out[2].split()[0] == "scores"
+    assert abs(float(out[2].split()[2]) - 1e-3) < 1e-6

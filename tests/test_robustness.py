@@ -12,13 +12,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ROOT, compose_cfg, run_cli
 
-from attnlab import artifacts
-from attnlab.cli import make_sinks, run_job, sigterm_as_interrupt
+from attnlab import artifacts, interrupts
 from attnlab.errors import RunDirError
+from attnlab.job import make_sinks, run_job
 from attnlab.records import Sink
 from attnlab.training import train
+
+from conftest import ROOT, compose_cfg, run_cli
 
 SMALL = ("logging=off", "train.steps=40", "train.snapshot_steps=[0,10,39]")
 
@@ -34,7 +35,8 @@ def assert_consistent(run: Path, steps_run: int) -> None:
     assert steps.tolist() == list(range(steps_run))
     assert np.isfinite(losses).all()
     att = artifacts.read_attention(run)
-    assert att["weights"].shape[1:] == (1, 6, 6) and att["weights"].shape[0] == len(att["steps"])
+    assert att["weights"].shape[1:] == (1, 6, 6)
+    assert att["weights"].shape[0] == len(att["steps"])
     assert all(0 <= s < steps_run for s in att["steps"].tolist())
     assert att["token_ids"].tolist() == [7120, 7002, 4940, 351, 530, 2239]
     leftovers = [p.name for p in run.iterdir() if p.name.startswith(".") and p.name != ".hydra"]
@@ -50,9 +52,10 @@ def assert_consistent(run: Path, steps_run: int) -> None:
 ])
 def test_divergence_stops_at_the_step_and_keeps_everything_before(tmp_path, overrides, step, value):
     cfg = compose_cfg(*SMALL, *overrides)
-    assert run_job(cfg, tmp_path / "run") == "diverged"
+    assert run_job(cfg, tmp_path / "run").status == "diverged"
     summary = artifacts.read_summary(tmp_path / "run")
-    assert summary["status"] == "diverged" and summary["steps_run"] == step
+    assert summary["status"] == "diverged"
+    assert summary["steps_run"] == step
     assert summary["error"].startswith(f"loss became {value} at step {step} ")
     assert_consistent(tmp_path / "run", step)
     expected = train(cfg).losses
@@ -69,7 +72,8 @@ def test_cli_diverged_exit_then_same_dir_is_refused_byte_identical(tmp_path):
     assert first.stderr.splitlines() == [
         f"diverged: loss became inf at step 5 (optimizer.lr=1000.0); records kept in {run}"]
     before = tree_bytes(run)
-    assert ".hydra/config.yaml" in before and "metrics.csv" in before
+    assert ".hydra/config.yaml" in before
+    assert "metrics.csv" in before
     second = run_cli(f"hydra.run.dir={run}", *SMALL, "train.steps=20", "train.snapshot_steps=[0]")
     assert second.returncode == 2
     assert second.stderr == (f"error: hydra.run.dir={str(run)!r}: already holds a diverged run; choose another "
@@ -79,7 +83,7 @@ def test_cli_diverged_exit_then_same_dir_is_refused_byte_identical(tmp_path):
 
 def test_run_job_refuses_a_finished_run_dir_in_process(tmp_path):
     cfg = compose_cfg(*SMALL)
-    assert run_job(cfg, tmp_path) == "completed"
+    assert run_job(cfg, tmp_path).status == "completed"
     before = tree_bytes(tmp_path)
     with pytest.raises(RunDirError, match="already holds a completed run"):
         run_job(cfg, tmp_path)
@@ -103,7 +107,8 @@ def test_keyboard_interrupt_in_process_keeps_recorded_steps(tmp_path):
     cfg = compose_cfg(*SMALL)
     sinks = [artifacts.RunDirSink(tmp_path), InterruptAt(10)]
     result = train(cfg, sinks, run_dir=tmp_path)
-    assert result.status == "interrupted" and result.steps_run == 11
+    assert result.status == "interrupted"
+    assert result.steps_run == 11
     assert_consistent(tmp_path, 11)
     assert artifacts.read_attention(tmp_path)["steps"].tolist() == [0, 10]
 
@@ -115,7 +120,8 @@ def test_interrupted_run_leaves_a_readable_tensorboard_file(tmp_path):
     cfg = compose_cfg(*SMALL)
     result = train(cfg, [artifacts.RunDirSink(tmp_path), tb.TensorBoardSink(tmp_path, images=True), InterruptAt(10)],
                    run_dir=tmp_path)
-    assert result.status == "interrupted" and result.steps_run == 11
+    assert result.status == "interrupted"
+    assert result.steps_run == 11
     (events,) = tmp_path.glob("events.out.tfevents.*")
     acc = EventAccumulator(str(events), size_guidance={"scalars": 0, "images": 0})
     acc.Reload()
@@ -123,13 +129,16 @@ def test_interrupted_run_leaves_a_readable_tensorboard_file(tmp_path):
     assert [e.value for e in acc.Scalars("loss")] == pytest.approx(result.losses.tolist(), rel=1e-6)
 
 
-def test_sigterm_handler_raises_keyboard_interrupt_and_is_restored():
-    previous = signal.getsignal(signal.SIGTERM)
+def test_deferred_signals_are_recorded_then_a_second_one_raises_and_handlers_are_restored():
+    previous = {sig: signal.getsignal(sig) for sig in interrupts.SIGNALS}
     with pytest.raises(KeyboardInterrupt):
-        with sigterm_as_interrupt():
-            os.kill(os.getpid(), signal.SIGTERM)
-            time.sleep(5)  # the handler runs before this returns
-    assert signal.getsignal(signal.SIGTERM) == previous
+        with interrupts.deferred():
+            os.kill(os.getpid(), signal.SIGTERM)  # the handler runs before kill returns
+            assert interrupts.requested() == signal.SIGTERM
+            os.kill(os.getpid(), signal.SIGINT)  # the second signal: stop at once
+            time.sleep(5)
+    assert interrupts.requested() is None
+    assert {sig: signal.getsignal(sig) for sig in interrupts.SIGNALS} == previous
 
 
 def _wait_for(pred, timeout: float, proc: subprocess.Popen) -> None:
@@ -163,7 +172,8 @@ def test_signal_mid_run_records_interrupted_and_flushes_everything(tmp_path, sig
     summary = artifacts.read_summary(run)
     assert summary["status"] == "interrupted"
     n = summary["steps_run"]
-    assert n >= 300 and summary["error"] == f"interrupted at step {n}; {n} steps recorded"
+    assert n >= 300
+    assert summary["error"] == f"interrupted at step {n}; {n} steps recorded"
     assert stderr.splitlines()[-1] == f"interrupted: {summary['error']}; records kept in {run}"
     assert_consistent(run, n)
     att = artifacts.read_attention(run)
@@ -199,8 +209,48 @@ def test_same_config_is_bitwise_identical_across_parallel_processes(tmp_path):
     for p in procs:
         p.communicate(timeout=300)
         assert p.returncode == 0
-    assert run_job(compose_cfg("logging=off"), tmp_path / "inproc") == "completed"
+    assert run_job(compose_cfg("logging=off"), tmp_path / "inproc").status == "completed"
     for name in ("metrics.csv", "attention.npz"):
         ref = (tmp_path / "p1" / name).read_bytes()
         assert (tmp_path / "p2" / name).read_bytes() == ref
         assert (tmp_path / "inproc" / name).read_bytes() == ref
+
+
+# --- the loop's loss bookkeeping ------------------------------------------------------------
+
+class CollectLosses(Sink):
+    def __init__(self) -> None:
+        self.batches: list[tuple[list[int], list[float]]] = []
+
+    def on_losses(self, steps, losses) -> None:
+        self.batches.append((steps.tolist(), losses.tolist()))
+
+
+def test_loss_recorder_sends_batches_finds_the_threshold_and_stops_at_divergence():
+    import torch
+
+    from attnlab.training import LossRecorder
+
+    sink = CollectLosses()
+    recorder = LossRecorder([sink], threshold=0.1)
+    values = [3.0, 2.0, 0.5, 0.05, 0.001, float("nan"), 1.0]
+    for v in values[:3]:
+        recorder.append(torch.tensor(v, dtype=torch.float32))
+    assert recorder.flush()
+    assert recorder.steps_to_threshold is None
+    for v in values[3:]:
+        recorder.append(torch.tensor(v, dtype=torch.float32))
+    assert not recorder.flush()  # the nan at step 5: nothing from it on is sent
+    assert sink.batches == [([0, 1, 2], [3.0, 2.0, 0.5]),
+                            ([3, 4], [float(np.float32(0.05)), float(np.float32(0.001))])]
+    assert recorder.recorded == 5
+    assert recorder.steps_to_threshold == 3
+    assert recorder.diverged_at == 5
+    assert np.isnan(recorder.bad_value)
+    assert recorder.final_loss == float(np.float32(0.001))
+    assert recorder.losses.tolist() == [3.0, 2.0, 0.5, float(np.float32(0.05)), float(np.float32(0.001))]
+    streaming = LossRecorder([], threshold=0.1, keep=False)  # the CLI's recorder keeps nothing
+    streaming.append(torch.tensor(1.0))
+    assert streaming.flush()
+    assert streaming.losses.size == 0
+    assert streaming.recorded == 1

@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 from attnlab import artifacts
-from attnlab.compare import read_csv
 from attnlab.sweep import MAX_NAME_BYTES, job_dirname
 from attnlab.training import train
+
+from conftest import read_csv
 
 FAST = ["train.steps=5", "train.snapshot_steps=[0,4]", "logging=off"]
 
@@ -57,8 +58,11 @@ def test_job_dirname_is_one_readable_safe_name(num, overrides, expected):
 def test_job_dirname_cuts_long_names_by_bytes_and_keeps_them_distinct():
     a = job_dirname(7, "sentence=" + "旅" * 200)
     b = job_dirname(7, "sentence=" + "旅" * 201)
-    assert len(a.encode()) <= MAX_NAME_BYTES and len(b.encode()) <= MAX_NAME_BYTES
-    assert a != b and a.startswith("7_sentence=旅") and a[-9] == "~"
+    assert len(a.encode()) <= MAX_NAME_BYTES
+    assert len(b.encode()) <= MAX_NAME_BYTES
+    assert a != b
+    assert a.startswith("7_sentence=旅")
+    assert a[-9] == "~"
     assert "/" not in a
 
 
@@ -85,7 +89,8 @@ def test_sweep_keeps_going_past_failed_and_diverged_jobs(cli, tmp_path):
         assert (done / name).is_file()
     att = artifacts.read_attention(done)
     w = att["weights"][-1, 0, 1]
-    assert rows[0]["focus_token"] == " journey" and rows[0]["snapshot_step"] == "4"
+    assert rows[0]["focus_token"] == " journey"
+    assert rows[0]["snapshot_step"] == "4"
     assert rows[0]["focus_target"] == att["tokens"][int(np.argmax(w))]
     assert float(rows[0]["focus_weight"]) == pytest.approx(float(w.max()), rel=1e-6)
     # the table is printed, then the count, with a non-zero exit status

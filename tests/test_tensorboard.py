@@ -61,7 +61,8 @@ def write_run(run_dir: Path, images: bool = True, batch: int = 7):
             for step in steps:
                 if step in pending:
                     sink.on_snapshot(pending.pop(step))
-        sink.on_end(RunResult("completed", 201, float(losses[-1]), 1.0, losses=losses))
+        reached = int(np.flatnonzero(losses < CONFIG["train"]["loss_threshold"])[0])  # training.LossRecorder's job
+        sink.on_end(RunResult("completed", 201, float(losses[-1]), 1.0, steps_to_threshold=reached, losses=losses))
     finally:
         sink.close()
     return losses, snaps
@@ -89,9 +90,11 @@ def test_helpers():
     assert tag_names([" with", "with", "$", "你好", " a/b c"]) == \
         ["0_with", "1_with", "2__", "3_你好", "4_a_b_c"]
     flat = flatten_config(CONFIG)
-    assert flat["model.d_model"] == 6 and flat["optimizer.lr"] == 0.05
+    assert flat["model.d_model"] == 6
+    assert flat["optimizer.lr"] == 0.05
     assert flat["train.snapshot_steps"] == "[0, 20, 50, 100, 200]"
-    assert flat["optimizer.weight_decay"] == "none" and flat["logging.images"] == "true"
+    assert flat["optimizer.weight_decay"] == "none"
+    assert flat["logging.images"] == "true"
     w = np.array([[0.5, 0.5, 0.0], [1.0, 0.0, 0.0], [1 / 3, 1 / 3, 1 / 3]])
     np.testing.assert_allclose(entropy(w), [np.log(2), 0.0, np.log(3)])
 
@@ -99,7 +102,8 @@ def test_helpers():
 def test_event_file_contents(tmp_path):
     losses, snaps = write_run(tmp_path)
     events = list(tmp_path.glob("events.out.tfevents.*"))
-    assert len(events) == 1 and [p for p in tmp_path.iterdir() if p.is_dir()] == []
+    assert len(events) == 1
+    assert [p for p in tmp_path.iterdir() if p.is_dir()] == []
     ea = accumulate(tmp_path)
 
     loss = ea.Scalars("loss")
@@ -108,7 +112,8 @@ def test_event_file_contents(tmp_path):
 
     assert [e.step for e in ea.Images("attention/weights")] == SNAPSHOT_STEPS
     first = ea.Images("attention/weights")[0]
-    assert first.encoded_image_string[:8] == b"\x89PNG\r\n\x1a\n" and first.width > 100
+    assert first.encoded_image_string[:8] == b"\x89PNG\r\n\x1a\n"
+    assert first.width > 100
 
     for k, tag in enumerate(FOCUS_TAGS):
         events = ea.Scalars(tag)
@@ -123,7 +128,8 @@ def test_event_file_contents(tmp_path):
     assert {m.name.tag for m in exp.metric_infos} == {"hparam/final_loss",
                                                        "hparam/steps_to_threshold"}
     hp = start.hparams
-    assert hp["model.d_model"].number_value == 6 and hp["optimizer.lr"].number_value == 0.05
+    assert hp["model.d_model"].number_value == 6
+    assert hp["optimizer.lr"].number_value == 0.05
     assert hp["optimizer._target_"].string_value == "torch.optim.Adam"
     assert hp["train.snapshot_steps"].string_value == "[0, 20, 50, 100, 200]"
     assert hp["status"].string_value == "completed"
@@ -142,7 +148,8 @@ def test_event_file_contents(tmp_path):
 def test_no_images_option(tmp_path):
     write_run(tmp_path, images=False)
     ea = accumulate(tmp_path)
-    assert ea.Tags()["images"] == [] and len(ea.Scalars("loss")) == 201
+    assert ea.Tags()["images"] == []
+    assert len(ea.Scalars("loss")) == 201
 
 
 def test_failed_before_any_step(tmp_path):
@@ -166,7 +173,8 @@ def test_on_end_without_on_start(tmp_path):
     sink.on_end(RunResult("interrupted", 0, None, 0.0))
     sink.close()
     _, start, end = hparams_session(accumulate(tmp_path))
-    assert start.hparams["status"].string_value == "interrupted" and end.status == 2
+    assert start.hparams["status"].string_value == "interrupted"
+    assert end.status == 2
 
 
 def test_closed_before_any_record_writes_nothing(tmp_path):
@@ -230,8 +238,10 @@ def test_real_tensorboard_server(tmp_path, cli):
     proc = cli(f"hydra.run.dir={run_dir}")
     assert proc.returncode == 0, proc.stderr
     summary = read_summary(run_dir)
-    assert summary["status"] == "completed" and summary["steps_run"] == 201
-    assert (run_dir / "attention_evolution.png").exists() and (run_dir / "loss.png").exists()
+    assert summary["status"] == "completed"
+    assert summary["steps_run"] == 201
+    assert (run_dir / "attention_evolution.png").exists()
+    assert (run_dir / "loss.png").exists()
     _, losses = read_metrics(run_dir)
     reached = summary["steps_to_threshold"]
     log = tmp_path / "tensorboard.log"

@@ -1,0 +1,76 @@
+"""Fonts for every figure: a CJK fallback when one is installed, and text made drawable.
+
+When a CJK font is installed (Noto Sans CJK, WenQuanYi, SimHei, Source Han, ...) it is used as a
+fallback after DejaVu Sans and the evolution figure's title is the tutorial's Chinese one;
+otherwise the title is English and any character no installed font can draw is shown escaped
+(``\\u4f60``) instead of as an empty box with a "Glyph missing" warning.
+"""
+from __future__ import annotations
+
+import functools
+import re
+
+TITLE_ZH = "注意力权重的训练演化"  # tutorial §5's figure title
+TITLE_EN = "Attention weights during training"
+_CJK_FONT = re.compile(
+    r"CJK|WenQuanYi|WQY|SimHei|SimSun|Source Han|Microsoft YaHei|PingFang|Hiragino"
+    r"|Heiti|Songti|Arial Unicode|Droid Sans Fallback|AR PL|Unifont",
+    re.IGNORECASE,
+)
+
+
+# ---------------------------------------------------------------------------------- fonts
+@functools.lru_cache(maxsize=None)
+def cjk_font() -> str | None:
+    """The family name of an installed CJK font, or None (first match in the font list)."""
+    from matplotlib import font_manager
+
+    names = sorted({f.name for f in font_manager.fontManager.ttflist if _CJK_FONT.search(f.name)})
+    return names[0] if names else None
+
+
+@functools.lru_cache(maxsize=None)
+def _drawable() -> frozenset[int]:
+    """Code points the fonts we use (DejaVu Sans + the CJK font, if any) have glyphs for."""
+    from matplotlib import font_manager
+    from matplotlib.ft2font import FT2Font
+
+    points: set[int] = set()
+    for family in ["DejaVu Sans"] + ([cjk_font()] if cjk_font() else []):
+        path = font_manager.findfont(font_manager.FontProperties(family=family))
+        points.update(FT2Font(path).get_charmap())
+    return frozenset(points)
+
+
+def rc() -> dict:
+    """rcParams for every figure here (used with ``matplotlib.rc_context``)."""
+    # a list of concrete families gives per-glyph fallback (matplotlib >= 3.6); a generic
+    # "sans-serif" with the same list in font.sans-serif would use only the first one found
+    families = ["DejaVu Sans"] + ([cjk_font()] if cjk_font() else [])
+    return {"font.family": families, "axes.unicode_minus": False}
+
+
+def drawable(text: str) -> str:
+    """``text`` with each character no font here can draw escaped (``你`` -> ``\\u4f60``
+    without a CJK font) and ``$`` escaped so it is never read as mathtext."""
+    points = _drawable()
+    out = []
+    for ch in text:
+        if ch == "$":
+            out.append(r"\$")
+        elif ord(ch) in points or ch in "\n\t":
+            out.append(ch)
+        else:
+            out.append(f"\\u{ord(ch):04x}" if ord(ch) <= 0xFFFF else f"\\U{ord(ch):08x}")
+    return "".join(out)
+
+
+def label(token: str) -> str:
+    """A tick label for one token: stripped like the tutorial's ``t.strip()`` (a token that is
+    only whitespace is shown as its ``repr``, ``' '``), then made :func:`drawable`."""
+    return drawable(token.strip() or repr(token))
+
+
+def default_title() -> str:
+    """The tutorial's Chinese title when a CJK font is installed, else the English one."""
+    return TITLE_ZH if cjk_font() else TITLE_EN

@@ -1,0 +1,116 @@
+"""Hydra's own error reports made one line: the config-composition errors Hydra prints in several
+lines (a mistyped key, a wrong type, an unknown option, override syntax) before any job starts.
+
+:class:`StderrGate` holds stderr while Hydra composes the config; :func:`release_stderr` (called
+by the callbacks and the task function once the config exists) lets it through; when Hydra exits
+with its report instead, :func:`hydra_error_line` turns the held report into attnlab's one line.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sys
+from typing import Iterator
+
+HYDRA_ERROR_HINT = "Set the environment variable HYDRA_FULL_ERROR=1"
+EXIT_BAD_INPUT = 2
+
+
+class StderrGate:
+    """A stand-in for ``sys.stderr`` while Hydra composes the config: writes are held until
+    :meth:`release` (called when the task function starts), then pass straight through.
+
+    Hydra reports a composition error (a mistyped key, a wrong type, an unknown option) in
+    several lines and exits with status 1 before any job starts; :func:`main` turns the held
+    report into one line (:func:`hydra_error_line`, via :func:`one_line_errors`)."""
+
+    def __init__(self, stream) -> None:
+        self.stream = stream
+        self._held: list[str] | None = []
+
+    def write(self, text: str) -> int:
+        if self._held is None:
+            return self.stream.write(text)
+        self._held.append(text)
+        return len(text)
+
+    def flush(self) -> None:
+        if self._held is None:
+            self.stream.flush()
+
+    def held(self) -> str:
+        return "".join(self._held or [])
+
+    def discard(self) -> None:
+        """Drop what is held and pass later writes through."""
+        self._held = None
+
+    def release(self) -> None:
+        held, self._held = self.held(), None
+        if held:
+            self.stream.write(held)
+            self.stream.flush()
+
+    def __getattr__(self, name: str):  # isatty, fileno, encoding ... of the real stream
+        return getattr(self.stream, name)
+
+
+def release_stderr() -> None:
+    """Let held and further stderr output through (a no-op unless :func:`main` set a gate)."""
+    if isinstance(sys.stderr, StderrGate):
+        sys.stderr.release()
+
+
+def hydra_error_line(report: str, argv: list[str] | None = None) -> str:
+    """Hydra's multi-line composition error as one line naming the key, the value and what is
+    allowed, e.g. ``error: model.positional='sin': Invalid value 'sin', expected one of
+    [learned, none]`` or ``error: optimizer=adamm: no such option; allowed: adam, adamw, sgd``.
+    ``argv`` (the command's arguments) supplies the value of a mistyped key."""
+    lines = [ln.strip() for ln in report.splitlines() if ln.strip() and HYDRA_ERROR_HINT not in ln]
+    text = "\n".join(lines)
+    options = re.search(r"Could not find '([^']+)/([^'/]+)'.*?Available options in '[^']+':\n"
+                        r"(.*?)(?:\nConfig search path|$)",
+                        text, re.S)
+    if options:
+        group, option, allowed = options.group(1), options.group(2), options.group(3).split()
+        return f"error: {group}={option}: no such option; allowed: {', '.join(allowed)}"
+    override = re.search(r"Could not override '([^']+)'", text)
+    if override:
+        key = override.group(1)
+        given = next((a for a in (argv or []) if a.split("=", 1)[0].lstrip("+~") == key), key)
+        return (f"error: {given}: no such config key (see `attnlab --cfg job` for the keys); "
+                f"to add a new key on purpose use +{given}")
+    merging = re.match(r"Error merging override ([^=\s]+)=(.*)", lines[0]) if lines else None
+    if merging and len(lines) > 1:
+        return f"error: {merging.group(1)}={merging.group(2)!r}: {lines[1]}"
+    syntax = ("mismatched input", "extraneous input", "no viable", "noviable", "token recognition error")
+    if lines and any(k in lines[0].lower() for k in syntax):
+        return (f"error: {lines[0]} in the overrides (Hydra's override syntax): quote values that contain "
+                "= , [ ] { } ( ) : or non-ASCII text, e.g. 'sentence=\"a=b, c\"'")
+    details = [ln for ln in lines if not ln.startswith(("full_key:", "reference_type=", "object_type=",
+                                                        "See https", "provider=", "Config search path"))]
+    return "error: " + "; ".join(details[:2])
+
+
+@contextlib.contextmanager
+def one_line_errors(argv: list[str]) -> Iterator[None]:
+    """Run Hydra inside this block: a composition error Hydra reports in several lines (exit
+    status 1) becomes :func:`hydra_error_line` on stderr and ``SystemExit(2)``; everything else
+    passes through unchanged. With ``HYDRA_FULL_ERROR=1`` Hydra's full report is kept."""
+    if os.environ.get("HYDRA_FULL_ERROR") == "1":
+        yield
+        return
+    gate = sys.stderr = StderrGate(sys.stderr)
+    try:
+        yield
+    except SystemExit as exit_:
+        report = gate.held()
+        if exit_.code == 1 and HYDRA_ERROR_HINT in report:
+            gate.discard()
+            print(hydra_error_line(report, argv), file=gate.stream)
+            raise SystemExit(EXIT_BAD_INPUT) from None
+        raise
+    finally:
+        gate.release()
+        sys.stderr = gate.stream

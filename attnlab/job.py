@@ -1,0 +1,116 @@
+"""One job: the run dir, the sinks ``logging`` asks for, ``summary.json`` and the final status.
+
+:func:`run_job` is what ``attnlab`` (``cli.py``), ``attnlab-reproduce`` and the benchmarks all
+call. It never raises for a job that went wrong: a bad value, a divergence, an interrupt or a
+crash each end as a :class:`JobResult` whose status and error ``summary.json`` also holds.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+from omegaconf import DictConfig
+
+from attnlab import artifacts, interrupts
+from attnlab.config import Task, apply_schema, plain
+from attnlab.errors import AttnlabError
+from attnlab.records import Sink
+
+EXIT_COMPLETED = 0
+EXIT_FAILED_RUN = 1  # the run started but did not complete (diverged, interrupted, crashed)
+EXIT_BAD_INPUT = 2  # the config or the text was refused before training
+
+
+class JobResult(NamedTuple):
+    """How a job ended: ``status`` completed, diverged, interrupted or failed; ``error`` one line
+    (None when completed); ``bad_input`` when attnlab refused the config or text (exit status 2);
+    ``exception`` the exception behind an unexpected failure (for ``HYDRA_FULL_ERROR=1``)."""
+
+    status: str
+    error: str | None = None
+    bad_input: bool = False
+    exception: BaseException | None = None
+
+    @property
+    def exit_code(self) -> int:
+        """0 completed, 2 bad input, 1 any other ending."""
+        if self.status == "completed":
+            return EXIT_COMPLETED
+        return EXIT_BAD_INPUT if self.bad_input else EXIT_FAILED_RUN
+
+
+def make_sinks(cfg: DictConfig, run_dir: Path) -> list[Sink]:
+    """The sinks ``logging.*`` asks for; the run-dir artifacts are always written. Optional
+    sinks import their libraries only when switched on."""
+    sinks: list[Sink] = [artifacts.RunDirSink(run_dir)]
+    if cfg.logging.console:
+        from attnlab.console import ConsoleSink
+
+        sinks.append(ConsoleSink(progress=cfg.logging.progress))
+    if cfg.logging.tensorboard:
+        from attnlab.tensorboard import TensorBoardSink
+
+        sinks.append(TensorBoardSink(run_dir, images=cfg.logging.images))
+    if cfg.logging.figures:
+        from attnlab.plots import FigureSink
+
+        sinks.append(FigureSink(run_dir))
+    return sinks
+
+
+def run_job(cfg: DictConfig, run_dir: Path) -> JobResult:
+    """Run one job into ``run_dir``: ``task=train`` trains (tutorial §5), ``task=walkthrough``
+    narrates §1–4. ``cfg`` may be untyped (a saved config.yaml): it is checked against the
+    schema first (``config.apply_schema``).
+
+    ``summary.json`` is written first as ``running`` and last with the returned status and
+    error, and the exercise observations (:mod:`attnlab.exercises`). Ctrl-C and SIGTERM are
+    deferred to a safe point (:mod:`attnlab.interrupts`) and end the job as ``interrupted``.
+    Raises RunDirError, writing nothing, when ``run_dir`` already holds a finished run.
+    """
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    artifacts.check_not_finished(run_dir)
+    artifacts.write_summary(run_dir, status="running", task=plain(cfg.get("task")),
+                            started_at=_dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+                            final_loss=None, steps_run=0, wall_time_s=None, error=None,
+                            versions=artifacts.environment(str(cfg.get("device"))))
+    with interrupts.deferred():
+        try:
+            interrupts.check()
+            result = _run(apply_schema(cfg), run_dir)
+        except KeyboardInterrupt:  # outside the training loop, which records its own interrupt
+            result = JobResult("interrupted", "interrupted before the training steps")
+        except AttnlabError as err:  # ours are one line as they stand
+            result = JobResult("failed", str(err), bad_input=True, exception=err)
+        except Exception as err:
+            result = JobResult("failed", f"{type(err).__name__}: {err}", exception=err)
+        if result.status in ("interrupted", "failed") and artifacts.read_summary(run_dir).get("status") == "running":
+            artifacts.write_summary(run_dir, status=result.status, error=result.error)
+    return result
+
+
+def _run(cfg: DictConfig, run_dir: Path) -> JobResult:
+    from attnlab.exercises import observe
+
+    if cfg.task == Task.walkthrough:
+        from attnlab.tokenizer import token_labels
+        from attnlab.walkthrough import walkthrough
+
+        t0 = time.perf_counter()
+        arrays = walkthrough(cfg, run_dir)
+        ids = arrays["token_ids"].tolist()
+        artifacts.write_summary(run_dir, status="completed", wall_time_s=round(time.perf_counter() - t0, 6),
+                                **observe(cfg, ids, token_labels(ids, cfg.tokenizer.encoding), arrays))
+        if cfg.logging.console:
+            from attnlab.console import display_path
+
+            print(f"\ncompleted: walkthrough  ->  {display_path(run_dir)}/{artifacts.WALKTHROUGH}")
+        return JobResult("completed")
+    from attnlab.training import train
+
+    result = train(cfg, make_sinks(cfg, run_dir), run_dir=run_dir, keep_snapshots=False, keep_losses=False)
+    artifacts.write_summary(run_dir, **observe(cfg, result.token_ids, result.tokens))
+    return JobResult(result.status, result.error)

@@ -1,0 +1,145 @@
+"""Rows of saved runs (:mod:`attnlab.runs`) as a printed table and as CSV, and sorting them.
+
+The CSV keeps every column at full precision (floats as ``repr``); the printed table leaves out
+CSV-only and empty columns, cuts wide cells and counts Chinese and emoji as two columns.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import math
+import unicodedata
+from pathlib import Path
+from typing import Any, Sequence
+
+from attnlab import artifacts, exercises
+from attnlab.runs import COLUMNS
+from attnlab.tokenizer import show
+
+TRAILING_COLUMNS = ["path"]
+TABLE_SKIP = {"overrides", "loss_threshold", "steps_run", "path"}  # CSV only (the job name shows overrides)
+MAX_JOB = 100  # characters of the job column in the printed table
+MAX_CELL = 48  # characters of a cell in the printed table (the CSV keeps everything)
+
+
+def columns_of(rows: Sequence[dict[str, Any]], table: bool = False) -> list[str]:
+    """The columns to show: :data:`COLUMNS`, then each observation column some row has, then
+    ``path``; for the printed table (``table=True``) without CSV-only columns."""
+    cols = COLUMNS + [c for c in exercises.COLUMNS if any(r.get(c) is not None for r in rows)] + TRAILING_COLUMNS
+    if table:
+        cols = [c for c in cols if c not in TABLE_SKIP]
+        cols = [c for c in cols if c in ("job", "status") or any(r.get(c) not in (None, "") for r in rows)]
+        if len(rows) > 1:  # observations every row shares (same tokens, same shapes) say nothing here
+            cols = [c for c in cols if c not in exercises.SAME_HIDDEN
+                    or len({str(r.get(c)) for r in rows if r.get(c) is not None}) > 1]
+    return cols
+
+
+def sort_rows(rows: list[dict[str, Any]], column: str, reverse: bool = False) -> list[dict[str, Any]]:
+    """``rows`` sorted by ``column`` (numbers numerically, text as text, empty cells last).
+    Raises KeyError with the allowed columns when ``column`` is not one."""
+    allowed = columns_of(rows)
+    if column not in allowed:
+        raise KeyError(f"--sort {column!r}: unknown column; one of {', '.join(allowed)}")
+
+    def key(row: dict[str, Any]):
+        v = row.get(column)
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            return (2, 0, "")
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return (0, v, "")
+        return (1, 0, str(v))
+
+    present = [r for r in rows if key(r)[0] < 2]
+    empty = [r for r in rows if key(r)[0] == 2]
+    return sorted(present, key=key, reverse=reverse) + empty
+
+
+def _csv_value(v: Any) -> Any:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return repr(v)
+    return v
+
+
+def csv_text(rows: Sequence[dict[str, Any]]) -> str:
+    """The rows as CSV text: header = :func:`columns_of`, floats at full precision (``repr``),
+    empty cells for missing values."""
+    cols = columns_of(rows)
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(cols)
+    for r in rows:
+        writer.writerow([_csv_value(r.get(c)) for c in cols])
+    return buf.getvalue()
+
+
+def write_csv(rows: Sequence[dict[str, Any]], path: Path) -> Path:
+    """Write :func:`csv_text` to ``path`` atomically (UTF-8); returns ``path``."""
+    path = Path(path)
+    artifacts.atomic_write_text(path, csv_text(rows))
+    return path
+
+
+def _cell(col: str, v: Any) -> str:
+    if v is None or v == "":
+        return "-"
+    if col in ("focus_token", "focus_target"):
+        return show(str(v))
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        if col == "focus_weight":
+            return f"{v:.3f}"
+        if col == "wall_time_s":
+            return f"{v:.2f}"
+        if v != 0 and (abs(v) < 1e-3 or abs(v) >= 1e5):
+            return f"{v:.2e}"
+        return f"{v:.4f}"
+    return str(v)
+
+
+def _width(text: str) -> int:
+    return sum(2 if unicodedata.east_asian_width(ch) in ("W", "F") else 0 if unicodedata.combining(ch) else 1
+               for ch in text)
+
+
+def clip(text: str, n: int = MAX_CELL) -> str:
+    """``text`` on one line, cut to ``n`` display columns with ``…``."""
+    text = " ".join(text.split())  # one line
+    if _width(text) <= n:
+        return text
+    out, w = [], 0
+    for ch in text:
+        cw = _width(ch)
+        if w + cw > n - 1:
+            break
+        out.append(ch)
+        w += cw
+    return "".join(out) + "…"
+
+
+HEADERS = {"steps_to_threshold": "steps<thr", "focus_token": "focus", "focus_target": "→ target",
+           "focus_weight": "weight", "snapshot_step": "at step", "wall_time_s": "wall_s", **exercises.HEADERS}
+
+
+def format_table(rows: Sequence[dict[str, Any]]) -> str:
+    """The rows as an aligned plain-text table (one line per row; wide cells cut at
+    :data:`MAX_CELL` characters with ``…``; Chinese and emoji counted as two columns)."""
+    cols = columns_of(rows, table=True)
+    head = [HEADERS.get(c, c) for c in cols]
+    body = [[clip(_cell(c, r.get(c)), MAX_JOB if c == "job" else MAX_CELL) for c in cols] for r in rows]
+    widths = [max(_width(x) for x in [h] + [b[i] for b in body]) for i, h in enumerate(head)]
+    numeric = {c for c in cols if all(isinstance(r.get(c), (int, float)) and not isinstance(r.get(c), bool)
+                                      or r.get(c) is None for r in rows)}
+
+    def line(cells: Sequence[str]) -> str:
+        parts = []
+        for c, x, w in zip(cols, cells, widths):
+            pad = " " * (w - _width(x))
+            parts.append(pad + x if c in numeric else x + pad)
+        return "  ".join(parts).rstrip()
+
+    sep = "  ".join("-" * w for w in widths)
+    return "\n".join([line(head), sep] + [line(b) for b in body])
