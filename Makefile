@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.attnlab-installed
 
-.PHONY: setup run test bench clean
+.PHONY: setup run test lint bench clean
 
 setup: $(STAMP)
 
@@ -19,7 +19,11 @@ run: $(STAMP)
 	$(BIN)/attnlab $(ARGS)
 
 test: $(STAMP)
+	$(BIN)/ruff check attnlab tests benchmarks
 	$(BIN)/python -m pytest -q $(ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check attnlab tests benchmarks
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run $(ARGS)
