@@ -21,14 +21,19 @@ __all__ = ["compose", "train", "walkthrough", "RunResult", "Snapshot"]
 def compose(*overrides: str, config_name: str = "config") -> DictConfig:
     """The config that ``attnlab OVERRIDES`` would run, e.g. ``compose("experiment=tutorial_walkthrough")``.
 
-    Uses Hydra's compose API on the packaged ``conf/``; raises Hydra's own errors for unknown
-    keys or wrongly typed values (``ConfigCompositionException`` / ``ValidationError``).
+    Uses Hydra's compose API on the packaged ``conf/``, with free text taken as typed as on the
+    command line (:func:`attnlab.argv.prepare`: ``compose("sentence=你好")`` works); raises
+    Hydra's own errors for unknown keys or wrongly typed values (``ConfigCompositionException`` /
+    ``ValidationError``).
     """
     from hydra import compose as hydra_compose
     from hydra import initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
 
+    from attnlab.argv import prepare
+
     register_configs()
+    overrides = tuple(prepare(overrides))
     if GlobalHydra.instance().is_initialized():  # e.g. inside a Hydra app or another compose
         return hydra_compose(config_name, overrides=list(overrides))
     with initialize_config_module("attnlab.conf", version_base="1.3"):

@@ -12,12 +12,12 @@ import sys
 from pathlib import Path
 
 import hydra
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
-from attnlab import interrupts
+from attnlab import argv, callbacks, interrupts
 from attnlab import sweep as _sweep  # registers ${attnlab.job_dir:...} in every job process
-from attnlab.config import register_configs
-from attnlab.hydra_errors import one_line_errors, release_stderr
+from attnlab.config import register_configs, schema_keys
+from attnlab.hydra_errors import EXIT_BAD_INPUT, one_line_errors, release_stderr
 from attnlab.job import run_job
 
 
@@ -29,7 +29,8 @@ def _hydra_main(cfg: DictConfig) -> str:
     release_stderr()  # the config composed: the job's stderr is live
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     in_sweep = HydraConfig.get().mode == RunMode.MULTIRUN
-    result = run_job(cfg, run_dir)
+    overrides = OmegaConf.to_container(HydraConfig.get().overrides.task, resolve=False)  # as typed, never resolved
+    result = run_job(cfg, run_dir, overrides=overrides)
     if result.exception is not None and os.environ.get("HYDRA_FULL_ERROR") == "1":
         raise result.exception
     if result.status != "completed":
@@ -45,9 +46,19 @@ def _hydra_main(cfg: DictConfig) -> str:
 
 
 def main() -> None:
-    """Console-script entry point: ``attnlab [overrides]`` / ``attnlab -m [overrides]``."""
+    """Console-script entry point: ``attnlab [overrides]`` / ``attnlab -m [overrides]``.
+
+    The arguments are made Hydra syntax first (:func:`attnlab.argv.prepare`: free text as typed)
+    and a ``+key``/``~key`` outside attnlab's schema is refused before Hydra adds it."""
     register_configs()
-    with interrupts.deferred(), one_line_errors(sys.argv[1:]):
+    typed = sys.argv[1:]
+    args = argv.prepare(typed)
+    for bad in argv.unknown_added_keys(args, schema_keys()):
+        print(f"error: {bad}: no such config key; attnlab's keys are fixed by its schema and cannot be "
+              "added or removed (`attnlab --help` lists them)", file=sys.stderr)
+        sys.exit(EXIT_BAD_INPUT)
+    sys.argv[1:] = args
+    with interrupts.deferred(), one_line_errors(typed, on_error=callbacks.remove_unstarted_sweep):
         _hydra_main()
     if _sweep.last_exit_status:  # the sweep summary saw a job that did not complete (any launcher)
         sys.exit(_sweep.last_exit_status)

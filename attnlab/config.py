@@ -11,6 +11,7 @@ Adam lr 0.05, 201 steps, snapshots at 0, 20, 50, 100, 200, focus on token 1, ' j
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Optional
@@ -79,13 +80,17 @@ class SGDConfig(OptimizerConfig):
     _target_: str = "torch.optim.SGD"
     lr: float = 0.05
     momentum: float = 0.0
+    dampening: float = 0.0
     weight_decay: float = 0.0
+    nesterov: bool = False  # needs momentum > 0 and dampening 0
 
 
 @dataclass
 class TrainConfig:
     steps: int = 201
-    snapshot_steps: list[int] = field(default_factory=lambda: [0, 20, 50, 100, 200])
+    # null: at 0, 10 %, 25 %, 50 % and 100 % of the run (section 5's 0, 20, 50, 100, 200 for
+    # 201 steps), see snapshot_steps(); or a list of steps in [0, steps)
+    snapshot_steps: Optional[list[int]] = None
     focus_token: int = 1
     loss_threshold: float = 1e-3  # "steps to threshold" in summaries and TensorBoard hparams
 
@@ -146,6 +151,90 @@ def register_configs() -> None:
     cs.store(name="base_config", node=Config)
     for name, node in OPTIMIZERS.items():
         cs.store(group="schema/optimizer", name=name, node=node)
+
+
+SNAPSHOT_FRACTIONS = (0.0, 0.1, 0.25, 0.5, 1.0)  # tutorial §5: steps 0, 20, 50, 100, 200 of 0..200
+
+
+def snapshot_steps(train: Any) -> list[int]:
+    """The snapshot steps of ``train`` (the ``train`` config node), sorted and unique: its
+    ``snapshot_steps`` list, or when that is null the tutorial's pattern scaled to the run,
+    ``round(f · (steps - 1))`` for f in 0, 0.1, 0.25, 0.5, 1 (201 steps: 0, 20, 50, 100, 200)."""
+    if train.snapshot_steps is not None:
+        return sorted(set(train.snapshot_steps))
+    last = train.steps - 1
+    return sorted({int(f * last + 0.5) for f in SNAPSHOT_FRACTIONS})
+
+
+def _dotted_keys(data: dict, prefix: str = "") -> list[str]:
+    keys = []
+    for key, value in data.items():
+        keys.append(f"{prefix}{key}")
+        if isinstance(value, dict):
+            keys += _dotted_keys(value, f"{prefix}{key}.")
+    return keys
+
+
+def _raw(data: dict, key: str) -> Any:
+    """The unresolved value at dotted ``key`` of plain ``data`` (None when absent)."""
+    for part in key.split("."):
+        if not isinstance(data, dict) or part not in data:
+            return None
+        data = data[part]
+    return data
+
+
+@functools.lru_cache(maxsize=1)
+def schema_keys() -> frozenset[str]:
+    """Every dotted key of the schema (``model.d_model``, ``optimizer.momentum`` ...), the
+    optimizer keys of all shipped optimizers together."""
+    keys = set(_dotted_keys(OmegaConf.to_container(OmegaConf.structured(Config), throw_on_missing=False)))
+    for node in OPTIMIZERS.values():
+        keys |= set(_dotted_keys(OmegaConf.to_container(OmegaConf.structured(node)), "optimizer."))
+    return frozenset(keys)
+
+
+def literal(data: Any) -> Any:
+    """Plain data (strings, numbers, lists, dicts) with every ``${`` in a string escaped, so
+    OmegaConf keeps it as text: a config that was already resolved (summary.json's ``config``)
+    can be loaded again without anything in it being interpolated or any resolver running."""
+    import re
+
+    if isinstance(data, str):
+        return re.sub(r"(\\*)\$\{", lambda m: m.group(1) * 2 + "\\${", data)
+    if isinstance(data, dict):
+        return {key: literal(value) for key, value in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [literal(value) for value in data]
+    return data
+
+
+def resolve(cfg: DictConfig) -> dict:
+    """The typed config ``cfg`` as plain, fully resolved data (enums as strings; an automatic
+    ``train.snapshot_steps`` as the steps it stands for), after checking that it holds no key
+    the schema lacks (Hydra's ``+key=value`` adds any key). Raises
+    ConfigError (one line naming the key) for an extra key, or for an interpolation or resolver
+    that cannot be resolved (a missing key, a recursive one, an unset environment variable)."""
+    from omegaconf.errors import OmegaConfBaseException
+
+    raw = OmegaConf.to_container(cfg, resolve=False, enum_to_str=True)
+    extra = sorted(set(_dotted_keys(raw)) - schema_keys())
+    if extra:
+        raise ConfigError(extra[0], _raw(raw, extra[0]),
+                          "no such config key in attnlab's schema (see `attnlab --help`)")
+    try:
+        data = to_plain(cfg)
+    except RecursionError:
+        raise ConfigError("<config>", None, "an interpolation refers to itself (recursive ${...})") from None
+    except OmegaConfBaseException as err:
+        key = err.full_key or "<config>"
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ConfigError(key, _raw(raw, key), f"cannot be resolved: {reason}") from None
+    train = data.get("train", {})
+    steps = train.get("steps")
+    if train.get("snapshot_steps") is None and isinstance(steps, int) and not isinstance(steps, bool) and steps > 0:
+        train["snapshot_steps"] = snapshot_steps(cfg.train)  # the steps this run takes (null = automatic)
+    return data
 
 
 def plain(value: Any) -> Any:

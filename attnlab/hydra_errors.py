@@ -11,7 +11,7 @@ import contextlib
 import os
 import re
 import sys
-from typing import Iterator
+from typing import Callable, Iterator
 
 HYDRA_ERROR_HINT = "Set the environment variable HYDRA_FULL_ERROR=1"
 EXIT_BAD_INPUT = 2
@@ -79,8 +79,14 @@ def hydra_error_line(report: str, argv: list[str] | None = None) -> str:
     if override:
         key = override.group(1)
         given = next((a for a in (argv or []) if a.split("=", 1)[0].lstrip("+~") == key), key)
-        return (f"error: {given}: no such config key (see `attnlab --cfg job` for the keys); "
-                f"to add a new key on purpose use +{given}")
+        return f"error: {given}: no such config key (`attnlab --help` lists every key)"
+    ambiguous = re.match(r"Ambiguous value for argument '([^=']+)=(.*)'$", lines[0]) if lines else None
+    if ambiguous:
+        key, value = ambiguous.groups()
+        value = next((a.split("=", 1)[1] for a in argv or [] if a.split("=", 1)[0].lstrip("+") == key), value)
+        quoted = '"' + value.replace('"', '\\"') + '"'
+        return (f"error: {key}={value!r}: a comma separates values; to keep it in the value, quote it for Hydra "
+                f"and the shell: '{key}={quoted}'; with -m (--multirun) the commas sweep over the values")
     merging = re.match(r"Error merging override ([^=\s]+)=(.*)", lines[0]) if lines else None
     if merging and len(lines) > 1:
         return f"error: {merging.group(1)}={merging.group(2)!r}: {lines[1]}"
@@ -94,10 +100,11 @@ def hydra_error_line(report: str, argv: list[str] | None = None) -> str:
 
 
 @contextlib.contextmanager
-def one_line_errors(argv: list[str]) -> Iterator[None]:
+def one_line_errors(argv: list[str], on_error: Callable[[], None] | None = None) -> Iterator[None]:
     """Run Hydra inside this block: a composition error Hydra reports in several lines (exit
-    status 1) becomes :func:`hydra_error_line` on stderr and ``SystemExit(2)``; everything else
-    passes through unchanged. With ``HYDRA_FULL_ERROR=1`` Hydra's full report is kept."""
+    status 1) becomes :func:`hydra_error_line` on stderr and ``SystemExit(2)``, after
+    ``on_error()`` (e.g. removing the empty folder of a sweep that never started); everything
+    else passes through unchanged. With ``HYDRA_FULL_ERROR=1`` Hydra's full report is kept."""
     if os.environ.get("HYDRA_FULL_ERROR") == "1":
         yield
         return
@@ -108,6 +115,8 @@ def one_line_errors(argv: list[str]) -> Iterator[None]:
         report = gate.held()
         if exit_.code == 1 and HYDRA_ERROR_HINT in report:
             gate.discard()
+            if on_error is not None:
+                on_error()
             print(hydra_error_line(report, argv), file=gate.stream)
             raise SystemExit(EXIT_BAD_INPUT) from None
         raise

@@ -14,7 +14,7 @@ from typing import NamedTuple
 from omegaconf import DictConfig
 
 from attnlab import artifacts, interrupts
-from attnlab.config import Task, apply_schema, plain
+from attnlab.config import Task, apply_schema, resolve
 from attnlab.errors import AttnlabError
 from attnlab.records import Sink
 
@@ -60,27 +60,33 @@ def make_sinks(cfg: DictConfig, run_dir: Path) -> list[Sink]:
     return sinks
 
 
-def run_job(cfg: DictConfig, run_dir: Path) -> JobResult:
+def run_job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None) -> JobResult:
     """Run one job into ``run_dir``: ``task=train`` trains (tutorial §5), ``task=walkthrough``
-    narrates §1–4. ``cfg`` may be untyped (a saved config.yaml): it is checked against the
-    schema first (``config.apply_schema``).
+    narrates §1–4. ``cfg`` may be untyped (a saved config): it is checked against the schema
+    first (``config.apply_schema``) and resolved once (``config.resolve``).
 
-    ``summary.json`` is written first as ``running`` and last with the returned status and
-    error, and the exercise observations (:mod:`attnlab.exercises`). Ctrl-C and SIGTERM are
-    deferred to a safe point (:mod:`attnlab.interrupts`) and end the job as ``interrupted``.
-    Raises RunDirError, writing nothing, when ``run_dir`` already holds a finished run.
+    ``summary.json`` is written first as ``running`` (with the resolved ``config`` the run uses
+    and the command-line ``overrides``, so the run can be read and reproduced from it alone) and
+    last with the returned status and error, and the exercise observations
+    (:mod:`attnlab.exercises`). Ctrl-C and SIGTERM are deferred to a safe point
+    (:mod:`attnlab.interrupts`) and end the job as ``interrupted``. Raises RunDirError, writing
+    nothing, when ``run_dir`` already holds a finished run.
     """
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     artifacts.check_not_finished(run_dir)
-    artifacts.write_summary(run_dir, status="running", task=plain(cfg.get("task")),
+    artifacts.write_summary(run_dir, status="running", task=None,
                             started_at=_dt.datetime.now().astimezone().isoformat(timespec="seconds"),
                             final_loss=None, steps_run=0, wall_time_s=None, error=None,
-                            versions=artifacts.environment(str(cfg.get("device"))))
+                            overrides=list(overrides or []), config=None)
     with interrupts.deferred():
         try:
             interrupts.check()
-            result = _run(apply_schema(cfg), run_dir)
+            typed = apply_schema(cfg)
+            resolved = resolve(typed)
+            artifacts.write_summary(run_dir, task=resolved["task"], config=resolved,
+                                    versions=artifacts.environment(resolved["device"]))
+            result = _run(typed, run_dir)
         except KeyboardInterrupt:  # outside the training loop, which records its own interrupt
             result = JobResult("interrupted", "interrupted before the training steps")
         except AttnlabError as err:  # ours are one line as they stand

@@ -37,7 +37,9 @@ MAX_DEPTH = 6  # folders below a PATH searched for runs (outputs/multirun/NAME/D
 
 
 def _is_job_dir(path: Path) -> bool:
-    return (path / ".hydra" / "config.yaml").is_file()
+    """A run (or sweep-job) dir: Hydra's saved config, or attnlab's summary.json (which holds
+    the resolved config, so runs made with ``hydra.output_subdir=null`` are found too)."""
+    return (path / ".hydra" / "config.yaml").is_file() or (path / artifacts.SUMMARY).is_file()
 
 
 def find_runs(path: Path) -> list[Path]:
@@ -67,21 +69,25 @@ def find_runs(path: Path) -> list[Path]:
     return found
 
 
+MAX_YAML_BYTES = 1 << 20  # a saved config or overrides file larger than this is not read
+
+
 def _load_yaml(path: Path) -> Any:
-    from omegaconf import OmegaConf
+    """``path`` as plain YAML data (no tags, nothing resolved), or None when it is missing,
+    larger than :data:`MAX_YAML_BYTES` or unreadable."""
+    import yaml
 
     try:
-        return OmegaConf.load(path)
-    except Exception:
+        if not path.is_file() or path.stat().st_size > MAX_YAML_BYTES:
+            return None
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return None
 
 
 def _job_num(run_dir: Path) -> int | None:
-    from omegaconf import OmegaConf
-
-    hydra_cfg = _load_yaml(run_dir / ".hydra" / "hydra.yaml")
-    num = OmegaConf.select(hydra_cfg, "hydra.job.num", default=None) if hydra_cfg is not None else None
-    if isinstance(num, int):
+    num = _setting(_load_yaml(run_dir / ".hydra" / "hydra.yaml"), "hydra.job.num", int, None)
+    if num is not None:
         return num
     head = run_dir.name.split("_", 1)[0]
     return int(head) if head.isdigit() else None
@@ -129,25 +135,42 @@ def focus_at_last_snapshot(run_dir: Path, focus: int, encoding: str = "gpt2") ->
             "snapshot_step": step}
 
 
+def _setting(config: Any, key: str, kind: type, default: Any) -> Any:
+    """``config[key]`` (dotted) when it is plain data of type ``kind``, else ``default``."""
+    for part in key.split("."):
+        if not isinstance(config, dict) or part not in config:
+            return default
+        config = config[part]
+    return config if isinstance(config, kind) and not isinstance(config, bool) else default
+
+
 def job_row(run_dir: Path, job: str | None = None, sweep_end: bool = False) -> dict[str, Any]:
     """One table row for ``run_dir`` (keys: :data:`COLUMNS`, observation columns it has,
     ``path``). Never raises for a broken run: what cannot be read is left empty and said in
-    ``error``. ``sweep_end``: the sweep is over, so a ``running`` summary means the job died."""
-    from omegaconf import OmegaConf
+    ``error``. ``sweep_end``: the sweep is over, so a ``running`` summary means the job died.
 
+    The config and overrides come from summary.json (the resolved config the run used) or,
+    for runs of older attnlab versions, from ``.hydra/`` read as plain YAML data: nothing in
+    them is resolved or interpolated."""
     run_dir = Path(run_dir)
-    cfg = _load_yaml(run_dir / ".hydra" / "config.yaml")
-    overrides = _load_yaml(run_dir / ".hydra" / "overrides.yaml")
     row: dict[str, Any] = {c: None for c in COLUMNS}
     row["job"] = job if job is not None else run_dir.name
-    row["overrides"] = " ".join(str(o) for o in overrides) if overrides is not None else ""
-    threshold = OmegaConf.select(cfg, "train.loss_threshold", default=None) if cfg is not None else None
-    row["loss_threshold"] = threshold
     try:
         summary = artifacts.read_summary(run_dir)
+        if not isinstance(summary, dict):
+            raise ValueError(f"a JSON {type(summary).__name__}, not an object")
     except (OSError, ValueError) as err:
         summary = {}
         row["error"] = f"summary.json unreadable: {err}"
+    config = summary.get("config")
+    if not isinstance(config, dict):
+        config = _load_yaml(run_dir / ".hydra" / "config.yaml")
+    overrides = summary.get("overrides")
+    if not isinstance(overrides, list):
+        overrides = _load_yaml(run_dir / ".hydra" / "overrides.yaml")
+    row["overrides"] = " ".join(str(o) for o in overrides) if isinstance(overrides, list) else ""
+    threshold = _setting(config, "train.loss_threshold", (int, float), None)
+    row["loss_threshold"] = threshold
     if not summary:
         row["status"] = "missing"
         row["error"] = row["error"] or "no summary.json (the job did not start, or died before writing it)"
@@ -165,8 +188,8 @@ def job_row(run_dir: Path, job: str | None = None, sweep_end: bool = False) -> d
             row["steps_to_threshold"] = int(below[0]) if below.size else None
         except (AttnlabError, ValueError, IndexError):
             pass
-    focus = OmegaConf.select(cfg, "train.focus_token", default=1) if cfg is not None else 1
-    encoding = OmegaConf.select(cfg, "tokenizer.encoding", default="gpt2") if cfg is not None else "gpt2"
+    focus = _setting(config, "train.focus_token", int, 1)
+    encoding = _setting(config, "tokenizer.encoding", str, "gpt2")
     try:
         row.update(focus_at_last_snapshot(run_dir, focus, str(encoding)))
     except (AttnlabError, OSError, ValueError, KeyError) as err:

@@ -15,7 +15,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from attnlab import checks, interrupts, tokenizer
-from attnlab.config import optimizer_schema, plain, to_plain
+from attnlab.config import optimizer_schema, plain, resolve, snapshot_steps
 from attnlab.model import InputEmbedding, SelfAttention, mse, next_token_targets
 from attnlab.records import RunInfo, RunResult, Sink, Snapshot
 
@@ -126,6 +126,7 @@ def train(cfg: DictConfig, sinks: Iterable[Sink] = (), run_dir: Path | None = No
     sinks = list(sinks)
     checks.validate(cfg)
     tokens = tokenizer.tokenize(cfg)  # §1
+    checks.resources(cfg, tokens.seq_len, tokens.vocab_size, run_dir)
 
     # §2–4: the parameters, in the tutorial's §5 order
     embedding, attention = build_model(cfg, tokens, order="training")
@@ -135,15 +136,15 @@ def train(cfg: DictConfig, sinks: Iterable[Sink] = (), run_dir: Path | None = No
     optimizer = build_optimizer(cfg.optimizer, attention.parameters())
 
     steps = cfg.train.steps
-    snapshot_steps = sorted(set(cfg.train.snapshot_steps))
-    is_snapshot = set(snapshot_steps).__contains__
-    info = RunInfo(config=to_plain(cfg), token_ids=tokens.token_ids, tokens=tokens.labels,
-                   snapshot_steps=snapshot_steps, steps=steps, focus_token=cfg.train.focus_token, run_dir=run_dir)
+    snapshots = snapshot_steps(cfg.train)
+    is_snapshot = set(snapshots).__contains__
+    info = RunInfo(config=resolve(cfg), token_ids=tokens.token_ids, tokens=tokens.labels,
+                   snapshot_steps=snapshots, steps=steps, focus_token=cfg.train.focus_token, run_dir=run_dir)
     for sink in sinks:
         sink.on_start(info)
     recorder = LossRecorder(sinks, cfg.train.loss_threshold, keep=keep_losses)
     kept: list[Snapshot] = []
-    status, error, step = "completed", None, 0
+    status, error, step, overflow = "completed", None, 0, None
     t0 = time.perf_counter()
     with interrupts.deferred():
         try:
@@ -155,7 +156,12 @@ def train(cfg: DictConfig, sinks: Iterable[Sink] = (), run_dir: Path | None = No
                 # backward and update (§5's four steps)
                 optimizer.zero_grad()
                 loss.backward()
-                optimizer.step()
+                try:
+                    optimizer.step()
+                except RuntimeError as err:  # torch refuses an update it cannot represent: a divergence
+                    if "overflow" not in str(err):
+                        raise
+                    overflow = f"the update after step {step} overflowed ({err}; optimizer.lr={cfg.optimizer.lr})"
                 # record
                 recorder.append(loss)
                 if is_snapshot(step):
@@ -166,7 +172,9 @@ def train(cfg: DictConfig, sinks: Iterable[Sink] = (), run_dir: Path | None = No
                         sink.on_snapshot(snap)
                     if keep_snapshots:
                         kept.append(snap)
-                elif (step + 1) % FLUSH_EVERY == 0 and not recorder.flush():
+                elif ((step + 1) % FLUSH_EVERY == 0 or overflow) and not recorder.flush():
+                    break
+                if overflow:
                     break
             else:
                 recorder.flush()
@@ -178,14 +186,20 @@ def train(cfg: DictConfig, sinks: Iterable[Sink] = (), run_dir: Path | None = No
             raise
     if recorder.diverged_at is not None:
         status, error = "diverged", divergence_message(cfg, recorder.diverged_at, recorder.bad_value)
+    elif overflow is not None:
+        status, error = "diverged", overflow
     result = _result(info, recorder, kept, t0, status, error)
     _finish(sinks, result)
     return result
 
 
 def divergence_message(cfg: DictConfig, step: int, value: float | None) -> str:
-    """One line saying where the loss stopped being finite and the likely cause."""
-    return f"loss became {value} at step {step} (optimizer.lr={cfg.optimizer.lr})"
+    """One line saying where the loss stopped being finite and the likely cause: the initial
+    values when it already happens at step 0 (before any update), else the learning rate."""
+    if step == 0:
+        return (f"loss became {value} at step 0, before any update: the initial values overflow "
+                f"(model.init_std={cfg.model.init_std}); try a smaller model.init_std")
+    return f"loss became {value} at step {step} (optimizer.lr={cfg.optimizer.lr}); try a smaller optimizer.lr"
 
 
 def _result(info: RunInfo, recorder: LossRecorder, kept: list[Snapshot], t0: float, status: str,

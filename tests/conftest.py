@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_module
 
+from attnlab.argv import prepare
 from attnlab.config import register_configs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,10 +33,11 @@ GOLDEN_EMBEDDING_ROWS = [
 
 
 def compose_cfg(*overrides: str):
-    """The config ``attnlab OVERRIDES`` would run (no Hydra runtime, no run dir)."""
+    """The config ``attnlab OVERRIDES`` would run (no Hydra runtime, no run dir; free text
+    made Hydra syntax as the command does, attnlab.argv.prepare)."""
     register_configs()
     with initialize_config_module("attnlab.conf", version_base="1.3"):
-        return compose("config", overrides=list(overrides))
+        return compose("config", overrides=prepare(overrides))
 
 
 @pytest.fixture

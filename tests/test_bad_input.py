@@ -40,7 +40,7 @@ class Case:
 CASES = [
     # issue 2: config checks
     Case("mistyped_key", "a mistyped key", ("model.d_mdl=3",), "hydra",
-         "error: model.d_mdl=3: no such config key (see `attnlab --cfg job` for the keys)", cli=True),
+         "error: model.d_mdl=3: no such config key (`attnlab --help` lists every key)", cli=True),
     Case("wrong_type", "a value of the wrong type", ("model.d_model=abc",), "hydra",
          "error: model.d_model='abc': Value 'abc' of type 'str' could not be converted to Integer", cli=True),
     Case("wrong_choice", "a value outside an enum", ("model.positional=xx",), "hydra",
@@ -73,8 +73,8 @@ CASES = [
     Case("endoftext_text", "`<|endoftext|>` with `tokenizer.special_tokens=text`",
          ('sentence="Your journey<|endoftext|> starts"', "tokenizer.special_tokens=text"), "ok",
          "[7120, 7002, 27, 91, 437, 1659, 5239, 91, 29, 4940]"),
-    Case("endoftext_unquoted", "`<|endoftext|>` without Hydra quoting", ("sentence=Your journey<|endoftext|> starts",), "hydra",
-         "in the overrides (Hydra's override syntax): quote values", cli=True),
+    Case("endoftext_unquoted", "`<|endoftext|>` without Hydra quoting (free text is quoted for Hydra)",
+         ("sentence=Your journey<|endoftext|> starts",), "ok", "[7120, 7002, 50256, 4940]"),
     Case("too_long", "a sentence longer than `tokenizer.max_tokens`", ("tokenizer.max_tokens=5",), "ours",
          "sentence='Your journey starts with one step': has 6 tokens, more than tokenizer.max_tokens=5"),
     Case("max_tokens_zero", "a non-positive `tokenizer.max_tokens`", ("tokenizer.max_tokens=0",), "ours",
@@ -83,8 +83,67 @@ CASES = [
          "tokenizer.encoding='nope': unknown encoding; allowed: ", cli=True),
     Case("text_file_missing", "a `text_file` that does not exist", ("text_file=/nonexistent/text.txt",), "ours",
          "text_file='/nonexistent/text.txt': must be a readable UTF-8 file"),
+    # issue 10: values that Hydra/OmegaConf resolve or refuse
+    Case("text_interpolation_quoted", "`${...}` in a quoted sentence (free text is literal)",
+         ('sentence="costs ${price} today"',), "ok", "[15805, 82, 25597, 20888, 92, 1909]"),
+    Case("text_interpolation_unquoted", "`${...}` in an unquoted sentence (free text is literal)",
+         ("sentence=costs ${price} today",), "ok", "[15805, 82, 25597, 20888, 92, 1909]"),
+    Case("env_unset", "`${oc.env:VAR}` of an unset variable", ("model.d_model=${oc.env:ATTNLAB_UNSET_VARIABLE}",), "ours",
+         "model.d_model='${oc.env:ATTNLAB_UNSET_VARIABLE}': cannot be resolved: KeyError raised while resolving "
+         "interpolation: \"Environment variable 'ATTNLAB_UNSET_VARIABLE' not found\"", cli=True),
+    Case("interpolation_missing", "an interpolation of a missing key", ("model.d_k=${model.nope}",), "ours",
+         "model.d_k='${model.nope}': cannot be resolved: Interpolation key 'model.nope' not found"),
+    Case("interpolation_recursive", "a recursive interpolation", ("model.d_k=${model.d_k}",), "ours",
+         "model.d_k='${model.d_k}': cannot be resolved: Recursive interpolation detected"),
+    Case("unknown_resolver", "an unknown resolver", ("model.d_k=${nope:1}",), "ours",
+         "model.d_k='${nope:1}': cannot be resolved: Unsupported interpolation type nope"),
+    Case("comma_text", "a comma in an unquoted sentence (a single run)", ("sentence=Hello, world",), "hydra",
+         "error: sentence='Hello, world': a comma separates values; to keep it in the value, quote it for Hydra and "
+         "the shell: 'sentence=\"Hello, world\"'; with -m (--multirun) the commas sweep over the values", cli=True),
+    Case("seed_overflow", "a seed beyond 64 bits", ("seed=18446744073709551616",), "ours",
+         "seed=18446744073709551616: must be an integer in [-9223372036854775808, 18446744073709551615] "
+         "(what torch.manual_seed accepts)", cli=True),
+    Case("seed_underflow", "a seed below -2^63", ("seed=-9223372036854775809",), "ours",
+         "seed=-9223372036854775809: must be an integer in [-9223372036854775808, 18446744073709551615]"),
+    Case("steps_overflow", "a step count beyond int64", ("train.steps=9223372036854775808",), "ours",
+         "train.steps=9223372036854775808: must be a positive integer"),
+    Case("d_k_overflow", "a dimension beyond int64", ("model.d_k=9223372036854775808",), "ours",
+         "model.d_k=9223372036854775808: must be a positive integer"),
+    Case("focus_overflow", "a focus position beyond int64", ("train.focus_token=9223372036854775808",), "ours",
+         "train.focus_token=9223372036854775808: must be a token position"),
+    Case("betas_out_of_range", "Adam betas outside [0, 1)", ("optimizer.betas=[2.0,2.0]",), "ours",
+         "optimizer.betas=[2.0, 2.0]: must be two numbers in [0, 1), e.g. [0.9,0.999]", cli=True),
+    Case("betas_one", "one Adam beta", ("optimizer.betas=[0.9]",), "ours",
+         "optimizer.betas=[0.9]: must be two numbers in [0, 1)"),
+    Case("betas_target", "a `_target_` hidden in the betas", ("optimizer.betas=[{_target_:builtins.print},0.9]",), "ours",
+         "optimizer.betas=[{'_target_': 'builtins.print'}, 0.9]: must be two numbers in [0, 1)"),
+    Case("eps_negative", "a negative eps", ("optimizer.eps=-1",), "ours", "optimizer.eps=-1.0: must be >= 0 and finite"),
+    Case("weight_decay_negative", "a negative weight decay", ("optimizer.weight_decay=-1",), "ours",
+         "optimizer.weight_decay=-1.0: must be >= 0 and finite"),
+    Case("momentum_negative", "a negative SGD momentum", ("optimizer=sgd", "optimizer.momentum=-1"), "ours",
+         "optimizer.momentum=-1.0: must be >= 0 and finite"),
+    Case("nesterov_no_momentum", "Nesterov without momentum", ("optimizer=sgd", "optimizer.nesterov=true"), "ours",
+         "optimizer.nesterov=True: needs optimizer.momentum > 0 and optimizer.dampening=0 (momentum=0.0, dampening=0.0)"),
+    Case("memory", "a model that cannot fit in memory", ("model.d_model=100000",), "ours",
+         "model.d_model=100000: the run needs about 167.8 GiB of memory (token_embedding 18.7 GiB, attention "
+         "149.0 GiB, activations 0.0 GiB), more than the", cli=True),
+    Case("disk", "a run whose files cannot fit on the disk", ("train.steps=10000000000000",), "ours",
+         "train.steps=10000000000000: the run would write about 260770.3 GiB (metrics.csv 260770.3 GiB, "
+         "attention.npz 0.0 GiB), more than the"),
+    # issue 10: text as typed, keys that exist
+    Case("chinese_unquoted", "Chinese text without Hydra quoting", ("sentence=你的旅程从一步开始",), "ok",
+         "[19526, 254, 21410, 33768, 227, 163, 101, 233, 20015, 236, 31660, 29826, 98, 28156, 222, 34650, 233]"),
+    Case("added_key", "`+key` for a key attnlab does not have", ("+train.stepz=500",), "hydra",
+         "error: +train.stepz=500: no such config key; attnlab's keys are fixed by its schema", cli=True),
+    Case("force_added_key", "`++key` for a key attnlab does not have", ("++model.heads=2",), "hydra",
+         "error: ++model.heads=2: no such config key"),
+    Case("deleted_key", "`~key` deleting a key attnlab needs", ("~train.steps",), "hydra",
+         "error: ~train.steps: no such config key"),
+    Case("steps_only", "only `train.steps` changed (snapshots follow the run)", ("train.steps=100",), "ok",
+         "[7120, 7002, 4940, 351, 530, 2239]"),
 ]
 CASE_IDS = [c.id for c in CASES]
+MACHINE_DEPENDENT = {"memory", "disk"}  # their message ends with this machine's free memory / disk
 
 # attnlab-reproduce and run-dir cases: (id, what, how the folder is made, expected in stderr)
 REPRODUCE_CASES = [
@@ -122,10 +181,22 @@ def test_our_errors_name_key_value_and_allowed(case, tmp_path):
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.kind == "ok"], ids=lambda c: c.id)
-def test_endoftext_is_encoded_as_configured(case, tmp_path):
-    cfg = compose_cfg(*case.args, *QUIET, "train.steps=5", "train.snapshot_steps=[0]")
+def test_accepted_inputs_train_on_the_expected_tokens(case, tmp_path):
+    short = () if any(a.startswith("train.steps=") for a in case.args) else ("train.steps=5", "train.snapshot_steps=[0]")
+    cfg = compose_cfg(*case.args, *QUIET, *short)
     assert run_job(cfg, tmp_path).status == "completed"
     assert str(artifacts.read_attention(tmp_path)["token_ids"].tolist()) == case.expect
+
+
+def test_changing_only_the_steps_scales_the_snapshots(tmp_path):
+    from attnlab.config import snapshot_steps
+
+    expected = {201: [0, 20, 50, 100, 200], 100: [0, 10, 25, 50, 99], 30: [0, 3, 7, 15, 29], 2: [0, 1], 1: [0]}
+    for steps, snaps in expected.items():
+        assert snapshot_steps(compose_cfg(f"train.steps={steps}").train) == snaps, steps
+    assert snapshot_steps(compose_cfg("train.snapshot_steps=[7,3,3]").train) == [3, 7]  # a list is taken as given
+    assert run_job(compose_cfg(*QUIET, "train.steps=100"), tmp_path).status == "completed"
+    assert artifacts.read_attention(tmp_path)["steps"].tolist() == [0, 10, 25, 50, 99]
 
 
 # --- the real command: one case per code path -------------------------------------------------
@@ -176,7 +247,10 @@ def test_doc_is_current():
             with tempfile.TemporaryDirectory() as tmp:
                 result = run_job(cfg, Path(tmp))
             assert result.bad_input, case.id
-            assert cell(f"error: {result.error}") in doc, case.id
+            if case.id in MACHINE_DEPENDENT:  # the memory or disk this machine has ends the line
+                assert cell(f"error: {case.expect}")[:-1] in doc, case.id
+            else:
+                assert cell(f"error: {result.error}") in doc, case.id
     for rid, *_ in REPRODUCE_CASES:
         assert f"| {rid} |" in doc
 
@@ -272,11 +346,19 @@ How to read it:
 - **Our checks** (`error: KEY=VALUE: what is allowed`): one line on stderr, no traceback, exit
   status 2, and `summary.json` in the run dir says `failed` with the same message in `error`.
   Set `HYDRA_FULL_ERROR=1` to see the traceback instead.
-- **Hydra's own checks** (mistyped key, wrong type, unknown choice, override syntax): Hydra's
-  message, which names the key (`full_key: ...`), exit status 1, no traceback; the config is
-  refused while it is composed, so no run dir is made.
-- A run that starts but does not complete exits 1: `diverged` (a NaN/inf loss; every step
-  before it is kept) or `interrupted` (Ctrl-C or SIGTERM; every finished step is kept).
+- **Refused while the config is composed** (a mistyped key, a wrong type, an unknown choice,
+  override syntax, a comma in single-run text, `+key`/`~key` for a key attnlab does not have):
+  Hydra's report made one line (`error: ...`), exit status 2, no traceback; no run dir is made
+  (for a sweep, not even the sweep folder).
+- **Free text** (`sentence`, `text_file`, `analysis.compare_sentence`) is taken as typed: Chinese,
+  emoji and `<|endoftext|>` need no quoting, `${{...}}` is literal text (never an interpolation or
+  a resolver), and an ASCII comma separates sweep values (`-m`).
+- A run that starts but does not complete exits 1: `diverged` (a NaN/inf loss, or an update
+  torch cannot represent; every step before it is kept, and the message names the likely cause:
+  the initialisation when step 0 already overflows, else the learning rate) or `interrupted`
+  (Ctrl-C or SIGTERM; every finished step is kept).
+- The memory and disk checks estimate what a run needs before anything is allocated; their
+  message ends with what this machine has, so those rows differ from machine to machine.
 
 ## `attnlab` overrides
 

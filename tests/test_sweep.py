@@ -81,7 +81,7 @@ def test_sweep_keeps_going_past_failed_and_diverged_jobs(cli, tmp_path):
     rows = assert_csv_matches_jobs(sweep)
     assert [r["status"] for r in rows] == ["completed", "failed", "diverged", "failed"]
     assert rows[1]["error"] == rows[3]["error"] == "model.d_model=0: must be a positive integer"
-    assert rows[2]["error"] == "loss became nan at step 1 (optimizer.lr=1e+30)"
+    assert rows[2]["error"] == "loss became nan at step 1 (optimizer.lr=1e+30); try a smaller optimizer.lr"
     assert float(rows[2]["final_loss"]) == pytest.approx(2.3566272258758545, abs=0)  # step 0 kept
     # the completed job has every artifact, and its row its focus at the last snapshot (step 4)
     done = job_dirs(sweep)[0]
@@ -130,3 +130,59 @@ def test_launchers_give_same_folders_rows_and_results(cli, cfg_of, tmp_path, lau
     assert float(rows[0]["final_loss"]) == reference.final_loss
     _, losses = artifacts.read_metrics(job_dirs(sweep)[0])
     np.testing.assert_array_equal(losses, reference.losses)
+
+
+# ------------------------------------------------------------------------------ issue 10
+@pytest.mark.parametrize("args, line", [
+    (("model.dmodel=6,16",), "error: model.dmodel=6,16: no such config key (`attnlab --help` lists every key)"),
+    (("optimizer=adam,sgdd",), "error: optimizer=sgdd: no such option; allowed: adam, adamw, sgd"),
+    (("optimizer.lr=0.01,abc",), "error: optimizer.lr='abc': Value 'abc' of type 'str' could not be converted to Float"),
+])
+def test_a_sweep_refused_while_composing_is_one_line_and_leaves_nothing(cli, tmp_path, args, line):
+    sweep = tmp_path / "new" / "sweep"  # neither folder exists yet
+    proc = cli("-m", f"hydra.sweep.dir={sweep}", *FAST, *args)
+    assert proc.returncode == 2
+    assert proc.stderr == line + "\n"
+    assert list(tmp_path.iterdir()) == []  # not even the folders Hydra made for the sweep
+
+
+def test_unquoted_chinese_sweeps_over_ascii_commas_and_keeps_the_text(cli, tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = cli("-m", f"hydra.sweep.dir={sweep}", *FAST, "sentence=你的旅程,一步 开始")
+    assert proc.returncode == 0, proc.stderr
+    dirs = job_dirs(sweep)
+    assert [d.name for d in dirs] == ["0_logging=off,sentence=你的旅程,train.snapshot_steps=[0,4],train.steps=5",
+                                      "1_logging=off,sentence=一步_开始,train.snapshot_steps=[0,4],train.steps=5"]
+    sentences = [json.loads((d / "summary.json").read_text(encoding="utf-8"))["config"]["sentence"] for d in dirs]
+    assert sentences == ["你的旅程", "一步 开始"]
+
+
+def test_without_hydra_output_subdir_runs_are_still_summarized_and_compared(cli, tmp_path):
+    from attnlab import runs
+
+    sweep = tmp_path / "sweep"
+    proc = cli("-m", f"hydra.sweep.dir={sweep}", "hydra.output_subdir=null", *FAST, "seed=1,2")
+    assert proc.returncode == 0, proc.stderr
+    dirs = job_dirs(sweep)
+    assert [sorted(p.name for p in d.iterdir()) for d in dirs] == [["attention.npz", "metrics.csv", "summary.json"]] * 2
+    rows = read_csv(sweep / "summary.csv")
+    assert [r["status"] for r in rows] == ["completed", "completed"]
+    assert [r["overrides"] for r in rows] == [f"train.steps=5 train.snapshot_steps=[0,4] logging=off seed={s}"
+                                             for s in (1, 2)]
+    assert [r["job"] for r in runs.collect_rows([sweep])] == [d.name for d in dirs]
+    for seed, d in zip((1, 2), dirs):
+        summary = json.loads((d / "summary.json").read_text(encoding="utf-8"))
+        assert summary["config"]["seed"] == seed
+        assert summary["overrides"] == ["train.steps=5", "train.snapshot_steps=[0,4]", "logging=off", f"seed={seed}"]
+
+
+def test_summary_holds_the_resolved_config_the_run_used(cli, tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    proc = cli(f"hydra.run.dir={run}", *FAST, "model.d_model=${oc.env:ATTNLAB_TEST_DMODEL}",
+               env={"ATTNLAB_TEST_DMODEL": "8"})
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
+    assert summary["config"]["model"]["d_model"] == 8
+    assert summary["config"]["model"]["d_v"] == 8  # ${model.d_model} resolved too
+    assert summary["config"]["train"]["snapshot_steps"] == [0, 4]
+    assert summary["overrides"][-1] == "model.d_model=${oc.env:ATTNLAB_TEST_DMODEL}"
