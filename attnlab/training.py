@@ -19,7 +19,8 @@ from omegaconf import DictConfig
 
 from attnlab import config as C
 from attnlab import tokenizer
-from attnlab.model import GPT2_VOCAB_SIZE, InputEmbedding, SelfAttention, mse, next_token_targets
+from attnlab.model import (GPT2_VOCAB_SIZE, InputEmbedding, ModelSpec, MultiHeadSelfAttention, build_section5,
+                           build_walkthrough, mse, next_token_targets)
 from attnlab.records import RunInfo, RunResult, Sink, Snapshot
 
 FLUSH_EVERY = 256  # steps between loss batches sent to sinks (also at snapshots and the end)
@@ -73,18 +74,16 @@ def build_optimizer(opt_cfg: DictConfig, params: Iterable[torch.nn.Parameter]) -
     return instantiate(opt_cfg, params=list(params))
 
 
-def build_model(cfg: DictConfig, prepared: Prepared, order: str = "training") -> tuple[InputEmbedding, SelfAttention]:
+def build_model(cfg: DictConfig, prepared: Prepared, order: str = "training") -> tuple[InputEmbedding, MultiHeadSelfAttention]:
     """Seed, then create the parameters on the CPU in the tutorial's order (§5 for
     ``order="training"``, §2–4 for ``"walkthrough"``); moved to ``cfg.device`` afterwards, so
     every device starts from the same numbers."""
     seed_everything(cfg.seed)
     m = cfg.model
-    embedding = InputEmbedding(prepared.vocab_size, len(prepared.token_ids), m.d_model, m.init_std,
-                               positional=C.plain(m.positional) == "learned",
-                               order=order)
-    attention = SelfAttention(m.d_model, m.d_k, m.d_v)
-    device = torch.device(cfg.device)
-    return embedding.to(device), attention.to(device)
+    spec = ModelSpec(m.d_model, m.d_k, m.d_v, m.init_std, positional=C.plain(m.positional) == "learned")
+    build = build_walkthrough if order == "walkthrough" else build_section5
+    model = build(spec, prepared.vocab_size, len(prepared.token_ids)).to(torch.device(cfg.device))
+    return model.embedding, model.attention
 
 
 def train(cfg: DictConfig, sinks: Iterable[Sink] = (), run_dir: Path | None = None,
@@ -153,8 +152,8 @@ def train(cfg: DictConfig, sinks: Iterable[Sink] = (), run_dir: Path | None = No
             for step in range(steps):
                 if stop:  # Ctrl-C / SIGTERM arrived during the previous step
                     raise KeyboardInterrupt(f"signal {stop[0]}")
-                Z, weights = attention(X)  # (T, d_v), (T, T)
-                loss = mse(Z, target)
+                out = attention(X)  # Z (T, d_model), weights (H, T, T)
+                loss = mse(out.Z, target)
                 optimizer.zero_grad()
                 loss.backward()
                 optimizer.step()
@@ -162,7 +161,7 @@ def train(cfg: DictConfig, sinks: Iterable[Sink] = (), run_dir: Path | None = No
                 if step in snap_set:
                     if not flush(step + 1):
                         break
-                    snap = Snapshot(step, float(losses[step]), weights.detach().cpu().numpy()[None].astype(np.float32))
+                    snap = Snapshot(step, float(losses[step]), out.weights.detach().cpu().numpy().astype(np.float32))
                     for sink in sinks:
                         sink.on_snapshot(snap)
                     if keep_snapshots:
