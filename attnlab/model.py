@@ -165,29 +165,33 @@ class MultiHeadSelfAttention(nn.Module):
         ``need_weights=False`` returns scores and weights as None on both paths (on the sdpa
         path it saves computing them)."""
         T = X.shape[0]
-        Q = split_heads(self.W_query(X), self.n_heads)  # (H, T, d_k)
-        K = split_heads(self.W_key(X), self.n_heads)  # (H, T, d_k)
-        V = split_heads(self.W_value(X), self.n_heads)  # (H, T, d_v)
+        Q_all, K_all, V_all = self.W_query(X), self.W_key(X), self.W_value(X)  # (T, H·d_k), (T, H·d_k), (T, H·d_v)
         mask = causal_mask(T, X.device) if self.causal else None
         scores = weights = None
         if self.attention == "explicit":
             all_scores, all_weights, heads = [], [], []
-            for h in range(self.n_heads):  # head h is tutorial §4.2–4.4 on its own slice
-                s = scaled_scores(Q[h], K[h], mask)  # (T, T)
+            # head h is tutorial §4.2–4.4 on its own columns h·d_k … (h+1)·d_k - 1 of Q and K
+            for q, k, v in zip(Q_all.split(self.d_k, -1), K_all.split(self.d_k, -1), V_all.split(self.d_v, -1)):
+                s = scaled_scores(q, k, mask)  # (T, T)
                 w = torch.softmax(s, dim=-1)  # (T, T), rows sum to 1
-                heads.append(self._drop(w) @ V[h])  # (T, d_v)
+                heads.append(self._drop(w) @ v)  # (T, d_v)
                 all_scores.append(s)
                 all_weights.append(w)
-            Z = torch.cat(heads, dim=-1)  # (T, H·d_v)
+            Z = torch.cat(heads, dim=-1) if len(heads) > 1 else heads[0]  # (T, H·d_v); one head: no copy
             if need_weights:
                 scores, weights = torch.stack(all_scores), torch.stack(all_weights)  # (H, T, T)
         else:
             p = self.dropout if self.training else 0.0
-            Z = merge_heads(F.scaled_dot_product_attention(Q, K, V, dropout_p=p, is_causal=self.causal))
+            heads = F.scaled_dot_product_attention(split_heads(Q_all, self.n_heads), split_heads(K_all, self.n_heads),
+                                                   split_heads(V_all, self.n_heads), dropout_p=p,
+                                                   is_causal=self.causal)  # (H, T, d_v)
+            Z = merge_heads(heads)  # (T, H·d_v)
             if need_weights:  # the records only: computed as the explicit path does, no gradient
                 with torch.no_grad():
-                    scores = torch.stack([scaled_scores(Q[h], K[h], mask) for h in range(self.n_heads)])
+                    scores = torch.stack([scaled_scores(q, k, mask) for q, k in
+                                          zip(Q_all.split(self.d_k, -1), K_all.split(self.d_k, -1))])
                     weights = torch.softmax(scores, dim=-1)  # (H, T, T)
+        Q, K, V = (split_heads(t, self.n_heads) for t in (Q_all, K_all, V_all))  # (H, T, d_k), …, (H, T, d_v)
         if self.W_out is not None:
             Z = self.W_out(Z)  # (T, d_model)
         return AttentionOutput(Q, K, V, scores, weights, Z)

@@ -152,7 +152,7 @@ def train(cfg: DictConfig, sinks: Iterable[Sink] = (), run_dir: Path | None = No
             for step in range(steps):
                 if stop:  # Ctrl-C / SIGTERM arrived during the previous step
                     raise KeyboardInterrupt(f"signal {stop[0]}")
-                out = attention(X)  # Z (T, d_model), weights (H, T, T)
+                out = attention(X, need_weights=step in snap_set)  # Z (T, d_model), weights (H, T, T) or None
                 loss = mse(out.Z, target)
                 optimizer.zero_grad()
                 loss.backward()
