@@ -101,8 +101,8 @@ def permutation_check(cfg: DictConfig) -> dict[str, Any]:
     with torch.no_grad():
         X_a = embedding(torch.tensor(ids_a, device=device))  # (T, d_model)
         X_b = embedding(torch.tensor(ids_b, device=device))  # (T, d_model), same parameters
-        Z_a, _ = attention(X_a)  # (T, d_v)
-        Z_b, _ = attention(X_b)
+        Z_a = attention(X_a).Z  # (T, d_v)
+        Z_b = attention(X_b).Z
         idx = torch.tensor(perm, device=device)
         out["z_max_abs_diff"] = float((Z_b - Z_a[idx]).abs().max())
         out["x_max_abs_diff"] = float((X_b - X_a[idx]).abs().max())

@@ -16,7 +16,15 @@ from omegaconf import DictConfig, OmegaConf
 
 from attnlab import checks, interrupts, tokenizer
 from attnlab.config import optimizer_schema, plain, resolve, snapshot_steps
-from attnlab.model import InputEmbedding, SelfAttention, mse, next_token_targets
+from attnlab.model import (
+    InputEmbedding,
+    ModelSpec,
+    MultiHeadSelfAttention,
+    build_section5,
+    build_walkthrough,
+    mse,
+    next_token_targets,
+)
 from attnlab.records import RunInfo, RunResult, Sink, Snapshot
 
 FLUSH_EVERY = 256  # steps between loss batches sent to sinks (also at snapshots and the end)
@@ -30,17 +38,16 @@ def seed_everything(seed: int) -> None:
 
 
 def build_model(cfg: DictConfig, tokens: tokenizer.Tokens,
-                order: str = "training") -> tuple[InputEmbedding, SelfAttention]:
+                order: str = "training") -> tuple[InputEmbedding, MultiHeadSelfAttention]:
     """Seed, then create the parameters on the CPU in the tutorial's order (§5 for
     ``order="training"``, §2–4 for ``"walkthrough"``); moved to ``cfg.device`` afterwards, so
     every device starts from the same numbers."""
     seed_everything(cfg.seed)
     m = cfg.model
-    embedding = InputEmbedding(tokens.vocab_size, tokens.seq_len, m.d_model, m.init_std,
-                               positional=plain(m.positional) == "learned", order=order)
-    attention = SelfAttention(m.d_model, m.d_k, m.d_v)
-    device = torch.device(cfg.device)
-    return embedding.to(device), attention.to(device)
+    spec = ModelSpec(m.d_model, m.d_k, m.d_v, m.init_std, positional=plain(m.positional) == "learned")
+    build = build_walkthrough if order == "walkthrough" else build_section5
+    model = build(spec, tokens.vocab_size, tokens.seq_len).to(torch.device(cfg.device))
+    return model.embedding, model.attention
 
 
 def build_optimizer(opt_cfg: DictConfig, params: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
@@ -151,8 +158,8 @@ def train(cfg: DictConfig, sinks: Iterable[Sink] = (), run_dir: Path | None = No
             for step in range(steps):
                 interrupts.check()  # Ctrl-C / SIGTERM during the previous step: stop here
                 # forward: Q, K, V → scaled scores → softmax weights → Z (§4)
-                Z, weights = attention(X)  # (T, d_v), (T, T)
-                loss = mse(Z, target)
+                out = attention(X, need_weights=is_snapshot(step))  # Z (T, d_model); weights (H, T, T) or None
+                loss = mse(out.Z, target)
                 # backward and update (§5's four steps)
                 optimizer.zero_grad()
                 loss.backward()
@@ -167,7 +174,7 @@ def train(cfg: DictConfig, sinks: Iterable[Sink] = (), run_dir: Path | None = No
                 if is_snapshot(step):
                     if not recorder.flush():
                         break
-                    snap = Snapshot(step, recorder.final_loss, weights.detach().cpu().numpy()[None].astype(np.float32))
+                    snap = Snapshot(step, recorder.final_loss, out.weights.detach().cpu().numpy().astype(np.float32))
                     for sink in sinks:
                         sink.on_snapshot(snap)
                     if keep_snapshots:

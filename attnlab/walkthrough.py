@@ -62,7 +62,8 @@ def walkthrough(cfg: DictConfig, run_dir: Path | None = None, file=None) -> dict
         p("X[0] == token_embeddings[0] + pos_embeddings[0]?",
           torch.equal(X[0], tok_emb[0] + (pos_emb[0] if embedding.positional else 0)))
 
-        Z, weights, parts = attention.forward_all(X)
+        att = attention(X)  # one head: head 0 of Q, K, V, scores, weights
+        Z, weights, parts = att.Z, att.weights[0], {k: getattr(att, k)[0] for k in ("Q", "K", "V", "scores")}
         p("\n== 4. Self-attention ==")
         p("Q shape:", tuple(parts["Q"].shape), " K shape:", tuple(parts["K"].shape),
           " V shape:", tuple(parts["V"].shape))

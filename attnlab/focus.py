@@ -1,0 +1,63 @@
+"""Focus metrics: how sharply attention settles on one key, as pure functions of recorded weights.
+
+They read attention weights ``(..., H, T, T)`` (a snapshot ``(H, T, T)``, or ``attention.npz``'s
+``weights`` ``(S, H, T, T)``) as numpy arrays, so the sinks, summaries and the tools that read
+saved runs use them without torch or a model. For the tutorial's run (tutorial §5) the focus
+token ' journey' ends with weight 0.99 on key 'Your'.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Sequence
+
+import numpy as np
+
+
+class Focus(NamedTuple):
+    """One query's strongest key per head: ``key`` (..., H) int64, the key position with the
+    largest weight (the first one on a tie), and its ``weight`` (..., H) float64."""
+
+    key: np.ndarray
+    weight: np.ndarray
+
+
+def _as_weights(weights: np.ndarray) -> np.ndarray:
+    w = np.asarray(weights, dtype=np.float64)
+    if w.ndim < 2 or w.shape[-1] != w.shape[-2]:
+        raise ValueError(f"attention weights must be (..., T, T), got shape {w.shape}")
+    return w
+
+
+def focus(weights: np.ndarray, query: int) -> Focus:
+    """Where query ``query`` (the focus token, ``train.focus_token``) attends most, per head:
+    ``weights`` (..., H, T, T) → :class:`Focus` of shape (..., H). Raises ValueError when
+    ``weights`` is not (..., T, T) or ``query`` is not in [0, T)."""
+    w = _as_weights(weights)
+    T = w.shape[-1]
+    if not 0 <= query < T:
+        raise ValueError(f"query={query}: must be a position in [0, {T})")
+    row = w[..., query, :]  # (..., H, T)
+    key = row.argmax(axis=-1)
+    return Focus(key.astype(np.int64), np.take_along_axis(row, key[..., None], axis=-1)[..., 0])
+
+
+def row_entropy(weights: np.ndarray) -> np.ndarray:
+    """The entropy in nats of every query's weights, -Σ_j w_ij ln w_ij with 0 ln 0 = 0:
+    ``weights`` (..., T, T) → (..., T). ln T for uniform attention (the untrained tutorial's
+    1/6 rows: ln 6 = 1.79), 0 for a row with all its weight on one key; a causal row i has at
+    most ln(i + 1). Raises ValueError when ``weights`` is not (..., T, T)."""
+    w = _as_weights(weights)
+    logw = np.log(np.where(w > 0, w, 1.0))
+    return -(w * logw).sum(axis=-1)
+
+
+def first_step_above(steps: Sequence[int], values: Sequence[float], threshold: float = 0.9) -> int | None:
+    """The first of ``steps`` (S,) whose value in ``values`` (S,) exceeds ``threshold``
+    (strictly), or None when none does; ``steps`` in increasing order, as recorded. With the
+    tutorial's snapshot steps and the focus weight of one head, 100 for the tutorial's run.
+    Raises ValueError when the two lengths differ or ``values`` is not 1-D."""
+    s = np.asarray(steps)
+    v = np.asarray(values, dtype=np.float64)
+    if v.ndim != 1 or s.shape != v.shape:
+        raise ValueError(f"steps {s.shape} and values {v.shape} must be two 1-D arrays of the same length")
+    above = np.flatnonzero(v > threshold)
+    return int(s[above[0]]) if above.size else None
