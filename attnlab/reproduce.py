@@ -119,7 +119,7 @@ def read_saved_config(run_dir: Path, text_file: Path | None = None) -> tuple[dic
             raise RunDirError(f"{printable(str(run_dir), 300)}: a sweep folder, not a run; pass a job folder: "
                               f"{shown}{more}") from None
         raise safe_read.MissingRunFile(path, "missing (RUN_DIR must be a run or sweep-job folder made by attnlab)") from None
-    data = safe_read.parse_yaml_data(safe_read._decode(raw, path), path)
+    data = safe_read.parse_yaml_data(safe_read.decode_utf8(raw, path), path)
     if not isinstance(data, dict):
         raise safe_read.RunFileError(path, "not a config (a YAML mapping is expected)")
     for key in safe_read.special_keys(data):
@@ -129,6 +129,9 @@ def read_saved_config(run_dir: Path, text_file: Path | None = None) -> tuple[dic
                               type(value).__name__, "a saved config may name a _target_ only at optimizer._target_ "
                               f"(nothing else is ever instantiated; in {printable(str(path), 300)})")
     data = safe_read.resolve_references(data, path)
+    for key, value in safe_read.walk(data):
+        if value == "???":  # OmegaConf's "missing": merged onto the schema it would silently become the default
+            raise ConfigError(key, value, "a missing value in a saved config (the run recorded no value)")
     if data.get("text_file") is not None:
         if text_file is None:
             raise ConfigError("text_file", printable(str(data["text_file"]), 100),

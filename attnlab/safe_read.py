@@ -62,13 +62,13 @@ from attnlab.errors import RunDirError
 CONFIG_LIMIT = 256 * 1024  # bytes of a .hydra/*.yaml file (attnlab's are ~1-4 KB)
 SUMMARY_LIMIT = 1024 * 1024  # bytes of summary.json (attnlab's are ~1-15 KB)
 METRICS_LIMIT = 64 * 1024 * 1024  # bytes of metrics.csv (~25 bytes a step: ~2.5 million steps)
-METRICS_LINE_LIMIT = 1024  # characters of one metrics.csv line
+METRICS_LINE_LIMIT = 1024  # bytes of one metrics.csv line
 NPZ_LIMIT = 1024 ** 3  # bytes: the .npz file, and the uncompressed data of the members read from it
 NPZ_MAX_MEMBERS = 64  # entries in an .npz archive (attnlab writes 4 or 10)
 NPZ_DIRECTORY_LIMIT = 64 * 1024  # bytes of an .npz archive's central directory
 NPY_HEADER_LIMIT = 10_000  # bytes of a member's .npy header (numpy's own default)
 TOKEN_CHARS = 256  # characters of one token string in attention.npz ``tokens``
-YAML_MAX_NODES = 20_000  # YAML nodes after alias expansion (a run's config.yaml has ~60)
+YAML_MAX_NODES = 5_000  # YAML nodes after alias expansion (a run's config.yaml has ~60, hydra.yaml ~250)
 YAML_MAX_DEPTH = 32  # nesting of YAML/JSON collections (attnlab's configs: 4)
 JSON_MAX_DEPTH = 32
 REFERENCE_CHAIN = 8  # ${a} -> ${b} -> ... plain references followed at most
@@ -286,7 +286,8 @@ def read_bytes(path: Path, limit: int, *, root: Path | None = None) -> bytes:
         return b"".join(chunks)
 
 
-def _decode(data: bytes, path: Path) -> str:
+def decode_utf8(data: bytes, path: Path) -> str:
+    """``data`` as strict UTF-8; raises RunFileError naming ``path`` and the first bad byte."""
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -295,7 +296,7 @@ def _decode(data: bytes, path: Path) -> str:
 
 def read_text(path: Path, limit: int, *, root: Path | None = None) -> str:
     """``path`` as UTF-8 text (strict; at most ``limit`` bytes). Raises RunFileError."""
-    return _decode(read_bytes(path, limit, root=root), Path(path))
+    return decode_utf8(read_bytes(path, limit, root=root), Path(path))
 
 
 # ----------------------------------------------------------------------------- YAML
@@ -346,7 +347,7 @@ def parse_yaml_data(text: str, label: Any = "<yaml>") -> Any:
     naming ``label``: not YAML, more than one document, more than :data:`YAML_MAX_NODES` nodes
     after alias expansion, deeper than :data:`YAML_MAX_DEPTH`, a recursive alias, a tag other than
     null/bool/int/float/str/seq/map (``!!python/...``, ``!!binary``, ``!custom``), a merge key
-    ``<<``, a duplicate or non-scalar mapping key. Dates stay text; ``1e-3`` is a float (as
+    ``<<``, a duplicate key or one that is not a string (``null:``, ``3:``, ``yes:``). Dates stay text; ``1e-3`` is a float (as
     OmegaConf reads it). ``${...}`` is kept as text (see :func:`interpolations`)."""
     import yaml
 
@@ -440,6 +441,8 @@ def _construct(node, loader) -> Any:
         if not isinstance(k, yaml.ScalarNode):
             raise _Refused(f"a mapping key that is not a scalar (line {k.start_mark.line + 1})")
         key = _construct(k, loader)
+        if not isinstance(key, str):
+            raise _Refused(f"a mapping key that is not a string ({printable(repr(key), 40)}, line {k.start_mark.line + 1})")
         if key in out:
             raise _Refused(f"duplicate key {printable(str(key), 60)} (line {k.start_mark.line + 1})")
         out[key] = _construct(v, loader)
@@ -452,8 +455,9 @@ def read_yaml_data(path: Path, limit: int = CONFIG_LIMIT, *, root: Path | None =
     return parse_yaml_data(read_text(path, limit, root=root), Path(path))
 
 
-def _walk(data: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
-    """(key path, value) of every node, depth first (``a.b[0].c``)."""
+def walk(data: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """(key path, value) of every node of plain data, depth first, in document order: the root
+    as ``("", data)``, then ``("a", ...)``, ``("a.b", ...)``, ``("a.b[0]", ...)``."""
     stack = [(prefix, data)]
     while stack:
         key, value = stack.pop()
@@ -471,7 +475,7 @@ def interpolations(data: Any) -> list[tuple[str, str]]:
     """``(key path, value)`` of every string in ``data`` that holds ``${`` (an OmegaConf
     interpolation or resolver call, escaped or not), in document order, e.g.
     ``[("model.d_v", "${model.d_model}"), ("sentence", "${oc.env:HOME}")]``."""
-    return [(k, v) for k, v in _walk(data) if isinstance(v, str) and "${" in v]
+    return [(k, v) for k, v in walk(data) if isinstance(v, str) and "${" in v]
 
 
 HYDRA_SPECIAL = ("_target_", "_args_", "_partial_", "_recursive_", "_convert_")
@@ -482,7 +486,7 @@ def special_keys(data: Any) -> list[str]:
     ``_recursive_``, ``_convert_``) anywhere in ``data``, e.g. ``["optimizer._target_",
     "optimizer.betas[0]._target_"]``: a caller allows the ones it expects and refuses the rest."""
     out = []
-    for key, value in _walk(data):
+    for key, value in walk(data):
         if isinstance(value, dict):
             out.extend(f"{key}.{k}" if key else str(k) for k in value if k in HYDRA_SPECIAL)
     return out
@@ -628,50 +632,67 @@ def type_problems(data: Any, types: Mapping[str, tuple], label: str = "summary.j
 
 
 # ----------------------------------------------------------------------------- metrics.csv
-_INT = re.compile(r"[0-9]+")
+_INT = re.compile(r"\+?[0-9]+")
 _FLOAT = re.compile(r"[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|inf|infinity|nan)", re.I)
 
 
 def read_metrics(path: Path, limit: int = METRICS_LIMIT, *, root: Path | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """``metrics.csv`` as ``(steps (N,) int64, losses (N,) float64)``. The header must start
-    with ``step,loss`` (more columns are allowed and ignored); every row must have a
-    non-negative integer step, larger than the row before, and a float loss (``nan``/``inf`` as
-    Python writes a diverged loss). Empty lines are skipped, ``\\r\\n`` accepted. Raises
-    RunFileError naming the file and the line: ``metrics.csv: line 7: loss 'abc' is not a
-    number``; lines longer than :data:`METRICS_LINE_LIMIT` characters are refused."""
+    """``metrics.csv`` as ``(steps (N,) int64, losses (N,) float64)``. Line 1 must start with
+    ``step,loss`` (more columns are allowed and ignored); every other non-empty line must have
+    a non-negative integer step, larger than the line before, and a float loss (``nan``/``inf``
+    as Python writes a diverged loss; spaces around a number and ``\r\n`` are accepted).
+    Raises RunFileError naming the file and the line, e.g. ``metrics.csv: line 7: loss 'abc'
+    is not a number``; lines longer than :data:`METRICS_LINE_LIMIT` bytes are refused before
+    anything is parsed. Rows are parsed by numpy's C reader (~1 s a million rows here); a file
+    it rejects is walked line by line to name the first bad line."""
+    import warnings
+
     path = Path(path)
-    text = read_text(path, limit, root=root)
-    lines = text.split("\n")
-    if not text.strip():
+    raw = read_bytes(path, limit, root=root)
+    if raw.strip() == b"":
         raise RunFileError(path, "empty (no step,loss header)")
-    steps: list[int] = []
-    losses: list[float] = []
-    header_seen = False
-    for n, line in enumerate(lines, start=1):
-        if len(line) > METRICS_LINE_LIMIT:
-            raise RunFileError(path, f"line {n}: longer than {METRICS_LINE_LIMIT} characters")
+    ends = np.flatnonzero(np.frombuffer(raw, dtype=np.uint8) == 10)
+    bounds = np.concatenate(([-1], ends, [len(raw)]))
+    lengths = np.diff(bounds) - 1
+    if lengths.max() > METRICS_LINE_LIMIT:
+        line = int(np.argmax(lengths > METRICS_LINE_LIMIT)) + 1
+        raise RunFileError(path, f"line {line}: longer than {METRICS_LINE_LIMIT} bytes")
+    text = decode_utf8(raw, path)
+    header = text.split("\n", 1)[0].removesuffix("\r")
+    if header.split(",")[:2] != ["step", "loss"]:
+        raise RunFileError(path, f"line 1: header must start with step,loss (found '{printable(header, 60)}')")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "input contained no data" for a header-only file
+            rows = np.loadtxt(io.StringIO(text), delimiter=",", skiprows=1, usecols=(0, 1), comments=None,
+                              dtype=[("step", np.int64), ("loss", np.float64)], ndmin=1, quotechar=None)
+        steps, losses = rows["step"].copy(), rows["loss"].copy()
+        if steps.size and (steps[0] < 0 or (np.diff(steps) <= 0).any()):
+            raise ValueError("steps not increasing")
+        return steps, losses
+    except (ValueError, OverflowError) as err:
+        _first_bad_line(path, text)
+        raise RunFileError(path, f"not a step,loss table ({printable(str(err), 120)})") from None
+
+
+def _first_bad_line(path: Path, text: str) -> None:
+    """Raise RunFileError for the first line of ``text`` that is not a valid row (slow path)."""
+    previous = None
+    for n, line in enumerate(text.split("\n")[1:], start=2):
         line = line.removesuffix("\r")
-        if not line:
+        if not line.strip():
             continue
         fields = line.split(",")
-        if not header_seen:
-            if fields[:2] != ["step", "loss"]:
-                raise RunFileError(path, f"line {n}: header must start with step,loss (found '{printable(line, 60)}')")
-            header_seen = True
-            continue
         if len(fields) < 2:
             raise RunFileError(path, f"line {n}: {len(fields)} field, expected at least 2 (step,loss)")
-        s, l = fields[0], fields[1]
-        if not _INT.fullmatch(s):
-            raise RunFileError(path, f"line {n}: step '{printable(s, 40)}' is not a non-negative integer")
+        s, l = fields[0].strip(), fields[1].strip()
+        if not _INT.fullmatch(s) or int(s) >= 2 ** 63:
+            raise RunFileError(path, f"line {n}: step '{printable(fields[0], 40)}' is not a non-negative integer")
         if not _FLOAT.fullmatch(l):
-            raise RunFileError(path, f"line {n}: loss '{printable(l, 40)}' is not a number")
-        step = int(s)
-        if steps and step <= steps[-1]:
-            raise RunFileError(path, f"line {n}: step {step} after step {steps[-1]} (steps must increase)")
-        steps.append(step)
-        losses.append(float(l))
-    return np.array(steps, dtype=np.int64), np.array(losses, dtype=np.float64)
+            raise RunFileError(path, f"line {n}: loss '{printable(fields[1], 40)}' is not a number")
+        if previous is not None and int(s) <= previous:
+            raise RunFileError(path, f"line {n}: step {int(s)} after step {previous} (steps must increase)")
+        previous = int(s)
 
 
 # ----------------------------------------------------------------------------- npz
@@ -994,6 +1015,9 @@ def read_npz(path: Path, members: Mapping[str, Member], limit: int = NPZ_LIMIT, 
 
 
 # ----------------------------------------------------------------------------- a run dir
+# Every helper below reads one file of ``run_dir``. ``root`` (default: ``run_dir``) is the folder
+# from which no symlink is followed: pass the sweep folder the user named when ``run_dir`` is a
+# job found inside it, so a job folder that is itself a link is refused too.
 HYDRA_DIR = ".hydra"
 CONFIG = f"{HYDRA_DIR}/config.yaml"
 OVERRIDES = f"{HYDRA_DIR}/overrides.yaml"
@@ -1004,23 +1028,23 @@ ATTENTION = "attention.npz"
 WALKTHROUGH = "walkthrough.npz"
 
 
-def read_config(run_dir: Path, limit: int = CONFIG_LIMIT) -> dict[str, Any]:
+def read_config(run_dir: Path, limit: int = CONFIG_LIMIT, *, root: Path | None = None) -> dict[str, Any]:
     """``RUN_DIR/.hydra/config.yaml`` as plain data with plain references resolved
     (:func:`resolve_references`); raises RunFileError (missing, unsafe, not YAML, not a
     mapping, an interpolation other than a plain reference). ``_target_`` keys stay data:
     see :func:`special_keys`."""
     path = Path(run_dir) / CONFIG
-    data = read_yaml_data(path, limit, root=run_dir)
+    data = read_yaml_data(path, limit, root=root or run_dir)
     if not isinstance(data, dict):
         raise RunFileError(path, f"not a config (a YAML mapping is expected, found {_type_name(data)})")
     return resolve_references(data, path)
 
 
-def read_overrides(run_dir: Path, limit: int = CONFIG_LIMIT) -> list[str]:
+def read_overrides(run_dir: Path, limit: int = CONFIG_LIMIT, *, root: Path | None = None) -> list[str]:
     """``RUN_DIR/.hydra/overrides.yaml``: the command-line overrides, a list of strings
     (raw text: pass through :func:`printable` to show). Raises RunFileError."""
     path = Path(run_dir) / OVERRIDES
-    data = read_yaml_data(path, limit, root=run_dir)
+    data = read_yaml_data(path, limit, root=root or run_dir)
     if data is None:
         return []
     if not isinstance(data, list) or not all(isinstance(o, str) for o in data):
@@ -1028,20 +1052,20 @@ def read_overrides(run_dir: Path, limit: int = CONFIG_LIMIT) -> list[str]:
     return data
 
 
-def read_job_num(run_dir: Path, limit: int = CONFIG_LIMIT) -> int | None:
+def read_job_num(run_dir: Path, limit: int = CONFIG_LIMIT, *, root: Path | None = None) -> int | None:
     """``hydra.job.num`` from ``RUN_DIR/.hydra/hydra.yaml`` when it is an integer, else None
     (a single run has ``???``). Raises RunFileError for an unsafe or unreadable file."""
-    data = read_yaml_data(Path(run_dir) / HYDRA, limit, root=run_dir)
+    data = read_yaml_data(Path(run_dir) / HYDRA, limit, root=root or run_dir)
     num = select(data, "hydra.job.num")
     return num if isinstance(num, int) and not isinstance(num, bool) else None
 
 
-def read_summary(run_dir: Path, limit: int = SUMMARY_LIMIT) -> dict[str, Any]:
+def read_summary(run_dir: Path, limit: int = SUMMARY_LIMIT, *, root: Path | None = None) -> dict[str, Any]:
     """``RUN_DIR/summary.json`` as a dict whose known fields (:data:`SUMMARY_TYPES`) have their
     types. Raises MissingRunFile when absent, RunFileError otherwise (the first problem, and how
     many more)."""
     path = Path(run_dir) / SUMMARY
-    data = read_json_data(path, limit, root=run_dir)
+    data = read_json_data(path, limit, root=root or run_dir)
     problems = type_problems(data, SUMMARY_TYPES, SUMMARY)
     if problems:
         more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
@@ -1049,33 +1073,34 @@ def read_summary(run_dir: Path, limit: int = SUMMARY_LIMIT) -> dict[str, Any]:
     return data
 
 
-def read_run_metrics(run_dir: Path, limit: int = METRICS_LIMIT) -> tuple[np.ndarray, np.ndarray]:
+def read_run_metrics(run_dir: Path, limit: int = METRICS_LIMIT, *, root: Path | None = None) -> tuple[np.ndarray, np.ndarray]:
     """:func:`read_metrics` of ``RUN_DIR/metrics.csv``."""
-    return read_metrics(Path(run_dir) / METRICS, limit, root=run_dir)
+    return read_metrics(Path(run_dir) / METRICS, limit, root=root or run_dir)
 
 
-def open_attention(run_dir: Path, limit: int = NPZ_LIMIT) -> NpzArchive:
+def open_attention(run_dir: Path, limit: int = NPZ_LIMIT, *, root: Path | None = None) -> NpzArchive:
     """``RUN_DIR/attention.npz`` as a checked :class:`NpzArchive` (:data:`ATTENTION_MEMBERS`)."""
-    return NpzArchive(Path(run_dir) / ATTENTION, ATTENTION_MEMBERS, limit, root=run_dir)
+    return NpzArchive(Path(run_dir) / ATTENTION, ATTENTION_MEMBERS, limit, root=root or run_dir)
 
 
-def read_attention(run_dir: Path, keys: Sequence[str] | None = None, limit: int = NPZ_LIMIT) -> dict[str, np.ndarray]:
+def read_attention(run_dir: Path, keys: Sequence[str] | None = None, limit: int = NPZ_LIMIT, *,
+                   root: Path | None = None) -> dict[str, np.ndarray]:
     """``RUN_DIR/attention.npz`` members ``keys`` (default all four: steps (S,), weights
     (S, H, T, T), tokens (T,), token_ids (T,)), checked as :class:`NpzArchive`."""
-    return read_npz(Path(run_dir) / ATTENTION, ATTENTION_MEMBERS, limit, root=run_dir, load=keys)
+    return read_npz(Path(run_dir) / ATTENTION, ATTENTION_MEMBERS, limit, root=root or run_dir, load=keys)
 
 
-def read_last_snapshot(run_dir: Path, limit: int = NPZ_LIMIT) -> tuple[int, np.ndarray] | None:
+def read_last_snapshot(run_dir: Path, limit: int = NPZ_LIMIT, *, root: Path | None = None) -> tuple[int, np.ndarray] | None:
     """``(step, weights (H, T, T))`` of the last snapshot in ``RUN_DIR/attention.npz``, or None
     when it has none; reads the steps and that one frame only. Raises RunFileError."""
-    with open_attention(run_dir, limit) as npz:
+    with open_attention(run_dir, limit, root=root) as npz:
         steps = npz.read("steps")
         if not steps.size:
             return None
         return int(steps[-1]), npz.read_frame("weights", -1)
 
 
-def read_walkthrough(run_dir: Path, limit: int = NPZ_LIMIT) -> dict[str, np.ndarray]:
+def read_walkthrough(run_dir: Path, limit: int = NPZ_LIMIT, *, root: Path | None = None) -> dict[str, np.ndarray]:
     """``RUN_DIR/walkthrough.npz`` (:data:`WALKTHROUGH_MEMBERS`: token_ids (T,), X (T, d_model),
     Q/K (T, d_k), V/Z (T, d_v), scores/weights (T, T), ...), checked as :class:`NpzArchive`."""
-    return read_npz(Path(run_dir) / WALKTHROUGH, WALKTHROUGH_MEMBERS, limit, root=run_dir)
+    return read_npz(Path(run_dir) / WALKTHROUGH, WALKTHROUGH_MEMBERS, limit, root=root or run_dir)

@@ -258,3 +258,12 @@ def test_one_frame_of_a_large_member_skips_the_crc_and_verify_finds_it(tmp_path)
         npz.verify()
     with S.open_attention(run) as npz, pytest.raises(S.RunFileError, match="Bad CRC-32"):
         list(npz.frames("weights"))
+
+
+def test_a_job_folder_that_is_a_link_is_refused_when_read_from_its_sweep(healthy, outside, tmp_path):
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    os.symlink(healthy["train"], sweep / "0_job")
+    with pytest.raises(S.RunFileError, match=r"0_job/summary.json: its folder 0_job is a symbolic link"):
+        S.read_summary(sweep / "0_job", root=sweep)
+    assert S.read_summary(sweep / "0_job")["status"] == "completed"  # the path a user typed may be a link
