@@ -118,15 +118,15 @@ def read_saved_config(run_dir: Path, text_file: Path | None = None) -> tuple[dic
             more = f" (+{n - MAX_JOBS_LISTED} more)" if n > MAX_JOBS_LISTED else ""
             raise RunDirError(f"{printable(str(run_dir), 300)}: a sweep folder, not a run; pass a job folder: "
                               f"{shown}{more}") from None
-        raise safe_read.MissingRunFile(path, "missing (RUN_DIR must be a run or sweep-job folder made by attnlab)") from None
+        raise safe_read.MissingRunFile(path, "missing (RUN_DIR must be a run or sweep-job folder made by "
+                                       "attnlab)") from None
     data = safe_read.parse_yaml_data(safe_read.decode_utf8(raw, path), path)
     if not isinstance(data, dict):
         raise safe_read.RunFileError(path, "not a config (a YAML mapping is expected)")
-    for key in safe_read.special_keys(data):
+    for key, value in safe_read.special_keys(data):
         if key not in ALLOWED_TARGETS:
-            value = _at(data, key)
-            raise ConfigError(key, value if isinstance(value, (str, int, float, bool)) or value is None else
-                              type(value).__name__, "a saved config may name a _target_ only at optimizer._target_ "
+            shown = value if isinstance(value, (str, int, float, bool)) or value is None else type(value).__name__
+            raise ConfigError(key, shown, "a saved config may name a _target_ only at optimizer._target_ "
                               f"(nothing else is ever instantiated; in {printable(str(path), 300)})")
     data = safe_read.resolve_references(data, path)
     for key, value in safe_read.walk(data):
@@ -134,23 +134,13 @@ def read_saved_config(run_dir: Path, text_file: Path | None = None) -> tuple[dic
             raise ConfigError(key, value, "a missing value in a saved config (the run recorded no value)")
     if data.get("text_file") is not None:
         if text_file is None:
-            raise ConfigError("text_file", printable(str(data["text_file"]), 100),
+            raise ConfigError("text_file", data["text_file"],
                               "a shared config does not choose which file of this machine is read; pass "
                               "--text-file FILE (the run's text) to reproduce it")
         data["text_file"] = str(text_file)
     elif text_file is not None:
         raise ConfigError("--text-file", str(text_file), "the saved config has no text_file (it uses sentence)")
     return data, raw
-
-
-def _at(data: Any, key: str) -> Any:
-    """The value at a key path made by ``safe_read.special_keys`` (``a.b[0]._target_``)."""
-    import re
-
-    node = data
-    for name, index in re.findall(r"([^.\[\]]+)|\[(\d+)\]", key):
-        node = node[int(index)] if index else node[name]
-    return node
 
 
 def load_saved_config(run_dir: Path, text_file: Path | None = None):
@@ -270,7 +260,8 @@ def compare_runs(original: Path, reproduction: Path) -> list[Difference]:
     diffs: list[Difference] = []
     prefix_only = s_a.get("status") == "interrupted"
     if s_a.get("status") != s_b.get("status") and not prefix_only:
-        diffs.append(Difference("status", note=f"{printable(s_a.get('status'), 40)} vs {printable(s_b.get('status'), 40)}"))
+        diffs.append(Difference("status", note=f"{printable(s_a.get('status'), 40)} vs "
+                                               f"{printable(s_b.get('status'), 40)}"))
     if s_a.get("task") == "walkthrough" or os.path.lexists(Path(original) / safe_read.WALKTHROUGH):
         return diffs + _compare_walkthrough(original, reproduction)
 

@@ -95,7 +95,7 @@ class RunFileError(RunDirError):
 
     def __init__(self, path: Any, reason: str) -> None:
         self.path, self.reason = str(path), reason
-        super().__init__(f"{printable(str(path), 300)}: {reason}")
+        super().__init__(f"{printable(str(path), 300)}: {printable(reason, 1000)}")
 
 
 class MissingRunFile(RunFileError):
@@ -347,7 +347,8 @@ def parse_yaml_data(text: str, label: Any = "<yaml>") -> Any:
     naming ``label``: not YAML, more than one document, more than :data:`YAML_MAX_NODES` nodes
     after alias expansion, deeper than :data:`YAML_MAX_DEPTH`, a recursive alias, a tag other than
     null/bool/int/float/str/seq/map (``!!python/...``, ``!!binary``, ``!custom``), a merge key
-    ``<<``, a duplicate key or one that is not a string (``null:``, ``3:``, ``yes:``). Dates stay text; ``1e-3`` is a float (as
+    ``<<``, a duplicate key or one that is not a string (``null:``, ``3:``, ``yes:``). Dates stay
+    text; ``1e-3`` is a float (as
     OmegaConf reads it). ``${...}`` is kept as text (see :func:`interpolations`)."""
     import yaml
 
@@ -442,7 +443,8 @@ def _construct(node, loader) -> Any:
             raise _Refused(f"a mapping key that is not a scalar (line {k.start_mark.line + 1})")
         key = _construct(k, loader)
         if not isinstance(key, str):
-            raise _Refused(f"a mapping key that is not a string ({printable(repr(key), 40)}, line {k.start_mark.line + 1})")
+            raise _Refused(f"a mapping key that is not a string ({printable(repr(key), 40)}, "
+                           f"line {k.start_mark.line + 1})")
         if key in out:
             raise _Refused(f"duplicate key {printable(str(key), 60)} (line {k.start_mark.line + 1})")
         out[key] = _construct(v, loader)
@@ -481,14 +483,15 @@ def interpolations(data: Any) -> list[tuple[str, str]]:
 HYDRA_SPECIAL = ("_target_", "_args_", "_partial_", "_recursive_", "_convert_")
 
 
-def special_keys(data: Any) -> list[str]:
-    """Key paths of every Hydra instantiation key (``_target_``, ``_args_``, ``_partial_``,
-    ``_recursive_``, ``_convert_``) anywhere in ``data``, e.g. ``["optimizer._target_",
-    "optimizer.betas[0]._target_"]``: a caller allows the ones it expects and refuses the rest."""
+def special_keys(data: Any) -> list[tuple[str, Any]]:
+    """``(key path, value)`` of every Hydra instantiation key (``_target_``, ``_args_``,
+    ``_partial_``, ``_recursive_``, ``_convert_``) anywhere in ``data``, in document order, e.g.
+    ``[("optimizer._target_", "torch.optim.Adam"), ("optimizer.betas[0]._target_", "builtins.open")]``:
+    a caller allows the ones it expects and refuses the rest."""
     out = []
     for key, value in walk(data):
         if isinstance(value, dict):
-            out.extend(f"{key}.{k}" if key else str(k) for k in value if k in HYDRA_SPECIAL)
+            out.extend((f"{key}.{k}" if key else str(k), v) for k, v in value.items() if k in HYDRA_SPECIAL)
     return out
 
 
@@ -830,7 +833,8 @@ class NpzArchive:
                 dims.setdefault(dim, (n, name))
             total += nbytes
             if total > self.limit:
-                raise RunFileError(self.path, f"members declare {total} bytes in all, more than the limit of {self.limit}")
+                raise RunFileError(self.path, f"members declare {total} bytes in all, more than the limit of "
+                                   f"{self.limit}")
             out[name] = MemberInfo(tuple(shape), dtype, nbytes, header_size, info)
         return out
 
@@ -875,8 +879,10 @@ class NpzArchive:
 
     # -- reading
     def _check_strings(self, name: str, arr: np.ndarray) -> np.ndarray:
+        if arr.dtype.kind != "U" or not arr.size:
+            return arr
         order = arr.dtype.byteorder if arr.dtype.byteorder in "<>" else "="
-        if arr.dtype.kind == "U" and arr.size and int(arr.view(np.dtype(np.uint32).newbyteorder(order)).max()) > 0x10FFFF:
+        if int(arr.view(np.dtype(np.uint32).newbyteorder(order)).max()) > 0x10FFFF:
             raise RunFileError(self.path, f"{name} holds a character code outside Unicode")
         return arr
 
@@ -1073,7 +1079,8 @@ def read_summary(run_dir: Path, limit: int = SUMMARY_LIMIT, *, root: Path | None
     return data
 
 
-def read_run_metrics(run_dir: Path, limit: int = METRICS_LIMIT, *, root: Path | None = None) -> tuple[np.ndarray, np.ndarray]:
+def read_run_metrics(run_dir: Path, limit: int = METRICS_LIMIT, *,
+                     root: Path | None = None) -> tuple[np.ndarray, np.ndarray]:
     """:func:`read_metrics` of ``RUN_DIR/metrics.csv``."""
     return read_metrics(Path(run_dir) / METRICS, limit, root=root or run_dir)
 
@@ -1090,7 +1097,8 @@ def read_attention(run_dir: Path, keys: Sequence[str] | None = None, limit: int 
     return read_npz(Path(run_dir) / ATTENTION, ATTENTION_MEMBERS, limit, root=root or run_dir, load=keys)
 
 
-def read_last_snapshot(run_dir: Path, limit: int = NPZ_LIMIT, *, root: Path | None = None) -> tuple[int, np.ndarray] | None:
+def read_last_snapshot(run_dir: Path, limit: int = NPZ_LIMIT, *,
+                       root: Path | None = None) -> tuple[int, np.ndarray] | None:
     """``(step, weights (H, T, T))`` of the last snapshot in ``RUN_DIR/attention.npz``, or None
     when it has none; reads the steps and that one frame only. Raises RunFileError."""
     with open_attention(run_dir, limit, root=root) as npz:

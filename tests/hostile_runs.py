@@ -469,6 +469,10 @@ def both(*builds: Callable[[Path, Path], None]) -> Callable[[Path, Path], None]:
     return build
 
 
+def keys_of_special(data: Any) -> list[str]:
+    return [k for k, _ in S.special_keys(data)]
+
+
 def printed(field: str, limit: int = S.TEXT_LIMIT) -> Callable[[dict], str]:
     return lambda summary: S.printable(summary[field], limit)
 
@@ -488,27 +492,30 @@ CASES: list[Case] = [
     Case("target_in_optimizer_betas_item", "code",
          edit(CONFIG, "  betas:\n  - 0.9\n", "  betas:\n  - _target_: builtins.open\n    _args_:\n    - {outside}/victim.txt\n"
               "    - w\n"), "config",
-         Gives(S.special_keys, ["optimizer._target_", "optimizer.betas[0]._target_", "optimizer.betas[0]._args_"]),
+         Gives(keys_of_special, ["optimizer._target_", "optimizer.betas[0]._target_", "optimizer.betas[0]._args_"]),
          reproduce=f"optimizer.betas[0]._target_='builtins.open': {REPRO_TARGET}"),
     Case("target_in_model", "code", edit(CONFIG, "  d_k: 4\n", "  d_k: 4\n  _target_: os.system\n"), "config",
-         Gives(S.special_keys, ["model._target_", "optimizer._target_"]),
+         Gives(keys_of_special, ["model._target_", "optimizer._target_"]),
          reproduce=f"model._target_='os.system': {REPRO_TARGET}"),
     Case("target_at_root", "code", prepend(CONFIG, "_target_: os.system\n_args_:\n- touch {outside}/pwned\n"), "config",
-         Gives(lambda d: S.special_keys(d)[:2], ["_target_", "_args_"]),
+         Gives(lambda d: keys_of_special(d)[:2], ["_target_", "_args_"]),
          reproduce=f"_target_='os.system': {REPRO_TARGET}"),
     Case("target_deep_in_train", "code",
          edit(CONFIG, "  focus_token: 1\n", "  focus_token:\n    deep:\n    - x:\n        _target_: builtins.exec\n"),
-         "config", Gives(lambda d: S.special_keys(d)[-1], "train.focus_token.deep[0].x._target_"),
+         "config", Gives(lambda d: S.special_keys(d)[-1], ("train.focus_token.deep[0].x._target_", "builtins.exec")),
          reproduce=f"train.focus_token.deep[0].x._target_='builtins.exec': {REPRO_TARGET}"),
     Case("partial_in_optimizer", "code", edit(CONFIG, "  lr: 0.05\n", "  lr: 0.05\n  _partial_: true\n"), "config",
-         Gives(S.special_keys, ["optimizer._target_", "optimizer._partial_"]),
+         Gives(keys_of_special, ["optimizer._target_", "optimizer._partial_"]),
          reproduce=f"optimizer._partial_=True: {REPRO_TARGET}"),
+    Case("target_under_a_dotted_escaped_key", "code", prepend(CONFIG, '"a.b[0]\\e[2J":\n  _target_: os.system\n'), "config",
+         Gives(lambda d: S.special_keys(d)[0], ("a.b[0]\x1b[2J._target_", "os.system")),
+         reproduce=f"a.b[0]\\x1b[2J._target_='os.system': {REPRO_TARGET}"),
     Case("optimizer_target_not_shipped", "code", edit(CONFIG, "torch.optim.Adam", "os.system"), "config",
          Gives(lambda d: d["optimizer"]["_target_"], "os.system"),
          reproduce="optimizer._target_='os.system': must be one of the shipped optimizers"),
     Case("hydra_callback_section", "code",
          prepend(CONFIG, "hydra:\n  callbacks:\n    x:\n      _target_: os.system\n"), "config",
-         Gives(lambda d: S.special_keys(d)[0], "hydra.callbacks.x._target_"),
+         Gives(lambda d: S.special_keys(d)[0], ("hydra.callbacks.x._target_", "os.system")),
          reproduce=f"hydra.callbacks.x._target_='os.system': {REPRO_TARGET}"),
     Case("text_file_names_a_file_outside", "code",
          edit(CONFIG, "text_file: null", "text_file: {outside}/canary.txt"), "config",

@@ -36,8 +36,8 @@ def tree_size(run: Path) -> int:
     total = 0
     for dirpath, _, filenames in os.walk(run):
         for name in filenames:
-            st = os.lstat(Path(dirpath) / name)
-            total += st.st_size if os.path.isfile(Path(dirpath) / name) and not os.path.islink(Path(dirpath) / name) else 0
+            p = Path(dirpath) / name
+            total += p.stat().st_size if p.is_file() and not p.is_symlink() else 0
     return total
 
 
@@ -191,7 +191,8 @@ def test_interpolations_and_references():
     del data["l"]
     assert S.resolve_references(data, "cfg") == {"a": {"b": 1, "c": 1}, "s": "plain $ {x}"}
     assert data["a"]["c"] == "${a.b}"  # a copy: the input is untouched
-    assert S.special_keys({"x": [{"_target_": 1, "_convert_": 2}], "_args_": 3}) == ["_args_", "x[0]._target_", "x[0]._convert_"]
+    assert S.special_keys({"x": [{"_target_": 1, "_convert_": 2}], "_args_": 3}) == [
+        ("_args_", 3), ("x[0]._target_", 1), ("x[0]._convert_", 2)]
     assert S.select({"a": {"b": None}}, "a.b", 5) is None and S.select({"a": 1}, "a.b", 5) == 5
 
 
