@@ -262,8 +262,10 @@ def char_device(rel: str) -> Callable[[Path, Path], None]:
 def hardlink_outside(rel: str) -> Callable[[Path, Path], None]:
     def build(run: Path, outside: Path) -> None:
         (run / rel).unlink()
+        target = outside / f"hardlinked-{os.getpid()}-{abs(hash(str(run)))}.txt"  # its own file: exactly 2 links
+        target.write_text((outside / CANARY).read_text(encoding="utf-8"), encoding="utf-8")
         try:
-            os.link(outside / CANARY, run / rel)
+            os.link(target, run / rel)
         except OSError as err:
             raise Unsupported(f"link: {err}") from None
     return build
