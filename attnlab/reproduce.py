@@ -1,21 +1,37 @@
-"""``attnlab-reproduce RUN_DIR [--out DIR]``: re-run a saved run and check it gives the same numbers.
+"""``attnlab-reproduce RUN_DIR [--out DIR] [--text-file FILE]``: re-run a saved run and check it
+gives the same numbers.
 
-The job is rebuilt from ``RUN_DIR/.hydra/config.yaml`` only, read as data: it is checked
-against attnlab's schema (``config.apply_schema``), so a ``_target_`` outside the shipped
-torch.optim optimizers, a ``hydra:`` or ``defaults:`` section, or any unknown key is refused
-before anything is imported or instantiated. It then runs through the same code path as
-``attnlab`` (``job.run_job``) into a new run dir — ``RUN_DIR-repro-<time>`` beside RUN_DIR, or
-``--out DIR`` — never into RUN_DIR, and compares ``metrics.csv`` (step, loss) and
-``attention.npz`` (steps, weights, tokens, token_ids), or ``walkthrough.npz`` for
-``task=walkthrough``, bit for bit.
+RUN_DIR may come from someone else, so it is read as data only, through :mod:`attnlab.safe_read`
+(bounded reads, regular files only, no symlinks, no YAML tags or alias bombs):
+
+- ``RUN_DIR/.hydra/config.yaml`` becomes plain data. A Hydra ``_target_`` (or ``_args_``,
+  ``_partial_``, ...) anywhere but ``optimizer._target_`` is refused; a ``${...}`` interpolation is
+  refused unless it is a plain whole-string reference to another key (``d_v: ${model.d_model}``,
+  as Hydra saves it), which is resolved by copying that value: no OmegaConf resolver
+  (``oc.env``, ``oc.decode``, ...) ever runs on a saved config. A ``text_file`` is refused unless
+  ``--text-file FILE`` names the text (a shared config does not choose which file of this
+  machine is read). The data is then checked against attnlab's schema (``config.apply_schema``):
+  an optimizer ``_target_`` outside the shipped torch.optim classes, a ``hydra:`` or
+  ``defaults:`` section, any unknown key or wrongly typed value is refused.
+- The original's ``summary.json``, ``metrics.csv`` and ``attention.npz`` (or ``walkthrough.npz``)
+  are checked in full (types, every row, every archive member and its CRC) **before** anything
+  runs, so a damaged original is one line and exit 2, not a crash after the re-run.
+
+The job then runs through the same code path as ``attnlab`` (``run_job``) into a new run dir
+(``RUN_DIR-repro-<time>`` beside RUN_DIR, resolved first so ``attnlab-reproduce .`` works, or
+``--out DIR``) — never into RUN_DIR — and ``metrics.csv`` (step, loss) and ``attention.npz``
+(steps, weights, tokens, token_ids), or ``walkthrough.npz`` for ``task=walkthrough``, are compared
+bit for bit (weights one snapshot at a time: memory stays at one frame per run).
 
 Output: a warning on stderr for each difference between the environment recorded in
 ``RUN_DIR/summary.json`` and the current one (printed before running), then one verdict on
 stdout: ``reproduced exactly`` or a table of what differs (quantity, first differing step,
-largest absolute difference). Exit status 0 identical, 1 different, 2 RUN_DIR is not a run
-that can be reproduced (missing, no or unreadable config, incompatible schema, refused
-``_target_``, run still running or failed). Errors are one line; ``HYDRA_FULL_ERROR=1``
-shows the traceback.
+largest absolute difference). Every text taken from RUN_DIR is printed through
+``safe_read.printable`` (control characters and escape sequences escaped, long text cut).
+Exit status 0 identical, 1 different, 2 RUN_DIR is not a run that can be reproduced (missing,
+a sweep folder rather than one of its jobs, no or unsafe config, incompatible schema, refused
+``_target_`` or interpolation, damaged artifacts, run still running or failed). Errors are one
+line; ``HYDRA_FULL_ERROR=1`` shows the traceback.
 
 Works for single runs and for any job folder of a sweep (Hydra writes each job's composed
 config to ``JOB/.hydra/config.yaml``), whatever launcher made it.
@@ -24,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import itertools
 import math
 import os
 import sys
@@ -33,20 +50,27 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from attnlab import artifacts
-from attnlab.errors import AttnlabError, RunDirError
+from attnlab import artifacts, safe_read
+from attnlab.errors import AttnlabError, ConfigError, RunDirError
+from attnlab.safe_read import printable
 
 EXIT_SAME = 0
 EXIT_DIFFERENT = 1
 EXIT_NOT_A_RUN = 2
 REPRODUCIBLE = ("completed", "diverged", "interrupted")
+ALLOWED_TARGETS = ("optimizer._target_",)  # the only instantiation key a saved config may hold
+MAX_JOBS_LISTED = 8  # job folders named when RUN_DIR is a sweep folder
+MAX_ENTRIES_SCANNED = 10_000  # entries of a sweep folder looked at to find its jobs
+ERROR_LIMIT = 1500  # characters of an error line (a sweep folder lists up to 8 job names)
+JOB_NAME_LIMIT = 100  # characters of one job name in that list
+NOTE_LIMIT = 120  # characters of a note in the verdict table
 
 
 @dataclass
 class Difference:
     """One quantity that differs. ``step`` is the first differing step (None when the
     quantity has no steps, e.g. ``status``); ``max_abs_diff`` is over the steps both runs have
-    (None for non-numeric quantities); ``note`` says what differs in words."""
+    (None for non-numeric quantities); ``note`` says what differs in words (printable)."""
 
     quantity: str
     step: int | None = None
@@ -54,41 +78,162 @@ class Difference:
     note: str = ""
 
 
-def load_saved_config(run_dir: Path):
-    """``RUN_DIR/.hydra/config.yaml`` as a typed config (``config.apply_schema``), without
-    importing or instantiating anything it names. Raises RunDirError (missing, unreadable,
-    not a mapping) or ConfigError (refused ``_target_``, incompatible schema), one line each."""
-    from omegaconf import DictConfig, OmegaConf
+def _run_job(cfg, out: Path) -> str:
+    """The one call into the job runner (the same code path as ``attnlab``); the status."""
+    from attnlab.job import run_job
 
-    from attnlab.config import apply_schema
-    from attnlab.errors import ConfigError
+    result = run_job(cfg, out)
+    if result.bad_input:  # checked before: only a text that changed since can get here
+        raise ConfigError("<saved config>", None, result.error or "refused")
+    return result.status
 
-    path = Path(run_dir) / ".hydra" / "config.yaml"
-    if not path.is_file():
-        raise RunDirError(f"{path}: missing (RUN_DIR must be a run or sweep-job folder made by attnlab)")
+
+def job_folders(folder: Path) -> tuple[list[str], int]:
+    """Names of the sub-folders of ``folder`` that hold ``.hydra/config.yaml`` (jobs of a sweep),
+    sorted, and how many there are; looks at most :data:`MAX_ENTRIES_SCANNED` entries, never
+    follows a symlink."""
+    names = []
     try:
-        saved = OmegaConf.load(path)
-    except Exception as err:  # OSError, yaml errors, OmegaConf grammar errors
-        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
-        raise RunDirError(f"{path}: unreadable ({type(err).__name__}: {first})") from None
-    if not isinstance(saved, DictConfig):
-        raise RunDirError(f"{path}: not a config (a YAML mapping is expected)")
+        with os.scandir(folder) as it:
+            for entry in itertools.islice(it, MAX_ENTRIES_SCANNED):
+                if entry.is_dir(follow_symlinks=False) and not entry.name.startswith("."):
+                    hydra = Path(entry.path) / ".hydra"
+                    if hydra.is_dir() and not hydra.is_symlink() and (hydra / "config.yaml").is_file():
+                        names.append(entry.name)
+    except OSError:
+        return [], 0
+    return sorted(names, key=lambda n: (len(n.split("_")[0]), n)), len(names)
+
+
+def _recorded_config(run_dir: Path) -> dict[str, Any] | None:
+    """The resolved config attnlab recorded in ``summary.json`` (``config``), or None for a run
+    of an older attnlab (or a summary that has none, or cannot be read: the config file and
+    :func:`check_original` report those)."""
     try:
-        return apply_schema(saved)
+        summary = safe_read.read_json_data(Path(run_dir) / safe_read.SUMMARY, root=run_dir)
+    except RunDirError:
+        return None
+    config = summary.get("config") if isinstance(summary, dict) else None
+    return config if isinstance(config, dict) else None
+
+
+def read_saved_config(run_dir: Path, text_file: Path | None = None) -> tuple[dict[str, Any], bytes]:
+    """The run's config as checked plain data (see the module docstring) and the bytes it was
+    parsed from: the resolved config recorded in ``summary.json`` (the values the run used,
+    whatever the environment says now), else ``RUN_DIR/.hydra/config.yaml``. Raises RunDirError
+    (missing, a sweep folder, unsafe or unreadable, not a mapping, an interpolation) or
+    ConfigError (a refused ``_target_``, a ``text_file`` without ``--text-file``), one line each."""
+    run_dir = Path(run_dir)
+    path = run_dir / safe_read.CONFIG
+    recorded = _recorded_config(run_dir)
+    if recorded is not None:
+        import yaml
+
+        data = _checked(recorded, run_dir / safe_read.SUMMARY, text_file, references=False)
+        try:  # Hydra's own file goes into the reproduction's .hydra/ as it is (it is data there too)
+            raw = safe_read.read_bytes(path, safe_read.CONFIG_LIMIT, root=run_dir)
+        except RunDirError:
+            raw = yaml.safe_dump(recorded, sort_keys=False, allow_unicode=True).encode("utf-8")
+        return data, raw
+    try:
+        raw = safe_read.read_bytes(path, safe_read.CONFIG_LIMIT, root=run_dir)
+    except safe_read.MissingRunFile:
+        jobs, n = job_folders(run_dir)
+        if jobs:
+            shown = ", ".join(printable(j, JOB_NAME_LIMIT) for j in jobs[:MAX_JOBS_LISTED])
+            more = f" (+{n - MAX_JOBS_LISTED} more)" if n > MAX_JOBS_LISTED else ""
+            raise RunDirError(f"{printable(str(run_dir), 300)}: a sweep folder, not a run; pass a job folder: "
+                              f"{shown}{more}") from None
+        raise safe_read.MissingRunFile(path, "missing (RUN_DIR must be a run or sweep-job folder made by "
+                                       "attnlab)") from None
+    data = safe_read.parse_yaml_data(safe_read.decode_utf8(raw, path), path)
+    return _checked(data, path, text_file, references=True), raw
+
+
+def _checked(data: Any, path: Path, text_file: Path | None, references: bool) -> dict[str, Any]:
+    """``data`` (a saved config) checked as the module docstring says; ``references``: resolve
+    whole-string ``${key}`` references (Hydra's saved config) — a recorded, resolved config has
+    none, and any ``${`` in it is text."""
+    if not isinstance(data, dict):
+        raise safe_read.RunFileError(path, "not a config (a YAML mapping is expected)")
+    for key, value in safe_read.special_keys(data):
+        if key not in ALLOWED_TARGETS:
+            shown = value if isinstance(value, (str, int, float, bool)) or value is None else type(value).__name__
+            raise ConfigError(key, shown, "a saved config may name a _target_ only at optimizer._target_ "
+                              f"(nothing else is ever instantiated; in {printable(str(path), 300)})")
+    if references:
+        data = safe_read.resolve_references(data, path)
+    for key, value in safe_read.walk(data):
+        if value == "???":  # OmegaConf's "missing": merged onto the schema it would silently become the default
+            raise ConfigError(key, value, "a missing value in a saved config (the run recorded no value)")
+    if data.get("text_file") is not None:
+        if text_file is None:
+            raise ConfigError("text_file", data["text_file"],
+                              "a shared config does not choose which file of this machine is read; pass "
+                              "--text-file FILE (the run's text) to reproduce it")
+        data["text_file"] = str(text_file)
+    elif text_file is not None:
+        raise ConfigError("--text-file", str(text_file), "the saved config has no text_file (it uses sentence)")
+    return data
+
+
+def load_saved_config(run_dir: Path, text_file: Path | None = None):
+    """``RUN_DIR/.hydra/config.yaml`` as a typed config (:func:`read_saved_config`, then
+    ``config.apply_schema``), without importing, instantiating or resolving anything it names.
+    Raises RunDirError or ConfigError, one line each."""
+    return _typed(read_saved_config(run_dir, text_file)[0], run_dir)
+
+
+def _typed(data: dict[str, Any], run_dir: Path):
+    from attnlab.config import apply_schema, literal
+
+    try:
+        return apply_schema(literal(data))  # a ${ left in the data is text, never interpolated
     except ConfigError as err:
-        raise ConfigError(err.key, err.value, f"{err.allowed} (in {path})") from None
+        where = printable(str(Path(run_dir) / safe_read.CONFIG), 300)
+        raise ConfigError(err.key, err.value, f"{err.allowed} (in {where})") from None
+
+
+def check_original(run_dir: Path, task: str) -> dict[str, Any]:
+    """Read and check everything of the original that the comparison will use, before
+    anything runs: ``summary.json`` (a reproducible status, fields of the right types), and for
+    training ``metrics.csv`` (every row) and ``attention.npz`` (every member, CRC), for
+    ``task=walkthrough`` ``walkthrough.npz``. Returns the summary. Raises RunDirError (one
+    line naming the file)."""
+    run_dir = Path(run_dir)
+    summary_path = run_dir / safe_read.SUMMARY
+    try:
+        summary = safe_read.read_summary(run_dir)
+    except safe_read.MissingRunFile:
+        raise safe_read.RunFileError(summary_path, "missing (the run never started); nothing to reproduce") from None
+    status = summary.get("status")
+    if status not in REPRODUCIBLE:
+        why = {"running": "says running: the run is still going or was killed",
+               "failed": f"says failed: {printable(summary.get('error'), 200)}"}.get(
+            status, f"has unknown status {printable(repr(status), 60)}")
+        raise safe_read.RunFileError(summary_path, f"{why}; nothing to reproduce")
+    if task == "walkthrough":
+        with safe_read.NpzArchive(run_dir / safe_read.WALKTHROUGH, safe_read.WALKTHROUGH_MEMBERS, root=run_dir) as npz:
+            npz.verify()
+    else:
+        safe_read.read_run_metrics(run_dir)
+        with safe_read.open_attention(run_dir) as npz:
+            npz.verify()
+    return summary
 
 
 def environment_differences(recorded: dict[str, Any] | None, current: dict[str, Any]) -> list[str]:
     """One warning line per key whose value differs between the ``versions`` recorded in a
-    run's summary.json and ``current`` (``artifacts.environment()``)."""
+    run's summary.json and ``current`` (``artifacts.environment()``); recorded text is shown
+    through ``printable``."""
     if not recorded:
         return ["warning: summary.json records no environment (versions); cannot check it matches"]
     lines = []
-    for key in sorted(set(recorded) | set(current)):
+    for key in sorted(set(recorded) | set(current), key=str):
         was, now = recorded.get(key), current.get(key)
         if was != now:
-            lines.append(f"warning: {key} differs: {was} when the run was made, {now} now")
+            lines.append(f"warning: {printable(key, 60)} differs: {printable(was, 100)} when the run was made, "
+                         f"{printable(now, 100)} now")
     return lines
 
 
@@ -105,33 +250,57 @@ def _first_and_max(a: np.ndarray, b: np.ndarray, steps: np.ndarray) -> tuple[int
     return int(steps[bad[0]]), float(np.nanmax(diff)) if np.isfinite(diff).any() else math.inf
 
 
+def _compare_weights(original: Path, reproduction: Path, k: int, steps: np.ndarray) -> Difference | None:
+    """The first ``k`` snapshots of both runs' weights, one frame of each in memory at a time."""
+    with safe_read.open_attention(original) as fa, safe_read.open_attention(reproduction) as fb:
+        sa, sb = fa.infos["weights"].shape, fb.infos["weights"].shape
+        if sa[1:] != sb[1:]:
+            return Difference("attention weights", note=f"shape {sa} vs {sb}")
+        first, worst = None, None
+        ga, gb = fa.frames("weights"), fb.frames("weights")
+        try:
+            for i, (wa, wb) in enumerate(itertools.islice(zip(ga, gb), k)):
+                f, m = _first_and_max(wa[None], wb[None], steps[i:i + 1])
+                if f is not None:
+                    first = f if first is None else first
+                    worst = m if worst is None else max(worst, m)
+        finally:
+            ga.close()
+            gb.close()
+    return None if first is None else Difference("attention weights", step=first, max_abs_diff=worst)
+
+
+def _compare_walkthrough(original: Path, reproduction: Path) -> list[Difference]:
+    fa, fb = safe_read.read_walkthrough(original), safe_read.read_walkthrough(reproduction)
+    diffs = []
+    for key in safe_read.WALKTHROUGH_MEMBERS:
+        if (key in fa) != (key in fb):
+            diffs.append(Difference(key, note="only in one run"))
+        elif key in fa and (fa[key].shape != fb[key].shape or not np.array_equal(fa[key], fb[key])):
+            d = (float(np.max(np.abs(fa[key].astype(np.float64) - fb[key].astype(np.float64))))
+                 if fa[key].shape == fb[key].shape and fa[key].size else None)
+            diffs.append(Difference(key, max_abs_diff=d, note="differs" if d is not None else
+                                    f"shape {fa[key].shape} vs {fb[key].shape}"))
+    return diffs
+
+
 def compare_runs(original: Path, reproduction: Path) -> list[Difference]:
     """What differs between two finished run dirs: status, metrics (step, loss), attention
     snapshots (steps, weights, tokens, token_ids), and walkthrough arrays. An empty list
     means bitwise identical. When ``original`` was interrupted, only the steps it recorded
-    are compared (the reproduction runs every step)."""
-    s_a, s_b = artifacts.read_summary(original), artifacts.read_summary(reproduction)
+    are compared (the reproduction runs every step). Both are read through
+    :mod:`attnlab.safe_read`; raises RunDirError (one line naming the file) for a damaged one."""
+    s_a, s_b = safe_read.read_summary(original), safe_read.read_summary(reproduction)
     diffs: list[Difference] = []
     prefix_only = s_a.get("status") == "interrupted"
     if s_a.get("status") != s_b.get("status") and not prefix_only:
-        diffs.append(Difference("status", note=f"{s_a.get('status')} vs {s_b.get('status')}"))
-    if (Path(original) / artifacts.WALKTHROUGH).is_file():
-        with (np.load(Path(original) / artifacts.WALKTHROUGH) as fa,
-              np.load(Path(reproduction) / artifacts.WALKTHROUGH) as fb):
-            for key in sorted(set(fa.files) | set(fb.files)):
-                if key not in fa.files or key not in fb.files:
-                    diffs.append(Difference(key, note="only in one run"))
-                elif fa[key].shape != fb[key].shape or not np.array_equal(fa[key], fb[key]):
-                    d = (float(np.max(np.abs(fa[key] - fb[key]))) if fa[key].shape == fb[key].shape
-                         and fa[key].dtype.kind == "f" else None)
-                    diffs.append(Difference(key, max_abs_diff=d, note="differs" if d is not None else
-                                            f"shape {fa[key].shape} vs {fb[key].shape}"))
-        return diffs
-    if not (Path(original) / artifacts.METRICS).is_file() and not (Path(reproduction) / artifacts.METRICS).is_file():
-        return diffs
+        diffs.append(Difference("status", note=f"{printable(s_a.get('status'), 40)} vs "
+                                               f"{printable(s_b.get('status'), 40)}"))
+    if s_a.get("task") == "walkthrough" or os.path.lexists(Path(original) / safe_read.WALKTHROUGH):
+        return diffs + _compare_walkthrough(original, reproduction)
 
-    steps_a, loss_a = artifacts.read_metrics(original)
-    steps_b, loss_b = artifacts.read_metrics(reproduction)
+    steps_a, loss_a = safe_read.read_run_metrics(original)
+    steps_b, loss_b = safe_read.read_run_metrics(reproduction)
     n = len(steps_a) if prefix_only else max(len(steps_a), len(steps_b))
     if len(steps_b) < n or (len(steps_a) != len(steps_b) and not prefix_only):
         diffs.append(Difference("steps_run", step=min(len(steps_a), len(steps_b)),
@@ -144,23 +313,21 @@ def compare_runs(original: Path, reproduction: Path) -> list[Difference]:
     if first is not None:
         diffs.append(Difference("loss", step=first, max_abs_diff=worst))
 
-    att_a, att_b = artifacts.read_attention(original), artifacts.read_attention(reproduction)
+    keys = ("steps", "tokens", "token_ids")
+    att_a, att_b = safe_read.read_attention(original, keys), safe_read.read_attention(reproduction, keys)
     for key in ("token_ids", "tokens"):
         if not np.array_equal(att_a[key], att_b[key]):
-            diffs.append(Difference(key, note=f"{att_a[key].tolist()[:8]} vs {att_b[key].tolist()[:8]}"))
+            diffs.append(Difference(key, note=f"{printable(att_a[key].tolist()[:8], NOTE_LIMIT // 2)} vs "
+                                              f"{printable(att_b[key].tolist()[:8], NOTE_LIMIT // 2)}"))
     sa, sb = att_a["steps"], att_b["steps"]
     if prefix_only:
         sb = sb[: len(sa)]
     if not np.array_equal(sa, sb):
-        diffs.append(Difference("snapshot steps", note=f"{sa.tolist()} vs {sb.tolist()}"))
-    k = min(len(sa), len(sb))
-    wa, wb = att_a["weights"][:k], att_b["weights"][:k]
-    if wa.shape != wb.shape:
-        diffs.append(Difference("attention weights", note=f"shape {wa.shape} vs {wb.shape}"))
-    else:
-        first, worst = _first_and_max(wa, wb, sa[:k])
-        if first is not None:
-            diffs.append(Difference("attention weights", step=first, max_abs_diff=worst))
+        diffs.append(Difference("snapshot steps", note=f"{printable(sa.tolist(), NOTE_LIMIT // 2)} vs "
+                                                       f"{printable(sb.tolist(), NOTE_LIMIT // 2)}"))
+    weights = _compare_weights(original, reproduction, min(len(sa), len(sb)), sa)
+    if weights is not None:
+        diffs.append(weights)
     return diffs
 
 
@@ -181,9 +348,11 @@ def format_verdict(diffs: list[Difference]) -> str:
 
 
 def default_out(run_dir: Path) -> Path:
-    """``RUN_DIR-repro-<YYYYmmdd-HHMMSS.ffffff>`` beside RUN_DIR; for a job of a sweep (its
-    folder has ``multirun.yaml``), ``SWEEP_DIR-repro-<time>/JOB`` beside the sweep, so the sweep
-    folder keeps only its own jobs (its summary and ``attnlab-compare`` see no extra row)."""
+    """``RUN_DIR-repro-<YYYYmmdd-HHMMSS.ffffff>`` beside RUN_DIR (resolved first, so ``.`` or
+    ``job/..`` give a real name); for a job of a sweep (its folder has ``multirun.yaml``),
+    ``SWEEP_DIR-repro-<time>/JOB`` beside the sweep, so the sweep folder keeps only its own jobs
+    (its summary and ``attnlab-compare`` see no extra row)."""
+    run_dir = Path(run_dir).resolve()
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S.%f")
     sweep = run_dir.parent
     if (sweep / "multirun.yaml").is_file():
@@ -191,52 +360,54 @@ def default_out(run_dir: Path) -> Path:
     return run_dir.parent / f"{run_dir.name}-repro-{stamp}"
 
 
-def reproduce(run_dir: Path, out: Path | None = None, stderr=None) -> tuple[int, Path, list[Difference]]:
+def reproduce(run_dir: Path, out: Path | None = None, stderr=None,
+              text_file: Path | None = None) -> tuple[int, Path, list[Difference]]:
     """Re-run ``run_dir`` into ``out`` (default :func:`default_out`) and compare.
 
     Returns ``(exit status, out, differences)``. Raises RunDirError / ConfigError (one line)
-    when ``run_dir`` cannot be reproduced or ``out`` is refused (inside RUN_DIR, or already
-    holds a finished run). Environment warnings go to ``stderr`` before the run starts.
+    when ``run_dir`` cannot be reproduced (see the module docstring; the original's artifacts
+    are checked before anything runs) or ``out`` is refused (inside RUN_DIR, or already holds a
+    finished run). Environment warnings go to ``stderr`` before the run starts. ``text_file``
+    replaces the saved config's ``text_file`` (which is refused without it).
     """
-    from attnlab.job import run_job
+    import yaml
+
+    from attnlab.config import plain
 
     stderr = stderr or sys.stderr
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise RunDirError(f"{run_dir}: not a directory")
-    cfg = load_saved_config(run_dir)
-    summary_path = run_dir / artifacts.SUMMARY
-    try:
-        summary = artifacts.read_summary(run_dir)
-    except (OSError, ValueError) as err:
-        raise RunDirError(f"{summary_path}: unreadable ({type(err).__name__})") from None
-    status = summary.get("status")
-    if status not in REPRODUCIBLE:
-        why = {None: "missing (the run never started)", "running": "says running: the run is still going or was killed",
-               "failed": f"says failed: {summary.get('error')}"}.get(status, f"has unknown status {status!r}")
-        raise RunDirError(f"{summary_path}: {why}; nothing to reproduce")
+    given = Path(run_dir)
+    if not given.is_dir():
+        raise RunDirError(f"{printable(str(given), 300)}: not a directory")
+    run_dir = given.resolve()
+    data, raw = read_saved_config(run_dir, text_file)
+    cfg = _typed(data, run_dir)
+    summary = check_original(run_dir, plain(cfg.task))
+    status = summary["status"]
     out = Path(out) if out is not None else default_out(run_dir)
-    if out.resolve() == run_dir.resolve() or run_dir.resolve() in out.resolve().parents:
-        raise RunDirError(f"--out {out}: inside RUN_DIR {run_dir}; a reproduction never writes into the run it checks")
+    if out.resolve() == run_dir or run_dir in out.resolve().parents:
+        raise RunDirError(f"--out {printable(str(out), 300)}: inside RUN_DIR {printable(str(run_dir), 300)}; "
+                          "a reproduction never writes into the run it checks")
     if artifacts.read_summary(out).get("status") in artifacts.FINISHED:
-        raise RunDirError(f"--out {out}: already holds a {artifacts.read_summary(out)['status']} run; "
-                          "choose another folder (runs are never overwritten)")
+        raise RunDirError(f"--out {printable(str(out), 300)}: already holds a {artifacts.read_summary(out)['status']} "
+                          "run; choose another folder (runs are never overwritten)")
     from attnlab import checks, tokenizer
 
     checks.validate(cfg)  # value and text checks (ConfigError / TokenizerError) before any folder is made
     tokenizer.tokenize(cfg)
 
-    for line in environment_differences(summary.get("versions"), artifacts.environment(str(cfg.device))):
+    versions = summary.get("versions")
+    for line in environment_differences(versions, artifacts.environment(str(cfg.device))):
         print(line, file=stderr)
     if status == "interrupted":
         print(f"note: the run was interrupted after {summary.get('steps_run')} steps; the reproduction runs "
               f"all train.steps={cfg.train.steps} and compares the recorded steps", file=stderr)
 
     (out / ".hydra").mkdir(parents=True, exist_ok=True)
-    artifacts.atomic_write_bytes(out / ".hydra" / "config.yaml", (run_dir / ".hydra" / "config.yaml").read_bytes())
+    saved = raw if text_file is None else yaml.safe_dump(data, sort_keys=False, allow_unicode=True).encode("utf-8")
+    artifacts.atomic_write_bytes(out / ".hydra" / "config.yaml", saved)
     cfg.logging.console = False  # the verdict is the output; the numbers do not depend on it
-    run_job(cfg, out)
-    artifacts.write_summary(out, reproduced_from=str(run_dir.resolve()))
+    _run_job(cfg, out)
+    artifacts.write_summary(out, reproduced_from=str(run_dir))
     diffs = compare_runs(run_dir, out)
     return (EXIT_SAME if not diffs else EXIT_DIFFERENT), out, diffs
 
@@ -246,21 +417,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="attnlab-reproduce",
         description="Re-run a saved attnlab run from RUN_DIR/.hydra/config.yaml into a new folder "
-                    "and check metrics.csv and attention.npz are bitwise identical.")
+                    "and check metrics.csv and attention.npz are bitwise identical. RUN_DIR is read "
+                    "as data: nothing in it is instantiated, resolved or printed raw.")
     parser.add_argument("run_dir", metavar="RUN_DIR", type=Path, help="a run folder or a sweep job folder")
     parser.add_argument("--out", metavar="DIR", type=Path, default=None,
                         help="the new run folder (default: RUN_DIR-repro-<time> beside RUN_DIR; "
                              "for a sweep job SWEEP_DIR-repro-<time>/JOB)")
+    parser.add_argument("--text-file", metavar="FILE", type=Path, default=None,
+                        help="the text of a run made with text_file= (a saved config never chooses a file to read)")
     args = parser.parse_args(argv)
     try:
-        code, out, diffs = reproduce(args.run_dir, args.out)
+        code, out, diffs = reproduce(args.run_dir, args.out, text_file=args.text_file)
     except AttnlabError as err:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {printable(str(err), ERROR_LIMIT)}", file=sys.stderr)
         return EXIT_NOT_A_RUN
     print(format_verdict(diffs))
-    print(f"reproduction: {out}")
+    print(f"reproduction: {printable(str(out), 300)}")
     return code
 
 

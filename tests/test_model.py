@@ -68,7 +68,8 @@ def test_section5_builder_and_forward_equal_the_tutorial_code():
     torch.manual_seed(42)
     model = build_section5(SECTION5, GPT2_VOCAB_SIZE, 6)
     att = model.attention
-    assert att.W_out is None and model.next_token_head is None
+    assert att.W_out is None
+    assert model.next_token_head is None
     X = model.embedding(torch.tensor(TUTORIAL_IDS)).detach()
     out = att(X)
     got = dict(tok=model.embedding.token_embedding.weight, pos=model.embedding.position_embedding.weight, X=X,
@@ -76,7 +77,8 @@ def test_section5_builder_and_forward_equal_the_tutorial_code():
                V=out.V[0], scores=out.scores[0], weights=out.weights[0], Z=out.Z)
     for name, value in expected.items():
         assert torch.equal(got[name], value), name
-    assert out.weights.shape == (1, 6, 6) and out.Z.shape == (6, 6)
+    assert out.weights.shape == (1, 6, 6)
+    assert out.Z.shape == (6, 6)
     assert mse(out.Z, next_token_targets(X)).item() == 2.3566272258758545
 
 
@@ -117,14 +119,17 @@ def test_attention_output_is_named_with_the_head_axis():
         assert out.Q.shape == out.K.shape == (3, 7, 2)
         assert out.V.shape == (3, 7, 5)
         assert out.scores.shape == out.weights.shape == (3, 7, 7)
-        assert out.Z.shape == (7, 6) and att.d_out == 6
+        assert out.Z.shape == (7, 6)
+        assert att.d_out == 6
         # head h is the h-th slice of W_query's rows
         torch.testing.assert_close(out.Q[1], X @ att.W_query.weight[2:4].T, rtol=0, atol=1e-6)
         lean = att(X, need_weights=False)
-        assert lean.scores is None and lean.weights is None
+        assert lean.scores is None
+        assert lean.weights is None
         assert torch.equal(lean.Z, out.Z)
     no_proj = MultiHeadSelfAttention(6, 2, 5, n_heads=3)
-    assert no_proj(X).Z.shape == (7, 15) and no_proj.d_out == 15
+    assert no_proj(X).Z.shape == (7, 15)
+    assert no_proj.d_out == 15
 
 
 @pytest.mark.parametrize("change", [dict(qkv_bias=True), dict(out_proj=True), dict(causal=True),
@@ -151,7 +156,8 @@ def test_a_switch_leaves_the_parameters_created_before_it_unchanged(change):
     assert added == expected.get(key, {})
     if key == "qkv_bias":  # drawn like nn.Linear's own bias: U(-1/sqrt(d_model), 1/sqrt(d_model))
         b = torch.cat([model.attention.W_query.bias, model.attention.W_key.bias, model.attention.W_value.bias])
-        assert b.abs().max().item() <= 1 / math.sqrt(6) and len(set(b.tolist())) == 14
+        assert b.abs().max().item() <= 1 / math.sqrt(6)
+        assert len(set(b.tolist())) == 14
 
 
 def test_parameter_creation_order_is_the_documented_one():
@@ -234,7 +240,8 @@ def test_next_token_head_init_and_cross_entropy():
     torch.manual_seed(42)
     model = build_section5(SECTION5, GPT2_VOCAB_SIZE, 6, next_token_head=True)
     head = model.next_token_head
-    assert head.bias is None and head.weight.shape == (GPT2_VOCAB_SIZE, 6)
+    assert head.bias is None
+    assert head.weight.shape == (GPT2_VOCAB_SIZE, 6)
     assert abs(head.weight.std().item() - 0.02) < 2e-4  # N(0, 0.02²): 301,542 draws
     assert abs(head.weight.mean().item()) < 2e-4
     ids = torch.tensor(TUTORIAL_IDS)
@@ -265,4 +272,5 @@ def test_next_token_objective_learns_the_sentence():
         loss.backward()
         opt.step()
         losses.append(loss.item())
-    assert losses[0] > 10.7 and losses[-1] < 3.0
+    assert losses[0] > 10.7
+    assert losses[-1] < 3.0

@@ -107,7 +107,8 @@ def test_explicit_and_sdpa_agree_on_Z_weights_and_gradients(causal, n_heads, d_k
     (oe, gxe, gpe), (os_, gxs, gps) = results
     for a, b in ((oe.Z, os_.Z), (oe.weights, os_.weights), (gxe, gxs), *((gpe[n], gps[n]) for n in gpe)):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
-    assert set(gpe) == set(gps) and all(g.abs().sum() > 0 for g in gpe.values())
+    assert set(gpe) == set(gps)
+    assert all(g.abs().sum() > 0 for g in gpe.values())
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])

@@ -1,5 +1,7 @@
 """attnlab-reproduce: a fresh run, an edited run, sweep job folders, environment warnings,
-saved configs as data (``_target_: os.system`` refused), and plain-Hydra reproduction."""
+saved configs as data (``_target_`` anywhere, interpolations, text_file refused), every hostile or
+damaged original of tests/hostile_runs.py refused with one line before anything runs,
+``attnlab-reproduce .``, and plain-Hydra reproduction."""
 from __future__ import annotations
 
 import json
@@ -9,10 +11,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import hostile_runs as H
 import numpy as np
 import pytest
 
 from attnlab import artifacts
+from attnlab import reproduce as R
 from attnlab.reproduce import compare_runs, environment_differences, main
 
 from conftest import run_cli
@@ -158,7 +162,8 @@ def write_config(run: Path, text: str, status: str = "completed") -> Path:
     (("_target_: torch.optim.Adam", "_target_: os.system"), "optimizer._target_='os.system'"),
     (("_target_: torch.optim.Adam", "_target_: builtins.eval"), "optimizer._target_='builtins.eval'"),
     (("  d_k: 4", "  d_k: 4\n  _target_: os.system"), "model._target_='os.system'"),
-    (("task: train", "hydra:\n  callbacks:\n    x:\n      _target_: os.system\ntask: train"), "hydra="),
+    (("task: train", "hydra:\n  callbacks:\n    x:\n      _target_: os.system\ntask: train"),
+     "hydra.callbacks.x._target_='os.system'"),
 ])
 def test_saved_config_targets_are_refused_before_anything_runs(fresh_run, tmp_path, capsys, monkeypatch, edit, key):
     import hydra.utils
@@ -168,6 +173,9 @@ def test_saved_config_targets_are_refused_before_anything_runs(fresh_run, tmp_pa
 
     monkeypatch.setattr(hydra.utils, "instantiate", no_instantiate)
     run = copy_run(fresh_run, tmp_path / "shared")
+    summary = json.loads((run / "summary.json").read_text())
+    del summary["config"]  # a run of an older attnlab: the config is only in .hydra/config.yaml
+    (run / "summary.json").write_text(json.dumps(summary))
     cfg = (run / ".hydra" / "config.yaml").read_text()
     assert edit[0] in cfg
     (run / ".hydra" / "config.yaml").write_text(cfg.replace(edit[0], edit[1], 1))
@@ -179,10 +187,57 @@ def test_saved_config_targets_are_refused_before_anything_runs(fresh_run, tmp_pa
     assert not out.exists()
 
 
+@pytest.mark.parametrize("edit, key", [
+    (lambda c: c["optimizer"].update(_target_="os.system"), "optimizer._target_='os.system'"),
+    (lambda c: c["model"].update(_target_="os.system"), "model._target_='os.system'"),
+    (lambda c: c["optimizer"].update(betas=[{"_target_": "builtins.open", "_args_": ["victim.txt", "w"]}, 0.9]),
+     "optimizer.betas[0]._target_='builtins.open'"),
+    (lambda c: c.update(hydra={"callbacks": {"x": {"_target_": "os.system"}}}), "hydra.callbacks.x._target_='os.system'"),
+])
+def test_recorded_config_targets_are_refused_too(fresh_run, tmp_path, capsys, edit, key):
+    """The resolved config attnlab records in summary.json, which reproduce prefers, is checked
+    the same way as .hydra/config.yaml."""
+    run = copy_run(fresh_run, tmp_path / "shared")
+    summary = json.loads((run / "summary.json").read_text())
+    edit(summary["config"])
+    (run / "summary.json").write_text(json.dumps(summary))
+    out = tmp_path / "repro"
+    assert main([str(run), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1
+    assert err.startswith(f"error: {key}")
+    assert not out.exists()
+    assert not (tmp_path / "victim.txt").exists()
+
+
+def test_a_run_made_with_an_environment_variable_reproduces_after_it_changes(tmp_path, capsys, monkeypatch):
+    """The run recorded the values it used: reproduction neither needs the variable nor picks up
+    its new value, and the text of a ${...} in a sentence stays text."""
+    from attnlab.job import run_job
+
+    from conftest import compose_cfg
+
+    monkeypatch.setenv("ATTNLAB_TEST_LR", "0.01")
+    cfg = compose_cfg("logging=off", "train.steps=30", "optimizer.lr=${oc.env:ATTNLAB_TEST_LR}",
+                      'sentence="costs ${price} today"')
+    run = tmp_path / "run"
+    assert run_job(cfg, run).status == "completed"
+    assert json.loads((run / "summary.json").read_text())["config"]["optimizer"]["lr"] == 0.01
+    monkeypatch.delenv("ATTNLAB_TEST_LR")
+    assert main([str(run), "--out", str(tmp_path / "unset")]) == 0
+    monkeypatch.setenv("ATTNLAB_TEST_LR", "0.5")
+    assert main([str(run), "--out", str(tmp_path / "changed")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines.count("reproduced exactly") == 2
+    summary = json.loads((tmp_path / "changed" / "summary.json").read_text())
+    assert summary["config"]["optimizer"]["lr"] == 0.01
+    assert summary["config"]["sentence"] == "costs ${price} today"
+
+
 @pytest.mark.parametrize("make, expected", [
     (lambda d: d / "missing", "not a directory"),
     (lambda d: d, ".hydra/config.yaml: missing"),
-    (lambda d: write_config(d / "r", "model: [unclosed\n"), "config.yaml: unreadable (ParserError"),
+    (lambda d: write_config(d / "r", "model: [unclosed\n"), "config.yaml: not valid YAML (line 2: expected ',' or ']'"),
     (lambda d: write_config(d / "r", "- a list\n"), "config.yaml: not a config"),
     (lambda d: write_config(d / "r", "optimizer:\n  _target_: torch.optim.Adam\nmodel:\n  n_heads: 2\n"),
      "model.n_heads=2: is not a key of attnlab's config schema"),
@@ -271,3 +326,122 @@ def test_walkthrough_run_reproduces_and_an_edited_array_is_named(tmp_path, capsy
     out = out[out.index("not reproduced: 1 quantity differs"):]
     assert out[2].split()[0] == "scores"
     assert abs(float(out[2].split()[2]) - 1e-3) < 1e-6
+
+
+# ----------------------------------------------------------------------------- hostile originals
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p): (os.readlink(p).encode() if p.is_symlink() else p.read_bytes() if p.is_file() else b"")
+            for p in sorted(folder.rglob("*"))}
+
+
+@pytest.fixture(scope="module")
+def healthy(tmp_path_factory):
+    return H.healthy_runs(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def outside(tmp_path_factory):
+    return H.outside_folder(tmp_path_factory)
+
+
+@pytest.mark.parametrize("case", [c for c in H.CASES if c.reproduce], ids=[c.name for c in H.CASES if c.reproduce])
+def test_hostile_or_damaged_original_exits_2_before_anything_runs(case, healthy, outside, tmp_path, capsys, monkeypatch):
+    """Each case of the corpus that touches a file reproduce reads: exit 2, one line naming the
+    problem, nothing run or instantiated, no folder made, nothing outside read or written, the
+    secret of the environment and the canary's content nowhere."""
+    import hydra.utils
+
+    def never(*a, **k):
+        raise AssertionError("must not be called for a refused original")
+
+    secret = H.session_secret()
+    monkeypatch.setenv(H.SECRET_ENV, secret)
+    monkeypatch.setattr(hydra.utils, "instantiate", never)
+    monkeypatch.setattr(R, "_run_job", never)
+    try:
+        run = H.build_case(case, healthy, tmp_path / "run", outside)
+    except H.Unsupported as err:
+        pytest.skip(str(err))
+    before = _snapshot(outside)
+    out = tmp_path / "repro"
+    assert main([str(run), "--out", str(out)]) == 2
+    seen = capsys.readouterr()
+    assert seen.out == ""
+    lines = seen.err.splitlines()
+    assert len(lines) == 1, seen.err
+    assert lines[0].startswith("error: "), seen.err
+    assert case.reproduce in lines[0], seen.err
+    assert "\x1b" not in seen.err
+    assert "\x07" not in seen.err
+    assert secret not in seen.err
+    assert not out.exists()
+    assert not [p for p in tmp_path.iterdir() if "-repro-" in p.name]
+    assert _snapshot(outside) == before
+    assert not (outside / H.PWNED).exists()
+
+
+def test_reproduce_dot_from_inside_the_run_dir(fresh_run, tmp_path, capsys, monkeypatch):
+    """`cd RUN_DIR && attnlab-reproduce .`: the output goes beside RUN_DIR, named after it."""
+    run = copy_run(fresh_run, tmp_path / "myrun")
+    monkeypatch.chdir(run)
+    assert main(["."]) == 0
+    stdout = capsys.readouterr().out.splitlines()
+    assert stdout[0] == "reproduced exactly"
+    [beside] = [p for p in tmp_path.iterdir() if p.name.startswith("myrun-repro-")]
+    assert stdout[1] == f"reproduction: {beside}"
+    assert artifacts.read_summary(beside)["reproduced_from"] == str(run)
+    assert sorted(p.name for p in run.iterdir()) == sorted(p.name for p in fresh_run.iterdir())
+
+
+def test_a_sweep_folder_is_answered_with_its_job_folders(sweep_dir, tmp_path, capsys):
+    sweep, _ = sweep_dir
+    assert main([str(sweep)]) == 2
+    err = capsys.readouterr().err
+    jobs = sorted((p.name for p in sweep.iterdir() if (p / ".hydra").is_dir()), key=lambda n: int(n.split("_")[0]))
+    assert all(len(j) <= R.JOB_NAME_LIMIT for j in jobs)
+    assert err == f"error: {sweep}: a sweep folder, not a run; pass a job folder: {', '.join(jobs)}\n"
+    many = tmp_path / "many"
+    for i in range(12):
+        (many / f"{i}_x=\x1b[2J" / ".hydra").mkdir(parents=True)
+        (many / f"{i}_x=\x1b[2J" / ".hydra" / "config.yaml").write_text("task: train\n")
+    assert main([str(many)]) == 2
+    err = capsys.readouterr().err
+    shown = ", ".join(f"{i}_x=\\x1b[2J" for i in range(8))
+    assert err == f"error: {many}: a sweep folder, not a run; pass a job folder: {shown} (+4 more)\n"
+
+
+def test_recorded_text_is_printed_escaped(fresh_run, tmp_path, capsys):
+    """Escape sequences in summary.json's versions reach the terminal escaped."""
+    run = copy_run(fresh_run, tmp_path / "esc")
+    summary = json.loads((run / "summary.json").read_text())
+    summary["versions"]["torch"] = "\x1b]0;pwned\x07\x1b[2J"
+    summary["versions"]["\x1b[31mkey"] = "x"
+    (run / "summary.json").write_text(json.dumps(summary))
+    assert main([str(run), "--out", str(tmp_path / "repro")]) == 0
+    err = capsys.readouterr().err
+    assert "\x1b" not in err
+    assert "\x07" not in err
+    assert "warning: torch differs: \\x1b]0;pwned\\x07\\x1b[2J when the run was made, " in err
+    assert "warning: \\x1b[31mkey differs: x when the run was made, None now" in err
+
+
+def test_text_file_is_read_only_when_the_user_names_it(tmp_path, capsys):
+    text = tmp_path / "text.txt"
+    text.write_text("Your journey starts with one step\n")
+    run = H.make_healthy_run(tmp_path / "tf", (*SMALL, f"text_file={text}"))
+    assert main([str(run), "--out", str(tmp_path / "r0")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: text_file='{text}': a shared config does not choose which file of this machine "
+                          "is read; pass --text-file FILE")
+    assert not (tmp_path / "r0").exists()
+    assert main([str(run), "--out", str(tmp_path / "r1"), "--text-file", str(text)]) == 0
+    assert capsys.readouterr().out.startswith("reproduced exactly")
+    other = tmp_path / "other.txt"
+    other.write_text("Your journey starts with two steps\n")
+    assert main([str(run), "--out", str(tmp_path / "r2"), "--text-file", str(other)]) == 1
+    out = capsys.readouterr().out
+    assert "token_ids" in out
+    assert "tokens" in out
+    assert main([str(H.make_healthy_run(tmp_path / "plain")), "--out", str(tmp_path / "r3"),
+                 "--text-file", str(text)]) == 2
+    assert "--text-file=" in capsys.readouterr().err
