@@ -34,11 +34,17 @@ _SESSION_STATUS = {"completed": "STATUS_SUCCESS", "diverged": "STATUS_FAILURE",
 
 
 def tag_names(tokens: list[str]) -> list[str]:
-    """Tag-safe, unique suffixes ``<pos>_<token>`` (``[0-9A-Za-z_.-]`` and other Unicode
-    letters/digits kept, anything else -> ``_``), e.g. ``[" with", "$"] -> ["0_with", "1__"]``."""
+    """Tag-safe, unique suffixes ``<pos>_<token>``: ``[0-9A-Za-z_.-]``, other Unicode letters
+    and digits, and symbols such as emoji (Unicode category So) kept, each run of anything
+    else -> ``_``, e.g. ``[" with", "$", "旅(1/2)", " 🚶(1/3)"]`` ->
+    ``["0_with", "1__", "2_旅_1_2", "3_🚶_1_3"]`` (token labels: ``tokenizer.token_labels``)."""
+    import unicodedata
+
     out = []
     for pos, tok in enumerate(tokens):
-        safe = re.sub(r"[^\w.-]+", "_", tok.strip()).strip("_") or "_"
+        marked = "".join(ch if ch.isalnum() or ch in "_.-" or unicodedata.category(ch) == "So" else "\0"
+                         for ch in tok.strip())
+        safe = re.sub("\0+", "_", marked).strip("_") or "_"
         out.append(f"{pos}_{safe}")
     return out
 
