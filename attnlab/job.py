@@ -46,9 +46,9 @@ def make_sinks(cfg: DictConfig, run_dir: Path) -> list[Sink]:
     sinks import their libraries only when switched on."""
     sinks: list[Sink] = [artifacts.RunDirSink(run_dir)]
     if cfg.logging.console:
-        from attnlab.console import ConsoleSink
+        from attnlab.console import ConsoleSink, job_prefix
 
-        sinks.append(ConsoleSink(progress=cfg.logging.progress))
+        sinks.append(ConsoleSink(progress=cfg.logging.progress, prefix=job_prefix()))
     if cfg.logging.tensorboard:
         from attnlab.tensorboard import TensorBoardSink
 
