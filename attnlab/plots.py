@@ -274,7 +274,8 @@ class FigureSink(Sink):
 
     Memory stays flat however many snapshots a run takes: only the snapshots the figure will
     show (chosen from ``RunInfo.snapshot_steps`` at the start, see :func:`pick_snapshots`) and
-    the latest one (for a run that stops early) are kept.
+    the latest one (for a run that stops early) are kept; the title says "(k of n snapshots)"
+    when the figure shows k of the n snapshots the run took.
     """
 
     EVOLUTION = "attention_evolution.png"
@@ -287,6 +288,7 @@ class FigureSink(Sink):
         self._losses: list[np.ndarray] = []
         self._shown: set[int] | None = None  # steps the figure will show, known at on_start
         self._latest: Snapshot | None = None
+        self._received = 0  # snapshots the run took
 
     def on_start(self, info: RunInfo) -> None:
         self.tokens = list(info.tokens)
@@ -296,6 +298,7 @@ class FigureSink(Sink):
         self._losses.append(np.asarray(losses, dtype=np.float64))
 
     def on_snapshot(self, snapshot: Snapshot) -> None:
+        self._received += 1
         if self._shown is None or snapshot.step in self._shown:
             self.snapshots.append(snapshot)
         else:
@@ -317,6 +320,9 @@ class FigureSink(Sink):
         losses = self.losses if self._losses else np.asarray(result.losses, dtype=np.float64)
         snapshots = self._to_draw()
         if snapshots and self.tokens:
-            attention_evolution(snapshots, self.tokens, self.run_dir / self.EVOLUTION)
+            # only the drawn snapshots were kept, so the figure cannot see that there were more: say so here
+            title = (f"{default_title()}  ({len(snapshots)} of {self._received} snapshots)"
+                     if len(snapshots) < self._received else None)
+            attention_evolution(snapshots, self.tokens, self.run_dir / self.EVOLUTION, title=title)
         if losses.size:
             loss_curve(losses, self.run_dir / self.LOSS)
