@@ -9,11 +9,16 @@ STAMP := $(VENV)/.attnlab-installed
 
 setup: $(STAMP)
 
+# pip lists each package as it goes; the one setuptools notice left ("Editable installation ...
+# folders with the same name as your package") comes from conf/ being shipped as attnlab.conf.
 $(STAMP): pyproject.toml constraints.txt
+	@echo "attnlab setup: creating $(VENV) and installing attnlab with the tested versions (constraints.txt):"
+	@echo "  torch and about 50 other packages, 1-5 minutes (longer when torch comes from PyPI)."
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[launchers,test]'
+	$(BIN)/python -m pip install -c constraints.txt -e '.[launchers,test]'
 	touch $(STAMP)
+	@echo "attnlab setup: done; the commands are in $(BIN) (attnlab, attnlab-compare, attnlab-reproduce)"
 
 run: $(STAMP)
 	$(BIN)/attnlab $(ARGS)

@@ -10,6 +10,34 @@ from attnlab.tokenizer import show
 
 PROGRESS_MIN_STEPS = 1000  # shorter runs finish too fast for a bar to help
 MAX_TARGETS_SHOWN = 12  # longer rows show the strongest targets only
+BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"  # Hydra's sequential launcher
+
+
+def job_prefix() -> str:
+    """``"[job N] "`` for a job of a sweep whose launcher may run jobs side by side (joblib,
+    submitit, ray, ...: anything but Hydra's basic, sequential launcher), so the console lines of
+    parallel jobs can be told apart; N is Hydra's job number, the number the job folder starts
+    with. ``""`` for a single run, a sequential sweep, or outside Hydra (Python API, reproduce).
+    """
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized():
+        return ""
+    hc = HydraConfig.get()
+    if hc.mode != RunMode.MULTIRUN or hc.job.get("num") is None:
+        return ""
+    if (hc.get("launcher") or {}).get("_target_", BASIC_LAUNCHER) == BASIC_LAUNCHER:
+        return ""
+    return f"[job {hc.job.num}] "
+
+
+def prefixed(text: str, prefix: str) -> str:
+    """``text`` with ``prefix`` before each of its lines (an empty line gets the prefix without
+    its trailing space); ``text`` unchanged when ``prefix`` is empty."""
+    if not prefix:
+        return text
+    return "\n".join(prefix + line if line else prefix.rstrip() for line in text.split("\n"))
 
 
 def display_path(path) -> str:
@@ -40,11 +68,13 @@ def snapshot_line(step: int, loss: float, row: np.ndarray, tokens: list[str], fo
 
 class ConsoleSink(Sink):
     """Prints one :func:`snapshot_line` per snapshot and a closing line with the status;
-    shows a tqdm progress bar (on a terminal) when ``progress`` and the run has ≥ 1000 steps."""
+    shows a tqdm progress bar (on a terminal) when ``progress`` and the run has ≥ 1000 steps.
+    ``prefix`` (e.g. :func:`job_prefix`'s ``"[job 3] "``) starts every line and names the bar."""
 
-    def __init__(self, progress: bool = True, file=None) -> None:
+    def __init__(self, progress: bool = True, file=None, prefix: str = "") -> None:
         self.progress = progress
         self.file = file or sys.stdout
+        self.prefix = prefix
         self._bar = None
         self._info: RunInfo | None = None
 
@@ -53,9 +83,11 @@ class ConsoleSink(Sink):
         if self.progress and info.steps >= PROGRESS_MIN_STEPS:
             from tqdm import tqdm
 
-            self._bar = tqdm(total=info.steps, unit="step", leave=False, disable=None)
+            self._bar = tqdm(total=info.steps, unit="step", leave=False, disable=None,
+                             desc=self.prefix.strip() or None)
 
     def _print(self, line: str) -> None:
+        line = prefixed(line, self.prefix)
         if self._bar is not None:
             self._bar.write(line, file=self.file)
         else:
@@ -76,8 +108,8 @@ class ConsoleSink(Sink):
         steps = f"{result.steps_run} step{'' if result.steps_run == 1 else 's'}"
         where = f"  ->  {display_path(self._info.run_dir)}" if self._info and self._info.run_dir else ""
         # the reason of a run that did not complete goes to stderr (cli), once
-        print(f"{result.status}: {steps}, final loss {final}, {result.wall_time_s:.2f} s{where}",
-              file=self.file, flush=True)
+        print(prefixed(f"{result.status}: {steps}, final loss {final}, {result.wall_time_s:.2f} s{where}",
+                       self.prefix), file=self.file, flush=True)
 
     def close(self) -> None:
         if self._bar is not None:

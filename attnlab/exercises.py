@@ -42,7 +42,7 @@ SAME_HIDDEN = {"n_tokens", "tokens", "shapes"}
 
 def token_table(token_ids: Sequence[int], labels: Sequence[str], limit: int = MAX_TABLE) -> list[list[Any]]:
     """``[[id, label], ...]`` for the first ``limit`` tokens (labels as ``tokenizer.token_labels``:
-    partial UTF-8 bytes of Chinese or emoji appear as ``\\xNN``)."""
+    a token that is part of a Chinese character or an emoji names it, ``[254, "你(2/2)"]``)."""
     return [[int(i), str(t)] for i, t in zip(list(token_ids)[:limit], list(labels)[:limit])]
 
 

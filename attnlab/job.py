@@ -46,9 +46,9 @@ def make_sinks(cfg: DictConfig, run_dir: Path) -> list[Sink]:
     sinks import their libraries only when switched on."""
     sinks: list[Sink] = [artifacts.RunDirSink(run_dir)]
     if cfg.logging.console:
-        from attnlab.console import ConsoleSink
+        from attnlab.console import ConsoleSink, job_prefix
 
-        sinks.append(ConsoleSink(progress=cfg.logging.progress))
+        sinks.append(ConsoleSink(progress=cfg.logging.progress, prefix=job_prefix()))
     if cfg.logging.tensorboard:
         from attnlab.tensorboard import TensorBoardSink
 
@@ -111,9 +111,10 @@ def _run(cfg: DictConfig, run_dir: Path) -> JobResult:
         artifacts.write_summary(run_dir, status="completed", wall_time_s=round(time.perf_counter() - t0, 6),
                                 **observe(cfg, ids, token_labels(ids, cfg.tokenizer.encoding), arrays))
         if cfg.logging.console:
-            from attnlab.console import display_path
+            from attnlab.console import display_path, job_prefix, prefixed
 
-            print(f"\ncompleted: walkthrough  ->  {display_path(run_dir)}/{artifacts.WALKTHROUGH}")
+            print(prefixed(f"\ncompleted: walkthrough  ->  {display_path(run_dir)}/{artifacts.WALKTHROUGH}",
+                           job_prefix()))
         return JobResult("completed")
     from attnlab.training import train
 

@@ -173,14 +173,34 @@ def comparison_figure(rows: Sequence[dict[str, Any]], path: Path) -> Path:
     """Write one PNG to ``path``: every run's loss curve overlaid on a log y axis (top; zeros
     clipped to the smallest positive loss, non-finite losses left out), and each run's
     last-snapshot attention heatmap side by side (bottom; at most :data:`MAX_HEATMAPS`,
-    colour scale [0, 1]). Matplotlib object API (Figure + Agg canvas), written atomically."""
+    colour scale [0, 1]). Matplotlib object API (Figure + Agg canvas), written atomically.
+
+    Legend entries and heatmap titles name each run by its job number (or folder) and the
+    values of the swept keys, the overrides that differ between the runs, with short key names
+    (``3  lr=0.05 steps=120``; :mod:`attnlab.swept`), wrapped to the panel's width. The layout
+    (constrained) keeps every text inside the figure and clear of the others; the figure is
+    ``max(9, 3.4 * cols + 0.9)`` inches wide and ``4.3 + rows * (3.5 + 0.17 * title lines)``
+    high at 100 dpi (cols ≤ 4 heatmaps per row).
+    """
     import matplotlib
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     from attnlab import artifacts
     from attnlab.errors import AttnlabError, RunDirError
-    from attnlab.table import clip
+    from attnlab.swept import run_labels, wrap
+
+    TITLE_CHARS, MAX_TITLE_LINES = 34, 3  # heatmap titles: name and swept values wrapped at 34 characters
+    names = short_names([r["job"] for r in rows])
+    labels_of = {id(r): lab for r, lab in zip(rows, run_labels(rows, names))}
+
+    def legend_name(r) -> str:
+        name, values = labels_of[id(r)]
+        return f"{name}: {values}" if values else name
+
+    def panel_title(r, what: str) -> str:  # "3: lr=0.05 steps=120" wrapped to the panel, then "step=29"
+        lines = wrap(legend_name(r), TITLE_CHARS, MAX_TITLE_LINES, measure=lambda s: len(drawable(s)))
+        return "\n".join(drawable(line) for line in [*lines, what])
 
     curves, maps = [], []
     for r in rows:
@@ -189,41 +209,46 @@ def comparison_figure(rows: Sequence[dict[str, Any]], path: Path) -> Path:
             try:
                 steps, losses = artifacts.read_metrics(run_dir)
                 if losses.size:
-                    curves.append((r["job"], steps, losses))
+                    curves.append((legend_name(r), steps, losses))
             except AttnlabError:
                 pass
-        w, labels, title = _last_weights(run_dir, r)
+        w, labels, what = _last_weights(run_dir, r)
         if w is not None:
-            maps.append((r["job"], w, labels, title))
+            maps.append((panel_title(r, what), w, labels))
     shown = maps[:MAX_HEATMAPS]
     n = max(len(shown), 1)
     cols = min(n, HEATMAP_COLS)
     grid_rows = -(-n // cols)
-    names = short_names([r["job"] for r in rows])
-    curves = [(names[job], steps, losses) for job, steps, losses in curves]
-    shown = [(names[j], w, lab, t) for j, w, lab, t in shown]
+    title_lines = max([t.count("\n") + 1 for t, _, _ in shown], default=2)
+    row_in = 3.5 + 0.17 * title_lines
+    more = f" ({len(shown)} of {len(maps)})" if len(maps) > len(shown) else ""
     with matplotlib.rc_context(rc()):
-        fig = Figure(figsize=(max(9.0, 3.4 * cols + 0.9), 4.0 + 3.6 * grid_rows), dpi=100, layout="constrained")
+        fig = Figure(figsize=(max(9.0, 3.4 * cols + 0.9), 4.6 + row_in * grid_rows), dpi=DPI, layout="constrained")
         FigureCanvasAgg(fig)
-        top, bottom = fig.subfigures(2, 1, height_ratios=[4.0, 3.6 * grid_rows])
-        ax = top.subplots()
-        for job, steps, losses in curves:
-            plot_loss(ax, steps, losses, label=drawable(clip(job, 90)), lw=1.4)
+        # one grid: the loss axes, a heading row (an empty axes whose title the layout makes room
+        # for, so no panel title runs into it), then the heatmaps
+        grid = fig.add_gridspec(2 + grid_rows, cols, height_ratios=[4.3, 0.01] + [row_in] * grid_rows)
+        ax = fig.add_subplot(grid[0, :])
+        for name, steps, losses in curves:
+            plot_loss(ax, steps, losses, label=drawable(name), lw=1.4)
         if not curves:
             plot_loss(ax, np.zeros(0), np.zeros(0))
         ax.set_title("loss" if curves else "loss (no training runs)")
         if curves:
             ax.legend(fontsize=7, loc="best")
-        axes = bottom.subplots(grid_rows, cols, squeeze=False).ravel()
+        heading = fig.add_subplot(grid[1, :])
+        heading.set_axis_off()
+        heading.set_title("attention at the last snapshot" + more, fontsize=11)
+        axes = [fig.add_subplot(grid[2 + i // cols, i % cols]) for i in range(grid_rows * cols)]
         im = None
-        for a, (job, w, labels, title) in zip(axes, shown):
-            im = draw_heatmap(a, w, [label(t) for t in labels], drawable(f"{clip(job, 34)}\n{title}"))
+        for a, (title, w, labels) in zip(axes, shown):
+            im = draw_heatmap(a, w, [label(t) for t in labels], title)  # title: made drawable line by line
+            if w.shape[0] > 12:  # smaller token labels, so long texts' ticks do not run into each other
+                a.tick_params(labelsize=6 if w.shape[0] <= 24 else 5)
         for a in axes[len(shown):]:
             a.set_axis_off()
         if im is not None:
-            bottom.colorbar(im, ax=list(axes), shrink=0.8, label="attention weight")
-        more = f" ({len(shown)} of {len(maps)})" if len(maps) > len(shown) else ""
-        bottom.suptitle("attention at the last snapshot" + more, fontsize=11)
+            fig.colorbar(im, ax=axes, shrink=0.8, label="attention weight")
         path = Path(path)
         if path.parent and not path.parent.exists():
             raise RunDirError(f"--plot {path}: folder {path.parent} does not exist")
@@ -231,24 +256,14 @@ def comparison_figure(rows: Sequence[dict[str, Any]], path: Path) -> Path:
 
 
 def short_names(jobs: Sequence[str]) -> dict[str, str]:
-    """Legend/title names: each job name without the ``,``-separated override items that every
-    job in the same folder shares (e.g. ``logging=off``), keeping its folder prefix and job number."""
-    def split(job: str) -> tuple[str, list[str]]:
-        head, _, tail = job.rpartition("/")
-        num, sep, rest = tail.partition("_")
-        if not (sep and num.isdigit()):  # not a sweep job's name: keep it whole
-            return job, []
-        return (f"{head}/" if head else "") + num, rest.split(",")
-
-    parts = {j: split(j) for j in jobs}
-    groups: dict[str, list[set[str]]] = {}  # jobs of one sweep (same folder) share their common items
-    for j, (prefix, items) in parts.items():
-        groups.setdefault(j.rpartition("/")[0], []).append(set(items))
-    common = {g: set.intersection(*sets) if len(sets) > 1 else set() for g, sets in groups.items()}
+    """Legend/title names: a sweep job (``[folder/]N_overrides``) by its folder prefix and job
+    number (``N``, ``sweep/N``; the swept values are added by :func:`attnlab.swept.run_labels`),
+    any other run by its whole name (``2026-11-29/12-00-00.123456``)."""
     out = {}
-    for j, (prefix, items) in parts.items():
-        kept = [i for i in items if i not in common[j.rpartition("/")[0]]]
-        out[j] = f"{prefix}_{','.join(kept)}" if kept else prefix
+    for job in jobs:
+        head, _, tail = job.rpartition("/")
+        num, sep, _ = tail.partition("_")
+        out[job] = (f"{head}/" if head else "") + num if sep and num.isdigit() else job
     return out
 
 
@@ -274,7 +289,8 @@ class FigureSink(Sink):
 
     Memory stays flat however many snapshots a run takes: only the snapshots the figure will
     show (chosen from ``RunInfo.snapshot_steps`` at the start, see :func:`pick_snapshots`) and
-    the latest one (for a run that stops early) are kept.
+    the latest one (for a run that stops early) are kept; the title says "(k of n snapshots)"
+    when the figure shows k of the n snapshots the run took.
     """
 
     EVOLUTION = "attention_evolution.png"
@@ -287,6 +303,7 @@ class FigureSink(Sink):
         self._losses: list[np.ndarray] = []
         self._shown: set[int] | None = None  # steps the figure will show, known at on_start
         self._latest: Snapshot | None = None
+        self._received = 0  # snapshots the run took
 
     def on_start(self, info: RunInfo) -> None:
         self.tokens = list(info.tokens)
@@ -296,6 +313,7 @@ class FigureSink(Sink):
         self._losses.append(np.asarray(losses, dtype=np.float64))
 
     def on_snapshot(self, snapshot: Snapshot) -> None:
+        self._received += 1
         if self._shown is None or snapshot.step in self._shown:
             self.snapshots.append(snapshot)
         else:
@@ -317,6 +335,9 @@ class FigureSink(Sink):
         losses = self.losses if self._losses else np.asarray(result.losses, dtype=np.float64)
         snapshots = self._to_draw()
         if snapshots and self.tokens:
-            attention_evolution(snapshots, self.tokens, self.run_dir / self.EVOLUTION)
+            # only the drawn snapshots were kept, so the figure cannot see that there were more: say so here
+            title = (f"{default_title()}  ({len(snapshots)} of {self._received} snapshots)"
+                     if len(snapshots) < self._received else None)
+            attention_evolution(snapshots, self.tokens, self.run_dir / self.EVOLUTION, title=title)
         if losses.size:
             loss_curve(losses, self.run_dir / self.LOSS)

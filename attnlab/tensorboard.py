@@ -10,8 +10,10 @@ What is written (tags):
 - ``attention/weights`` (image, each snapshot step, only with ``images=True``): the heatmap
 - ``hparam/final_loss``, ``hparam/steps_to_threshold`` (scalars at the last step; -1 when the
   loss never fell below ``train.loss_threshold``) and the hparams-plugin session (flattened
-  config + ``status``), written at ``on_end``
-- ``run/sentence``, ``run/tokens``, ``run/config`` (text, step 0)
+  config + ``status`` + ``error``, the one-line reason, empty for a completed run), written at
+  ``on_end``
+- ``run/sentence``, ``run/tokens``, ``run/config`` (text, step 0; TensorBoard lists them as
+  ``run/sentence/text_summary`` ..., the suffix torch's ``add_text`` adds)
 
 ``torch.utils.tensorboard`` is imported only when a sink is created.
 """
@@ -28,17 +30,24 @@ from attnlab.plots import DPI, draw_heatmap
 from attnlab.records import RunInfo, RunResult, Sink, Snapshot, head_mean
 
 # hparams plugin session status (api_pb2.Status has only UNKNOWN, SUCCESS, FAILURE, RUNNING):
-# only a completed run is a success; the exact attnlab status is the ``status`` hparam
+# only a completed run is a success; the exact attnlab status is the ``status`` hparam, the
+# reason the ``error`` hparam
 _SESSION_STATUS = {"completed": "STATUS_SUCCESS", "diverged": "STATUS_FAILURE",
                    "failed": "STATUS_FAILURE", "interrupted": "STATUS_FAILURE"}
 
 
 def tag_names(tokens: list[str]) -> list[str]:
-    """Tag-safe, unique suffixes ``<pos>_<token>`` (``[0-9A-Za-z_.-]`` and other Unicode
-    letters/digits kept, anything else -> ``_``), e.g. ``[" with", "$"] -> ["0_with", "1__"]``."""
+    """Tag-safe, unique suffixes ``<pos>_<token>``: ``[0-9A-Za-z_.-]``, other Unicode letters
+    and digits, and symbols such as emoji (Unicode category So) kept, each run of anything
+    else -> ``_``, e.g. ``[" with", "$", "旅(1/2)", " 🚶(1/3)"]`` ->
+    ``["0_with", "1__", "2_旅_1_2", "3_🚶_1_3"]`` (token labels: ``tokenizer.token_labels``)."""
+    import unicodedata
+
     out = []
     for pos, tok in enumerate(tokens):
-        safe = re.sub(r"[^\w.-]+", "_", tok.strip()).strip("_") or "_"
+        marked = "".join(ch if ch.isalnum() or ch in "_.-" or unicodedata.category(ch) == "So" else "\0"
+                         for ch in tok.strip())
+        safe = re.sub("\0+", "_", marked).strip("_") or "_"
         out.append(f"{pos}_{safe}")
     return out
 
@@ -146,6 +155,7 @@ class TensorBoardSink(Sink):
         config = self.info.config if self.info else {}
         hp = flatten_config(config)
         hp["status"] = result.status
+        hp["error"] = result.error or ""  # the one-line reason of a run that did not complete
         reached = result.steps_to_threshold
         final = result.final_loss
         metrics = {

@@ -85,18 +85,59 @@ def encode(text: str, name: str = "gpt2", special_tokens: str = "special") -> li
 
 
 def token_labels(token_ids: list[int], name: str = "gpt2") -> list[str]:
-    """One readable label per token id: its text, e.g. ``' journey'``.
+    """One readable label per token id ``(T,)``: its text, e.g. ``' journey'``.
 
-    A token that is only part of a UTF-8 character (Chinese, emoji) has no text of its own;
-    its label shows the bytes instead (``'\\xe4\\xbd'``), decoded with ``backslashreplace``.
+    A token that holds only part of a UTF-8 character (Chinese, emoji: GPT-2's byte-level BPE
+    splits them) says which character it belongs to and which part it is: 旅 (3 bytes) in two
+    tokens is ``旅(1/2)``, ``旅(2/2)``; a token holding the tail of one character and the head of
+    the next names both (``你(2/2)的(1/2)``); a character wholly inside a token is itself. The
+    whole sequence is decoded once (:func:`piece_labels`), so the labels depend on the
+    neighbouring tokens. Bytes that are no UTF-8 character even in context (a lone fragment)
+    are shown escaped, ``\\xa0``.
     """
     enc = get_encoding(name)
-    return [enc.decode_single_token_bytes(t).decode("utf-8", errors="backslashreplace") for t in token_ids]
+    return piece_labels([enc.decode_single_token_bytes(t) for t in token_ids])
+
+
+def piece_labels(pieces: list[bytes]) -> list[str]:
+    """Labels for consecutive byte strings ``pieces`` (one per token), see :func:`token_labels`.
+
+    ``b"".join(pieces)`` is decoded once as UTF-8 (``surrogateescape``: each byte that starts no
+    valid character stands alone); each character (a Unicode code point) is then given to
+    every piece its bytes overlap: whole (``的``) when it lies in one piece, ``ch(k/n)`` in the
+    k-th of the n pieces it spans. Undecodable bytes are labelled ``\\xNN``.
+    """
+    text = b"".join(pieces).decode("utf-8", errors="surrogateescape")
+    ends, end = [], 0  # byte offset where each piece ends
+    for piece in pieces:
+        end += len(piece)
+        ends.append(end)
+    labels = [""] * len(pieces)
+    start, first = 0, 0  # byte offset of the character; first piece it may overlap
+    for ch in text:
+        if 0xDC80 <= ord(ch) <= 0xDCFF:  # one undecodable byte (surrogateescape)
+            size, shown = 1, f"\\x{ord(ch) - 0xDC00:02x}"
+        else:
+            size, shown = len(ch.encode("utf-8")), ch
+        stop = start + size
+        while ends[first] <= start:  # skip pieces that end before this character (and empty ones)
+            first += 1
+        last = first
+        while ends[last] < stop:
+            last += 1
+        if last == first:
+            labels[first] += shown
+        else:
+            n = last - first + 1
+            for k in range(n):
+                labels[first + k] += f"{shown}({k + 1}/{n})"
+        start = stop
+    return labels
 
 
 def show(label: str) -> str:
-    """``repr`` of a label as the tutorial prints tokens (``' journey'``), keeping the
-    ``\\xNN`` of partial UTF-8 bytes single-escaped."""
+    """``repr`` of a label as the tutorial prints tokens (``' journey'``, ``'旅(1/2)'``), keeping
+    the ``\\xNN`` of bytes that are no UTF-8 character single-escaped."""
     return repr(label).replace("\\\\x", "\\x")
 
 

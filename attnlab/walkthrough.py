@@ -16,6 +16,7 @@ from omegaconf import DictConfig
 
 from attnlab import checks
 from attnlab.artifacts import WALKTHROUGH, atomic_savez
+from attnlab.console import job_prefix, prefixed
 from attnlab.tokenizer import show, tokenize
 from attnlab.training import build_model
 
@@ -25,11 +26,13 @@ def walkthrough(cfg: DictConfig, run_dir: Path | None = None, file=None) -> dict
     ``token_embeddings``, ``pos_embeddings``, ``X`` (T, d_model), ``Q``, ``K`` (T, d_k), ``V``
     (T, d_v), ``scores``, ``weights`` (T, T), ``Z`` (T, d_v). Also saved as ``walkthrough.npz``
     in ``run_dir`` when given. Prints to ``file`` (default stdout; nothing with
-    ``logging.console=false``). Raises ConfigError / TokenizerError on bad input."""
+    ``logging.console=false``), each line prefixed ``[job N]`` in a sweep whose launcher may run
+    jobs side by side (:func:`attnlab.console.job_prefix`). Raises ConfigError / TokenizerError on bad input."""
     out = file or (sys.stdout if cfg.logging.console else io.StringIO())
+    prefix = job_prefix()  # "[job N] " in a sweep whose jobs may run side by side
 
     def p(*args: object) -> None:
-        print(*args, file=out)
+        print(prefixed(" ".join(str(a) for a in args), prefix), file=out)
 
     checks.validate(cfg)
     prepared = tokenize(cfg)  # §1

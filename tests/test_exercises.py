@@ -47,9 +47,13 @@ def test_exercise2_token_count_and_table_for_english_chinese_emoji(cli, tmp_path
     zh = sums[1]["token_table"]
     assert [i for i, _ in zh] == encode(sentences[1])
     assert zh[2] == [21410, "的"]
-    assert zh[0][1] == "\\xe4\\xbd"  # part of 你: bytes, not text
+    # 你 (e4 bd a0) is tokens 19526 (e4 bd) and 254 (a0); 程 (e7 a8 8b) is 163, 101, 233
+    assert zh[:2] == [[19526, "你(1/2)"], [254, "你(2/2)"]]
+    assert zh[5:8] == [[163, "程(1/3)"], [101, "程(2/3)"], [233, "程(3/3)"]]
     emoji = [label for _, label in sums[2]["token_table"]]
-    assert emoji[3:6] == [" \\xf0\\x9f", "\\x9a", "\\xb6"]  # 🚶 is 3 tokens of UTF-8 bytes
+    # 🚶 (f0 9f 9a b6) is 3 tokens: 12520 (' ' f0 9f), 248 (9a), 114 (b6)
+    assert emoji[3:6] == [" 🚶(1/3)", "🚶(2/3)", "🚶(3/3)"]
+    assert [i for i, _ in sums[2]["token_table"]][3:6] == [12520, 248, 114]
     assert [r["n_tokens"] for r in rows] == ["6", "17", "9"]
     # your own sentence replaces the preset's three
     rows, sums = run_exercise(cli, tmp_path / "own", 2, 'sentence="Your journey starts with one step"')

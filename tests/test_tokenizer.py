@@ -26,16 +26,55 @@ def test_tutorial_ids_offline():
     assert tokenizer.get_encoding("r50k_base").encode("hello world") == [31373, 995]
 
 
-def test_partial_utf8_tokens_show_their_bytes():
+def test_partial_utf8_tokens_name_their_character():
     ids = tokenizer.encode("你的旅程 🚀")
-    labels = tokenizer.token_labels(ids)
-    assert len(labels) == len(ids) == 11
-    assert labels[0] == "\\xe4\\xbd"
-    assert labels[2] == "的"
-    assert tokenizer.show(labels[0]) == "'\\xe4\\xbd'"
+    assert ids == [19526, 254, 21410, 33768, 227, 163, 101, 233, 12520, 248, 222]
+    # 你 e4 bd a0 | 的 e7 9a 84 | 旅 e6 97 85 | 程 e7 a8 8b | ' ' 20 | 🚀 f0 9f 9a 80, split as
+    # [e4 bd][a0][e7 9a 84][e6 97][85][e7][a8][8b][20 f0 9f][9a][80]
+    assert tokenizer.token_labels(ids) == ["你(1/2)", "你(2/2)", "的", "旅(1/2)", "旅(2/2)", "程(1/3)", "程(2/3)",
+                                           "程(3/3)", " 🚀(1/3)", "🚀(2/3)", "🚀(3/3)"]
+    assert tokenizer.show("旅(1/2)") == "'旅(1/2)'"
     # the labels' bytes put back together are the text
     enc = tokenizer.get_encoding("gpt2")
     assert b"".join(enc.decode_single_token_bytes(t) for t in ids).decode() == "你的旅程 🚀"
+
+
+def test_labels_of_the_tutorials_chinese_sentence():
+    # 你的旅程从一步开始 (Your journey starts with one step): 9 characters of 3 bytes each in 17 tokens;
+    # the bytes of each token id (GPT-2 ranks file) and which character they belong to:
+    ids = [19526, 254, 21410, 33768, 227, 163, 101, 233, 20015, 236, 31660, 29826, 98, 28156, 222, 34650, 233]
+    # 19526 e4 bd, 254 a0 (你 e4 bd a0); 21410 e7 9a 84 (的); 33768 e6 97, 227 85 (旅); 163 e7, 101 a8,
+    # 233 8b (程 e7 a8 8b); 20015 e4 bb, 236 8e (从); 31660 e4 b8 80 (一); 29826 e6 ad, 98 a5 (步);
+    # 28156 e5 bc, 222 80 (开); 34650 e5 a7, 233 8b (始)
+    assert tokenizer.encode("你的旅程从一步开始") == ids
+    assert tokenizer.token_labels(ids) == [
+        "你(1/2)", "你(2/2)", "的", "旅(1/2)", "旅(2/2)", "程(1/3)", "程(2/3)", "程(3/3)", "从(1/2)", "从(2/2)",
+        "一", "步(1/2)", "步(2/2)", "开(1/2)", "开(2/2)", "始(1/2)", "始(2/2)"]
+
+
+def test_emoji_in_three_tokens():
+    # 🚶 is f0 9f 9a b6: token 12520 is ' ' + f0 9f, 248 is 9a, 114 is b6
+    ids = tokenizer.encode("One small step 🚶 at a time")
+    assert ids == [3198, 1402, 2239, 12520, 248, 114, 379, 257, 640]
+    assert tokenizer.token_labels(ids) == ["One", " small", " step", " 🚶(1/3)", "🚶(2/3)", "🚶(3/3)",
+                                           " at", " a", " time"]
+
+
+def test_a_token_across_two_characters_names_both():
+    # 究 e7 a9 b6, 怀 e6 80 80: tokens [e7][a9 b6 e6][80][80] (47490 is the three bytes a9 b6 e6)
+    assert tokenizer.encode("究怀") == [163, 47490, 222, 222]
+    assert tokenizer.token_labels([163, 47490, 222, 222]) == ["究(1/2)", "究(2/2)怀(1/3)", "怀(2/3)", "怀(3/3)"]
+    # 極 e6 a5 b5 wholly inside token 47703 (a9 b6 e6 a5 b5): shown as itself
+    assert tokenizer.token_labels(tokenizer.encode("究極")) == ["究(1/2)", "究(2/2)極"]
+
+
+def test_bytes_that_are_no_character_stay_escaped():
+    # a lone continuation byte (a0) or a lead byte without its tail: no character to name
+    assert tokenizer.token_labels([254]) == ["\\xa0"]
+    assert tokenizer.token_labels([254, 19526]) == ["\\xa0", "\\xe4\\xbd"]
+    assert tokenizer.show("\\xa0") == "'\\xa0'"
+    assert tokenizer.piece_labels([b"a\xff", b"\xe4\xbd", b"\xa0!"]) == ["a\\xff", "你(1/2)", "你(2/2)!"]
+    assert tokenizer.token_labels(tokenizer.encode("a<|endoftext|>")) == ["a", "<|endoftext|>"]
 
 
 def test_endoftext_special_or_text():
