@@ -112,7 +112,7 @@ def redraw_ms(page_path: Path, steps: int) -> dict:
             page.on("pageerror", lambda e: errors.append(str(e)))
             t0 = time.perf_counter()
             page.goto(page_path.resolve().as_uri())
-            page.wait_for_function("window.attnlabReport && window.attnlabReport.redrawMs.length > 0")
+            page.wait_for_function("() => window.attnlabReport && window.attnlabReport.redrawMs.length > 0")
             load_s = time.perf_counter() - t0
             page.evaluate("window.attnlabReport.redrawMs.length = 0")
             page.locator("body").click(position={"x": 5, "y": 5})
