@@ -11,7 +11,7 @@ multiples of every run's attention on one shared step slider (each run shows its
 snapshot), the config keys that differ, the losses overlaid; click a run to open its detail view.
 
 Rendering: plain JavaScript with ``<canvas>`` (heatmaps) and SVG (line charts), written for this
-page, in one template (``attnlab/report_template.html``, about 50 KB). The alternatives were
+page, in one template (``attnlab/report_template.html``, about 70 KB). The alternatives were
 measured (npm, 2026-11): Plotly inlines as ``plotly.min.js`` 4.8 MB, and even its cartesian
 bundle is 1.5 MB, more than this page's whole 1 MB budget for the default run; Vega + Vega-Lite
 + vega-embed come to 0.83 MB minified. Neither does what the page needs without custom code
@@ -87,6 +87,7 @@ MAX_JSON_BYTES = 4 << 20  # summary.json
 MAX_CSV_BYTES = 64 << 20  # metrics.csv (~2.5 million steps)
 MAX_SMALL_ARRAY_BYTES = 16 << 20  # steps, tokens, token_ids, walkthrough weights
 MAX_NPY_HEADER = 10_000  # numpy's own default limit for a .npy header
+MAX_STREAMED_BYTES = 1 << 30  # a compressed .npz member is decompressed from its start: at most this far
 MAX_STR = 2000  # characters of any one string put on the page (config values, errors)
 MAX_NODES = 20_000  # values of one config/summary put on the page (YAML aliases can multiply them)
 MAX_DEPTH = 32
@@ -244,6 +245,9 @@ class _Npz:
                     raise DamagedRun(f"{self.path.name}: {info.filename}: truncated")
                 out.append(chunk)
             return out
+        if info.file_size > MAX_STREAMED_BYTES:  # attnlab writes stored members; this one is compressed
+            raise DamagedRun(f"{self.path.name}: {info.filename}: compressed, {info.file_size:,} bytes unpacked "
+                             f"(more than the {MAX_STREAMED_BYTES:,} decompressed for a report)")
         out, pos = [], 0
         with self.zip.open(info) as m:
             for offset, length in ranges:

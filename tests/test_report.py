@@ -301,3 +301,22 @@ def test_script_json_round_trips_and_non_finite_values_are_said():
     assert json.loads(text) == data and "<" not in text and "&" not in text
     assert report._jsonable({"a": math.nan, "b": [math.inf, -math.inf], 3: np.float32(0.5)}) == \
         {"a": "nan", "b": ["inf", "-inf"], "3": 0.5}
+
+
+def test_compressed_archives_are_read_and_bounded(tmp_path, monkeypatch):
+    """np.savez_compressed archives (not attnlab's own) are streamed; the frames are the same."""
+    toks = ["a", "b", "c"]
+    run_dir = write_synthetic_run(tmp_path / "z", toks, steps=[0, 1, 2, 3])
+    att = artifacts.read_attention(run_dir)
+    np.savez_compressed(run_dir / "attention.npz", **att)
+    rec = report.load_run(run_dir, max_weight_bytes=2 * report.frame_bytes(1, 3))
+    assert rec["error"] is None and rec["steps"] == [0, 3]
+    assert np.abs(np.asarray(rec["weights"]) - att["weights"][[0, 3]]).max() <= 5.0001e-5
+    with zipfile.ZipFile(run_dir / "attention.npz") as zf:
+        sizes = {i.filename: i.file_size for i in zf.infolist()}
+    assert sizes["weights.npy"] > max(v for k, v in sizes.items() if k != "weights.npy")
+    monkeypatch.setattr(report, "MAX_STREAMED_BYTES", sizes["weights.npy"] - 1)
+    rec = report.load_run(run_dir)
+    assert rec["error"] == (f"attention.npz: weights.npy: compressed, {sizes['weights.npy']:,} bytes unpacked "
+                            f"(more than the {sizes['weights.npy'] - 1:,} decompressed for a report)")
+    assert rec["weights"] == [] and rec["tokens"] == toks

@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 from conftest import GOLDEN_SECTION5
-from report_helpers import write_synthetic_run
+import numpy as np
+from report_helpers import page_data, write_synthetic_run
 
-from attnlab import report
+from attnlab import artifacts, report
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
@@ -314,4 +315,29 @@ def test_two_run_comparison_config_diff_and_losses(browser, default_run, report_
     foots = page.locator(".mcard .mfoot").all_text_contents()
     assert foots[0] == "step 20  ·  ' journey' → 'Your' 0.57  ·  loss 0.2104"  # tutorial §5 at step 20
     p.shot(shots, "two-runs")
+    p.close_clean()
+
+
+def test_head_selector_each_head_and_the_mean(browser, tmp_path, shots):
+    tokens = ["Your", " journey", " starts", " with"]
+    run_dir = write_synthetic_run(tmp_path / "heads", tokens, steps=[0, 4], heads=2, seed=3)
+    page_path = report.write_run_report(run_dir)
+    (run,) = page_data(page_path)["runs"]
+    att = artifacts.read_attention(run_dir)
+    assert run["heads"] == 2 and np.abs(np.asarray(run["weights"]) - att["weights"]).max() <= 5.0001e-5
+    w = np.asarray(run["weights"], dtype=np.float64)  # what the page holds: (S, H, T, T)
+
+    def line(m) -> str:  # the ' journey' row at step 0, as the tutorial line prints it
+        return " ".join(f"{t.strip()!r}={v:.2f}" for t, v in zip(tokens, m[1]))
+
+    p = Page(browser, page_path)
+    page = p.page
+    assert page.locator("#head-select option").all_text_contents() == ["mean of 2 heads", "head 1", "head 2"]
+    assert page.locator("#head-select").input_value() == "-1"  # the mean first
+    assert p.text("#tutorial-line").endswith(line(w[0].mean(axis=0)))
+    for h in (0, 1):
+        page.select_option("#head-select", str(h))
+        assert p.text("#tutorial-line").endswith(line(w[0, h]))
+    assert line(w[0, 0]) != line(w[0, 1])
+    p.shot(shots, "two-heads-head2")
     p.close_clean()
