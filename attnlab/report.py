@@ -369,7 +369,8 @@ def _safe_str(s: str) -> str:
 def _jsonable(value: Any, budget: list[int] | None = None, depth: int = 0) -> Any:
     """Plain JSON data from YAML/JSON/numpy data: dict keys as strings, strings made UTF-8-safe
     and clipped, non-finite floats as the strings "nan"/"inf"/"-inf", at most :data:`MAX_NODES`
-    values and :data:`MAX_DEPTH` levels (the rest becomes "…")."""
+    values and :data:`MAX_DEPTH` levels (the rest becomes "…"; YAML aliases are copied, so
+    this bound is what keeps an alias bomb small)."""
     budget = [MAX_NODES] if budget is None else budget
     budget[0] -= 1
     if budget[0] < 0 or depth > MAX_DEPTH:
@@ -384,61 +385,78 @@ def _jsonable(value: Any, budget: list[int] | None = None, depth: int = 0) -> An
     if isinstance(value, str):
         return _safe_str(value)
     if isinstance(value, dict):
-        return {_safe_str(str(k)): _jsonable(v, budget, depth + 1) for k, v in value.items()}
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            if budget[0] < 0:
+                out["…"] = "…"
+                break
+            out[_safe_str(str(k))] = _jsonable(v, budget, depth + 1)
+        return out
     if isinstance(value, (list, tuple)):
-        return [_jsonable(v, budget, depth + 1) for v in value]
+        items: list[Any] = []
+        for v in value:
+            if budget[0] < 0:
+                items.append("…")
+                break
+            items.append(_jsonable(v, budget, depth + 1))
+        return items
     return _safe_str(str(value))  # dates and the like (safe_load builds no other objects)
 
 
 _REF = re.compile(r"\$\{([A-Za-z_][\w-]*(?:\.[\w-]+)*)\}")
+MAX_REF_LOOKUPS = 100_000  # lookups resolve_refs makes for one config, at most
 
 
 def resolve_refs(cfg: Any) -> Any:
-    """``cfg`` with plain ``${a.b}`` references replaced by the value at ``a.b`` in ``cfg``
-    itself, as Hydra would show the resolved config (``model.d_v: ${model.d_model}`` -> 6).
-    Pure data lookup: anything else (``${oc.env:X}``, resolvers, missing keys, cycles) is left
-    as written."""
+    """``cfg`` with plain ``${a.b}`` references to scalar values replaced by the value at
+    ``a.b`` in ``cfg`` itself, as Hydra shows the resolved config (``model.d_v:
+    ${model.d_model}`` -> 6; ``"d=${model.d_model}"`` -> ``"d=6"``). Pure data lookup, bounded
+    (10 hops per reference, :data:`MAX_REF_LOOKUPS` in all): anything else (``${oc.env:X}``,
+    resolvers, missing keys, whole sub-configs, cycles) is left as written."""
     if not isinstance(cfg, dict):
         return cfg
+    lookups = [MAX_REF_LOOKUPS]
 
-    def lookup(path: str, seen: frozenset[str]) -> Any:
+    def value_at(path: str) -> Any:
+        lookups[0] -= 1
+        if lookups[0] < 0:
+            raise KeyError(path)
         node: Any = cfg
         for part in path.split("."):
             if not isinstance(node, dict) or part not in node:
                 raise KeyError(path)
             node = node[part]
-        return resolve(node, seen | {path})
+        if isinstance(node, (dict, list)):
+            raise KeyError(path)
+        return node
 
-    def resolve(node: Any, seen: frozenset[str]) -> Any:
+    def scalar(text: str, hops: int) -> Any:
+        if hops > 10:
+            raise KeyError(text)
+        whole = _REF.fullmatch(text)
+        if whole:
+            v = value_at(whole.group(1))
+            return scalar(v, hops + 1) if isinstance(v, str) else v
+
+        def sub(m: re.Match) -> str:
+            v = value_at(m.group(1))
+            return str(scalar(v, hops + 1) if isinstance(v, str) else v)
+
+        return _REF.sub(sub, text)
+
+    def walk(node: Any) -> Any:
         if isinstance(node, dict):
-            return {k: resolve(v, seen) for k, v in node.items()}
+            return {k: walk(v) for k, v in node.items()}
         if isinstance(node, list):
-            return [resolve(v, seen) for v in node]
-        if isinstance(node, str):
-            whole = _REF.fullmatch(node)
+            return [walk(v) for v in node]
+        if isinstance(node, str) and "${" in node:
             try:
-                if whole:
-                    if whole.group(1) in seen:
-                        return node
-                    return lookup(whole.group(1), seen)
-
-                def sub(m: re.Match) -> str:
-                    if m.group(1) in seen:
-                        raise KeyError(m.group(1))
-                    v = lookup(m.group(1), seen)
-                    if isinstance(v, (dict, list)):
-                        raise KeyError(m.group(1))
-                    return str(v)
-
-                return _REF.sub(sub, node)
-            except (KeyError, RecursionError):
+                return scalar(node, 0)
+            except KeyError:
                 return node
         return node
 
-    try:
-        return resolve(cfg, frozenset())
-    except RecursionError:
-        return cfg
+    return walk(cfg)
 
 
 def _select(cfg: Any, dotted: str, default: Any = None) -> Any:
@@ -532,8 +550,8 @@ def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int
     if cfg is not None and not isinstance(cfg, dict):
         problems.append(".hydra/config.yaml: not a mapping")
         cfg = None
-    cfg = resolve_refs(cfg) if cfg is not None else {}
-    rec["config"] = _jsonable(cfg)
+    cfg = resolve_refs(_jsonable(cfg)) if cfg is not None else {}  # bounded first, then looked up
+    rec["config"] = cfg
     if (run_dir / ".hydra" / "overrides.yaml").exists():
         overrides = attempt(_read_yaml, run_dir / ".hydra" / "overrides.yaml")
         rec["overrides"] = _jsonable([str(o) for o in overrides]) if isinstance(overrides, list) else []

@@ -320,3 +320,16 @@ def test_compressed_archives_are_read_and_bounded(tmp_path, monkeypatch):
     assert rec["error"] == (f"attention.npz: weights.npy: compressed, {sizes['weights.npy']:,} bytes unpacked "
                             f"(more than the {sizes['weights.npy'] - 1:,} decompressed for a report)")
     assert rec["weights"] == [] and rec["tokens"] == toks
+
+
+def test_yaml_alias_bomb_and_reference_chains_stay_small(tmp_path):
+    run_dir = write_synthetic_run(tmp_path / "bomb", ["a", "b", "c"], steps=[0, 1])
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 9)]  # 10^9 leaves
+    refs = ["r0: v"] + [f"r{i}: " + "'" + "${r%d}" % (i - 1) * 40 + "'" for i in range(1, 30)]  # 40^29 expansions
+    (run_dir / ".hydra" / "config.yaml").write_text("\n".join(refs + lines) + "\n")
+    rec = report.load_run(run_dir)
+    assert rec["error"] is None
+    text = json.dumps(rec["config"], ensure_ascii=False)
+    assert len(text) < 40 * report.MAX_NODES + 40 * report.MAX_STR and "…" in text
+    assert rec["config"]["r1"] == "v" * 40 and rec["config"]["r29"].startswith("${r28}")  # expansion stops at MAX_REF_LOOKUPS
