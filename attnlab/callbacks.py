@@ -57,14 +57,24 @@ class NeverOverwrite(Callback):
 
 class SweepSummary(Callback):
     """At the end of a multirun, :func:`attnlab.sweep.summarize` the sweep dir: print the jobs'
-    table, write ``summary.csv`` and record the sweep's exit status."""
+    table, write ``summary.csv`` and record the sweep's exit status; then, with
+    ``logging.report``, the sweep's ``report.html`` (:func:`attnlab.report.write_sweep_report`)."""
 
     def __init__(self, print_table: bool = True, csv_name: str = sweep.SUMMARY_CSV) -> None:
         self.print_table = print_table
         self.csv_name = csv_name
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        sweep.summarize(Path(str(config.hydra.sweep.dir)), self.print_table, self.csv_name)
+        sweep_dir = Path(str(config.hydra.sweep.dir))
+        sweep.summarize(sweep_dir, self.print_table, self.csv_name)
+        if config.logging.get("report", False):
+            from attnlab.errors import AttnlabError
+            from attnlab.report import write_sweep_report
+
+            try:
+                print(f"report: {write_sweep_report(sweep_dir)}")
+            except (OSError, AttnlabError) as err:
+                print(f"warning: {sweep_dir / 'report.html'} not written: {err}", file=sys.stderr)
 
 
 def remove_unstarted_sweep() -> None:

@@ -102,6 +102,7 @@ class LoggingConfig:
     tensorboard: bool = True  # scalars, text and hparams in the run dir's event file
     images: bool = True  # attention heatmaps in TensorBoard (with tensorboard)
     figures: bool = True  # attention_evolution.png and loss.png in the run dir
+    report: bool = True  # report.html in the run dir (and in a sweep dir at the sweep's end)
 
 
 @dataclass

@@ -87,6 +87,8 @@ def run_job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None) 
             artifacts.write_summary(run_dir, task=resolved["task"], config=resolved,
                                     versions=artifacts.environment(resolved["device"]))
             result = _run(typed, run_dir)
+            if typed.logging.report:
+                _write_report(run_dir)
         except KeyboardInterrupt:  # outside the training loop, which records its own interrupt
             result = JobResult("interrupted", "interrupted before the training steps")
         except AttnlabError as err:  # ours are one line as they stand
@@ -121,3 +123,16 @@ def _run(cfg: DictConfig, run_dir: Path) -> JobResult:
     result = train(cfg, make_sinks(cfg, run_dir), run_dir=run_dir, keep_snapshots=False, keep_losses=False)
     artifacts.write_summary(run_dir, **observe(cfg, result.token_ids, result.tokens))
     return JobResult(result.status, result.error)
+
+
+def _write_report(run_dir: Path) -> None:
+    """``report.html`` (:mod:`attnlab.report`) as the run's last file; a report that cannot be
+    written is a warning, never the run's status."""
+    import sys
+
+    from attnlab.report import write_run_report
+
+    try:
+        write_run_report(run_dir)
+    except (OSError, AttnlabError) as err:
+        print(f"warning: report.html not written: {err}", file=sys.stderr)

@@ -62,3 +62,33 @@ def read_csv(path: Path) -> list[dict[str, str]]:
     """A ``summary.csv`` back as a list of dicts of strings (empty cells are ``""``)."""
     with open(path, encoding="utf-8", newline="") as f:
         return list(csv.DictReader(f))
+
+
+# ------------------------------------------------------------------ runs shared by the report tests
+@pytest.fixture(scope="session")
+def default_run(tmp_path_factory) -> Path:
+    """The tutorial's default run (``attnlab hydra.run.dir=DIR``, default logging), made once."""
+    run_dir = tmp_path_factory.mktemp("report-default") / "default"
+    proc = run_cli(f"hydra.run.dir={run_dir}")
+    assert proc.returncode == 0, proc.stderr
+    return run_dir
+
+
+@pytest.fixture(scope="session")
+def report_sweep(tmp_path_factory) -> Path:
+    """``attnlab -m optimizer.lr=0.01,0.05 logging=off``: two jobs of the default run, made once."""
+    sweep_dir = tmp_path_factory.mktemp("report-sweep") / "sweep"
+    proc = run_cli("-m", "optimizer.lr=0.01,0.05", f"hydra.sweep.dir={sweep_dir}", "logging=off")
+    assert proc.returncode == 0, proc.stderr
+    return sweep_dir
+
+
+@pytest.fixture(scope="session")
+def large_run(tmp_path_factory) -> Path:
+    """A real training run with a snapshot at each of 1,000 steps at T = 256 (attention.npz
+    262 MB; benchmarks.report.make_large_run), made once."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))  # benchmarks/ is not an installed package
+    from benchmarks.report import make_large_run
+
+    return make_large_run(tmp_path_factory.mktemp("report-large") / "run")

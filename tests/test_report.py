@@ -1,0 +1,355 @@
+"""The offline HTML report (attnlab.report): the data it embeds is the run's own (attention.npz,
+metrics.csv, summary.json, config), the page loads nothing from the network, no token can break
+out of the data, damaged runs are reported instead of crashing the page, sizes stay in budget.
+The browser side is in test_report_browser.py."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from report_helpers import DATA_OPEN, network_refs, page_data, scripts_of, write_synthetic_run
+
+from attnlab import artifacts, report
+from attnlab.job import run_job
+from attnlab.runs import collect_rows
+
+from conftest import GOLDEN_SECTION5, TUTORIAL_IDS, compose_cfg
+
+EVIL = "</script><script>alert(1)</script>"
+
+
+# ------------------------------------------------------------------ the default run's page
+@pytest.fixture(scope="module")
+def default_page(default_run) -> Path:
+    return report.write_run_report(default_run)
+
+
+def test_default_page_embeds_the_runs_own_numbers(default_run, default_page):
+    assert default_page == default_run / "report.html"
+    (run,) = page_data(default_page)["runs"]
+    att = artifacts.read_attention(default_run)
+    steps, losses = artifacts.read_metrics(default_run)
+    # every snapshot step, the weights within 1e-4 (rounded to 4 decimals), tokens and ids
+    assert run["steps"] == att["steps"].tolist() == list(GOLDEN_SECTION5)
+    assert run["snapshots_total"] == 5 and run["heads"] == 1
+    w = np.asarray(run["weights"], dtype=np.float64)
+    assert w.shape == att["weights"].shape == (5, 1, 6, 6)
+    assert np.abs(w - att["weights"]).max() <= 5.0001e-5
+    assert run["tokens"] == att["tokens"].tolist() and run["token_ids"] == TUTORIAL_IDS
+    # the tutorial's numbers, read from the page's data
+    for k, (step, (loss, row)) in enumerate(GOLDEN_SECTION5.items()):
+        assert round(run["snapshot_loss"][k], 4) == loss
+        assert [round(v, 2) for v in run["weights"][k][0][1]] == row
+    assert run["snapshot_loss"][0] == 2.3566272258758545  # full precision, as metrics.csv
+    # every loss (201 <= MAX_LOSS_POINTS) at full precision
+    assert run["loss"]["steps"] == steps.tolist() and run["loss"]["values"] == losses.tolist()
+    summary = json.loads((default_run / "summary.json").read_text())
+    assert run["status"] == "completed" and run["error"] is None and run["problems"] == []
+    assert run["steps_to_threshold"] == summary["steps_to_threshold"] == 94
+    assert run["final_loss"] == summary["final_loss"] and run["versions"] == summary["versions"]
+    assert run["focus"] == {"token": " journey", "target": "Your", "weight": round(float(att["weights"][-1, 0, 1, 0]), 4),
+                            "step": 200}
+    assert run["focus_token"] == 1 and run["loss_threshold"] == 0.001
+    # the config as saved, with ${model.d_model} looked up for display
+    saved = yaml.safe_load((default_run / ".hydra" / "config.yaml").read_text())
+    assert saved["model"]["d_v"] == "${model.d_model}" and run["config"]["model"]["d_v"] == 6
+    assert {k: v for k, v in run["config"].items() if k != "model"} == {k: v for k, v in saved.items() if k != "model"}
+
+
+def test_default_page_size_and_no_network(default_page):
+    size = default_page.stat().st_size
+    assert size <= 1_000_000, f"default report is {size:,} bytes"
+    text = default_page.read_text(encoding="utf-8")
+    assert network_refs(text) == []
+    assert "<link" not in text and "<img" not in text and "<iframe" not in text
+    # exactly two scripts: the data (JSON) and the page's own code, inline
+    scripts = scripts_of(default_page)
+    assert [a for a, _ in scripts] == [{"type": "application/json", "id": "attnlab-data"}, {}]
+    assert "default-src 'none'" in text  # CSP: the browser itself refuses any request from the page
+
+
+def test_network_check_finds_what_it_should():
+    """network_refs is not vacuous: each kind of external reference is caught."""
+    bad = ['<script src="https://cdn.example/x.js">', "<a href='http://x.org'>", "<img src=//cdn.example/a.png>",
+           'import x from "https://esm.sh/x"', 'import("https://esm.sh/y")', "@import 'a.css';",
+           "background: url(https://x/y.png)", 'url("//fonts.example/f.woff2")']
+    assert all(network_refs(b) for b in bad)
+    assert network_refs('const SVGNS = "http://www.w3.org/2000/svg"; <a href="#run=1">') == []
+
+
+def test_run_report_leaves_no_temporary_files(default_run, default_page):
+    before = sorted(p.name for p in default_run.iterdir())
+    report.write_run_report(default_run)
+    assert sorted(p.name for p in default_run.iterdir()) == before
+    assert not [p for p in default_run.iterdir() if p.name.startswith(".report.html")]
+
+
+# ------------------------------------------------------------------ sweeps, comparisons, the CLI
+def test_sweep_report_matches_attnlab_compare(report_sweep):
+    page = report.write_sweep_report(report_sweep)
+    assert page == report_sweep / "report.html"
+    runs = page_data(page)["runs"]
+    rows = collect_rows([report_sweep])
+    assert [r["name"] for r in runs] == [r["job"] for r in rows] == ["0_logging=off,optimizer.lr=0.01",
+                                                                    "1_logging=off,optimizer.lr=0.05"]
+    assert [r["label"] for r in runs] == ["0: lr=0.01", "1: lr=0.05"]  # as attnlab-compare --plot names them
+    for run, row in zip(runs, rows):  # the same columns as attnlab-compare, from the same files
+        assert run["status"] == row["status"] and run["final_loss"] == row["final_loss"]
+        assert run["steps_to_threshold"] == row["steps_to_threshold"]
+        assert run["wall_time_s"] == row["wall_time_s"] and run["error"] == row["error"]
+        assert (run["focus"]["token"], run["focus"]["target"], run["focus"]["step"]) == \
+            (row["focus_token"], row["focus_target"], row["snapshot_step"])
+        assert run["focus"]["weight"] == pytest.approx(row["focus_weight"], abs=5.0001e-5)
+    assert runs[0]["config"]["optimizer"]["lr"] == 0.01 and runs[1]["config"]["optimizer"]["lr"] == 0.05
+
+
+def test_cli_writes_comparison_and_refuses_non_runs(default_run, report_sweep, tmp_path, capsys):
+    out = tmp_path / "cmp.html"
+    job = report_sweep / "1_logging=off,optimizer.lr=0.05"
+    assert report.main([str(default_run), str(job), "-o", str(out)]) == 0
+    assert capsys.readouterr().out.strip() == f"report: {out} (2 runs, {out.stat().st_size / 1e6:.2f} MB)"
+    runs = page_data(out)["runs"]
+    assert [r["name"] for r in runs] == [f"{default_run.parent.name}/default",
+                                         f"{report_sweep.parent.name}/{report_sweep.name}/{job.name}"]
+    # the same training (lr 0.05, seed 42) gives the same weights whatever the logging
+    assert runs[0]["weights"] == runs[1]["weights"]
+    for bad, why in [(tmp_path / "nope", "no such file or directory"), (out, "not a directory"),
+                     (tmp_path, "no .hydra/config.yaml in it or below it")]:
+        assert report.main([str(bad), "-o", str(tmp_path / "x.html")]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith(f"attnlab-report: error: {bad}") and why in err
+    assert not (tmp_path / "x.html").exists()
+    assert report.main([str(default_run), "-o", str(tmp_path / "no" / "dir.html")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_walkthrough_run_is_one_snapshot(tmp_path):
+    from omegaconf import OmegaConf
+
+    run_dir = tmp_path / "walk"
+    cfg = compose_cfg("experiment=tutorial_walkthrough", "logging.console=false")
+    (run_dir / ".hydra").mkdir(parents=True)
+    OmegaConf.save(cfg, run_dir / ".hydra" / "config.yaml")  # as Hydra saves it
+    assert run_job(cfg, run_dir).status == "completed"
+    rec = report.load_run(run_dir)
+    with np.load(run_dir / "walkthrough.npz") as npz:
+        weights, ids = npz["weights"], npz["token_ids"]
+    assert rec["kind"] == "walkthrough" and rec["steps"] == [0] and rec["token_ids"] == ids.tolist() == TUTORIAL_IDS
+    assert rec["tokens"] == ["Your", " journey", " starts", " with", " one", " step"]
+    assert np.abs(np.asarray(rec["weights"])[0, 0] - weights).max() <= 5.0001e-5
+    assert rec["error"] is None and rec["loss"]["steps"] == []
+
+
+# ------------------------------------------------------------------ untrusted run dirs
+def test_token_text_stays_inert(tmp_path):
+    tokens = [EVIL, "<!--", " a&b", "\u2028x", "注意力", " 🚀", "</SCRIPT >", "'\"\\"]
+    run_dir = write_synthetic_run(tmp_path / "evil", tokens, steps=[0, 3])
+    cfg = yaml.safe_load((run_dir / ".hydra" / "config.yaml").read_text())
+    assert cfg["sentence"] == "".join(tokens)
+    page = report.write_run_report(run_dir)
+    text = page.read_text(encoding="utf-8")
+    start = text.index(DATA_OPEN) + len(DATA_OPEN)
+    block = text[start:text.index("</script>", start)]
+    assert not set("<>&\u2028\u2029") & set(block)  # nothing in the data can end the element
+    assert "alert(1)" not in text.replace(block, "")
+    scripts = scripts_of(page)  # an HTML parser sees the same two scripts, the data intact
+    assert len(scripts) == 2 and scripts[0][1] == block
+    (run,) = json.loads(block)["runs"]
+    assert run["tokens"] == tokens and run["config"]["sentence"] == "".join(tokens)
+
+
+def _npz_bytes(**arrays) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    return buf.getvalue()
+
+
+def test_damaged_runs_become_records_and_the_report_is_written(tmp_path):
+    sweep = tmp_path / "sweep"
+    toks = ["Your", " journey", " starts", " with"]
+    good = write_synthetic_run(sweep / "0_good", toks, steps=[0, 5, 9])
+    damaged = {}
+
+    def job(name: str) -> Path:
+        d = write_synthetic_run(sweep / name, toks, steps=[0, 5, 9])
+        damaged[name] = d
+        return d
+
+    att = job("1_truncated") / "attention.npz"
+    att.write_bytes(att.read_bytes()[:300])
+    (job("2_bad_summary") / "summary.json").write_text("{not json", encoding="utf-8")
+    d = job("3_symlink")
+    (d / "metrics.csv").unlink()
+    (d / "metrics.csv").symlink_to("/etc/passwd")
+    d = job("4_fifo")
+    (d / "summary.json").unlink()
+    os.mkfifo(d / "summary.json")  # reading it would block forever
+    marker = tmp_path / "pwned"
+    d = job("5_yaml_tag")
+    (d / ".hydra" / "config.yaml").write_text(f'x: !!python/object/apply:os.system ["touch {marker}"]\n')
+    d = job("6_huge_shape")  # a header that claims 1 TB of weights
+    (d / "attention.npz").write_bytes(_npz_bytes(steps=np.arange(3), tokens=np.array(toks)) + b"")
+    with zipfile.ZipFile(d / "attention.npz", "a") as zf:
+        header = {"descr": "<f4", "fortran_order": False, "shape": (1_000_000, 1, 4096, 4096)}
+        import io
+
+        buf = io.BytesIO()
+        np.lib.format.write_array_header_1_0(buf, header)
+        zf.writestr("weights.npy", buf.getvalue() + b"\0" * 64)
+    d = job("7_object_array")
+    (d / "attention.npz").write_bytes(_npz_bytes(steps=np.arange(3), tokens=np.array(toks, dtype=object),
+                                                 weights=np.zeros((3, 1, 4, 4), np.float32)))
+    d = job("8_no_summary")
+    (d / "summary.json").unlink()
+    d = job("9_bad_metrics")
+    (d / "metrics.csv").write_text("step,loss\n0,1.0\nten,2\n")
+    d = job("10_big_summary")
+    (d / "summary.json").write_text(json.dumps({"status": "completed", "pad": "x" * (report.MAX_JSON_BYTES + 1)}))
+
+    page = report.write_sweep_report(sweep)  # one page for all of them, no exception
+    runs = {r["name"]: r for r in page_data(page)["runs"]}
+    assert set(runs) == {"0_good", *damaged}
+    assert runs["0_good"]["error"] is None and runs["0_good"]["steps"] == [0, 5, 9]
+    assert np.abs(np.asarray(runs["0_good"]["weights"]) - artifacts.read_attention(good)["weights"]).max() <= 5.0001e-5
+    expect = {
+        "1_truncated": ("completed", "attention.npz: not an .npz archive"),
+        "2_bad_summary": ("unreadable", "summary.json: not valid JSON"),
+        "3_symlink": ("completed", "metrics.csv: a symbolic link (only regular files are read)"),
+        "4_fifo": ("unreadable", "summary.json: not a regular file"),
+        "5_yaml_tag": ("completed", ".hydra/config.yaml: not valid YAML (could not determine a constructor for the tag"),
+        "6_huge_shape": ("completed", "attention.npz: 'weights': 64 bytes of data for shape (1000000, 1, 4096, 4096)"),
+        "7_object_array": ("completed", "attention.npz: 'tokens': object arrays are not read"),
+        "8_no_summary": ("missing", "no summary.json (the job did not start, or died before writing it)"),
+        "9_bad_metrics": ("completed", "metrics.csv: line 3 is not step,loss: 'ten,2'"),
+        "10_big_summary": ("unreadable", f"bytes, more than the {report.MAX_JSON_BYTES:,} bytes read for a report"),
+    }
+    for name, (status, error) in expect.items():
+        rec = runs[name]
+        assert rec["status"] == status, (name, rec)
+        assert error in rec["error"], (name, rec["error"])
+        assert "\n" not in rec["error"]
+    assert not marker.exists()  # the YAML tag was not executed
+    assert runs["1_truncated"]["weights"] == [] and runs["1_truncated"]["loss"]["values"]  # what could be read is kept
+    assert runs["3_symlink"]["weights"] and runs["3_symlink"]["loss"]["steps"] == []
+
+
+# ------------------------------------------------------------------ downsampling and the page budget
+def test_pick_frames_and_share_budget():
+    assert report.pick_frames(5, 10_000, 100) == [0, 1, 2, 3, 4]
+    picked = report.pick_frames(1000, 39 * 500, 500)
+    assert len(picked) == 39 and picked[0] == 0 and picked[-1] == 999
+    gaps = np.diff(picked)
+    assert gaps.min() >= 26 and gaps.max() <= 27  # evenly spaced: 999 / 38 = 26.3
+    assert report.pick_frames(1000, 10, 500) == [0, 999]  # first and last whatever the budget
+    shares = report.share_budget([100, 5_000, 0, 50_000], budget=30_000)
+    assert shares == [100, 5_000, 0, 24_900]  # the small runs get what they need, the large one the rest
+    assert report.share_budget([50_000, 40_000], budget=30_000) == [15_000, 15_000]
+    # one frame of T = 256, H = 1 as JSON is at most 7 bytes per weight
+    frame = np.full((1, 256, 256), 0.1234, dtype=np.float64)
+    assert len(json.dumps(frame.tolist(), separators=(",", ":"))) <= report.frame_bytes(1, 256)
+
+
+def test_large_run_is_downsampled_within_budget(large_run, tmp_path):
+    page = report.write_report([large_run], tmp_path / "large.html")
+    size = page.stat().st_size
+    assert size <= 20_000_000, f"{size:,} bytes"
+    (run,) = page_data(page)["runs"]
+    k = report.WEIGHT_BUDGET // report.frame_bytes(1, 256)  # 18e6 // 459,268 = 39
+    assert run["snapshots_total"] == 1000 and len(run["steps"]) == k == 39
+    assert run["steps"][0] == 0 and run["steps"][-1] == 999
+    gaps = np.diff(run["steps"])
+    assert gaps.min() >= 26 and gaps.max() <= 27  # evenly spaced: 999 / 38 = 26.3
+    with np.load(large_run / "attention.npz") as npz:
+        full = npz["weights"]
+    w = np.asarray(run["weights"], dtype=np.float64)
+    assert w.shape == (39, 1, 256, 256)
+    assert np.abs(w - full[run["steps"]]).max() <= 5.0001e-5
+    _, losses = artifacts.read_metrics(large_run)
+    assert run["loss"]["total"] == 1000 and run["loss"]["values"] == losses.tolist()  # 1000 <= MAX_LOSS_POINTS
+    assert run["snapshot_loss"] == losses[run["steps"]].tolist()
+
+
+def test_long_loss_curves_are_thinned_keeping_snapshot_steps(tmp_path):
+    run_dir = write_synthetic_run(tmp_path / "long", ["a", "b", "c"], steps=[0, 1234, 4999])
+    rec = report.load_run(run_dir)
+    n = report.MAX_LOSS_POINTS
+    assert rec["loss"]["total"] == 5000 and n <= len(rec["loss"]["steps"]) <= n + 3
+    assert {0, 1234, 4999} <= set(rec["loss"]["steps"])
+    assert rec["snapshot_loss"] == [1.0, 1.0 / 1235, 1.0 / 5000]
+
+
+# ------------------------------------------------------------------ small pieces
+def test_resolve_refs_is_plain_lookup_only():
+    cfg = {"model": {"d_model": 6, "d_v": "${model.d_model}", "name": "d=${model.d_model}!",
+                     "env": "${oc.env:HOME}", "loop": "${model.loop}", "gone": "${model.nothing}"},
+           "a": "${b}", "b": "${a}"}
+    out = report.resolve_refs(cfg)
+    assert out["model"]["d_v"] == 6 and out["model"]["name"] == "d=6!"
+    assert out["model"]["env"] == "${oc.env:HOME}" and out["model"]["loop"] == "${model.loop}"
+    assert out["model"]["gone"] == "${model.nothing}" and out["a"] in ("${b}", "${a}")
+
+
+def test_script_json_round_trips_and_non_finite_values_are_said():
+    data = {"t": EVIL + "\u2028&", "n": [1.5, None]}
+    text = report.script_json(data)
+    assert json.loads(text) == data and "<" not in text and "&" not in text
+    assert report._jsonable({"a": math.nan, "b": [math.inf, -math.inf], 3: np.float32(0.5)}) == \
+        {"a": "nan", "b": ["inf", "-inf"], "3": 0.5}
+
+
+def test_compressed_archives_are_read_and_bounded(tmp_path, monkeypatch):
+    """np.savez_compressed archives (not attnlab's own) are streamed; the frames are the same."""
+    toks = ["a", "b", "c"]
+    run_dir = write_synthetic_run(tmp_path / "z", toks, steps=[0, 1, 2, 3])
+    att = artifacts.read_attention(run_dir)
+    np.savez_compressed(run_dir / "attention.npz", **att)
+    rec = report.load_run(run_dir, max_weight_bytes=2 * report.frame_bytes(1, 3))
+    assert rec["error"] is None and rec["steps"] == [0, 3]
+    assert np.abs(np.asarray(rec["weights"]) - att["weights"][[0, 3]]).max() <= 5.0001e-5
+    with zipfile.ZipFile(run_dir / "attention.npz") as zf:
+        sizes = {i.filename: i.file_size for i in zf.infolist()}
+    assert sizes["weights.npy"] > max(v for k, v in sizes.items() if k != "weights.npy")
+    monkeypatch.setattr(report, "MAX_STREAMED_BYTES", sizes["weights.npy"] - 1)
+    rec = report.load_run(run_dir)
+    assert rec["error"] == (f"attention.npz: weights.npy: compressed, {sizes['weights.npy']:,} bytes unpacked "
+                            f"(more than the {sizes['weights.npy'] - 1:,} decompressed for a report)")
+    assert rec["weights"] == [] and rec["tokens"] == toks
+
+
+def test_yaml_alias_bomb_and_reference_chains_stay_small(tmp_path):
+    run_dir = write_synthetic_run(tmp_path / "bomb", ["a", "b", "c"], steps=[0, 1])
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 9)]  # 10^9 leaves
+    refs = ["r0: v"] + [f"r{i}: " + "'" + "${r%d}" % (i - 1) * 40 + "'" for i in range(1, 30)]  # 40^29 expansions
+    (run_dir / ".hydra" / "config.yaml").write_text("\n".join(refs + lines) + "\n")
+    rec = report.load_run(run_dir)
+    assert rec["error"] is None
+    text = json.dumps(rec["config"], ensure_ascii=False)
+    assert len(text) < 40 * report.MAX_NODES + 40 * report.MAX_STR and "…" in text
+    assert rec["config"]["r1"] == "v" * 40 and rec["config"]["r29"].startswith("${r28}")  # expansion stops at MAX_REF_LOOKUPS
+
+
+def test_every_run_and_sweep_writes_its_report(default_run, tmp_path, cli):
+    """logging.report (default true): the run's report.html is its last file; a sweep writes
+    one over its jobs at its end; logging=off writes none."""
+    runs = page_data(default_run / "report.html")["runs"]
+    assert [r["steps"] for r in runs] == [[0, 20, 50, 100, 200]]
+    assert runs[0]["status"] == "completed"
+    sweep = tmp_path / "sweep"
+    proc = cli("-m", "seed=1,2", "train.steps=20", "logging=off", "logging.report=true", f"hydra.sweep.dir={sweep}")
+    assert proc.returncode == 0, proc.stderr
+    assert f"report: {sweep / 'report.html'}" in proc.stdout
+    assert [r["name"] for r in page_data(sweep / "report.html")["runs"]] == [
+        "0_logging.report=True,logging=off,seed=1,train.steps=20", "1_logging.report=True,logging=off,seed=2,train.steps=20"]  # Hydra writes the bool back
+    assert sorted(p.name for p in sweep.glob("*/report.html")) == ["report.html", "report.html"]
+    quiet = tmp_path / "quiet"
+    assert cli(f"hydra.run.dir={quiet}", "train.steps=20", "logging=off").returncode == 0
+    assert not (quiet / "report.html").exists()
