@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
+from attnlab import sweep as _sweep  # noqa: F401  (registers attnlab's resolvers)
 from attnlab.config import register_configs
 from attnlab.records import RunResult, Snapshot
 from attnlab.training import train

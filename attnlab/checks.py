@@ -43,8 +43,10 @@ def validate(cfg: DictConfig) -> None:
     """Check the values a schema type cannot; raises ConfigError on the first bad one."""
     _int_in(cfg, "seed", *SEED_RANGE, f"must be an integer in [{SEED_RANGE[0]}, {SEED_RANGE[1]}] "
             "(what torch.manual_seed accepts)")
-    for key in ("model.d_model", "model.d_k", "model.d_v", "train.steps", "tokenizer.max_tokens"):
+    for key in ("model.d_model", "model.d_k", "model.d_v", "model.n_heads", "train.steps", "tokenizer.max_tokens"):
         _int_in(cfg, key, 1, INT64_MAX, "must be a positive integer")
+    _real(cfg, "model.dropout", lambda v: 0 <= v < 1, "must be in [0, 1) (the probability of zeroing a weight)")
+    out_proj(cfg)
     _int_in(cfg, "train.focus_token", 0, INT64_MAX, "must be a token position (an integer >= 0)")
     _real(cfg, "model.init_std", lambda v: v >= 0, "must be >= 0 and finite")
     _optimizer(cfg)
@@ -56,9 +58,6 @@ def validate(cfg: DictConfig) -> None:
                                   f"every step must be in [0, train.steps={steps}) "
                                   "(or leave it null: 0, 10, 25, 50, 100 % of the run)")
     _real(cfg, "train.loss_threshold", lambda v: v > 0, "must be > 0 and finite")
-    if cfg.task == Task.train and cfg.model.d_v != cfg.model.d_model:
-        raise ConfigError("model.d_v", cfg.model.d_v, f"must equal model.d_model={cfg.model.d_model} for "
-                          "task=train: the loss compares Z (T, d_v) with the next X (T, d_model)")
     if cfg.device != "cpu" and not cfg.device.startswith(("cuda", "mps")):
         raise ConfigError("device", cfg.device, "must be cpu, cuda, cuda:N or mps")
     if cfg.device != "cpu":
@@ -68,6 +67,22 @@ def validate(cfg: DictConfig) -> None:
                      else torch.backends.mps.is_available())
         if not available:
             raise ConfigError("device", cfg.device, "is not available on this machine; use device=cpu")
+
+
+def out_proj(cfg: DictConfig) -> bool:
+    """Whether the model gets an output projection W_out (``model.out_proj``: auto, true,
+    false; the rule is :func:`attnlab.model.resolve_out_proj`'s). Raises ConfigError for
+    another value, or for ``false`` when training needs Z in d_model columns and
+    n_heads·d_v differs from d_model."""
+    from attnlab.model import resolve_out_proj
+
+    value = cfg.model.out_proj
+    value = {"true": True, "false": False}.get(value, value) if isinstance(value, str) else value
+    m = cfg.model
+    try:
+        return resolve_out_proj(value, m.n_heads, m.d_v, m.d_model, z_in_d_model=cfg.task == Task.train)
+    except ConfigError as err:
+        raise ConfigError("model.out_proj", cfg.model.out_proj, err.allowed) from None
 
 
 def _optimizer(cfg: DictConfig) -> None:
@@ -112,15 +127,18 @@ def available_memory() -> int | None:
 
 def memory_estimate(cfg: DictConfig, seq_len: int, vocab_size: int) -> dict[str, float]:
     """Bytes a run needs, by part: ``token_embedding`` (vocab_size, d_model), ``attention``
-    (the Q/K/V weights with their gradients and two Adam moments), ``activations`` (X, Q, K, V,
-    Z and the (T, T) scores and weights of forward and backward). float32 throughout; a
-    lower bound good to a few percent for the sizes that matter."""
+    (the Q/K/V weights of every head and W_out, with their gradients and two Adam moments),
+    ``next_token_head`` (the objective's (vocab_size, d_model) head, trained, and its (T, vocab)
+    logits), ``activations`` (X, Q, K, V, Z and the (H, T, T) scores and weights of forward and
+    backward). float32 throughout; a lower bound good to a few percent for the sizes that matter."""
     m = cfg.model
-    d_model, d_k, d_v, t = m.d_model, m.d_k, m.d_v, seq_len
+    d_model, d_k, d_v, heads, t = m.d_model, m.d_k, m.d_v, m.n_heads, seq_len
+    next_token = plain(cfg.train.objective) == "next_token" and plain(cfg.task) == "train"
     return {
         "token_embedding": FLOAT32_BYTES * vocab_size * d_model,
-        "attention": FLOAT32_BYTES * 4 * d_model * (2 * d_k + d_v),
-        "activations": FLOAT32_BYTES * (6 * t * t + t * (4 * d_model + 4 * d_k + 4 * d_v)),
+        "attention": FLOAT32_BYTES * 4 * heads * d_model * (2 * d_k + d_v + (d_v if out_proj(cfg) else 0)),
+        "next_token_head": FLOAT32_BYTES * (4 * vocab_size * d_model + 3 * t * vocab_size) if next_token else 0,
+        "activations": FLOAT32_BYTES * (6 * heads * t * t + t * (4 * d_model + 4 * heads * (d_k + d_v))),
     }
 
 
@@ -130,7 +148,7 @@ def disk_estimate(cfg: DictConfig, seq_len: int) -> dict[str, float]:
     a PNG per snapshot when ``logging.images``)."""
     n_snaps = len(snapshot_steps(cfg.train))
     parts = {"metrics.csv": METRICS_ROW_BYTES * cfg.train.steps,
-             "attention.npz": FLOAT32_BYTES * n_snaps * seq_len * seq_len}
+             "attention.npz": FLOAT32_BYTES * n_snaps * cfg.model.n_heads * seq_len * seq_len}
     if cfg.logging.tensorboard:
         parts["tensorboard"] = (TENSORBOARD_STEP_BYTES * cfg.train.steps
                                 + (TENSORBOARD_IMAGE_BYTES * n_snaps if cfg.logging.images else 0))
@@ -148,7 +166,7 @@ def resources(cfg: DictConfig, seq_len: int, vocab_size: int, run_dir: Path | No
     if available is not None and sum(need.values()) > available:
         key, value = (("model.d_model", cfg.model.d_model) if need["token_embedding"] >= need["activations"]
                       else ("text_file", cfg.text_file) if cfg.get("text_file") else ("sentence", f"{seq_len} tokens"))
-        parts = ", ".join(f"{name} {_gib(n)}" for name, n in need.items())
+        parts = ", ".join(f"{name} {_gib(n)}" for name, n in need.items() if n)
         raise ConfigError(key, value, f"the run needs about {_gib(sum(need.values()))} of memory ({parts}), "
                           f"more than the {_gib(available)} available")
     if run_dir is None or plain(cfg.task) != "train":

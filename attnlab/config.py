@@ -33,6 +33,16 @@ class Positional(str, Enum):
     none = "none"
 
 
+class AttentionPath(str, Enum):
+    explicit = "explicit"  # the tutorial's matmul, softmax, matmul (§4)
+    sdpa = "sdpa"  # torch.nn.functional.scaled_dot_product_attention (weights recomputed at snapshots)
+
+
+class Objective(str, Enum):
+    mse = "mse"  # tutorial §5: Z against the next token's embedding
+    next_token = "next_token"  # cross-entropy of the next token id through a linear head (GPT's objective)
+
+
 class SpecialTokens(str, Enum):
     special = "special"  # "<|endoftext|>" becomes the special token (50256 in GPT-2)
     text = "text"  # "<|endoftext|>" is encoded as ordinary text
@@ -48,10 +58,18 @@ class TokenizerConfig:
 @dataclass
 class ModelConfig:
     d_model: int = 6
-    d_k: int = 4
-    d_v: int = II("model.d_model")
+    d_k: int = 4  # per head
+    d_v: int = II("model.d_model")  # per head
     init_std: float = 1.0
     positional: Positional = Positional.learned
+    n_heads: int = 1
+    causal: bool = False  # mask future positions (weights above the diagonal are 0)
+    dropout: float = 0.0  # on the attention weights, in training only (snapshots record them without)
+    qkv_bias: bool = False  # bias in W_query, W_key, W_value
+    attention: AttentionPath = AttentionPath.explicit
+    # auto: an output projection W_out (n_heads·d_v -> d_model) when n_heads > 1, or when training
+    # needs Z in d_model columns and n_heads·d_v != d_model; true / false: always / never
+    out_proj: Any = "auto"
 
 
 @dataclass
@@ -93,6 +111,7 @@ class TrainConfig:
     snapshot_steps: Optional[list[int]] = None
     focus_token: int = 1
     loss_threshold: float = 1e-3  # "steps to threshold" in summaries and TensorBoard hparams
+    objective: Objective = Objective.mse
 
 
 @dataclass

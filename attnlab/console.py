@@ -99,8 +99,12 @@ class ConsoleSink(Sink):
 
     def on_snapshot(self, snapshot: Snapshot) -> None:
         info = self._info
-        row = snapshot.weights[0, info.focus_token]
-        self._print(snapshot_line(snapshot.step, snapshot.loss, row, info.tokens, info.focus_token))
+        heads = snapshot.weights[:, info.focus_token]  # (H, T): the focus token's row in every head
+        self._print(snapshot_line(snapshot.step, snapshot.loss, heads.mean(axis=0), info.tokens, info.focus_token))
+        if len(heads) > 1:  # the line above is the head mean; where each head attends most
+            strongest = " ".join(f"{h}→{show(info.tokens[int(r.argmax())].strip())}={r.max():.2f}"
+                                 for h, r in enumerate(heads))
+            self._print(f"          {len(heads)} heads, strongest key each: {strongest}")
 
     def on_end(self, result: RunResult) -> None:
         self.close()

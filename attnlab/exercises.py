@@ -34,8 +34,10 @@ MAX_TABLE = 256  # token_table rows kept in summary.json (n_tokens is always exa
 STAGES = ("token_embeddings", "pos_embeddings", "X", "Q", "K", "V", "scores", "weights", "Z")
 # table columns made from the observations (see :func:`columns`), their printed headers, and
 # those the printed table shows only when they differ between rows
-COLUMNS = ["n_tokens", "tokens", "shapes", "max_abs_weight_minus_uniform", "perm_tokens_match", "perm_z_max_abs_diff"]
-HEADERS = {"max_abs_weight_minus_uniform": "max|w-1/T|", "perm_tokens_match": "perm_tokens",
+COLUMNS = ["focus_step", "heads_focus", "upper_max", "n_tokens", "tokens", "shapes", "max_abs_weight_minus_uniform",
+           "perm_tokens_match", "perm_z_max_abs_diff"]
+HEADERS = {"focus_step": "focus>0.9 at", "heads_focus": "heads: strongest key", "upper_max": "max above diag",
+           "max_abs_weight_minus_uniform": "max|w-1/T|", "perm_tokens_match": "perm_tokens",
            "perm_z_max_abs_diff": "perm_max|ΔZ|"}
 SAME_HIDDEN = {"n_tokens", "tokens", "shapes"}
 
@@ -96,7 +98,9 @@ def permutation_check(cfg: DictConfig) -> dict[str, Any]:
     if perm is None:
         return out
     order = "walkthrough" if cfg.task == Task.walkthrough else "training"
-    embedding, attention = build_model(cfg, prepared, order=order)
+    model = build_model(cfg, prepared, order=order)
+    model.eval()
+    embedding, attention = model.embedding, model.attention
     device = next(attention.parameters()).device
     with torch.no_grad():
         X_a = embedding(torch.tensor(ids_a, device=device))  # (T, d_model)
@@ -130,6 +134,18 @@ def columns(summary: dict[str, Any]) -> dict[str, Any]:
     from attnlab.tokenizer import show
 
     out: dict[str, Any] = {}
+    focus = summary.get("focus")
+    if isinstance(focus, dict):  # attnlab.focus.FocusSink: training runs
+        mean, heads = focus.get("mean"), focus.get("heads")
+        if isinstance(mean, dict):
+            out["focus_step"] = mean.get("first_step_above")
+        if isinstance(heads, list) and len(heads) > 1:
+            out["heads_focus"] = " ".join(f"{h}:{show(str(e.get('token')).strip())}={e.get('weight', 0):.2f}"
+                                          for h, e in enumerate(heads) if isinstance(e, dict))
+        config = summary.get("config")
+        causal = isinstance(config, dict) and isinstance(config.get("model"), dict) and config["model"].get("causal")
+        if causal is True:
+            out["upper_max"] = focus.get("upper_triangle_max")
     if summary.get("n_tokens") is not None:
         out["n_tokens"] = summary["n_tokens"]
     table = summary.get("token_table")

@@ -7,9 +7,11 @@ token ' journey' ends with weight 0.99 on key 'Your'.
 """
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
+
+from attnlab.records import RunInfo, Sink, Snapshot
 
 
 class Focus(NamedTuple):
@@ -61,3 +63,59 @@ def first_step_above(steps: Sequence[int], values: Sequence[float], threshold: f
         raise ValueError(f"steps {s.shape} and values {v.shape} must be two 1-D arrays of the same length")
     above = np.flatnonzero(v > threshold)
     return int(s[above[0]]) if above.size else None
+
+
+FOCUS_THRESHOLD = 0.9  # "focused": the focus token gives its strongest key more than this weight
+
+
+class FocusSink(Sink):
+    """Collects the focus metrics of a run, snapshot by snapshot, for ``summary.json``
+    (:meth:`summary`): per head and for the head mean, where the focus token
+    (``train.focus_token``) attends most at the last snapshot and with what weight, and the
+    first snapshot step at which that weight exceeds :data:`FOCUS_THRESHOLD`; every query's row
+    entropy (nats) at the last snapshot; and the largest weight above the diagonal (exactly 0
+    with ``model.causal``). Memory: H + 1 numbers per snapshot and the last (H, T, T) weights."""
+
+    def __init__(self, threshold: float = FOCUS_THRESHOLD) -> None:
+        self.threshold = threshold
+        self.query = 0
+        self.tokens: list[str] = []
+        self.steps: list[int] = []
+        self.series: list[np.ndarray] = []  # per snapshot (H + 1,): each head's focus weight, then the mean's
+        self.last: np.ndarray | None = None
+
+    def on_start(self, info: RunInfo) -> None:
+        self.query, self.tokens = info.focus_token, list(info.tokens)
+
+    def on_snapshot(self, snapshot: Snapshot) -> None:
+        w = np.asarray(snapshot.weights, dtype=np.float64)  # (H, T, T)
+        heads_and_mean = np.concatenate([w, w.mean(axis=0, keepdims=True)])
+        self.steps.append(snapshot.step)
+        self.series.append(focus(heads_and_mean, self.query).weight)
+        self.last = heads_and_mean
+
+    def summary(self) -> dict[str, Any]:
+        """``{"focus": {...}}`` for summary.json ({} before the first snapshot): ``query`` and
+        ``token`` (the focus token), ``threshold``, ``step`` (the last snapshot), ``heads`` (one
+        ``{"key", "token", "weight", "first_step_above"}`` per head), ``mean`` (the same for the
+        head mean), ``entropy_nats`` (per head, the T row entropies) and ``upper_triangle_max``."""
+        if self.last is None:
+            return {}
+        last = focus(self.last, self.query)  # (H + 1,)
+        series = np.stack(self.series)  # (S, H + 1)
+        entries = []
+        for h in range(self.last.shape[0]):
+            key = int(last.key[h])
+            entries.append({"key": key, "token": self._label(key), "weight": float(last.weight[h]),
+                            "first_step_above": first_step_above(self.steps, series[:, h], self.threshold)})
+        heads = self.last[:-1]
+        above = np.triu(np.ones(heads.shape[-2:], dtype=bool), k=1)
+        return {"focus": {
+            "query": self.query, "token": self._label(self.query), "threshold": self.threshold,
+            "step": self.steps[-1], "heads": entries[:-1], "mean": entries[-1],
+            "entropy_nats": np.round(row_entropy(heads), 6).tolist(),
+            "upper_triangle_max": float(heads[:, above].max()) if above.any() else 0.0,
+        }}
+
+    def _label(self, position: int) -> str:
+        return self.tokens[position] if 0 <= position < len(self.tokens) else str(position)

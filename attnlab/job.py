@@ -118,10 +118,12 @@ def _run(cfg: DictConfig, run_dir: Path) -> JobResult:
             print(prefixed(f"\ncompleted: walkthrough  ->  {display_path(run_dir)}/{artifacts.WALKTHROUGH}",
                            job_prefix()))
         return JobResult("completed")
+    from attnlab.focus import FocusSink
     from attnlab.training import train
 
-    result = train(cfg, make_sinks(cfg, run_dir), run_dir=run_dir, keep_snapshots=False, keep_losses=False)
-    artifacts.write_summary(run_dir, **observe(cfg, result.token_ids, result.tokens))
+    focus = FocusSink()
+    result = train(cfg, [*make_sinks(cfg, run_dir), focus], run_dir=run_dir, keep_snapshots=False, keep_losses=False)
+    artifacts.write_summary(run_dir, **focus.summary(), **observe(cfg, result.token_ids, result.tokens))
     return JobResult(result.status, result.error)
 
 

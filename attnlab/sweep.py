@@ -10,8 +10,9 @@ Hydra's quotes and backslash escapes dropped, ``/``, ``\\``, control characters 
 :data:`MAX_NAME_BYTES` UTF-8 bytes (longer names are cut and end in ``~`` + 8 hex digits of
 a hash of the full name). Chinese and emoji are kept as they are.
 
-The resolver is registered when this module is imported (``attnlab.cli`` imports it, so every
-job process, whatever the launcher, has it).
+The resolvers (this one and ``attnlab.per_head`` of the ``heads`` preset) are registered when
+this module is imported (``attnlab.cli`` and ``attnlab.api`` import it, so every job process,
+whatever the launcher, has them).
 
 Summary. :func:`summarize` runs once at the end of a multirun, on the machine that started it
 (the :class:`attnlab.callbacks.SweepSummary` callback, after every job returned, also with
@@ -68,13 +69,25 @@ def job_dirname(num: Any, override_dirname: Any = "", max_bytes: int = MAX_NAME_
     return name
 
 
-def register_resolver() -> None:
-    """Register ``${attnlab.job_dir:NUM,OVERRIDE_DIRNAME}`` (:func:`job_dirname`); idempotent."""
-    if not OmegaConf.has_resolver(RESOLVER):
-        OmegaConf.register_new_resolver(RESOLVER, job_dirname)
+def per_head(total: Any, n_heads: Any) -> int:
+    """``${attnlab.per_head:TOTAL,${model.n_heads}}``: a size per head that keeps the heads'
+    total at ``TOTAL`` (``TOTAL // n_heads``, at least 1), e.g. d_k 4 → 4, 2, 1 for 1, 2, 4 heads
+    (the ``heads`` preset). Raises ValueError for non-positive integers."""
+    total, n_heads = int(total), int(n_heads)
+    if total < 1 or n_heads < 1:
+        raise ValueError(f"attnlab.per_head needs positive integers, got {total}, {n_heads}")
+    return max(1, total // n_heads)
 
 
-register_resolver()
+def register_resolvers() -> None:
+    """Register ``${attnlab.job_dir:NUM,OVERRIDE_DIRNAME}`` (:func:`job_dirname`) and
+    ``${attnlab.per_head:TOTAL,N_HEADS}`` (:func:`per_head`); idempotent."""
+    for name, function in ((RESOLVER, job_dirname), ("attnlab.per_head", per_head)):
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, function)
+
+
+register_resolvers()
 
 
 def summarize(sweep_dir: Path, print_table: bool = True, csv_name: str = SUMMARY_CSV) -> int:

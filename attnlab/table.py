@@ -20,6 +20,7 @@ TRAILING_COLUMNS = ["path"]
 TABLE_SKIP = {"overrides", "loss_threshold", "steps_run", "path"}  # CSV only (the job name shows overrides)
 MAX_JOB = 100  # characters of the job column in the printed table
 MAX_CELL = 48  # characters of a cell in the printed table (the CSV keeps everything)
+WIDE = {"job": MAX_JOB, "heads_focus": 100}  # columns allowed more (a name; one entry per head)
 
 
 def columns_of(rows: Sequence[dict[str, Any]], table: bool = False) -> list[str]:
@@ -129,7 +130,7 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
     :data:`MAX_CELL` characters with ``…``; Chinese and emoji counted as two columns)."""
     cols = columns_of(rows, table=True)
     head = [HEADERS.get(c, c) for c in cols]
-    body = [[clip(_cell(c, r.get(c)), MAX_JOB if c == "job" else MAX_CELL) for c in cols] for r in rows]
+    body = [[clip(_cell(c, r.get(c)), WIDE.get(c, MAX_CELL)) for c in cols] for r in rows]
     widths = [max(_width(x) for x in [h] + [b[i] for b in body]) for i, h in enumerate(head)]
     numeric = {c for c in cols if all(isinstance(r.get(c), (int, float)) and not isinstance(r.get(c), bool)
                                       or r.get(c) is None for r in rows)}

@@ -17,12 +17,12 @@ from omegaconf import DictConfig, OmegaConf
 from attnlab import checks, interrupts, tokenizer
 from attnlab.config import optimizer_schema, plain, resolve, snapshot_steps
 from attnlab.model import (
-    InputEmbedding,
+    AttentionModel,
     ModelSpec,
-    MultiHeadSelfAttention,
     build_section5,
     build_walkthrough,
     mse,
+    next_token_cross_entropy,
     next_token_targets,
 )
 from attnlab.records import RunInfo, RunResult, Sink, Snapshot
@@ -37,17 +37,28 @@ def seed_everything(seed: int) -> None:
     torch.use_deterministic_algorithms(True)
 
 
-def build_model(cfg: DictConfig, tokens: tokenizer.Tokens,
-                order: str = "training") -> tuple[InputEmbedding, MultiHeadSelfAttention]:
-    """Seed, then create the parameters on the CPU in the tutorial's order (§5 for
-    ``order="training"``, §2–4 for ``"walkthrough"``); moved to ``cfg.device`` afterwards, so
-    every device starts from the same numbers."""
-    seed_everything(cfg.seed)
+def model_spec(cfg: DictConfig) -> ModelSpec:
+    """The ``model.*`` keys as a :class:`~attnlab.model.ModelSpec` (``model.out_proj`` resolved
+    by :func:`attnlab.checks.out_proj`)."""
     m = cfg.model
-    spec = ModelSpec(m.d_model, m.d_k, m.d_v, m.init_std, positional=plain(m.positional) == "learned")
-    build = build_walkthrough if order == "walkthrough" else build_section5
-    model = build(spec, tokens.vocab_size, tokens.seq_len).to(torch.device(cfg.device))
-    return model.embedding, model.attention
+    return ModelSpec(m.d_model, m.d_k, m.d_v, m.init_std, positional=plain(m.positional) == "learned",
+                     n_heads=m.n_heads, causal=m.causal, dropout=m.dropout, qkv_bias=m.qkv_bias,
+                     attention=plain(m.attention), out_proj=checks.out_proj(cfg))
+
+
+def build_model(cfg: DictConfig, tokens: tokenizer.Tokens, order: str = "training") -> AttentionModel:
+    """Seed, then create the parameters on the CPU in the tutorial's order (§5 for
+    ``order="training"``, with the next-token head when ``train.objective=next_token``; §2–4
+    for ``"walkthrough"``; see :mod:`attnlab.model` for the order of every parameter); moved to
+    ``cfg.device`` afterwards, so every device starts from the same numbers."""
+    seed_everything(cfg.seed)
+    spec = model_spec(cfg)
+    if order == "walkthrough":
+        model = build_walkthrough(spec, tokens.vocab_size, tokens.seq_len)
+    else:
+        next_token = plain(cfg.train.objective) == "next_token"
+        model = build_section5(spec, tokens.vocab_size, tokens.seq_len, next_token_head=next_token)
+    return model.to(torch.device(cfg.device))
 
 
 def build_optimizer(opt_cfg: DictConfig, params: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
@@ -136,11 +147,13 @@ def train(cfg: DictConfig, sinks: Iterable[Sink] = (), run_dir: Path | None = No
     checks.resources(cfg, tokens.seq_len, tokens.vocab_size, run_dir)
 
     # §2–4: the parameters, in the tutorial's §5 order
-    embedding, attention = build_model(cfg, tokens, order="training")
-    device = next(attention.parameters()).device
-    X = embedding(torch.tensor(tokens.token_ids, device=device)).detach()  # (T, d_model), not trained
-    target = next_token_targets(X)  # (T, d_model): row i is X[i+1]
-    optimizer = build_optimizer(cfg.optimizer, attention.parameters())
+    model = build_model(cfg, tokens, order="training")
+    attention, head = model.attention, model.next_token_head
+    ids = torch.tensor(tokens.token_ids, device=next(attention.parameters()).device)  # (T,)
+    X = model.embedding(ids).detach()  # (T, d_model), not trained
+    target = next_token_targets(X)  # (T, d_model): row i is X[i+1] (§5's objective, mse)
+    optimizer = build_optimizer(cfg.optimizer, model.trained_parameters())
+    model.train()  # attention dropout, when model.dropout > 0, in training only
 
     steps = cfg.train.steps
     snapshots = snapshot_steps(cfg.train)
@@ -159,7 +172,7 @@ def train(cfg: DictConfig, sinks: Iterable[Sink] = (), run_dir: Path | None = No
                 interrupts.check()  # Ctrl-C / SIGTERM during the previous step: stop here
                 # forward: Q, K, V → scaled scores → softmax weights → Z (§4)
                 out = attention(X, need_weights=is_snapshot(step))  # Z (T, d_model); weights (H, T, T) or None
-                loss = mse(out.Z, target)
+                loss = mse(out.Z, target) if head is None else next_token_cross_entropy(head(out.Z), ids)
                 # backward and update (§5's four steps)
                 optimizer.zero_grad()
                 loss.backward()

@@ -36,7 +36,9 @@ def walkthrough(cfg: DictConfig, run_dir: Path | None = None, file=None) -> dict
 
     checks.validate(cfg)
     prepared = tokenize(cfg)  # §1
-    embedding, attention = build_model(cfg, prepared, order="walkthrough")  # §2–4's order
+    model = build_model(cfg, prepared, order="walkthrough")  # §2–4's order
+    model.eval()  # §4 shows the weights themselves: no dropout
+    embedding, attention = model.embedding, model.attention
     ids, tokens = prepared.token_ids, prepared.labels
 
     p("== 1. Tokenization ==")
@@ -65,7 +67,7 @@ def walkthrough(cfg: DictConfig, run_dir: Path | None = None, file=None) -> dict
         p("X[0] == token_embeddings[0] + pos_embeddings[0]?",
           torch.equal(X[0], tok_emb[0] + (pos_emb[0] if embedding.positional else 0)))
 
-        att = attention(X)  # one head: head 0 of Q, K, V, scores, weights
+        att = attention(X)  # the tutorial's one head: head 0 of Q, K, V, scores, weights
         Z, weights, parts = att.Z, att.weights[0], {k: getattr(att, k)[0] for k in ("Q", "K", "V", "scores")}
         p("\n== 4. Self-attention ==")
         p("Q shape:", tuple(parts["Q"].shape), " K shape:", tuple(parts["K"].shape),

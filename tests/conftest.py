@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_module
 
+import attnlab.sweep  # noqa: F401  (registers attnlab's resolvers, as the command does)
 from attnlab.argv import prepare
 from attnlab.config import register_configs
 

@@ -7,6 +7,7 @@ where the subprocess adds nothing, and a few through the real ``attnlab`` comman
 """
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import subprocess
@@ -53,7 +54,8 @@ CASES = [
     Case("one_token", "a one-token sentence", ("sentence=Hello",), "ours", "sentence='Hello': has 1 token"),
     Case("d_model_zero", "a non-positive dimension", ("model.d_model=0",), "ours", "model.d_model=0: must be a positive integer", cli=True),
     Case("d_k_negative", "a negative dimension", ("model.d_k=-1",), "ours", "model.d_k=-1: must be a positive integer"),
-    Case("d_v_mismatch", "d_v different from d_model when training", ("model.d_v=4",), "ours", "model.d_v=4: must equal model.d_model=6"),
+    Case("d_v_differs", "d_v different from d_model (an output projection brings Z back to d_model)", ("model.d_v=4",),
+         "ok", "[7120, 7002, 4940, 351, 530, 2239]"),
     Case("init_std_negative", "init std < 0", ("model.init_std=-0.5",), "ours", "model.init_std=-0.5: must be >= 0"),
     Case("lr_zero", "lr = 0", ("optimizer.lr=0",), "ours", "optimizer.lr=0.0: must be a positive finite number"),
     Case("lr_negative", "lr < 0", ("optimizer=sgd", "optimizer.lr=-0.1"), "ours", "optimizer.lr=-0.1: must be a positive finite number"),
@@ -141,6 +143,19 @@ CASES = [
          "error: ~train.steps: no such config key"),
     Case("steps_only", "only `train.steps` changed (snapshots follow the run)", ("train.steps=100",), "ok",
          "[7120, 7002, 4940, 351, 530, 2239]"),
+    # issue 12: the model variants
+    Case("heads_zero", "zero heads", ("model.n_heads=0",), "ours", "model.n_heads=0: must be a positive integer"),
+    Case("dropout_one", "dropout 1 (every weight zeroed)", ("model.dropout=1",), "ours",
+         "model.dropout=1.0: must be in [0, 1) (the probability of zeroing a weight)"),
+    Case("out_proj_mismatch", "no output projection while n_heads·d_v ≠ d_model", ("model.n_heads=2", "model.out_proj=false"),
+         "ours", "model.out_proj=False: Z has n_heads·d_v = 2·6 = 12 columns but the loss needs d_model = 6; use "
+                 "out_proj=auto or true (a W_out brings Z to d_model), or make n_heads·d_v = d_model", cli=True),
+    Case("out_proj_word", "an out_proj that is not auto/true/false", ("model.out_proj=maybe",), "ours",
+         "model.out_proj='maybe': must be auto, true or false"),
+    Case("attention_path", "an unknown attention path", ("model.attention=flash",), "hydra",
+         "error: model.attention='flash': Invalid value 'flash', expected one of [explicit, sdpa]"),
+    Case("objective", "an unknown objective", ("train.objective=ce",), "hydra",
+         "error: train.objective='ce': Invalid value 'ce', expected one of [mse, next_token]"),
 ]
 CASE_IDS = [c.id for c in CASES]
 MACHINE_DEPENDENT = {"memory", "disk"}  # their message ends with this machine's free memory / disk
@@ -154,8 +169,8 @@ REPRODUCE_CASES = [
      "RUN_DIR/.hydra/config.yaml: missing"),
     ("repro_unreadable", "`attnlab-reproduce` with an unparsable config.yaml", "config.yaml = `model: [unclosed`",
      "config.yaml: unreadable"),
-    ("repro_schema", "`attnlab-reproduce` with a config of another schema", "config.yaml has `model.n_heads: 2`",
-     "model.n_heads=2: is not a key of attnlab's config schema"),
+    ("repro_schema", "`attnlab-reproduce` with a config of another schema", "config.yaml has `model.n_layers: 2`",
+     "model.n_layers=2: is not a key of attnlab's config schema"),
     ("repro_target", "`attnlab-reproduce` with `_target_: os.system` in the saved config",
      "optimizer `_target_` edited to `os.system`", "optimizer._target_='os.system': must be one of the shipped optimizers"),
     ("repro_running", "`attnlab-reproduce` on a run that never finished", "summary.json says running",
@@ -294,7 +309,10 @@ def _reproduce_case(rid: str, tmp: Path, finished: Path) -> dict:
         elif rid == "repro_unreadable":
             cfg.write_text("model: [unclosed\n")
         elif rid == "repro_schema":
-            cfg.write_text(cfg.read_text().replace("  d_k: 4\n", "  d_k: 4\n  n_heads: 2\n"))
+            cfg.write_text(cfg.read_text().replace("  d_k: 4\n", "  d_k: 4\n  n_layers: 2\n"))
+            summary = json.loads((run / "summary.json").read_text())
+            summary.pop("config", None)  # the config of another schema is in .hydra/ only
+            (run / "summary.json").write_text(json.dumps(summary))
         elif rid == "repro_target":
             cfg.write_text(cfg.read_text().replace("torch.optim.Adam", "os.system"))
         elif rid == "repro_running":

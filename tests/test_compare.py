@@ -65,8 +65,10 @@ def test_cli_prints_table_sorted_and_writes_figure(sweep, tmp_path, capsys):
     fig = tmp_path / "cmp.png"
     assert compare.main([str(sweep), "--sort", "final_loss", "--reverse", "--plot", str(fig)]) == 0
     out = capsys.readouterr().out.splitlines()
-    # no job reached the 1e-3 threshold in 30 steps, so that empty column is left out
-    assert out[0].split() == ["job", "status", "final_loss", "focus", "→", "target", "weight", "at", "step", "wall_s"]
+    # no job reached the 1e-3 threshold in 30 steps, so that empty column is left out; the focus
+    # passed 0.9 at a snapshot step in some job, so "focus>0.9 at" is shown
+    assert out[0].split() == ["job", "status", "final_loss", "focus", "→", "target", "weight", "at", "step", "wall_s",
+                              "focus>0.9", "at"]
     assert out[2].startswith("1_logging=off,optimizer.lr=0.5")
     assert out[3].startswith("0_logging=off,optimizer.lr=0.05")
     assert out[-1] == f"figure: {fig}"

@@ -1,0 +1,138 @@
+"""The model variants (issue 12) as runs: config keys through training, records per head, focus
+metrics in summary.json and the sweep table, the presets. The model's own maths is tested in
+test_model.py and test_model_variants.py."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from attnlab import exercises
+from attnlab.focus import FocusSink
+from attnlab.job import run_job
+from attnlab.training import train
+
+from conftest import compose_cfg
+
+SHORT = ("logging=off", "train.steps=30", "train.snapshot_steps=[0,10,29]")
+
+
+def test_defaults_are_the_tutorial_and_every_switch_is_off():
+    cfg = compose_cfg()
+    assert (cfg.model.n_heads, cfg.model.causal, cfg.model.dropout, cfg.model.qkv_bias) == (1, False, 0.0, False)
+    assert (cfg.model.attention, cfg.model.out_proj, cfg.train.objective) == ("explicit", "auto", "mse")
+
+
+def test_heads_preset_keeps_the_totals():
+    for heads, d_k, d_v in ((1, 4, 6), (2, 2, 3), (4, 1, 1)):
+        cfg = compose_cfg("experiment=heads", f"model.n_heads={heads}")
+        assert (cfg.model.d_k, cfg.model.d_v) == (d_k, d_v), heads
+
+
+def test_snapshots_hold_every_head():
+    result = train(compose_cfg(*SHORT, "model.n_heads=3", "model.d_k=2"))
+    assert [s.weights.shape for s in result.snapshots] == [(3, 6, 6)] * 3
+    for snap in result.snapshots:
+        np.testing.assert_allclose(snap.weights.sum(-1), 1.0, atol=1e-6)
+    assert not np.array_equal(result.snapshots[-1].weights[0], result.snapshots[-1].weights[1])
+
+
+def test_causal_run_records_exact_zeros_above_the_diagonal():
+    result = train(compose_cfg(*SHORT, "model.causal=true"))
+    for snap in result.snapshots:
+        assert np.all(np.triu(snap.weights[0], k=1) == 0.0)
+    assert result.snapshots[0].weights[0, 0, 0] == 1.0  # the first token sees only itself
+
+
+def test_dropout_runs_are_bitwise_reproducible_and_differ_from_no_dropout():
+    a = train(compose_cfg(*SHORT, "model.dropout=0.3"))
+    b = train(compose_cfg(*SHORT, "model.dropout=0.3"))
+    plain = train(compose_cfg(*SHORT))
+    assert a.losses.tobytes() == b.losses.tobytes()
+    assert a.losses[0] == plain.losses[0] or a.losses[1] != plain.losses[1]  # masks change the updates
+    assert not np.array_equal(a.losses, plain.losses)
+    for snap in a.snapshots:  # recorded without dropout: rows still sum to 1
+        np.testing.assert_allclose(snap.weights.sum(-1), 1.0, atol=1e-6)
+
+
+@pytest.mark.parametrize("causal", ["false", "true"])
+def test_sdpa_trains_like_the_explicit_path_for_ten_steps(causal):
+    ten = ("logging=off", "train.steps=10", "train.snapshot_steps=[0,9]", f"model.causal={causal}")
+    explicit = train(compose_cfg(*ten))
+    sdpa = train(compose_cfg(*ten, "model.attention=sdpa"))
+    np.testing.assert_allclose(sdpa.losses, explicit.losses, rtol=0, atol=1e-5)
+    for a, b in zip(sdpa.snapshots, explicit.snapshots):
+        np.testing.assert_allclose(a.weights, b.weights, rtol=0, atol=1e-5)
+
+
+def test_next_token_objective_starts_near_ln_vocab_and_learns():
+    result = train(compose_cfg(*SHORT, "train.objective=next_token"))
+    assert abs(result.losses[0] - math.log(50257)) < 0.05  # a near-uniform guess over GPT-2's vocabulary
+    assert result.losses[-1] < 2.0
+
+
+def test_focus_metrics_reproduce_the_tutorials_observation(tmp_path):
+    cfg = compose_cfg("logging=off")
+    assert run_job(cfg, tmp_path).status == "completed"
+    focus = json.loads((tmp_path / "summary.json").read_text(encoding="utf-8"))["focus"]
+    assert focus["token"] == " journey"
+    assert focus["step"] == 200
+    assert focus["mean"]["token"] == "Your"
+    assert round(focus["mean"]["weight"], 2) == 0.99
+    assert focus["mean"]["first_step_above"] == 100  # 0.84 at step 50, 0.99 at step 100
+    assert focus["heads"] == [focus["mean"]]
+    assert np.array(focus["entropy_nats"]).shape == (1, 6)
+    assert focus["upper_triangle_max"] > 0.5  # without the mask the future gets weight
+    columns = exercises.columns(json.loads((tmp_path / "summary.json").read_text(encoding="utf-8")))
+    assert columns["focus_step"] == 100
+    assert "heads_focus" not in columns
+    assert "upper_max" not in columns
+
+
+def test_focus_sink_per_head_and_first_step_above():
+    from attnlab.records import RunInfo, Snapshot
+
+    sink = FocusSink()
+    sink.on_start(RunInfo(config={}, token_ids=[1, 2, 3], tokens=["a", "b", "c"], snapshot_steps=[0, 5],
+                          steps=6, focus_token=1))
+    uniform = np.full((2, 3, 3), 1 / 3)
+    focused = uniform.copy()
+    focused[0, 1] = [0.05, 0.05, 0.9 + 1e-3]
+    focused[1, 1] = [0.2, 0.7, 0.1]
+    sink.on_snapshot(Snapshot(0, 1.0, uniform))
+    sink.on_snapshot(Snapshot(5, 0.5, focused))
+    summary = sink.summary()["focus"]
+    assert [(h["token"], round(h["weight"], 3), h["first_step_above"]) for h in summary["heads"]] == [
+        ("c", 0.901, 5), ("b", 0.7, None)]
+    assert summary["mean"]["token"] == "c"
+    assert summary["mean"]["first_step_above"] is None  # mean weight (0.901 + 0.1) / 2 ≈ 0.5
+    assert summary["upper_triangle_max"] == pytest.approx(0.901)
+
+
+def test_variants_print_their_answer_in_the_sweep_table(cli, tmp_path):
+    sweep = tmp_path / "heads"
+    proc = cli("experiment=heads", f"hydra.sweep.dir={sweep}", "logging=off", "train.steps=60")
+    assert proc.returncode == 0, proc.stderr
+    header = next(line for line in proc.stdout.splitlines() if line.startswith("job "))
+    assert "heads: strongest key" in header
+    assert "focus>0.9 at" in header
+    rows = [line for line in proc.stdout.splitlines() if line.startswith(("0_", "1_", "2_"))]
+    assert len(rows) == 3
+    assert "0:" in rows[1]
+    assert "1:" in rows[1]
+    assert "3:" in rows[2]
+    summaries = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(sweep.glob("*/summary.json"))]
+    assert [len(s["focus"]["heads"]) for s in summaries] == [1, 2, 4]
+    assert [s["config"]["model"]["d_k"] for s in summaries] == [4, 2, 1]
+
+
+def test_console_shows_the_head_mean_and_each_heads_strongest_key(cli, tmp_path):
+    proc = cli(f"hydra.run.dir={tmp_path}", "logging=off", "train.steps=5", "train.snapshot_steps=[4]",
+               "model.n_heads=2")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("step   4  loss=")
+    assert lines[1].startswith("          2 heads, strongest key each: 0→'")
+    assert " 1→'" in lines[1]
