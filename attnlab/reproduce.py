@@ -398,6 +398,9 @@ def reproduce(run_dir: Path, out: Path | None = None, stderr=None,
     versions = summary.get("versions")
     for line in environment_differences(versions, artifacts.environment(str(cfg.device))):
         print(line, file=stderr)
+    if cfg.model.dropout > 0:
+        print(f"note: model.dropout={cfg.model.dropout}: the dropout masks are drawn from seed={cfg.seed}, so "
+              "they repeat bit for bit with the same torch and machine", file=stderr)
     if status == "interrupted":
         print(f"note: the run was interrupted after {summary.get('steps_run')} steps; the reproduction runs "
               f"all train.steps={cfg.train.steps} and compares the recorded steps", file=stderr)

@@ -69,7 +69,8 @@ def walkthrough(cfg: DictConfig, run_dir: Path | None = None, file=None) -> dict
 
         att = attention(X)  # the tutorial's one head: head 0 of Q, K, V, scores, weights
         Z, weights, parts = att.Z, att.weights[0], {k: getattr(att, k)[0] for k in ("Q", "K", "V", "scores")}
-        p("\n== 4. Self-attention ==")
+        p("\n== 4. Self-attention ==" + (f"  (head 0 of model.n_heads={attention.n_heads})"
+                                        if attention.n_heads > 1 else ""))
         p("Q shape:", tuple(parts["Q"].shape), " K shape:", tuple(parts["K"].shape),
           " V shape:", tuple(parts["V"].shape))
         p("scores shape:", tuple(parts["scores"].shape), f" (scaled by 1/sqrt(d_k), d_k={attention.d_k})")

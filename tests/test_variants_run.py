@@ -136,3 +136,14 @@ def test_console_shows_the_head_mean_and_each_heads_strongest_key(cli, tmp_path)
     assert lines[0].startswith("step   4  loss=")
     assert lines[1].startswith("          2 heads, strongest key each: 0→'")
     assert " 1→'" in lines[1]
+
+
+def test_a_dropout_run_reproduces_bit_for_bit_and_says_why(cli, tmp_path, capsys):
+    from attnlab.reproduce import main
+
+    run = tmp_path / "run"
+    assert cli(f"hydra.run.dir={run}", *SHORT, "model.dropout=0.2").returncode == 0
+    assert main([str(run), "--out", str(tmp_path / "again")]) == 0
+    seen = capsys.readouterr()
+    assert seen.out.splitlines()[0] == "reproduced exactly"
+    assert "note: model.dropout=0.2: the dropout masks are drawn from seed=42" in seen.err
