@@ -40,6 +40,9 @@ def validate(cfg: DictConfig) -> None:
     if cfg.task == Task.train and cfg.model.d_v != cfg.model.d_model:
         raise ConfigError("model.d_v", cfg.model.d_v, f"must equal model.d_model={cfg.model.d_model} for "
                           "task=train: the loss compares Z (T, d_v) with the next X (T, d_model)")
+    threads = cfg.get("threads", "auto")
+    if threads != "auto" and (isinstance(threads, bool) or not isinstance(threads, int) or threads <= 0):
+        raise ConfigError("threads", threads, "must be auto or a positive integer")
     if cfg.device != "cpu" and not cfg.device.startswith(("cuda", "mps")):
         raise ConfigError("device", cfg.device, "must be cpu, cuda, cuda:N or mps")
     if cfg.device != "cpu":

@@ -17,6 +17,7 @@ from omegaconf import DictConfig
 from attnlab import interrupts
 from attnlab import sweep as _sweep  # registers ${attnlab.job_dir:...} in every job process
 from attnlab.config import register_configs
+from attnlab.fastexit import exit_now
 from attnlab.hydra_errors import one_line_errors, release_stderr
 from attnlab.job import run_job
 
@@ -47,10 +48,13 @@ def _hydra_main(cfg: DictConfig) -> str:
 def main() -> None:
     """Console-script entry point: ``attnlab [overrides]`` / ``attnlab -m [overrides]``."""
     register_configs()
-    with interrupts.deferred(), one_line_errors(sys.argv[1:]):
-        _hydra_main()
-    if _sweep.last_exit_status:  # the sweep summary saw a job that did not complete (any launcher)
-        sys.exit(_sweep.last_exit_status)
+    try:
+        with interrupts.deferred(), one_line_errors(sys.argv[1:]):
+            _hydra_main()
+    except SystemExit as exit_:
+        exit_now(exit_.code)  # without the interpreter's teardown of torch (attnlab.fastexit)
+    # the sweep summary saw a job that did not complete (any launcher): 1
+    exit_now(_sweep.last_exit_status or 0)
 
 
 if __name__ == "__main__":

@@ -113,6 +113,7 @@ class Config:
     sentence: str = TUTORIAL_SENTENCE
     text_file: Optional[str] = None
     device: str = "cpu"
+    threads: Any = "auto"  # torch intra-op threads: auto (1 for small problems; attnlab.threads) or a positive int
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     optimizer: Any = MISSING

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from attnlab import checks, interrupts, tokenizer
+from attnlab import checks, interrupts, threads, tokenizer
 from attnlab.config import optimizer_schema, plain, to_plain
 from attnlab.model import InputEmbedding, SelfAttention, mse, next_token_targets
 from attnlab.records import RunInfo, RunResult, Sink, Snapshot
@@ -33,7 +33,9 @@ def build_model(cfg: DictConfig, tokens: tokenizer.Tokens,
                 order: str = "training") -> tuple[InputEmbedding, SelfAttention]:
     """Seed, then create the parameters on the CPU in the tutorial's order (§5 for
     ``order="training"``, §2–4 for ``"walkthrough"``); moved to ``cfg.device`` afterwards, so
-    every device starts from the same numbers."""
+    every device starts from the same numbers. Sets torch's threads first (``threads``, see
+    :mod:`attnlab.threads`)."""
+    threads.configure(cfg, tokens.seq_len)
     seed_everything(cfg.seed)
     m = cfg.model
     embedding = InputEmbedding(tokens.vocab_size, tokens.seq_len, m.d_model, m.init_std,
