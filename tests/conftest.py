@@ -1,19 +1,30 @@
-"""Shared test helpers: compose configs with Hydra's compose API, run the CLI in a subprocess."""
+"""Shared test helpers: compose configs with Hydra's compose API, run the CLI in a subprocess,
+and the expensive runs several tests read (session fixtures).
+
+Speed (``make test`` runs ``pytest -n 2 --dist loadscope``, pytest-xdist: a module's tests stay
+on one worker, so a module fixture's run is made once): every test process and every ``attnlab``
+it starts uses one torch thread (``OMP_NUM_THREADS=1`` unless set: the suite's sizes are tiny,
+and two busy workers share the cores); tests of several modules that read one expensive run share
+it through a session fixture made once for all workers (:func:`shared_once`).
+"""
 from __future__ import annotations
 
 import csv
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
-import pytest
-from hydra import compose, initialize_config_module
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch is imported here or in a child process
 
-from attnlab.config import register_configs
+import pytest  # noqa: E402
+from hydra import compose, initialize_config_module  # noqa: E402
+
+from attnlab.config import register_configs  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-
 # Tutorial §5 (seed 42, std 1.0, Adam lr 0.05): printed loss and ' journey' row at each snapshot.
 GOLDEN_SECTION5 = {
     0: (2.3566, [0.22, 0.12, 0.13, 0.14, 0.19, 0.21]),
@@ -60,3 +71,34 @@ def read_csv(path: Path) -> list[dict[str, str]]:
     """A ``summary.csv`` back as a list of dicts of strings (empty cells are ``""``)."""
     with open(path, encoding="utf-8", newline="") as f:
         return list(csv.DictReader(f))
+
+
+def shared_once(tmp_path_factory, name: str, make: Callable[[Path], dict]) -> tuple[Path, dict]:
+    """Run ``make(folder)`` once per test session, whichever pytest-xdist worker asks first
+    (a file lock in the folder the workers share); every caller gets ``(folder, what make
+    returned)``, the result kept as JSON beside the folder."""
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the workers' basetemps are siblings in one session folder
+    folder, result = base / f"shared-{name}", base / f"shared-{name}.json"
+    with FileLock(str(base / f"shared-{name}.lock")):
+        if not result.is_file():
+            folder.mkdir(parents=True, exist_ok=True)
+            result.write_text(json.dumps(make(folder)), encoding="utf-8")
+    return folder, json.loads(result.read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="session")
+def default_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """``attnlab hydra.run.dir=LOGDIR/default``: the tutorial's section-5 run with every default
+    (console lines, run-dir files, TensorBoard with images, figures), made once per session for
+    every worker (LOGDIR holds only this run). Returns (run dir, the finished process). Tests
+    read it and must not change it."""
+    def make(logdir: Path) -> dict:
+        proc = run_cli(f"hydra.run.dir={logdir / 'default'}")
+        return {"args": proc.args, "returncode": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}
+
+    logdir, done = shared_once(tmp_path_factory, "default_run", make)
+    return logdir / "default", subprocess.CompletedProcess(**done)
