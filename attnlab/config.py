@@ -147,6 +147,9 @@ def register_configs() -> None:
     cs.store(name="base_config", node=Config)
     for name, node in OPTIMIZERS.items():
         cs.store(group="schema/optimizer", name=name, node=node)
+    from hydra_plugins.attnlab_sweeper import register_sweeper
+
+    register_sweeper()  # hydra/sweeper: attnlab (conf/config.yaml), also where Hydra's plugin scan misses it
 
 
 def plain(value: Any) -> Any:

@@ -68,19 +68,27 @@ def find_runs(path: Path) -> list[Path]:
 
 
 def _load_yaml(path: Path) -> Any:
-    from omegaconf import OmegaConf
+    """A YAML file as plain data (None when unreadable), with libyaml's safe loader when there
+    is one: ~20x faster than ``OmegaConf.load`` (a sweep's summary reads 3 files per job)."""
+    import yaml
 
     try:
-        return OmegaConf.load(path)
+        return yaml.load(Path(path).read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except Exception:
         return None
 
 
-def _job_num(run_dir: Path) -> int | None:
-    from omegaconf import OmegaConf
+def _select(data: Any, key: str, default: Any = None) -> Any:
+    """``data["a"]["b"]`` for ``key="a.b"``; ``default`` when a level is missing or not a mapping."""
+    for part in key.split("."):
+        if not isinstance(data, dict) or part not in data:
+            return default
+        data = data[part]
+    return data
 
-    hydra_cfg = _load_yaml(run_dir / ".hydra" / "hydra.yaml")
-    num = OmegaConf.select(hydra_cfg, "hydra.job.num", default=None) if hydra_cfg is not None else None
+
+def _job_num(run_dir: Path) -> int | None:
+    num = _select(_load_yaml(run_dir / ".hydra" / "hydra.yaml"), "hydra.job.num")
     if isinstance(num, int):
         return num
     head = run_dir.name.split("_", 1)[0]
@@ -133,15 +141,13 @@ def job_row(run_dir: Path, job: str | None = None, sweep_end: bool = False) -> d
     """One table row for ``run_dir`` (keys: :data:`COLUMNS`, observation columns it has,
     ``path``). Never raises for a broken run: what cannot be read is left empty and said in
     ``error``. ``sweep_end``: the sweep is over, so a ``running`` summary means the job died."""
-    from omegaconf import OmegaConf
-
     run_dir = Path(run_dir)
     cfg = _load_yaml(run_dir / ".hydra" / "config.yaml")
     overrides = _load_yaml(run_dir / ".hydra" / "overrides.yaml")
     row: dict[str, Any] = {c: None for c in COLUMNS}
     row["job"] = job if job is not None else run_dir.name
-    row["overrides"] = " ".join(str(o) for o in overrides) if overrides is not None else ""
-    threshold = OmegaConf.select(cfg, "train.loss_threshold", default=None) if cfg is not None else None
+    row["overrides"] = " ".join(str(o) for o in overrides) if isinstance(overrides, list) else ""
+    threshold = _select(cfg, "train.loss_threshold")
     row["loss_threshold"] = threshold
     try:
         summary = artifacts.read_summary(run_dir)
@@ -165,8 +171,8 @@ def job_row(run_dir: Path, job: str | None = None, sweep_end: bool = False) -> d
             row["steps_to_threshold"] = int(below[0]) if below.size else None
         except (AttnlabError, ValueError, IndexError):
             pass
-    focus = OmegaConf.select(cfg, "train.focus_token", default=1) if cfg is not None else 1
-    encoding = OmegaConf.select(cfg, "tokenizer.encoding", default="gpt2") if cfg is not None else "gpt2"
+    focus = _select(cfg, "train.focus_token", 1)
+    encoding = _select(cfg, "tokenizer.encoding", "gpt2")
     try:
         row.update(focus_at_last_snapshot(run_dir, focus, str(encoding)))
     except (AttnlabError, OSError, ValueError, KeyError) as err:
