@@ -17,7 +17,9 @@ What is written (tags):
 """
 from __future__ import annotations
 
+import functools
 import re
+import threading
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -135,7 +137,7 @@ class TensorBoardSink(Sink):
             self.writer.add_scalar(f"attention/entropy/{name}", value, step)
         if self.images:
             if self._renderer is None:
-                self._renderer = HeatmapRenderer(self.info.tokens if self.info else names)
+                self._renderer = shared_renderer(tuple(self.info.tokens if self.info else names))
             img = self._renderer(w, f"step={step}  loss={snapshot.loss:.4f}")
             self.writer.add_image("attention/weights", img, step, dataformats="HWC")
 
@@ -168,6 +170,18 @@ class TensorBoardSink(Sink):
         if self._writer is not None:
             self._writer.flush()
             self._writer.close()
+
+
+def shared_renderer(tokens: tuple[str, ...]) -> "HeatmapRenderer":
+    """One :class:`HeatmapRenderer` per token list and thread: the jobs of a sweep over the same
+    text lay out and draw the unchanging parts once (a renderer gives the same pixels reused);
+    jobs in threads (matplotlib figures are not thread-safe) each get their own."""
+    return _renderer(tokens, threading.get_ident())
+
+
+@functools.lru_cache(maxsize=4)
+def _renderer(tokens: tuple[str, ...], thread: int) -> "HeatmapRenderer":
+    return HeatmapRenderer(tokens)
 
 
 class HeatmapRenderer:

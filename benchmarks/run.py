@@ -247,7 +247,7 @@ def case_single(work: Path, env: dict, reps: int, quick: bool) -> dict:
 
 def case_loaded(work: Path, env: dict, reps: int, quick: bool) -> dict:
     """2,000 steps, ``logging=off``, while two busy processes keep the cores busy."""
-    steps = 200 if quick else LOADED_STEPS
+    steps = 300 if quick else LOADED_STEPS
     logfile = work / "loaded.log"
     variants = {
         PLAIN_LABEL: lambda rep: measure([PY, PLAIN, "--steps", str(steps)], env, logfile),
