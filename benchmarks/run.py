@@ -471,7 +471,7 @@ def render(results: dict) -> str:
         "",
         f"- machine: {info['cpu']}, {info['cores']} cores, {info['ram_gb']} GB RAM; {info['platform']}",
         f"- load average (1 min) at start / end: {info['load_start'][0]:.2f} / {results['load_end'][0]:.2f}"
-        f"; torch threads: {results['threads'] or 'default (the plain script); attnlab: threads=auto'}",
+        f"; torch threads: {results['omp_threads'] or 'default (the plain script); attnlab: threads=auto'}",
         f"- Python {info['python']}, torch {info['torch']}, numpy {info['numpy']}, hydra-core {info['hydra-core']}, "
         f"omegaconf {info['omegaconf']}, tiktoken {info['tiktoken']}, matplotlib {info['matplotlib']}, "
         f"tensorboard {info['tensorboard']}; attnlab {info['attnlab']} at {info['git']}",
@@ -673,7 +673,7 @@ def main(argv: list[str] | None = None) -> int:
 
     env = child_env(args.threads)
     work = Path(tempfile.mkdtemp(prefix="attnlab-bench-"))
-    results: dict = {"argv": list(argv if argv is not None else sys.argv[1:]), "threads": args.threads,
+    results: dict = {"argv": list(argv if argv is not None else sys.argv[1:]), "omp_threads": args.threads,
                      "machine": machine()}
     log(f"benchmark work dir {work}; load {results['machine']['load_start']}")
     started = time.perf_counter()
