@@ -191,7 +191,8 @@ class HeatmapRenderer:
     One figure (460 x 400 px) is laid out once (constrained layout, at the first call) and its
     unchanging parts (tick labels, colour bar) are drawn once into a saved background; each
     call restores that background and draws only what changes (the image, its frame, the cell
-    values and the title) on top ("blitting"), ~5x less drawing than a full redraw. Every
+    values and the title) on top ("blitting"): ~90-120 ms instead of 140-180 ms per image on a
+    busy core, most of what remains being the 36 cell values' text. Every
     call, the first too, goes through that path, so a reused renderer gives the same pixels as
     a fresh one. Colour scale fixed to [0, 1] so images at different steps compare.
     """
