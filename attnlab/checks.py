@@ -58,6 +58,9 @@ def validate(cfg: DictConfig) -> None:
                                   f"every step must be in [0, train.steps={steps}) "
                                   "(or leave it null: 0, 10, 25, 50, 100 % of the run)")
     _real(cfg, "train.loss_threshold", lambda v: v > 0, "must be > 0 and finite")
+    threads = cfg.get("threads", "auto")
+    if threads != "auto" and (isinstance(threads, bool) or not isinstance(threads, int) or threads <= 0):
+        raise ConfigError("threads", threads, "must be auto or a positive integer")
     if cfg.device != "cpu" and not cfg.device.startswith(("cuda", "mps")):
         raise ConfigError("device", cfg.device, "must be cpu, cuda, cuda:N or mps")
     if cfg.device != "cpu":

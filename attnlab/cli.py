@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from attnlab import argv, callbacks, interrupts
 from attnlab import sweep as _sweep  # registers ${attnlab.job_dir:...} in every job process
 from attnlab.config import register_configs, schema_keys
+from attnlab.fastexit import exit_now
 from attnlab.hydra_errors import EXIT_BAD_INPUT, one_line_errors, release_stderr
 from attnlab.job import run_job
 
@@ -58,10 +59,13 @@ def main() -> None:
               "added or removed (`attnlab --help` lists them)", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
     sys.argv[1:] = args
-    with interrupts.deferred(), one_line_errors(typed, on_error=callbacks.remove_unstarted_sweep):
-        _hydra_main()
-    if _sweep.last_exit_status:  # the sweep summary saw a job that did not complete (any launcher)
-        sys.exit(_sweep.last_exit_status)
+    try:
+        with interrupts.deferred(), one_line_errors(typed, on_error=callbacks.remove_unstarted_sweep):
+            _hydra_main()
+    except SystemExit as exit_:
+        exit_now(exit_.code)  # without the interpreter's teardown of torch (attnlab.fastexit)
+    # the sweep summary saw a job that did not complete (any launcher): 1
+    exit_now(_sweep.last_exit_status or 0)
 
 
 if __name__ == "__main__":

@@ -138,6 +138,7 @@ class Config:
     sentence: str = TUTORIAL_SENTENCE
     text_file: Optional[str] = None
     device: str = "cpu"
+    threads: Any = "auto"  # torch intra-op threads: auto (1 for small problems; attnlab.threads) or a positive int
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     optimizer: Any = MISSING
@@ -171,6 +172,9 @@ def register_configs() -> None:
     cs.store(name="base_config", node=Config)
     for name, node in OPTIMIZERS.items():
         cs.store(group="schema/optimizer", name=name, node=node)
+    from hydra_plugins.attnlab_sweeper import register_sweeper
+
+    register_sweeper()  # hydra/sweeper: attnlab (conf/config.yaml), also where Hydra's plugin scan misses it
 
 
 SNAPSHOT_FRACTIONS = (0.0, 0.1, 0.25, 0.5, 1.0)  # tutorial §5: steps 0, 20, 50, 100, 200 of 0..200

@@ -111,6 +111,7 @@ def _run(cfg: DictConfig, run_dir: Path) -> JobResult:
         arrays = walkthrough(cfg, run_dir)
         ids = arrays["token_ids"].tolist()
         artifacts.write_summary(run_dir, status="completed", wall_time_s=round(time.perf_counter() - t0, 6),
+                                versions=artifacts.environment(str(cfg.device)),  # the torch threads used
                                 **observe(cfg, ids, token_labels(ids, cfg.tokenizer.encoding), arrays))
         if cfg.logging.console:
             from attnlab.console import display_path, job_prefix, prefixed
@@ -123,7 +124,8 @@ def _run(cfg: DictConfig, run_dir: Path) -> JobResult:
 
     focus = FocusSink()
     result = train(cfg, [*make_sinks(cfg, run_dir), focus], run_dir=run_dir, keep_snapshots=False, keep_losses=False)
-    artifacts.write_summary(run_dir, **focus.summary(), **observe(cfg, result.token_ids, result.tokens))
+    artifacts.write_summary(run_dir, versions=artifacts.environment(str(cfg.device)),  # the torch threads used
+                            **focus.summary(), **observe(cfg, result.token_ids, result.tokens))
     return JobResult(result.status, result.error)
 
 

@@ -395,8 +395,19 @@ def reproduce(run_dir: Path, out: Path | None = None, stderr=None,
     checks.validate(cfg)  # value and text checks (ConfigError / TokenizerError) before any folder is made
     tokenizer.tokenize(cfg)
 
+    from attnlab import threads
+
     versions = summary.get("versions")
-    for line in environment_differences(versions, artifacts.environment(str(cfg.device))):
+    recorded_threads = threads.for_reproduction(versions)
+    if recorded_threads is None:
+        print("warning: summary.json records no torch_threads; running with threads=auto (losses may differ "
+              "in the last bits)", file=stderr)
+    else:
+        cfg.threads = recorded_threads  # the count the run used: the same reductions, the same bits
+    now = artifacts.environment(str(cfg.device))
+    if recorded_threads is not None:
+        now = {**now, "torch_threads": recorded_threads}
+    for line in environment_differences(versions, now):
         print(line, file=stderr)
     if cfg.model.dropout > 0:
         print(f"note: model.dropout={cfg.model.dropout}: the dropout masks are drawn from seed={cfg.seed}, so "

@@ -19,7 +19,9 @@ What is written (tags):
 """
 from __future__ import annotations
 
+import functools
 import re
+import threading
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -144,7 +146,7 @@ class TensorBoardSink(Sink):
             self.writer.add_scalar(f"attention/entropy/{name}", value, step)
         if self.images:
             if self._renderer is None:
-                self._renderer = HeatmapRenderer(self.info.tokens if self.info else names)
+                self._renderer = shared_renderer(tuple(self.info.tokens if self.info else names))
             img = self._renderer(w, f"step={step}  loss={snapshot.loss:.4f}")
             self.writer.add_image("attention/weights", img, step, dataformats="HWC")
 
@@ -180,40 +182,72 @@ class TensorBoardSink(Sink):
             self._writer.close()
 
 
+def shared_renderer(tokens: tuple[str, ...]) -> "HeatmapRenderer":
+    """One :class:`HeatmapRenderer` per token list and thread: the jobs of a sweep over the same
+    text lay out and draw the unchanging parts once (a renderer gives the same pixels reused);
+    jobs in threads (matplotlib figures are not thread-safe) each get their own."""
+    return _renderer(tokens, threading.get_ident())
+
+
+@functools.lru_cache(maxsize=4)
+def _renderer(tokens: tuple[str, ...], thread: int) -> "HeatmapRenderer":
+    return HeatmapRenderer(tokens)
+
+
 class HeatmapRenderer:
     """Renders successive attention heatmaps for one token list to ``(H_px, W_px, 3)`` uint8
     RGB arrays (HWC), for ``SummaryWriter.add_image(..., dataformats="HWC")``.
 
-    One figure (460 x 400 px) is reused: the first call lays it out (constrained layout),
-    later calls only swap the pixel data, cell values and title, about twice as fast.
-    Colour scale fixed to [0, 1] so images at different steps compare.
+    One figure (460 x 400 px) is laid out once (constrained layout, at the first call) and its
+    unchanging parts (tick labels, colour bar) are drawn once into a saved background; each
+    call restores that background and draws only what changes (the image, its frame, the cell
+    values and the title) on top ("blitting"): ~90-120 ms instead of 140-180 ms per image on a
+    busy core, most of what remains being the 36 cell values' text. Every
+    call, the first too, goes through that path, so a reused renderer gives the same pixels as
+    a fresh one. Colour scale fixed to [0, 1] so images at different steps compare.
     """
 
     def __init__(self, tokens: Sequence[str]):
         self.labels = [label(t) for t in tokens]
-        self.fig = self.im = None
+        self.fig = self.ax = self.im = None
+        self._changing: list = []  # artists drawn per call, on top of the background
+        self._background = None
+
+    def _lay_out(self, w: np.ndarray, title: str) -> None:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+
+        self.fig = Figure(figsize=(4.6, 4.0), dpi=DPI, layout="constrained")
+        FigureCanvasAgg(self.fig)
+        self.ax = self.fig.add_subplot()
+        self.im = draw_heatmap(self.ax, w, self.labels, title)
+        self.fig.colorbar(self.im, ax=self.ax, shrink=0.85)
+        self.fig.get_layout_engine().execute(self.fig)  # place the axes once, without drawing
+        self.fig.set_layout_engine("none")
+        self._changing = [self.im, *self.ax.spines.values(), *self.ax.texts, self.ax.title]
+        for artist in self._changing:
+            artist.set_visible(False)
+        self.fig.canvas.draw()
+        self._background = self.fig.canvas.copy_from_bbox(self.fig.bbox)
+        for artist in self._changing:
+            artist.set_visible(True)
 
     def __call__(self, weights: np.ndarray, title: str = "") -> np.ndarray:
         """``weights``: ``(T, T)`` or ``(1, T, T)``; returns the RGB image."""
         import matplotlib
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
 
         w = head_mean(weights)
+        title = drawable(title)
         with matplotlib.rc_context(rc()):
             if self.fig is None:
-                self.fig = Figure(figsize=(4.6, 4.0), dpi=DPI, layout="constrained")
-                FigureCanvasAgg(self.fig)
-                self.ax = self.fig.add_subplot()
-                self.im = draw_heatmap(self.ax, w, self.labels, drawable(title))
-                self.fig.colorbar(self.im, ax=self.ax, shrink=0.85)
-                self.fig.canvas.draw()
-                self.fig.set_layout_engine("none")  # keep the layout of the first draw
-            else:
-                self.im.set_data(w)
-                self.ax.set_title(drawable(title), fontsize=10)
-                for text, value in zip(self.ax.texts, w.flat):
-                    text.set_text(f"{value:.2f}")
-                    text.set_color("black" if value > 0.6 else "white")
-                self.fig.canvas.draw()
-            return np.asarray(self.fig.canvas.buffer_rgba())[..., :3].copy()
+                self._lay_out(w, title)
+            self.im.set_data(w)
+            self.ax.title.set_text(title)
+            for text, value in zip(self.ax.texts, w.flat):
+                text.set_text(f"{value:.2f}")
+                text.set_color("black" if value > 0.6 else "white")
+            canvas = self.fig.canvas
+            canvas.restore_region(self._background)
+            for artist in self._changing:
+                self.ax.draw_artist(artist)
+            return np.asarray(canvas.buffer_rgba())[..., :3].copy()

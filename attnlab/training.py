@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from attnlab import checks, interrupts, tokenizer
+from attnlab import checks, interrupts, threads, tokenizer
 from attnlab.config import optimizer_schema, plain, resolve, snapshot_steps
 from attnlab.model import (
     AttentionModel,
@@ -50,7 +50,9 @@ def build_model(cfg: DictConfig, tokens: tokenizer.Tokens, order: str = "trainin
     """Seed, then create the parameters on the CPU in the tutorial's order (§5 for
     ``order="training"``, with the next-token head when ``train.objective=next_token``; §2–4
     for ``"walkthrough"``; see :mod:`attnlab.model` for the order of every parameter); moved to
-    ``cfg.device`` afterwards, so every device starts from the same numbers."""
+    ``cfg.device`` afterwards, so every device starts from the same numbers. Sets torch's
+    threads first (``threads``, see :mod:`attnlab.threads`), before any tensor exists."""
+    threads.configure(cfg, tokens.seq_len)
     seed_everything(cfg.seed)
     spec = model_spec(cfg)
     if order == "walkthrough":

@@ -7,7 +7,13 @@ public API, because ``tiktoken.get_encoding`` would need the network) and a few 
 knobs for the benchmark's other cases (text file, sizes, steps, snapshot steps, repetitions).
 
     python benchmarks/plain_tutorial.py                 # tutorial §5 exactly: 201 steps, 5 lines
+    python benchmarks/plain_tutorial.py --figure evo.png   # ... and the section's figure, as a PNG
     python benchmarks/plain_tutorial.py --repeat 20 --steps 20    # 20 trainings in one process
+
+Threads are torch's defaults, as a reader's script gets them. ``--figure PATH`` draws the
+section's "可视化：注意力权重的演化" figure with the tutorial's own pyplot code, ``plt.savefig(PATH)``
+in place of ``plt.show()`` (headless: run it with ``MPLBACKEND=Agg``); it is the fair baseline for
+a default ``attnlab`` run, which also draws that figure.
 """
 from __future__ import annotations
 
@@ -85,6 +91,23 @@ def train(token_ids: list[int], tokens: list[str], d_model: int = 6, d_out: int 
     return time.perf_counter() - t0, snapshots
 
 
+def draw_figure(snapshots: list, tokens: list[str], path: str) -> None:
+    """Tutorial §5's visualisation, line for line, with ``plt.savefig(path)`` for ``plt.show()``."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(snapshots), figsize=(4*len(snapshots), 4))
+    for ax, (step, loss, w) in zip(axes, snapshots):
+        im = ax.imshow(w.numpy(), cmap='viridis', vmin=0, vmax=1)
+        ax.set_title(f"step={step}\nloss={loss:.3f}")
+        ax.set_xticks(range(len(tokens))); ax.set_yticks(range(len(tokens)))
+        ax.set_xticklabels([t.strip() for t in tokens], rotation=45, ha='right')
+        ax.set_yticklabels([t.strip() for t in tokens])
+    fig.colorbar(im, ax=axes, shrink=0.8)
+    plt.suptitle("注意力权重的训练演化", y=1.02)
+    plt.tight_layout()
+    plt.savefig(path)
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--text-file", help="UTF-8 text to tokenize instead of the tutorial sentence")
@@ -96,6 +119,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--repeat", type=int, default=1, help="trainings in this process, one after another")
     p.add_argument("--quiet", action="store_true", help="no per-snapshot lines")
     p.add_argument("--report", action="store_true", help="print one JSON line with the loop timings")
+    p.add_argument("--figure", metavar="PATH", help="also draw the tutorial's figure of the snapshots into PATH")
     a = p.parse_args(argv)
 
     enc = gpt2_encoding()
@@ -105,8 +129,10 @@ def main(argv: list[str] | None = None) -> None:
     snaps = range(a.steps) if a.snapshot_steps == "all" else {int(s) for s in a.snapshot_steps.split(",") if s}
     loop_s = []
     for _ in range(a.repeat):
-        seconds, _snapshots = train(token_ids, tokens, a.d_model, a.d_k, a.steps, snaps, verbose=not a.quiet)
+        seconds, snapshots = train(token_ids, tokens, a.d_model, a.d_k, a.steps, snaps, verbose=not a.quiet)
         loop_s.append(seconds)
+    if a.figure:
+        draw_figure(snapshots, tokens, a.figure)
     if a.report:
         print(json.dumps({"T": len(token_ids), "steps": a.steps, "loop_s": loop_s}), file=sys.stderr)
 

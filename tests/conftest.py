@@ -1,21 +1,32 @@
-"""Shared test helpers: compose configs with Hydra's compose API, run the CLI in a subprocess."""
+"""Shared test helpers: compose configs with Hydra's compose API, run the CLI in a subprocess,
+and the expensive runs several tests read (session fixtures).
+
+Speed (``make test`` runs ``pytest -n 2 --dist loadscope``, pytest-xdist: a module's tests stay
+on one worker, so a module fixture's run is made once): every test process and every ``attnlab``
+it starts uses one torch thread (``OMP_NUM_THREADS=1`` unless set: the suite's sizes are tiny,
+and two busy workers share the cores); tests of several modules that read one expensive run share
+it through a session fixture made once for all workers (:func:`shared_once`).
+"""
 from __future__ import annotations
 
 import csv
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
-import pytest
-from hydra import compose, initialize_config_module
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch is imported here or in a child process
 
-import attnlab.sweep  # noqa: F401  (registers attnlab's resolvers, as the command does)
-from attnlab.argv import prepare
-from attnlab.config import register_configs
+import pytest  # noqa: E402
+from hydra import compose, initialize_config_module  # noqa: E402
+
+import attnlab.sweep  # noqa: E402, F401  (registers attnlab's resolvers, as the command does)
+from attnlab.argv import prepare  # noqa: E402
+from attnlab.config import register_configs  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-
 # Tutorial §5 (seed 42, std 1.0, Adam lr 0.05): printed loss and ' journey' row at each snapshot.
 GOLDEN_SECTION5 = {
     0: (2.3566, [0.22, 0.12, 0.13, 0.14, 0.19, 0.21]),
@@ -65,12 +76,45 @@ def read_csv(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
-# ------------------------------------------------------------------ runs shared by the report tests
+def shared_once(tmp_path_factory, name: str, make: Callable[[Path], dict]) -> tuple[Path, dict]:
+    """Run ``make(folder)`` once per test session, whichever pytest-xdist worker asks first
+    (a file lock in the folder the workers share); every caller gets ``(folder, what make
+    returned)``, the result kept as JSON beside the folder."""
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the workers' basetemps are siblings in one session folder
+    folder, result = base / f"shared-{name}", base / f"shared-{name}.json"
+    with FileLock(str(base / f"shared-{name}.lock")):
+        if not result.is_file():
+            folder.mkdir(parents=True, exist_ok=True)
+            result.write_text(json.dumps(make(folder)), encoding="utf-8")
+    return folder, json.loads(result.read_text(encoding="utf-8"))
+
+
+def _cli_run(*args: str) -> Callable[[Path], dict]:
+    def make(folder: Path) -> dict:
+        proc = run_cli(*(a.format(folder=folder) for a in args))
+        return {"args": proc.args, "returncode": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}
+
+    return make
+
+
 @pytest.fixture(scope="session")
-def default_run(tmp_path_factory) -> Path:
-    """The tutorial's default run (``attnlab hydra.run.dir=DIR``, default logging), made once."""
-    run_dir = tmp_path_factory.mktemp("report-default") / "default"
-    proc = run_cli(f"hydra.run.dir={run_dir}")
+def default_cli_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """``attnlab hydra.run.dir=LOGDIR/default``: the tutorial's section-5 run with every default
+    (console lines, run-dir files, TensorBoard with images, figures, report), made once per session
+    for every worker (LOGDIR holds only this run). Returns (run dir, the finished process). Tests
+    read it and must not change it."""
+    logdir, done = shared_once(tmp_path_factory, "default_run", _cli_run("hydra.run.dir={folder}/default"))
+    return logdir / "default", subprocess.CompletedProcess(**done)
+
+
+@pytest.fixture(scope="session")
+def default_run(default_cli_run) -> Path:
+    """The run dir of :func:`default_cli_run` (asserting it completed)."""
+    run_dir, proc = default_cli_run
     assert proc.returncode == 0, proc.stderr
     return run_dir
 
@@ -78,10 +122,10 @@ def default_run(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def report_sweep(tmp_path_factory) -> Path:
     """``attnlab -m optimizer.lr=0.01,0.05 logging=off``: two jobs of the default run, made once."""
-    sweep_dir = tmp_path_factory.mktemp("report-sweep") / "sweep"
-    proc = run_cli("-m", "optimizer.lr=0.01,0.05", f"hydra.sweep.dir={sweep_dir}", "logging=off")
-    assert proc.returncode == 0, proc.stderr
-    return sweep_dir
+    folder, done = shared_once(tmp_path_factory, "report_sweep",
+                               _cli_run("-m", "optimizer.lr=0.01,0.05", "hydra.sweep.dir={folder}/sweep", "logging=off"))
+    assert done["returncode"] == 0, done["stderr"]
+    return folder / "sweep"
 
 
 @pytest.fixture(scope="session")
@@ -90,6 +134,12 @@ def large_run(tmp_path_factory) -> Path:
     262 MB; benchmarks.report.make_large_run), made once."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))  # benchmarks/ is not an installed package
-    from benchmarks.report import make_large_run
 
-    return make_large_run(tmp_path_factory.mktemp("report-large") / "run")
+    def make(folder: Path) -> dict:
+        from benchmarks.report import make_large_run
+
+        make_large_run(folder / "run")
+        return {}
+
+    folder, _ = shared_once(tmp_path_factory, "large_run", make)
+    return folder / "run"

@@ -605,7 +605,7 @@ CASES: list[Case] = [
     Case("set_tag", "code", edit(CONFIG, "analysis:\n", "analysis: !!set\n"), "config",
          Raises(CONFIG, "refused YAML: tag tag:yaml.org,2002:set")),
     Case("merge_key", "code", edit(CONFIG, "model:\n  d_model: 6\n", "model:\n  <<: {d_model: 6}\n"), "config",
-         Raises(CONFIG, "refused YAML: merge key '<<' (line 11)"), reproduce="merge key"),
+         Raises(CONFIG, "refused YAML: merge key '<<' (line 12)"), reproduce="merge key"),
     Case("duplicate_key", "code", edit(CONFIG, "seed: 42\n", "seed: 42\nseed: 7\n"), "config",
          Raises(CONFIG, "refused YAML: duplicate key seed (line 3)"), reproduce="duplicate key seed"),
     Case("config_not_utf8", "damaged", put(CONFIG, b"task: train\nsentence: \xff\xfe\n"), "config",

@@ -7,7 +7,7 @@ import pytest
 from attnlab.training import train
 from attnlab.walkthrough import walkthrough
 
-from conftest import GOLDEN_EMBEDDING_ROWS, GOLDEN_SECTION5, TUTORIAL_IDS
+from conftest import GOLDEN_EMBEDDING_ROWS, GOLDEN_SECTION5, TUTORIAL_IDS, compose_cfg
 
 
 def test_section5_losses_and_journey_rows(cfg_of):
@@ -43,9 +43,8 @@ def test_walkthrough_sections_1_to_4(cfg_of, capsys):
     assert out.count("0.167") == 36
 
 
-def test_cli_default_run_prints_tutorial_lines_and_writes_artifacts(cli, tmp_path):
-    run_dir = tmp_path / "run"
-    proc = cli(f"hydra.run.dir={run_dir}", "logging.tensorboard=false", "logging.figures=false")
+def test_cli_default_run_prints_tutorial_lines_and_writes_artifacts(default_cli_run):
+    run_dir, proc = default_cli_run
     assert proc.returncode == 0, proc.stderr
     lines = [line for line in proc.stdout.splitlines() if line.startswith("step")]
     assert lines[0] == ("step   0  loss=2.3566  |  ' journey' attends: 'Your'=0.22 'journey'=0.12 "
@@ -84,9 +83,9 @@ def test_cli_walkthrough_writes_walkthrough_npz(cli, tmp_path):
     assert json.loads((tmp_path / "summary.json").read_text())["status"] == "completed"
 
 
-def test_cli_logging_switches(cli, tmp_path):
-    on, off = tmp_path / "on", tmp_path / "off"
-    assert cli(f"hydra.run.dir={on}", "logging.images=false").returncode == 0
+def test_cli_logging_switches(cli, tmp_path, default_cli_run):
+    (on, on_proc), off = default_cli_run, tmp_path / "off"
+    assert on_proc.returncode == 0
     names = sorted(p.name for p in on.iterdir())
     assert "attention_evolution.png" in names
     assert "loss.png" in names
@@ -103,3 +102,9 @@ def test_cli_logging_switches(cli, tmp_path):
     assert proc.stderr == ""
     # the records are the same whatever is logged
     assert (on / "metrics.csv").read_bytes() == (off / "metrics.csv").read_bytes()
+    # logging.images=false: TensorBoard without heatmaps (what it writes: test_tensorboard.test_no_images_option)
+    from attnlab.job import make_sinks
+
+    sinks = make_sinks(compose_cfg("logging.images=false"), tmp_path / "no_images")
+    assert [s.images for s in sinks if type(s).__name__ == "TensorBoardSink"] == [False]
+    assert any(type(s).__name__ == "FigureSink" for s in sinks)

@@ -3,11 +3,11 @@ served by a real ``tensorboard`` process over its HTTP data API."""
 from __future__ import annotations
 
 import json
-import socket
+import os
+import re
 import subprocess
 import sys
 import time
-import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -190,10 +190,30 @@ def test_import_does_not_load_tensorboard():
 
 
 # ----------------------------------------------------------------- a real TensorBoard server
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def serve(logdir: Path, log: Path, timeout: float = 120.0):
+    """Start ``tensorboard`` on a free port with every event file loaded before it serves
+    (``--reload_task blocking``: no polling); returns (process, base URL) once it serves."""
+    import selectors
+
+    cmd = [sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir), "--host", "127.0.0.1",
+           "--port", "0", "--load_fast=false", "--reload_task", "blocking", "--reload_interval", "0"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    seen = b""
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stderr, selectors.EVENT_READ)
+        deadline = time.monotonic() + timeout
+        while b"(Press CTRL+C to quit)" not in seen:
+            left = deadline - time.monotonic()
+            if left <= 0 or not sel.select(left):  # blocks until tensorboard writes
+                proc.kill()
+                pytest.fail(f"tensorboard not serving after {timeout} s:\n{seen.decode(errors='replace')[-2000:]}")
+            chunk = os.read(proc.stderr.fileno(), 65536)
+            if not chunk:
+                pytest.fail(f"tensorboard exited {proc.wait()}:\n{seen.decode(errors='replace')[-2000:]}")
+            seen += chunk
+    log.write_bytes(seen)
+    url = re.search(rb"at (http://[^ /]+)/? \(Press CTRL", seen).group(1).decode()
+    return proc, url
 
 
 def http(base: str, path: str, body: dict | None = None):
@@ -204,38 +224,13 @@ def http(base: str, path: str, body: dict | None = None):
         return json.loads(resp.read())
 
 
-def serve(logdir: Path, log: Path):
-    """Start ``tensorboard`` on a free port; returns (process, base URL)."""
-    port = free_port()
-    cmd = [sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir),
-           "--host", "127.0.0.1", "--port", str(port), "--load_fast=false",
-           "--reload_interval", "1"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log.open("wb"))
-    return proc, f"http://127.0.0.1:{port}"
-
-
-def wait_for(base: str, proc, log: Path, ready, timeout: float = 60.0):
-    """Poll until ``ready(base)`` is true (HTTP errors count as not ready yet)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, f"tensorboard exited:\n{log.read_text()[-2000:]}"
-        try:
-            if ready(base):
-                return
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            pass
-        time.sleep(0.5)
-    pytest.fail(f"tensorboard not ready after {timeout} s:\n{log.read_text()[-2000:]}")
-
-
-def test_real_tensorboard_server(tmp_path, cli):
+def test_real_tensorboard_server(tmp_path, default_cli_run):
     """The default experiment (tutorial section 5) run by the ``attnlab`` command, served by a
     real ``tensorboard`` process and read back over its HTTP data API."""
     from attnlab.artifacts import read_metrics, read_summary
 
-    run = "default"
-    run_dir = tmp_path / "logs" / run
-    proc = cli(f"hydra.run.dir={run_dir}")
+    run_dir, proc = default_cli_run
+    run = run_dir.name
     assert proc.returncode == 0, proc.stderr
     summary = read_summary(run_dir)
     assert summary["status"] == "completed"
@@ -245,13 +240,9 @@ def test_real_tensorboard_server(tmp_path, cli):
     _, losses = read_metrics(run_dir)
     reached = summary["steps_to_threshold"]
     log = tmp_path / "tensorboard.log"
-    proc, base = serve(tmp_path / "logs", log)
+    proc, base = serve(run_dir.parent, log)
     try:
-        def loaded(base):
-            tags = http(base, "/data/plugin/scalars/tags").get(run, {})
-            return "hparam/steps_to_threshold" in tags
-
-        wait_for(base, proc, log, loaded)
+        assert "hparam/steps_to_threshold" in http(base, "/data/plugin/scalars/tags").get(run, {})
         assert http(base, "/data/runs") == [run]
 
         q = urllib.parse.urlencode({"run": run, "tag": "loss"})

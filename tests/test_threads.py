@@ -1,0 +1,93 @@
+"""``threads``: auto picks torch's intra-op threads from the problem size, the count used is
+recorded in summary.json, and where auto changes the count the losses do not change."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from attnlab import threads
+from attnlab.job import run_job
+from attnlab.training import train
+
+from conftest import compose_cfg
+
+QUIET = ("logging=off", "logging.console=false")
+# (T, d_model) below threads.MIN_WORK_FOR_MORE, d_k = d_v = d_model, as benchmarks/threads_grid.py
+BELOW_THRESHOLD = [(16, 16), (64, 64), (128, 64)]
+
+
+@pytest.fixture
+def restore_threads():
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+def test_work_per_step_counts_the_forward_and_backward_multiply_adds():
+    # tutorial §5: T=6, d_model=6, d_k=4, d_v=6: Q, K, V = 6*6*(4+4+6), scores 36*4, Z 36*6; x3 for backward
+    assert threads.work_per_step(6, 6, 4, 6) == 3 * (6 * 6 * 14 + 36 * 4 + 36 * 6)
+    assert threads.work_per_step(1024, 768) == 3 * (1024 * 768 * 3 * 768 + 1024 * 1024 * 2 * 768)
+    assert threads.work_per_step(8, 8, n_heads=2) == 2 * threads.work_per_step(8, 8)
+
+
+def test_auto_is_one_thread_for_small_problems_and_torchs_count_for_large(monkeypatch):
+    monkeypatch.setattr(threads, "_default", 4)  # as on a 4-core machine
+    assert threads.auto_threads(6, 6, 4, 6) == 1  # the tutorial
+    for seq_len, d_model in BELOW_THRESHOLD:
+        assert threads.auto_threads(seq_len, d_model) == 1
+    assert threads.work_per_step(1024, 768) >= threads.MIN_WORK_FOR_MORE
+    assert threads.auto_threads(1024, 768) == 4
+    monkeypatch.setattr(threads, "_default", 1)  # OMP_NUM_THREADS=1: never more
+    assert threads.auto_threads(1024, 768) == 1
+    assert threads.resolve("auto", 6, 6) == 1
+    assert threads.resolve(3, 6, 6) == 3
+
+
+@pytest.mark.parametrize("value, shown", [("0", "0"), ("-2", "-2"), ("1.5", "1.5"), ("true", "True"),
+                                          ("many", "'many'")])
+def test_bad_threads_value_is_one_line(tmp_path, value, shown):
+    result = run_job(compose_cfg(f"threads={value}", *QUIET), tmp_path)
+    assert result.status == "failed"
+    assert result.bad_input
+    assert result.error == f"threads={shown}: must be auto or a positive integer"
+
+
+def test_summary_records_the_threads_used(tmp_path, restore_threads):
+    for value, expected in (("2", 2), ("auto", 1)):  # auto at the tutorial's size: one thread
+        run = tmp_path / value
+        assert run_job(compose_cfg(f"threads={value}", "train.steps=3", "train.snapshot_steps=[0]", *QUIET),
+                       run).status == "completed"
+        summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
+        assert summary["versions"]["torch_threads"] == expected == torch.get_num_threads()
+
+
+def test_for_reproduction_reads_the_recorded_count_only():
+    assert threads.for_reproduction({"torch": "2.13.0", "torch_threads": 2}) == 2
+    for bad in (None, {}, {"torch_threads": 0}, {"torch_threads": "2"}, {"torch_threads": True},
+                {"torch_threads": 1.0}, ["torch_threads"]):
+        assert threads.for_reproduction(bad) is None
+
+
+@pytest.mark.parametrize("size", [None, *BELOW_THRESHOLD], ids=["tutorial", *(f"{t}x{d}" for t, d in BELOW_THRESHOLD)])
+def test_losses_are_bitwise_identical_across_thread_counts_where_auto_picks_one(size, restore_threads):
+    """Where auto uses one thread instead of torch's default (every size below the threshold on a
+    machine with more than one core), it changes no bit of a run: the golden numbers and runs
+    recorded before ``threads`` existed stay exactly as they were."""
+    overrides = ["train.steps=30", "train.snapshot_steps=[0,29]"]
+    if size is not None:
+        seq_len, d_model = size
+        assert threads.work_per_step(seq_len, d_model) < threads.MIN_WORK_FOR_MORE
+        words = [" journey", " starts", " with", " one", " step", " Your"]
+        sentence = "Your" + "".join(words[i % 6] for i in range(seq_len - 1))  # seq_len GPT-2 tokens
+        overrides += [f"sentence='{sentence}'", f"model.d_model={d_model}", f"model.d_k={d_model}",
+                      "tokenizer.max_tokens=4096"]
+    results = {n: train(compose_cfg(*overrides, f"threads={n}")) for n in (1, 2, 4)}
+    assert results[1].steps_run == 30
+    if size is not None:
+        assert len(results[1].tokens) == size[0]
+    for n in (2, 4):
+        assert results[n].losses.tobytes() == results[1].losses.tobytes(), n
+        for ours, theirs in zip(results[n].snapshots, results[1].snapshots):
+            assert ours.weights.tobytes() == theirs.weights.tobytes()
