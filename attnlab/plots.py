@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # pragma: no cover
 CMAP = "viridis"
 MAX_PANELS = 10  # evolution figure: at most this many snapshots, evenly spaced
 MAX_COLS = 5  # ... wrapped into rows of at most this many panels
+MAX_HEAD_ROWS = 5  # with several heads: at most this many snapshots, one row of heads each
 PANEL_IN = (3.4, 3.6)  # inches per heatmap panel (width, height)
 COLORBAR_IN = 0.9  # extra figure width for the shared colour bar
 DPI = 100
@@ -66,38 +67,47 @@ def pick_snapshots(snapshots: Sequence, max_panels: int = MAX_PANELS) -> list:
     return [snapshots[i] for i in idx]
 
 
-def evolution_figure(snapshots: Sequence[Snapshot], tokens: Sequence[str],
-                     title: str | None = None, max_panels: int = MAX_PANELS) -> "Figure":
+def evolution_figure(snapshots: Sequence[Snapshot], tokens: Sequence[str], title: str | None = None,
+                     max_panels: int = MAX_PANELS, total: int | None = None) -> "Figure":
     """The tutorial's section-5 figure as a ``Figure`` (call inside ``rc_context(rc())``).
 
-    One heatmap per snapshot, titled ``step=N\\nloss=X.XXX``, one shared colour bar over
-    [0, 1]. With more than ``max_panels`` snapshots, ``max_panels`` evenly spaced ones are
-    shown (first and last included) and the suptitle says "(k of n snapshots)"; panels wrap
-    into rows of at most ``MAX_COLS``. Figure size is ``cols * 3.4 + 0.9`` by
+    One heatmap per snapshot, titled ``step=N\nloss=X.XXX``, one shared colour bar over
+    [0, 1]; with more than ``max_panels`` snapshots, ``max_panels`` evenly spaced ones are
+    shown (first and last included), wrapped into rows of at most ``MAX_COLS``. With several
+    heads (weights ``(H, T, T)``, H > 1) each shown snapshot is a row of its H heads (at most
+    ``MAX_HEAD_ROWS`` snapshots). The suptitle says "(k of n snapshots)" when it shows k of the
+    run's ``total`` (default: ``len(snapshots)``). Figure size: ``cols * 3.4 + 0.9`` by
     ``rows * 3.6 + 0.5`` inches at 100 dpi.
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    shown = pick_snapshots(snapshots, max_panels)
+    heads = np.asarray(snapshots[0].weights).shape[0] if np.ndim(snapshots[0].weights) == 3 else 1
+    shown = pick_snapshots(snapshots, min(max_panels, MAX_HEAD_ROWS) if heads > 1 else max_panels)
     n = len(shown)
-    cols = min(n, MAX_COLS)
-    rows = -(-n // cols)
+    if heads > 1:
+        cols, rows = heads, n
+        panels = [(snap.weights[h], f"step={snap.step}  head {h}" + (f"\nloss={snap.loss:.3f}" if h == 0 else "\n"))
+                  for snap in shown for h in range(heads)]
+    else:
+        cols = min(n, MAX_COLS)
+        rows = -(-n // cols)
+        panels = [(head_mean(snap.weights), f"step={snap.step}\nloss={snap.loss:.3f}") for snap in shown]
     fig = Figure(figsize=(cols * PANEL_IN[0] + COLORBAR_IN, rows * PANEL_IN[1] + 0.5), dpi=DPI,
                  layout="constrained")
     FigureCanvasAgg(fig)
     axes = fig.subplots(rows, cols, squeeze=False)
     labels = [label(t) for t in tokens]
     im = None
-    for ax, snap in zip(axes.flat, shown):
-        im = draw_heatmap(ax, head_mean(snap.weights), labels,
-                           f"step={snap.step}\nloss={snap.loss:.3f}")
-    for ax in axes.flat[n:]:
+    for ax, (weights, panel_title) in zip(axes.flat, panels):
+        im = draw_heatmap(ax, weights, labels, panel_title)
+    for ax in axes.flat[len(panels):]:
         ax.set_axis_off()
     fig.colorbar(im, ax=axes, shrink=0.8, label="attention weight")
     title = default_title() if title is None else drawable(title)
-    if n < len(snapshots):
-        title += f"  ({n} of {len(snapshots)} snapshots)"
+    total = len(snapshots) if total is None else total
+    if n < total:
+        title += f"  ({n} of {total} snapshots)"
     fig.suptitle(title, fontsize=13)
     return fig
 
@@ -116,17 +126,18 @@ def save_figure(fig: "Figure", path: Path) -> Path:
     return path
 
 
-def attention_evolution(snapshots: Sequence[Snapshot], tokens: Sequence[str], path: Path,
-                        title: str | None = None, max_panels: int = MAX_PANELS) -> Path:
+def attention_evolution(snapshots: Sequence[Snapshot], tokens: Sequence[str], path: Path, title: str | None = None,
+                        max_panels: int = MAX_PANELS, total: int | None = None) -> Path:
     """Write the evolution figure (see :func:`evolution_figure`) to ``path`` as PNG.
 
     ``snapshots``: :class:`~attnlab.records.Snapshot` list in step order, weights ``(H, T, T)``
-    or ``(T, T)``; ``tokens``: T labels. ``title`` None = Chinese/English default.
+    or ``(T, T)``; ``tokens``: T labels. ``title`` None = Chinese/English default; ``total``
+    the snapshots the run took (more than ``snapshots`` when only some were kept).
     """
     import matplotlib
 
     with matplotlib.rc_context(rc()):
-        return save_figure(evolution_figure(snapshots, tokens, title, max_panels), path)
+        return save_figure(evolution_figure(snapshots, tokens, title, max_panels, total), path)
 
 
 def loss_curve(losses: np.ndarray, path: Path, title: str = "loss") -> Path | None:
@@ -338,9 +349,7 @@ class FigureSink(Sink):
         losses = self.losses if self._losses else np.asarray(result.losses, dtype=np.float64)
         snapshots = self._to_draw()
         if snapshots and self.tokens:
-            # only the drawn snapshots were kept, so the figure cannot see that there were more: say so here
-            title = (f"{default_title()}  ({len(snapshots)} of {self._received} snapshots)"
-                     if len(snapshots) < self._received else None)
-            attention_evolution(snapshots, self.tokens, self.run_dir / self.EVOLUTION, title=title)
+            # only the drawn snapshots were kept, so the figure is told how many the run took
+            attention_evolution(snapshots, self.tokens, self.run_dir / self.EVOLUTION, total=self._received)
         if losses.size:
             loss_curve(losses, self.run_dir / self.LOSS)

@@ -7,9 +7,14 @@ What is written (tags):
 - ``attention/focus/<pos>_<tok>`` (scalar, each snapshot step): the weight the focus token
   (``train.focus_token``) gives to the token at ``pos``; ``attention/entropy/<pos>_<tok>``:
   entropy of row ``pos`` in nats (``ln T`` = uniform, 0 = all on one token)
-- ``attention/weights`` (image, each snapshot step, only with ``images=True``): the heatmap
+- ``focus/weight`` (scalar, each snapshot step): the focus token's weight on its strongest key
+  (attnlab.focus); with several heads also ``focus/weight/head_<h>`` and each head's row
+  entropies ``attention/entropy/head_<h>/<pos>_<tok>`` (the tags above are the head mean)
+- ``attention/weights`` (image, each snapshot step, only with ``images=True``): the heatmap (the
+  head mean); with several heads also ``attention/weights/head_<h>``, one tag per head
 - ``hparam/final_loss``, ``hparam/steps_to_threshold`` (scalars at the last step; -1 when the
-  loss never fell below ``train.loss_threshold``) and the hparams-plugin session (flattened
+  loss never fell below ``train.loss_threshold``), ``hparam/focus_step`` (the first snapshot
+  step whose focus weight passed 0.9; -1 when none did) and the hparams-plugin session (flattened
   config + ``status`` + ``error``, the one-line reason, empty for a completed run), written at
   ``on_end``
 - ``run/sentence``, ``run/tokens``, ``run/config`` (text, step 0; TensorBoard lists them as
@@ -27,6 +32,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from attnlab.focus import FOCUS_THRESHOLD, focus, row_entropy
 from attnlab.fonts import drawable, label, rc
 from attnlab.plots import DPI, draw_heatmap
 from attnlab.records import RunInfo, RunResult, Sink, Snapshot, head_mean
@@ -74,13 +80,6 @@ def flatten_config(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def entropy(weights: np.ndarray) -> np.ndarray:
-    """Row entropies in nats: ``(..., T, T) -> (..., T)``, with 0 log 0 = 0."""
-    w = np.asarray(weights, dtype=np.float64)
-    logw = np.log(np.where(w > 0, w, 1.0))
-    return -(w * logw).sum(axis=-1)
-
-
 def token_markdown(token_ids: list[int], tokens: list[str]) -> str:
     """Markdown table: position, id, token (repr, so leading spaces show)."""
     rows = ["| position | id | token |", "| ---: | ---: | --- |"]
@@ -110,6 +109,7 @@ class TensorBoardSink(Sink):
         self._names: list[str] = []
         self._last_step = 0
         self._renderer = None  # plots.HeatmapRenderer, made at the first snapshot
+        self._focus_step: int | None = None  # the first snapshot step whose mean focus weight passed 0.9
 
     @property
     def writer(self):
@@ -136,19 +136,34 @@ class TensorBoardSink(Sink):
             self._last_step = int(steps[-1])
 
     def on_snapshot(self, snapshot: Snapshot) -> None:
-        w = head_mean(snapshot.weights)  # (T, T)
+        heads = np.asarray(snapshot.weights)  # (H, T, T)
+        w = head_mean(heads)  # (T, T): the one picture (H = 1: the head itself)
         step = snapshot.step
         names = self._names or tag_names([str(i) for i in range(w.shape[0])])
-        focus = self.info.focus_token if self.info else 0
-        for name, value in zip(names, w[focus]):
+        query = self.info.focus_token if self.info else 0
+        for name, value in zip(names, w[query]):
             self.writer.add_scalar(f"attention/focus/{name}", value, step)
-        for name, value in zip(names, entropy(w)):
+        for name, value in zip(names, row_entropy(w)):
             self.writer.add_scalar(f"attention/entropy/{name}", value, step)
+        strongest = focus(np.concatenate([heads, w[None]]), query).weight  # (H + 1,): each head, then the mean
+        self.writer.add_scalar("focus/weight", strongest[-1], step)
+        if self._focus_step is None and strongest[-1] > FOCUS_THRESHOLD:
+            self._focus_step = step
+        many = len(heads) > 1
+        if many:
+            for h, head in enumerate(heads):
+                self.writer.add_scalar(f"focus/weight/head_{h}", strongest[h], step)
+                for name, value in zip(names, row_entropy(head)):
+                    self.writer.add_scalar(f"attention/entropy/head_{h}/{name}", value, step)
         if self.images:
             if self._renderer is None:
                 self._renderer = shared_renderer(tuple(self.info.tokens if self.info else names))
-            img = self._renderer(w, f"step={step}  loss={snapshot.loss:.4f}")
-            self.writer.add_image("attention/weights", img, step, dataformats="HWC")
+            title = f"step={step}  loss={snapshot.loss:.4f}"
+            self.writer.add_image("attention/weights", self._renderer(w, title + ("  (mean of heads)" if many else "")),
+                                  step, dataformats="HWC")
+            for h, head in enumerate(heads if many else []):
+                self.writer.add_image(f"attention/weights/head_{h}", self._renderer(head, f"{title}  head {h}"),
+                                      step, dataformats="HWC")
 
     def on_end(self, result: RunResult) -> None:
         from tensorboard.plugins.hparams import plugin_data_pb2
@@ -163,6 +178,7 @@ class TensorBoardSink(Sink):
         metrics = {
             "hparam/final_loss": float("nan") if final is None else float(final),
             "hparam/steps_to_threshold": -1 if reached is None else reached,
+            "hparam/focus_step": -1 if self._focus_step is None else self._focus_step,
         }
         step = max(self._last_step, result.steps_run - 1, 0)
         exp, ssi, sei = hparams(hp, metrics)

@@ -18,8 +18,9 @@ import pytest
 pytest.importorskip("tensorboard")
 pytest.importorskip("torch.utils.tensorboard")
 
+from attnlab.focus import row_entropy as entropy  # noqa: E402
 from attnlab.records import RunInfo, RunResult, Snapshot  # noqa: E402
-from attnlab.tensorboard import TensorBoardSink, entropy, flatten_config, tag_names  # noqa: E402
+from attnlab.tensorboard import TensorBoardSink, flatten_config, tag_names  # noqa: E402
 
 TOKENS = ["Your", " journey", " starts", " with", " one", " step"]
 TOKEN_IDS = [7120, 7002, 4940, 351, 530, 2239]
@@ -125,8 +126,8 @@ def test_event_file_contents(tmp_path):
                                rtol=1e-6)
 
     exp, start, end = hparams_session(ea)
-    assert {m.name.tag for m in exp.metric_infos} == {"hparam/final_loss",
-                                                       "hparam/steps_to_threshold"}
+    assert {m.name.tag for m in exp.metric_infos} == {"hparam/final_loss", "hparam/steps_to_threshold",
+                                                       "hparam/focus_step"}
     hp = start.hparams
     assert hp["model.d_model"].number_value == 6
     assert hp["optimizer.lr"].number_value == 0.05
@@ -137,6 +138,10 @@ def test_event_file_contents(tmp_path):
     assert ea.Scalars("hparam/final_loss")[0].value == 0.0
     threshold = int(np.flatnonzero(losses < 0.01)[0])
     assert ea.Scalars("hparam/steps_to_threshold")[0].value == threshold
+    strongest = [float(s.weights.mean(axis=0)[1].max()) for s in snaps]  # ' journey''s strongest weight
+    assert [e.value for e in ea.Scalars("focus/weight")] == pytest.approx(strongest, rel=1e-6)
+    above = [step for step, w in zip(SNAPSHOT_STEPS, strongest) if w > 0.9]
+    assert ea.Scalars("hparam/focus_step")[0].value == (above[0] if above else -1)
 
     text = {t: ea.Tensors(t)[0].tensor_proto.string_val[0].decode() for t in ea.Tags()["tensors"]}
     assert text["run/sentence/text_summary"] == CONFIG["sentence"]
@@ -271,7 +276,7 @@ def test_real_tensorboard_server(tmp_path, default_cli_run):
         names = {h["name"] for h in exp["hparamInfos"]}
         assert {"model.d_model", "optimizer.lr", "train.snapshot_steps", "status"} <= names
         assert {m["name"]["tag"] for m in exp["metricInfos"]} == \
-            {"hparam/final_loss", "hparam/steps_to_threshold"}
+            {"hparam/final_loss", "hparam/steps_to_threshold", "hparam/focus_step"}
         groups = http(base, "/data/plugin/hparams/session_groups", {
             "experimentName": "", "startIndex": 0, "sliceSize": 10,
             "allowedStatuses": ["STATUS_UNKNOWN", "STATUS_SUCCESS", "STATUS_FAILURE",
@@ -287,6 +292,7 @@ def test_real_tensorboard_server(tmp_path, default_cli_run):
         metrics = {m["name"]["tag"]: m["value"] for m in group["metricValues"]}
         assert metrics["hparam/final_loss"] == pytest.approx(summary["final_loss"], rel=1e-6)
         assert metrics["hparam/steps_to_threshold"] == reached > 0
+        assert metrics["hparam/focus_step"] == 100  # ' journey' -> 'Your': 0.84 at step 50, 0.99 at 100
     finally:
         proc.terminate()
         try:

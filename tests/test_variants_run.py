@@ -147,3 +147,27 @@ def test_a_dropout_run_reproduces_bit_for_bit_and_says_why(cli, tmp_path, capsys
     seen = capsys.readouterr()
     assert seen.out.splitlines()[0] == "reproduced exactly"
     assert "note: model.dropout=0.2: the dropout masks are drawn from seed=42" in seen.err
+
+
+def test_heads_get_their_own_tensorboard_tags_and_figure_row(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from attnlab import artifacts
+    from attnlab.focus import focus
+    from attnlab.plots import FigureSink
+    from attnlab.tensorboard import TensorBoardSink
+
+    cfg = compose_cfg("train.steps=30", "train.snapshot_steps=[0,10,29]", "model.n_heads=2", "model.d_k=2")
+    result = train(cfg, [artifacts.RunDirSink(tmp_path), TensorBoardSink(tmp_path, images=True),
+                         FigureSink(tmp_path)], run_dir=tmp_path)
+    acc = EventAccumulator(str(tmp_path), size_guidance={"images": 0, "scalars": 0})
+    acc.Reload()
+    assert {"attention/weights", "attention/weights/head_0", "attention/weights/head_1"} <= set(acc.Tags()["images"])
+    assert [e.step for e in acc.Images("attention/weights/head_1")] == [0, 10, 29]
+    for h in range(2):
+        expected = [float(focus(s.weights, 1).weight[h]) for s in result.snapshots]
+        assert [e.value for e in acc.Scalars(f"focus/weight/head_{h}")] == pytest.approx(expected, rel=1e-6)
+    assert "attention/entropy/head_1/0_Your" in acc.Tags()["scalars"]
+    png = (tmp_path / "attention_evolution.png").read_bytes()
+    width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
+    assert (width, height) == (2 * 340 + 90, 3 * 360 + 50)  # a row of 2 heads for each of the 3 snapshots
