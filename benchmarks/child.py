@@ -46,7 +46,7 @@ def run_attnlab(a: argparse.Namespace, snaps: list[int]) -> dict:
 
     register_configs()
     overrides = [f"text_file={a.text_file}", f"model.d_model={a.d_model}", f"model.d_k={a.d_model}",
-                 f"train.steps={a.steps}", "train.snapshot_steps=[0]", "logging.console=false"]
+                 f"train.steps={a.steps}", "train.snapshot_steps=[0]", "logging.console=false", *a.override]
     if a.sinks == "rundir":
         overrides.append("logging=off")
     with initialize_config_module("attnlab.conf", version_base="1.3"):
@@ -94,6 +94,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--run-dir")
     p.add_argument("--sinks", choices=["rundir", "cli", "all"], default="rundir")
     p.add_argument("--report", required=True)
+    p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                   help="another config override for attnlab (the model variants)")
     a = p.parse_args(argv)
     snaps = snapshot_steps(a.steps, a.snapshots)
     import torch  # noqa: F401  -- imported before the clocks start, for both implementations

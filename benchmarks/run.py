@@ -46,7 +46,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
 from benchmarks.load import busy_processes
 
@@ -56,7 +56,7 @@ ATTNLAB = str(Path(PY).with_name("attnlab"))
 PLAIN = str(ROOT / "benchmarks" / "plain_tutorial.py")
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 MB = 1024 * 1024
-CASES = ("single", "loaded", "sweep", "scaling", "snapshots", "threads")
+CASES = ("single", "loaded", "sweep", "scaling", "variants", "snapshots", "threads")
 
 # targets of issue 14 (speed, as ratios measured in one run) ...
 DEFAULT_VS_PLAIN_FIGURE_MAX = 0.75  # default run / plain script with its figure
@@ -301,14 +301,15 @@ def case_sweep(work: Path, env: dict, reps: int, quick: bool) -> dict:
 
 
 def _child(work: Path, env: dict, logfile: Path, impl: str, seq_len: int, d_model: int, steps: int,
-           snapshots: str, sinks: str = "rundir") -> Callable[[int], Sample]:
+           snapshots: str, sinks: str = "rundir", overrides: Sequence[str] = ()) -> Callable[[int], Sample]:
     def run(rep: int) -> Sample:
         report = work / f"report_{os.getpid()}.json"
-        run_dir = work / "runs" / f"{impl}_{sinks}_{seq_len}_{d_model}_{steps}_{snapshots}_{rep}"
+        tag = "_".join(o.replace("=", "-").replace(".", "-") for o in overrides)
+        run_dir = work / "runs" / f"{impl}_{sinks}_{seq_len}_{d_model}_{steps}_{snapshots}_{tag}_{rep}"
         argv = [PY, "-m", "benchmarks.child", impl, "--text-file", str(text_file(work, seq_len)),
                 "--d-model", str(d_model), "--steps", str(steps), "--snapshots", snapshots, "--report", str(report)]
         if impl == "attnlab":
-            argv += ["--run-dir", str(run_dir), "--sinks", sinks]
+            argv += ["--run-dir", str(run_dir), "--sinks", sinks, *(f"--override={o}" for o in overrides)]
         sample = measure(argv, env, logfile, report)
         if impl == "attnlab" and run_dir.is_dir():
             sample.report["run_dir_mb"] = dir_size(run_dir) / MB
@@ -351,6 +352,46 @@ def case_scaling(work: Path, env: dict, reps: int, quick: bool) -> dict:
         }
         row["ratio"] = row["attnlab_sps"] / row["plain_sps"]
         rows.append(row)
+        samples[f"{seq_len}x{d_model}"] = samples_json(results)
+    return {"reps": reps, "rows": rows, "samples": samples}
+
+
+VARIANT_SIZES = [(64, 64, 300), (256, 256, 60)]  # T, d_model, steps (issue 12)
+
+
+def variant_overrides(d_model: int) -> dict[str, list[str]]:
+    """The model variants measured side by side (d_k = d_v = d_model in total over the heads)."""
+    return {
+        "1 head (default)": [],
+        "4 heads": ["model.n_heads=4", f"model.d_k={d_model // 4}", f"model.d_v={d_model // 4}"],
+        "8 heads": ["model.n_heads=8", f"model.d_k={d_model // 8}", f"model.d_v={d_model // 8}"],
+        "causal": ["model.causal=true"],
+        "sdpa": ["model.attention=sdpa"],
+        "sdpa, causal": ["model.attention=sdpa", "model.causal=true"],
+        "dropout 0.1": ["model.dropout=0.1"],
+    }
+
+
+def case_variants(work: Path, env: dict, reps: int, quick: bool) -> dict:
+    """Training-loop steps/s of the model variants and of the plain loop, interleaved."""
+    sizes = [(64, 64, 50)] if quick else VARIANT_SIZES
+    logfile = work / "variants.log"
+    rows, samples = [], {}
+    for seq_len, d_model, steps in sizes:
+        variants = {"plain loop": _child(work, env, logfile, "plain", seq_len, d_model, steps, "5")}
+        for name, overrides in variant_overrides(d_model).items():
+            variants[name] = _child(work, env, logfile, "attnlab", seq_len, d_model, steps, "5", overrides=overrides)
+        results = interleave(variants, reps, f"variants T={seq_len} d={d_model}")
+
+        def steps_per_s(sample: Sample) -> float | None:
+            return steps / sample.report["loop_s"] if sample.report.get("loop_s") else None
+
+        base = median(steps_per_s(s) for s in results["1 head (default)"])
+        for name, runs in results.items():
+            sps = median(steps_per_s(s) for s in runs)
+            rows.append({"T": seq_len, "d_model": d_model, "variant": name, "steps_per_s": sps,
+                         "vs_default": sps / base if sps and base else None,
+                         "failed": sum(s.rc != 0 for s in runs)})
         samples[f"{seq_len}x{d_model}"] = samples_json(results)
     return {"reps": reps, "rows": rows, "samples": samples}
 
@@ -583,6 +624,21 @@ def render(results: dict) -> str:
                                "repetitions)", f"worst {worst['ratio']:.3f}× (paired {worst['paired_ratio']:.3f}×) at "
                                f"T={worst['T']}, d_model={worst['d_model']}", worst["ratio"] >= SCALING_MIN,
                                f"≥ {SCALING_MIN}× at every size"))
+    if "variants" in results:
+        lines += [
+            "### Model variants (issue 12): training-loop steps per second, `logging=off`",
+            "",
+            "d_k and d_v per head are d_model / n_heads, so every variant has the same Q/K/V sizes in total; "
+            "the plain loop is the tutorial's (one head, explicit). *× default* is each variant's steps/s over "
+            "attnlab's default (one head, explicit, no mask, no dropout).",
+            "",
+            "| T | d_model | variant | steps/s | × default |",
+            "| ---: | ---: | --- | ---: | ---: |",
+        ]
+        for row in results["variants"]["rows"]:
+            lines.append(f"| {row['T']} | {row['d_model']} | {row['variant']} | {num(row['steps_per_s'], '.1f')} | "
+                         f"{num(row['vs_default'], '.2f')} |")
+        lines.append("")
     if "snapshots" in results:
         snaps = results["snapshots"]
         lines += [
@@ -686,6 +742,8 @@ def main(argv: list[str] | None = None) -> int:
             results["sweep"] = case_sweep(work, env, reps_for(3), args.quick)
         if "scaling" in cases:
             results["scaling"] = case_scaling(work, env, reps_for(5), args.quick)
+        if "variants" in cases:
+            results["variants"] = case_variants(work, env, reps_for(3), args.quick)
         if "snapshots" in cases:
             results["snapshots"] = case_snapshots(work, env, args.reps or 1, args.quick,
                                                   not (args.no_all_sinks or args.quick))

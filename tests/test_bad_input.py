@@ -143,6 +143,10 @@ CASES = [
          "error: ~train.steps: no such config key"),
     Case("steps_only", "only `train.steps` changed (snapshots follow the run)", ("train.steps=100",), "ok",
          "[7120, 7002, 4940, 351, 530, 2239]"),
+    # issue 14: torch's threads
+    Case("threads_zero", "zero threads", ("threads=0",), "ours", "threads=0: must be auto or a positive integer"),
+    Case("threads_word", "threads that are neither auto nor a number", ("threads=many",), "ours",
+         "threads='many': must be auto or a positive integer"),
     # issue 12: the model variants
     Case("heads_zero", "zero heads", ("model.n_heads=0",), "ours", "model.n_heads=0: must be a positive integer"),
     Case("dropout_one", "dropout 1 (every weight zeroed)", ("model.dropout=1",), "ours",
