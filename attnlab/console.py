@@ -69,11 +69,17 @@ def snapshot_line(step: int, loss: float, row: np.ndarray, tokens: list[str], fo
 class ConsoleSink(Sink):
     """Prints one :func:`snapshot_line` per snapshot and a closing line with the status;
     shows a tqdm progress bar (on a terminal) when ``progress`` and the run has ≥ 1000 steps.
-    ``prefix`` (e.g. :func:`job_prefix`'s ``"[job 3] "``) starts every line and names the bar."""
+    ``prefix`` (e.g. :func:`job_prefix`'s ``"[job 3] "``) starts every line and names the bar.
+
+    Printing never stops a run (:class:`attnlab.streams.SafeStream`): text the console cannot
+    encode is written with backslash escapes, and a closed pipe (``attnlab | head -2``) only
+    silences the console."""
 
     def __init__(self, progress: bool = True, file=None, prefix: str = "") -> None:
+        from attnlab.streams import safe
+
         self.progress = progress
-        self.file = file or sys.stdout
+        self.file = safe(file or sys.stdout)
         self.prefix = prefix
         self._bar = None
         self._info: RunInfo | None = None
@@ -83,8 +89,10 @@ class ConsoleSink(Sink):
         if self.progress and info.steps >= PROGRESS_MIN_STEPS:
             from tqdm import tqdm
 
+            from attnlab.streams import safe
+
             self._bar = tqdm(total=info.steps, unit="step", leave=False, disable=None,
-                             desc=self.prefix.strip() or None)
+                             desc=self.prefix.strip() or None, file=safe(sys.stderr))
 
     def _print(self, line: str) -> None:
         line = prefixed(line, self.prefix)

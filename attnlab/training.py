@@ -6,6 +6,7 @@ sinks are given, and never touches the working directory.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import Iterable
@@ -16,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from attnlab import checks, interrupts, tokenizer
 from attnlab.config import optimizer_schema, plain, resolve, snapshot_steps
+from attnlab.errors import describe
 from attnlab.model import (
     InputEmbedding,
     ModelSpec,
@@ -153,7 +155,7 @@ def train(cfg: DictConfig, sinks: Iterable[Sink] = (), run_dir: Path | None = No
     kept: list[Snapshot] = []
     status, error, step, overflow = "completed", None, 0, None
     t0 = time.perf_counter()
-    with interrupts.deferred():
+    with interrupts.deferred(), interrupts.interruptible():
         try:
             for step in range(steps):
                 interrupts.check()  # Ctrl-C / SIGTERM during the previous step: stop here
@@ -189,7 +191,7 @@ def train(cfg: DictConfig, sinks: Iterable[Sink] = (), run_dir: Path | None = No
             recorder.flush()  # the steps that finished before the interrupt
             status, error = "interrupted", f"interrupted at step {step}; {recorder.recorded} steps recorded"
         except Exception as err:
-            _finish(sinks, _result(info, recorder, kept, t0, "failed", f"{type(err).__name__}: {err}"))
+            _finish(sinks, _result(info, recorder, kept, t0, "failed", describe(err, recorder.recorded)))
             raise
     if recorder.diverged_at is not None:
         status, error = "diverged", divergence_message(cfg, recorder.diverged_at, recorder.bad_value)
@@ -218,17 +220,24 @@ def _result(info: RunInfo, recorder: LossRecorder, kept: list[Snapshot], t0: flo
 
 
 def _finish(sinks: list[Sink], result: RunResult) -> None:
-    """``on_end`` then ``close`` on every sink; a sink that fails does not stop the others."""
+    """``on_end`` then ``close`` on each sink in turn, shielded from a second Ctrl-C
+    (:func:`attnlab.interrupts.shielded`); a sink that fails does not stop the others, and the
+    sinks after it end the run as ``failed`` with that reason (so the status they record
+    agrees with summary.json, which ``job.run_job`` rewrites). Re-raises the first failure."""
     errors = []
-    for sink in sinks:
+
+    def call(method, *args) -> None:
+        nonlocal result
         try:
-            sink.on_end(result)
+            method(*args)
         except Exception as err:  # keep the other sinks' records
             errors.append(err)
-    for sink in sinks:
-        try:
-            sink.close()
-        except Exception as err:
-            errors.append(err)
+            if result.status != "failed":
+                result = dataclasses.replace(result, status="failed", error=describe(err))
+
+    with interrupts.shielded():
+        for sink in sinks:
+            call(sink.on_end, result)
+            call(sink.close)
     if errors:
         raise errors[0]
