@@ -68,9 +68,14 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     filesystem refuses; ``path`` is then untouched and no temporary file is left. When the
     disk is full and this process holds the folder's reserve (:mod:`attnlab.rundir`), the
     reserve is given back and the write tried once more."""
-    path = Path(path)
+    _with_reserve(Path(path), lambda: _write_replace(Path(path), data))
+
+
+def _with_reserve(path: Path, write) -> None:
+    """``write()``, and once more after giving back the folder's disk reserve when the disk is
+    full; an OSError becomes a WriteError naming ``path``'s file."""
     try:
-        _write_replace(path, data)
+        write()
     except OSError as err:
         from attnlab import rundir
 
@@ -78,7 +83,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         if err.errno in (errno.ENOSPC, errno.EDQUOT) and held is not None and held.reserve:
             rundir.release_reserve(path.parent)
             try:
-                _write_replace(path, data)
+                write()
                 return
             except OSError as again:
                 err = again
@@ -117,8 +122,13 @@ def atomic_savez(path: Path, **arrays: Any) -> None:
     A :class:`RawArray` value is streamed from its file into the archive 1 MB at a time, so
     memory stays flat however large it is (``np.savez`` of a memmap would page the whole file
     into the process); the archive is the same as ``np.savez`` writes (stored, ``.npy`` v1.0
-    members in argument order)."""
+    members in argument order). Raises :class:`~attnlab.errors.WriteError` like
+    :func:`atomic_write_bytes`."""
     path = Path(path)
+    _with_reserve(path, lambda: _savez_replace(path, arrays))
+
+
+def _savez_replace(path: Path, arrays: dict[str, Any]) -> None:
     fd, tmp = _temp_beside(path, ".npz")
     os.close(fd)
     try:
@@ -344,7 +354,9 @@ class RunDirSink(Sink):
             try:
                 if n < rows:
                     end, final_loss = self._rows_upto(n)
-                    os.ftruncate(self._metrics_fd, end)
+                else:
+                    end = self._last[1]
+                os.ftruncate(self._metrics_fd, end)  # nothing after the last whole row counted
                 os.close(self._metrics_fd)
                 self._metrics_fd = None
                 os.replace(self._metrics_tmp, self.run_dir / METRICS)

@@ -53,15 +53,40 @@ def os_reason(err: OSError) -> str:
     return text[:1].lower() + text[1:]
 
 
-def describe(err: BaseException, step: int | None = None) -> str:
-    """One line for a run's ``error`` field: attnlab's own errors as they stand; an OSError
-    as its reason, the file when known and ``step`` (``no space left on device while writing
-    the run's files at step 40``); anything else as ``TypeName: message``."""
+def as_write_error(err: BaseException, step: int | None = None) -> BaseException:
+    """``err`` as the run's failure: an OSError becomes a :class:`WriteError` naming the file
+    (from the error, else the writer it came from: ``the TensorBoard event file`` when raised
+    by TensorBoard's writer, ``the run's files`` otherwise) and ``step``; anything else is
+    returned as it is."""
+    if isinstance(err, WriteError) or not isinstance(err, OSError) or err.errno is None:
+        return err
+    from pathlib import Path
+
+    if err.filename:
+        what = Path(str(err.filename)).name
+    elif any(_module(tb.tb_frame).startswith(("tensorboard.", "torch.utils.tensorboard", "attnlab.tensorboard"))
+             for tb in _frames(err.__traceback__)):
+        what = "the TensorBoard event file"
+    else:
+        what = "the run's files"
+    return WriteError(what, os_reason(err), step, err.errno)
+
+
+def _frames(tb):
+    while tb is not None:
+        yield tb
+        tb = tb.tb_next
+
+
+def _module(frame) -> str:
+    return str(frame.f_globals.get("__name__", ""))
+
+
+def describe(err: BaseException) -> str:
+    """One line for a run's ``error`` field: attnlab's own errors as they stand, an OSError as
+    :func:`as_write_error` says it (``no space left on device while writing the TensorBoard
+    event file``), anything else as ``TypeName: message``."""
+    err = as_write_error(err)
     if isinstance(err, AttnlabError):
         return str(err)
-    if isinstance(err, OSError) and err.errno is not None:
-        from pathlib import Path
-
-        what = Path(str(err.filename)).name if err.filename else "the run's files"
-        return f"{os_reason(err)} while writing {what}" + (f" at step {step}" if step is not None else "")
     return f"{type(err).__name__}: {err}"

@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from attnlab import checks, interrupts, tokenizer
 from attnlab.config import optimizer_schema, plain, resolve, snapshot_steps
-from attnlab.errors import describe
+from attnlab.errors import as_write_error, describe
 from attnlab.model import (
     InputEmbedding,
     ModelSpec,
@@ -72,7 +72,9 @@ class LossRecorder:
     non-finite loss. Memory is one batch, whatever ``train.steps`` is (plus every loss when
     ``keep``).
 
-    ``recorded`` steps were sent; ``final_loss`` is the last of them; ``steps_to_threshold`` the
+    ``recorded`` steps were sent (when a sink fails on a batch, the batch counts if the first
+    sink, the run's own record, took it: other sinks hold at most those steps); ``final_loss``
+    is the last of them; ``steps_to_threshold`` the
     first step whose loss is below ``threshold``; ``diverged_at`` / ``bad_value`` the first
     step whose loss was not finite, and that value.
     """
@@ -105,16 +107,24 @@ class LossRecorder:
             batch = batch[: bad[0]]
         if batch.size:
             steps = np.arange(self.recorded, self.recorded + batch.size, dtype=np.int64)
-            for sink in self.sinks:
-                sink.on_losses(steps, batch)
-            below = np.flatnonzero(batch < self.threshold)
-            if self.steps_to_threshold is None and below.size:
-                self.steps_to_threshold = self.recorded + int(below[0])
-            if self._kept is not None:
-                self._kept.append(batch)
-            self.recorded += batch.size
-            self.final_loss = float(batch[-1])
+            for i, sink in enumerate(self.sinks):
+                try:
+                    sink.on_losses(steps, batch)
+                except Exception:
+                    if i:  # the first sink (the run's own record, metrics.csv) took the batch: it is recorded
+                        self._record(batch)
+                    raise
+            self._record(batch)
         return not bad.size
+
+    def _record(self, batch: np.ndarray) -> None:
+        below = np.flatnonzero(batch < self.threshold)
+        if self.steps_to_threshold is None and below.size:
+            self.steps_to_threshold = self.recorded + int(below[0])
+        if self._kept is not None:
+            self._kept.append(batch)
+        self.recorded += batch.size
+        self.final_loss = float(batch[-1])
 
     @property
     def losses(self) -> np.ndarray:
@@ -191,8 +201,14 @@ def train(cfg: DictConfig, sinks: Iterable[Sink] = (), run_dir: Path | None = No
             recorder.flush()  # the steps that finished before the interrupt
             status, error = "interrupted", f"interrupted at step {step}; {recorder.recorded} steps recorded"
         except Exception as err:
-            _finish(sinks, _result(info, recorder, kept, t0, "failed", describe(err, recorder.recorded)))
-            raise
+            failure = as_write_error(err, recorder.recorded)  # a file that could not be written: at this step
+            try:
+                _finish(sinks, _result(info, recorder, kept, t0, "failed", describe(failure)))
+            except Exception:  # a sink failing again as it ends: the first failure is the run's
+                pass
+            if failure is err:
+                raise
+            raise failure from err
     if recorder.diverged_at is not None:
         status, error = "diverged", divergence_message(cfg, recorder.diverged_at, recorder.bad_value)
     elif overflow is not None:

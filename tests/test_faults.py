@@ -236,6 +236,35 @@ def test_file_size_limit_on_the_snapshots_keeps_the_frames_that_fit(tmp_path):
     np.testing.assert_array_equal(artifacts.read_attention(run)["weights"], np.stack([x.weights for x in reference.snapshots]))
 
 
+def test_tensorboard_that_cannot_write_fails_the_run_at_that_step(tmp_path):
+    run = tmp_path / "run"
+    # TensorBoard's event file grows ~2x faster than metrics.csv: it reaches the limit first
+    proc = attnlab(f"hydra.run.dir={run}", "logging.images=false", "logging.figures=false", "logging.report=false",
+                   "logging.console=false", "train.steps=2000", "train.snapshot_steps=[0]", preexec=fsize_limit(20_000))
+    assert proc.returncode == 1
+    n = summary(run)["steps_run"]
+    assert 0 < n < 2000
+    error = f"file too large while writing the TensorBoard event file at step {n}"
+    assert proc.stderr == f"failed: {error}; records kept in {run}\n"  # one line: the writer thread's traceback is kept quiet
+    assert (summary(run)["status"], summary(run)["error"]) == ("failed", error)
+    assert_agrees(run, n, [0])
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    (events,) = run.glob("events.out.tfevents.*")
+    points = [e.step for e in EventAccumulator(str(events), size_guidance={"scalars": 0}).Reload().Scalars("loss")]
+    assert points == list(range(len(points))) and len(points) <= n  # what it could write, never more
+
+
+def test_walkthrough_that_cannot_write_its_archive_fails_with_the_reason(tmp_path):
+    run = tmp_path / "run"
+    sentence = " ".join(["Your journey starts with one step"] * 5)
+    proc = attnlab(f"hydra.run.dir={run}", "experiment=tutorial_walkthrough", "logging.console=false",
+                   "model.d_model=200", f"sentence={sentence}", preexec=fsize_limit(20_000))  # walkthrough.npz ~100 KB
+    assert (proc.returncode, proc.stderr) == (1, f"failed: file too large while writing walkthrough.npz; records kept in {run}\n")
+    assert (summary(run)["status"], summary(run)["error"]) == ("failed", "file too large while writing walkthrough.npz")
+    assert files(run) == {"summary.json"} | hydra_files()  # no temporary archive left
+
+
 @pytest.mark.parametrize("limit, expected_rc, expected_stderr, left", [
     # not even the first summary.json ("running") fits: nothing says how the run ended, and attnlab says so
     (100, 1, "error: file too large while writing summary.json; nothing recorded in {run}\n", set()),
