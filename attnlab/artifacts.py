@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from attnlab import rundir
 from attnlab.errors import RunDirError, WriteError
 from attnlab.npz_writer import GrowingNpz, write_all
 from attnlab.records import RunInfo, RunResult, Sink, Snapshot
@@ -77,8 +78,6 @@ def _with_reserve(path: Path, write) -> None:
     try:
         write()
     except OSError as err:
-        from attnlab import rundir
-
         held = rundir.claimed(path.parent)
         if err.errno in (errno.ENOSPC, errno.EDQUOT) and held is not None and held.reserve:
             rundir.release_reserve(path.parent)
@@ -238,9 +237,7 @@ def check_not_finished(run_dir: Path) -> None:
     """Raise RunDirError when ``run_dir`` already holds a finished run (never overwrite one).
     :func:`attnlab.rundir.claim` does this and more (a killed run, someone else's files, a
     live run of another process) and is what ``job.run_job`` uses."""
-    from attnlab.rundir import _status
-
-    status = _status(Path(run_dir)) if (Path(run_dir) / SUMMARY).exists() else None
+    status = rundir._status(Path(run_dir)) if (Path(run_dir) / SUMMARY).exists() else None
     if status in FINISHED:
         raise RunDirError(f"hydra.run.dir={str(run_dir)!r}: already holds a {status} run; "
                           "choose another hydra.run.dir (runs are never overwritten)")
@@ -275,8 +272,6 @@ class RunDirSink(Sink):
         self.failure: WriteError | None = None  # the first write that failed
 
     def _fail(self, err: OSError, file: str, step: int | None) -> WriteError:
-        from attnlab import rundir
-
         rundir.release_reserve(self.run_dir)  # room to record the failure
         if self.failure is None:
             self.failure = WriteError.from_os_error(err, file, step)

@@ -47,11 +47,11 @@ def _hydra_main(cfg: DictConfig) -> str:
 
     if result.status != "completed":
         callbacks.jobs_not_completed += 1
-    if result.unrecorded is not None:
-        print(f"error: {result.status}: {result.error}; and summary.json could not be written, so "
-              f"{display_path(run_dir)} does not say so ({result.unrecorded})"
-              if result.unrecorded != result.error else
-              f"error: {result.unrecorded}; nothing recorded in {display_path(run_dir)}", file=sys.stderr)
+    if result.unrecorded is not None:  # not even summary.json could be written: say it here
+        print(f"error: {result.unrecorded}; nothing recorded in {display_path(run_dir)}"
+              if result.unrecorded == result.error else
+              f"{result.status}: {result.error}; summary.json does not say so ({result.unrecorded}); "
+              f"records kept in {display_path(run_dir)}", file=sys.stderr)
         sys.exit(EXIT_FAILED_RUN)
     if result.status != "completed":
         if result.bad_input:
