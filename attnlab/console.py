@@ -6,6 +6,7 @@ import sys
 import numpy as np
 
 from attnlab.records import RunInfo, RunResult, Sink, Snapshot
+from attnlab.streams import safe
 from attnlab.tokenizer import show
 
 PROGRESS_MIN_STEPS = 1000  # shorter runs finish too fast for a bar to help
@@ -76,8 +77,6 @@ class ConsoleSink(Sink):
     silences the console."""
 
     def __init__(self, progress: bool = True, file=None, prefix: str = "") -> None:
-        from attnlab.streams import safe
-
         self.progress = progress
         self.file = safe(file or sys.stdout)
         self.prefix = prefix
@@ -88,8 +87,6 @@ class ConsoleSink(Sink):
         self._info = info
         if self.progress and info.steps >= PROGRESS_MIN_STEPS:
             from tqdm import tqdm
-
-            from attnlab.streams import safe
 
             self._bar = tqdm(total=info.steps, unit="step", leave=False, disable=None,
                              desc=self.prefix.strip() or None, file=safe(sys.stderr))

@@ -32,7 +32,7 @@ import numpy as np
 NAME = b"weights.npy"
 _ZIP64_EXTRA_LOCAL = 20  # header id, size, uncompressed and compressed size
 LOCAL_HEADER = 30 + len(NAME) + _ZIP64_EXTRA_LOCAL  # bytes of the zip local header of weights.npy
-NPY_HEADER = 192  # bytes reserved for the .npy header (magic, version, length, dict, padding)
+NPY_HEADER = 128  # bytes reserved for the .npy header, as numpy writes one for these shapes (room for ~14 digits a dim)
 HEAD = LOCAL_HEADER + NPY_HEADER
 _DOS_DATE = (0 << 9) | (1 << 5) | 1  # 1980-01-01, the zip epoch: the same records give the same bytes
 _DOS_TIME = 0
@@ -46,11 +46,25 @@ def _umask() -> int:
     return mask
 
 
+def _pwrite(fd: int, data, offset: int) -> int:
+    if hasattr(os, "pwrite"):
+        return os.pwrite(fd, data, offset)
+    os.lseek(fd, offset, os.SEEK_SET)  # Windows: no pwrite
+    return os.write(fd, data)
+
+
+def _pread(fd: int, n: int, offset: int) -> bytes:
+    if hasattr(os, "pread"):
+        return os.pread(fd, n, offset)
+    os.lseek(fd, offset, os.SEEK_SET)
+    return os.read(fd, n)
+
+
 def write_all(fd: int, data: bytes | memoryview, offset: int) -> None:
     """``os.pwrite`` all of ``data`` at ``offset`` (a short write is continued); raises OSError."""
     view = memoryview(data).cast("B")
     while view:
-        n = os.pwrite(fd, view, offset)
+        n = _pwrite(fd, view, offset)
         if n <= 0:
             raise OSError(_errno.EIO, "short write")
         view, offset = view[n:], offset + n
@@ -180,7 +194,7 @@ class GrowingNpz:
         crc = zlib.crc32(header)
         pos = HEAD
         while pos < data_end:
-            chunk = os.pread(fd, min(CHUNK, data_end - pos), pos)
+            chunk = _pread(fd, min(CHUNK, data_end - pos), pos)
             if not chunk:
                 raise OSError(_errno.EIO, "partial file shorter than its frames")
             crc = zlib.crc32(chunk, crc)

@@ -204,8 +204,10 @@ def _lock(lock: Path, key: "_Named", path: Path) -> int | None:
 
 
 def _read_pid(fd: int) -> int | None:
+    from attnlab.npz_writer import _pread
+
     try:
-        head = os.pread(fd, PID_BYTES, 0).split(b"\n", 1)[0]
+        head = _pread(fd, PID_BYTES, 0).split(b"\n", 1)[0]
     except OSError:
         return None
     return int(head) if head.isdigit() and len(head) < 12 else None
@@ -214,13 +216,17 @@ def _read_pid(fd: int) -> int | None:
 def _write_pid(claim_: Claim) -> None:
     if claim_.fd is None:
         return
+    from attnlab.npz_writer import write_all
+
     os.ftruncate(claim_.fd, 0)
     data = f"{os.getpid()}\n".encode()
-    if os.pwrite(claim_.fd, data, 0) != len(data):
-        raise OSError(errno.EIO, "short write")
+    write_all(claim_.fd, data, 0)
+    if not (hasattr(os, "posix_fallocate") and hasattr(os, "statvfs")):
+        return
     try:
-        reserve = min(RESERVE_BYTES, os.statvfs(claim_.path).f_bavail * os.statvfs(claim_.path).f_frsize // 8)
-        if reserve > len(data) and hasattr(os, "posix_fallocate"):
+        fs = os.statvfs(claim_.path)
+        reserve = min(RESERVE_BYTES, fs.f_bavail * fs.f_frsize // 8)
+        if reserve > len(data):
             os.posix_fallocate(claim_.fd, len(data), reserve - len(data))
             claim_.reserve = True
     except OSError:  # no room, a file-size limit, or a filesystem without fallocate: no reserve
