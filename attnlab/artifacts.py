@@ -6,10 +6,21 @@ per optimizer step, losses at full precision), ``attention.npz`` (``steps`` (S,)
 ``walkthrough.npz``. Files are written to a temporary name and renamed, so a file with its
 final name is always complete; ``summary.json`` is written first as ``running`` and last with the
 final status.
+
+While a run goes, its records are in hidden partial files that reach the OS at every batch of
+losses and every snapshot (``kill -9`` keeps them): ``.metrics.csv.partial`` (metrics.csv's
+format, whole rows) and ``.attention.npz.partial`` (:mod:`attnlab.npz_writer`: from byte
+``LOCAL_HEADER`` on, an ``.npy`` array of the snapshots taken). A run that cannot write (disk
+full, file-size limit, I/O error) stops at that step: what was recorded is promoted into
+``metrics.csv`` and ``attention.npz``, every file agrees on ``steps_run``, and ``summary.json``
+says ``failed`` with the reason (``no space left on device while writing metrics.csv at step
+57``). The run dir's lock (:mod:`attnlab.rundir`, :func:`run_is_live`) tells a live run from a
+killed one.
 """
 from __future__ import annotations
 
 import csv
+import errno
 import functools
 import io
 import json
@@ -25,8 +36,11 @@ from typing import Any
 
 import numpy as np
 
-from attnlab.errors import RunDirError
+from attnlab import rundir
+from attnlab.errors import RunDirError, WriteError
+from attnlab.npz_writer import GrowingNpz, write_all
 from attnlab.records import RunInfo, RunResult, Sink, Snapshot
+from attnlab.rundir import LOCK, run_is_live  # noqa: F401  (part of the run-dir contract)
 
 SUMMARY = "summary.json"
 METRICS = "metrics.csv"
@@ -49,8 +63,33 @@ def _temp_beside(path: Path, suffix: str) -> tuple[int, str]:
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename."""
-    path = Path(path)
+    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename.
+
+    Raises :class:`~attnlab.errors.WriteError` (an OSError) naming ``path``'s file when the
+    filesystem refuses; ``path`` is then untouched and no temporary file is left. When the
+    disk is full and this process holds the folder's reserve (:mod:`attnlab.rundir`), the
+    reserve is given back and the write tried once more."""
+    _with_reserve(Path(path), lambda: _write_replace(Path(path), data))
+
+
+def _with_reserve(path: Path, write) -> None:
+    """``write()``, and once more after giving back the folder's disk reserve when the disk is
+    full; an OSError becomes a WriteError naming ``path``'s file."""
+    try:
+        write()
+    except OSError as err:
+        held = rundir.claimed(path.parent)
+        if err.errno in (errno.ENOSPC, errno.EDQUOT) and held is not None and held.reserve:
+            rundir.release_reserve(path.parent)
+            try:
+                write()
+                return
+            except OSError as again:
+                err = again
+        raise WriteError.from_os_error(err, path.name) from err
+
+
+def _write_replace(path: Path, data: bytes) -> None:
     fd, tmp = _temp_beside(path, ".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
@@ -82,8 +121,13 @@ def atomic_savez(path: Path, **arrays: Any) -> None:
     A :class:`RawArray` value is streamed from its file into the archive 1 MB at a time, so
     memory stays flat however large it is (``np.savez`` of a memmap would page the whole file
     into the process); the archive is the same as ``np.savez`` writes (stored, ``.npy`` v1.0
-    members in argument order)."""
+    members in argument order). Raises :class:`~attnlab.errors.WriteError` like
+    :func:`atomic_write_bytes`."""
     path = Path(path)
+    _with_reserve(path, lambda: _savez_replace(path, arrays))
+
+
+def _savez_replace(path: Path, arrays: dict[str, Any]) -> None:
     fd, tmp = _temp_beside(path, ".npz")
     os.close(fd)
     try:
@@ -169,17 +213,31 @@ def read_summary(run_dir: Path) -> dict[str, Any]:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
+def _own_summary(run_dir: Path) -> dict[str, Any]:
+    """The summary.json this process is writing (attnlab's own file; {} before the first)."""
+    path = Path(run_dir) / SUMMARY
+    try:
+        data = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def write_summary(run_dir: Path, **fields: Any) -> dict[str, Any]:
-    """Update ``summary.json`` with ``fields`` (atomically) and return the whole summary."""
-    summary = read_summary(run_dir)
+    """Update ``summary.json`` with ``fields`` (atomically) and return the whole summary.
+    Raises :class:`~attnlab.errors.WriteError` (summary.json unchanged) when it cannot be
+    written."""
+    summary = _own_summary(run_dir)
     summary.update(fields)
     atomic_write_text(Path(run_dir) / SUMMARY, json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
     return summary
 
 
 def check_not_finished(run_dir: Path) -> None:
-    """Raise RunDirError when ``run_dir`` already holds a finished run (never overwrite one)."""
-    status = read_summary(run_dir).get("status")
+    """Raise RunDirError when ``run_dir`` already holds a finished run (never overwrite one).
+    :func:`attnlab.rundir.claim` does this and more (a killed run, someone else's files, a
+    live run of another process) and is what ``job.run_job`` uses."""
+    status = rundir._status(Path(run_dir)) if (Path(run_dir) / SUMMARY).exists() else None
     if status in FINISHED:
         raise RunDirError(f"hydra.run.dir={str(run_dir)!r}: already holds a {status} run; "
                           "choose another hydra.run.dir (runs are never overwritten)")
@@ -188,57 +246,144 @@ def check_not_finished(run_dir: Path) -> None:
 class RunDirSink(Sink):
     """Writes ``metrics.csv``, ``attention.npz`` and the final ``summary.json`` into ``run_dir``.
 
-    Losses and snapshots are streamed to hidden partial files while the run goes (memory stays
-    flat however many snapshots), and renamed to their final names in ``on_end`` whatever the
+    Losses and snapshots go to hidden partial files as the run goes (memory stays flat however
+    many snapshots; every batch of losses and every snapshot reaches the OS at once, so a
+    killed run keeps them), and are promoted to their final names in ``on_end`` whatever the
     status, so a diverged or interrupted run keeps everything recorded up to its last step.
+
+    A write the filesystem refuses raises :class:`~attnlab.errors.WriteError` (``no space left
+    on device while writing metrics.csv at step 57``; the training loop then stops) after
+    cutting the partial file back to its last whole record; ``on_end`` promotes what was
+    recorded (dropping snapshots at the end of ``attention.npz`` when even its last bytes do
+    not fit) and writes ``summary.json`` as ``failed`` with that reason. ``metrics.csv`` always
+    holds exactly ``steps_run`` rows and ``attention.npz`` only snapshots of those steps.
     """
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = Path(run_dir)
         self._metrics_tmp = self.run_dir / f".{METRICS}.partial"
-        self._weights_tmp = self.run_dir / f".{ATTENTION}.weights.partial"
-        self._metrics = None
-        self._weights = None
+        self._weights_tmp = self.run_dir / f".{ATTENTION}.partial"
+        self._metrics_fd: int | None = None
+        self._archive: GrowingNpz | None = None
+        self._last = (0, 0, None)  # (rows, byte offset after them, loss of the last row) written
+        self._prev = (0, 0, None)  # the same before the last batch
         self._snap_steps: list[int] = []
-        self._snap_shape: tuple[int, ...] | None = None
         self._info: RunInfo | None = None
+        self.failure: WriteError | None = None  # the first write that failed
+
+    def _fail(self, err: OSError, file: str, step: int | None) -> WriteError:
+        rundir.release_reserve(self.run_dir)  # room to record the failure
+        if self.failure is None:
+            self.failure = WriteError.from_os_error(err, file, step)
+        return self.failure
 
     def on_start(self, info: RunInfo) -> None:
         self._info = info
-        self._metrics = open(self._metrics_tmp, "w", encoding="utf-8", newline="")
-        self._metrics.write("step,loss\n")
-        self._weights = open(self._weights_tmp, "wb")
+        try:
+            self._metrics_fd = os.open(self._metrics_tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+                                       | getattr(os, "O_CLOEXEC", 0), 0o666 & ~_umask())
+            header = b"step,loss\n"
+            write_all(self._metrics_fd, header, 0)
+            self._last = self._prev = (0, len(header), None)
+        except OSError as err:
+            raise self._fail(err, METRICS, 0) from err
+        try:
+            self._archive = GrowingNpz(self._weights_tmp)
+        except OSError as err:
+            raise self._fail(err, ATTENTION, 0) from err
 
     def on_losses(self, steps: np.ndarray, losses: np.ndarray) -> None:
-        self._metrics.write("".join(f"{step},{loss!r}\n" for step, loss in zip(steps.tolist(), losses.tolist())))
-        self._metrics.flush()
+        if not len(steps):
+            return
+        rows, end, _ = self._last
+        data = "".join(f"{step},{loss!r}\n" for step, loss in zip(steps.tolist(), losses.tolist())).encode("ascii")
+        try:
+            write_all(self._metrics_fd, data, end)
+        except OSError as err:
+            try:
+                os.ftruncate(self._metrics_fd, end)  # no half-written batch
+            except OSError:
+                pass
+            raise self._fail(err, METRICS, int(steps[0])) from err
+        self._prev = self._last
+        self._last = (rows + len(steps), end + len(data), float(losses[-1]))
 
     def on_snapshot(self, snapshot: Snapshot) -> None:
-        self._weights.write(np.ascontiguousarray(snapshot.weights, dtype=np.float32).data)
+        try:
+            self._archive.append(snapshot.weights)
+        except OSError as err:
+            raise self._fail(err, ATTENTION, snapshot.step) from err
         self._snap_steps.append(snapshot.step)
-        self._snap_shape = snapshot.weights.shape
+        if len(self._snap_steps) == 1:
+            from attnlab.interrupts import pause_point
+
+            pause_point("first_snapshot")  # a test hook (a fault made real at this moment)
+
+    def _rows_upto(self, n: int) -> tuple[int, float | None]:
+        """Byte offset after the first ``n`` rows, and the loss of row ``n - 1``."""
+        for rows, end, loss in (self._last, self._prev):
+            if rows == n:
+                return end, loss
+        with open(self._metrics_tmp, "rb") as f:  # only when a sink after this one failed oddly
+            offset, loss = len(f.readline()), None
+            for _ in range(n):
+                line = f.readline()
+                offset += len(line)
+                loss = float(line.split(b",")[1])
+        return offset, loss
 
     def on_end(self, result: RunResult) -> None:
         info = self._info
         if info is None:
             return
-        self.close()
-        os.replace(self._metrics_tmp, self.run_dir / METRICS)
-        S = len(self._snap_steps)
-        T = info.seq_len
-        shape = (S, *(self._snap_shape or (1, T, T)))
-        # streamed from the partial file in chunks: memory stays flat however many snapshots
-        weights = RawArray(self._weights_tmp, shape, np.float32) if S else np.zeros(shape, dtype=np.float32)
-        atomic_savez(self.run_dir / ATTENTION, steps=np.asarray(self._snap_steps, dtype=np.int64),
-                     weights=weights, tokens=np.asarray(info.tokens, dtype=str),
-                     token_ids=np.asarray(info.token_ids, dtype=np.int64))
-        self._weights_tmp.unlink(missing_ok=True)
-        write_summary(self.run_dir, **summary_fields(result))
+        from attnlab.interrupts import pause_point
+
+        pause_point("finishing")  # a test hook: the run's last writes begin
+        failure = self.failure
+        rows, _, last_loss = self._last
+        n = result.steps_run  # a later sink may have failed on a batch this one wrote: cut it off
+        if rows < n and failure is not None:  # (fewer rows only when this sink's write failed)
+            n = rows
+        final_loss = last_loss if n == rows else result.final_loss
+        if self._metrics_fd is not None:
+            try:
+                if n < rows:
+                    end, final_loss = self._rows_upto(n)
+                else:
+                    end = self._last[1]
+                os.ftruncate(self._metrics_fd, end)  # nothing after the last whole row counted
+                os.close(self._metrics_fd)
+                self._metrics_fd = None
+                os.replace(self._metrics_tmp, self.run_dir / METRICS)
+            except OSError as err:
+                failure = self._fail(err, METRICS, None)
+        if self._archive is not None:
+            steps = [s for s in self._snap_steps if s < n]
+            T = info.seq_len
+            try:
+                kept = self._archive.finish(self.run_dir / ATTENTION, np.asarray(steps, dtype=np.int64), (1, T, T),
+                                            tokens=np.asarray(info.tokens, dtype=str),
+                                            token_ids=np.asarray(info.token_ids, dtype=np.int64))
+                if kept < len(steps):
+                    failure = self._fail(self._archive.error, ATTENTION, None)
+            except OSError as err:
+                failure = self._fail(err, ATTENTION, None)
+        fields = summary_fields(result)
+        threshold = result.steps_to_threshold
+        fields.update(steps_run=n, final_loss=final_loss if n else None,
+                      steps_to_threshold=threshold if threshold is not None and threshold < n else None)
+        if failure is not None and result.status != "failed":
+            fields.update(status="failed", error=str(failure))
+        write_summary(self.run_dir, **fields)
+        if failure is not None and result.status != "failed":
+            raise failure  # the sinks after this one record the failure too
 
     def close(self) -> None:
-        for f in (self._metrics, self._weights):
-            if f is not None and not f.closed:
-                f.close()
+        if self._metrics_fd is not None:
+            os.close(self._metrics_fd)
+            self._metrics_fd = None
+        if self._archive is not None:
+            self._archive.close()
 
 
 def summary_fields(result: RunResult) -> dict[str, Any]:

@@ -1,5 +1,6 @@
-"""Hydra callbacks (``hydra.callbacks`` in ``conf/config.yaml``): never overwrite a finished run,
-and print a summary at the end of every sweep."""
+"""Hydra callbacks (``hydra.callbacks`` in ``conf/config.yaml``): claim every output folder
+before Hydra writes into it (never overwrite a run, never write into someone else's folder,
+one live attnlab process per folder), and print a summary at the end of every sweep."""
 from __future__ import annotations
 
 import sys
@@ -9,50 +10,73 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from attnlab import artifacts, sweep
+from attnlab import interrupts, rundir, sweep
+from attnlab.errors import RunDirError, describe
 from attnlab.hydra_errors import EXIT_BAD_INPUT, release_stderr
 
+EXIT_INTERRUPTED = 1
 # a sweep starting in this process: (its folder, the outermost folder of it that did not exist yet)
 _new_sweep: tuple[Path, Path] | None = None
+# jobs of this process's sweep that did not complete (set by attnlab.cli as each job returns)
+jobs_not_completed = 0
+jobs_started = 0  # jobs that started in this process
+
+
+def stop_if_interrupted() -> None:
+    """Exit (status 1, one line) when Ctrl-C / SIGTERM came before anything was written."""
+    if interrupts.requested() is not None:
+        print("interrupted: before the run started; nothing was written", file=sys.stderr)
+        sys.exit(EXIT_INTERRUPTED)
 
 
 class NeverOverwrite(Callback):
-    """Refuses, before Hydra writes ``.hydra/`` into it, an output dir that already holds a
-    finished run (a run dir, or any job of a sweep dir). Prints one line and exits with status 2.
+    """Claims the output dir (:func:`attnlab.rundir.claim`) before Hydra writes ``.hydra/``
+    into it: ``hydra.run.dir`` for a run, ``hydra.sweep.dir`` for a sweep (each job's folder
+    is claimed by ``job.run_job`` when it starts). The folder must be new or empty; one that
+    holds a run (finished, killed, or live in another process), files attnlab did not write,
+    or cannot be written is refused with one line on stderr and exit status 2, and nothing is
+    written. The claim's lock is held until the run or sweep ends.
 
     Hydra's stderr stays held (:mod:`attnlab.hydra_errors`) until a job starts, so an error
     while Hydra composes a sweep's jobs is still made one line; :func:`remove_unstarted_sweep`
     then removes the folder Hydra made for the sweep."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        run_dir = Path(str(config.hydra.run.dir))
-        self._refuse("hydra.run.dir", run_dir, [run_dir])
+        stop_if_interrupted()
+        self._claim("hydra.run.dir", str(config.hydra.run.dir))
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         global _new_sweep
+        stop_if_interrupted()
         sweep_dir = Path(str(config.hydra.sweep.dir))
-        jobs = [p.parent for p in sweep_dir.rglob(artifacts.SUMMARY)] if sweep_dir.is_dir() else []
-        self._refuse("hydra.sweep.dir", sweep_dir, jobs)
         top = None
         for folder in [sweep_dir, *sweep_dir.absolute().parents]:
             if folder.exists():
                 break
             top = folder
+        self._claim("hydra.sweep.dir", str(config.hydra.sweep.dir))
         _new_sweep = (sweep_dir.absolute(), top) if top is not None else None
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        global jobs_started
         release_stderr()  # the job's config composed: nothing more for the stderr gate to hold
+        jobs_started += 1
+        interrupts.enter_shield()  # a job's files end with one status: only its training loop stops at once
+        interrupts.pause_point("job_start")
+
+    def on_job_end(self, config: DictConfig, **kwargs: Any) -> None:
+        interrupts.exit_shield()
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        rundir.release(Path(str(config.hydra.sweep.dir)))  # after SweepSummary (Hydra ends callbacks in reverse)
 
     @staticmethod
-    def _refuse(key: str, out: Path, run_dirs: list[Path]) -> None:
-        finished = [d for d in run_dirs if artifacts.read_summary(d).get("status") in artifacts.FINISHED]
-        if not finished:
-            return
-        what = (f"a {artifacts.read_summary(finished[0])['status']} run" if finished == [out]
-                else f"{len(finished)} finished run(s)")
-        print(f"error: {key}={str(out)!r}: already holds {what}; choose another {key} "
-              "(runs are never overwritten)", file=sys.stderr)
-        sys.exit(EXIT_BAD_INPUT)
+    def _claim(key: str, value: str) -> None:
+        try:
+            rundir.claim(Path(value), key=key, value=value)
+        except RunDirError as err:
+            print(f"error: {err}", file=sys.stderr)
+            sys.exit(EXIT_BAD_INPUT)
 
 
 class SweepSummary(Callback):
@@ -65,16 +89,24 @@ class SweepSummary(Callback):
         self.csv_name = csv_name
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        # the exit status first, so nothing below can make a sweep with a failed job exit 0
+        failed_here = sweep.EXIT_SOME_JOBS_FAILED if jobs_not_completed else 0
+        sweep.last_exit_status = sweep.EXIT_SOME_JOBS_FAILED  # until the table says every job completed
         sweep_dir = Path(str(config.hydra.sweep.dir))
-        sweep.summarize(sweep_dir, self.print_table, self.csv_name)
+        interrupts.pause_point("sweep_end")
+        try:
+            status = sweep.summarize(sweep_dir, self.print_table, self.csv_name)
+        except Exception as err:  # the table is a view: its failure never hides the jobs' status
+            print(f"error: the sweep summary was not written: {describe(err)}", file=sys.stderr)
+        else:
+            sweep.last_exit_status = max(status, failed_here)
         if config.logging.get("report", False):
-            from attnlab.errors import AttnlabError
             from attnlab.report import write_sweep_report
 
             try:
                 print(f"report: {write_sweep_report(sweep_dir)}")
-            except (OSError, AttnlabError) as err:
-                print(f"warning: {sweep_dir / 'report.html'} not written: {err}", file=sys.stderr)
+            except Exception as err:
+                print(f"warning: {sweep_dir / 'report.html'} not written: {describe(err)}", file=sys.stderr)
 
 
 def remove_unstarted_sweep() -> None:
@@ -84,6 +116,7 @@ def remove_unstarted_sweep() -> None:
     if _new_sweep is None:
         return
     sweep_dir, top = _new_sweep
+    rundir.release(sweep_dir)
     if not sweep_dir.is_dir() or sorted(p.name for p in sweep_dir.iterdir()) not in ([], ["multirun.yaml"]):
         return
     (sweep_dir / "multirun.yaml").unlink(missing_ok=True)

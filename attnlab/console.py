@@ -6,6 +6,7 @@ import sys
 import numpy as np
 
 from attnlab.records import RunInfo, RunResult, Sink, Snapshot
+from attnlab.streams import safe
 from attnlab.tokenizer import show
 
 PROGRESS_MIN_STEPS = 1000  # shorter runs finish too fast for a bar to help
@@ -69,11 +70,15 @@ def snapshot_line(step: int, loss: float, row: np.ndarray, tokens: list[str], fo
 class ConsoleSink(Sink):
     """Prints one :func:`snapshot_line` per snapshot and a closing line with the status;
     shows a tqdm progress bar (on a terminal) when ``progress`` and the run has ≥ 1000 steps.
-    ``prefix`` (e.g. :func:`job_prefix`'s ``"[job 3] "``) starts every line and names the bar."""
+    ``prefix`` (e.g. :func:`job_prefix`'s ``"[job 3] "``) starts every line and names the bar.
+
+    Printing never stops a run (:class:`attnlab.streams.SafeStream`): text the console cannot
+    encode is written with backslash escapes, and a closed pipe (``attnlab | head -2``) only
+    silences the console."""
 
     def __init__(self, progress: bool = True, file=None, prefix: str = "") -> None:
         self.progress = progress
-        self.file = file or sys.stdout
+        self.file = safe(file or sys.stdout)
         self.prefix = prefix
         self._bar = None
         self._info: RunInfo | None = None
@@ -84,7 +89,7 @@ class ConsoleSink(Sink):
             from tqdm import tqdm
 
             self._bar = tqdm(total=info.steps, unit="step", leave=False, disable=None,
-                             desc=self.prefix.strip() or None)
+                             desc=self.prefix.strip() or None, file=safe(sys.stderr))
 
     def _print(self, line: str) -> None:
         line = prefixed(line, self.prefix)

@@ -14,6 +14,7 @@ import sys
 from typing import Callable, Iterator
 
 HYDRA_ERROR_HINT = "Set the environment variable HYDRA_FULL_ERROR=1"
+CANNOT_WRITE = "error: cannot write"  # how hydra_error_line starts for Hydra's own failed writes
 EXIT_BAD_INPUT = 2
 
 
@@ -69,6 +70,13 @@ def hydra_error_line(report: str, argv: list[str] | None = None) -> str:
     ``argv`` (the command's arguments) supplies the value of a mistyped key."""
     lines = [ln.strip() for ln in report.splitlines() if ln.strip() and HYDRA_ERROR_HINT not in ln]
     text = "\n".join(lines)
+    oserror = re.search(r"^\w*(?:Error|Exception): \[Errno (\d+)\] [^\n]*?(?:: '([^'\n]*)')?$", text, re.M)
+    if oserror:  # Hydra could not save its config into the output folder (disk full, file-size limit)
+        from attnlab.errors import os_reason
+
+        reason = os_reason(OSError(int(oserror.group(1)), ""))
+        where = f" {oserror.group(2)}" if oserror.group(2) else " the output folder"
+        return f"{CANNOT_WRITE}{where}: {reason}"
     options = re.search(r"Could not find '([^']+)/([^'/]+)'.*?Available options in '[^']+':\n"
                         r"(.*?)(?:\nConfig search path|$)",
                         text, re.S)
@@ -100,11 +108,12 @@ def hydra_error_line(report: str, argv: list[str] | None = None) -> str:
 
 
 @contextlib.contextmanager
-def one_line_errors(argv: list[str], on_error: Callable[[], None] | None = None) -> Iterator[None]:
+def one_line_errors(argv: list[str], on_error: Callable[[str], str | None] | None = None) -> Iterator[None]:
     """Run Hydra inside this block: a composition error Hydra reports in several lines (exit
     status 1) becomes :func:`hydra_error_line` on stderr and ``SystemExit(2)``, after
-    ``on_error()`` (e.g. removing the empty folder of a sweep that never started); everything
-    else passes through unchanged. With ``HYDRA_FULL_ERROR=1`` Hydra's full report is kept."""
+    ``on_error(line)`` (e.g. removing the empty folder of a sweep that never started), which may
+    return a better line to print instead; everything else passes through unchanged. With
+    ``HYDRA_FULL_ERROR=1`` Hydra's full report is kept."""
     if os.environ.get("HYDRA_FULL_ERROR") == "1":
         yield
         return
@@ -115,9 +124,10 @@ def one_line_errors(argv: list[str], on_error: Callable[[], None] | None = None)
         report = gate.held()
         if exit_.code == 1 and HYDRA_ERROR_HINT in report:
             gate.discard()
+            line = hydra_error_line(report, argv)
             if on_error is not None:
-                on_error()
-            print(hydra_error_line(report, argv), file=gate.stream)
+                line = on_error(line) or line
+            print(line, file=gate.stream)
             raise SystemExit(EXIT_BAD_INPUT) from None
         raise
     finally:

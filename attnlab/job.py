@@ -13,9 +13,9 @@ from typing import NamedTuple
 
 from omegaconf import DictConfig
 
-from attnlab import artifacts, interrupts
+from attnlab import artifacts, interrupts, rundir
 from attnlab.config import Task, apply_schema, resolve
-from attnlab.errors import AttnlabError
+from attnlab.errors import AttnlabError, WriteError, describe
 from attnlab.records import Sink
 
 EXIT_COMPLETED = 0
@@ -26,12 +26,15 @@ EXIT_BAD_INPUT = 2  # the config or the text was refused before training
 class JobResult(NamedTuple):
     """How a job ended: ``status`` completed, diverged, interrupted or failed; ``error`` one line
     (None when completed); ``bad_input`` when attnlab refused the config or text (exit status 2);
-    ``exception`` the exception behind an unexpected failure (for ``HYDRA_FULL_ERROR=1``)."""
+    ``exception`` the exception behind an unexpected failure (for ``HYDRA_FULL_ERROR=1``);
+    ``unrecorded`` the reason when even ``summary.json`` could not be written (the run dir
+    then does not say how the job ended: ``attnlab`` says so on stderr, exit status 1)."""
 
     status: str
     error: str | None = None
     bad_input: bool = False
     exception: BaseException | None = None
+    unrecorded: str | None = None
 
     @property
     def exit_code(self) -> int:
@@ -43,60 +46,94 @@ class JobResult(NamedTuple):
 
 def make_sinks(cfg: DictConfig, run_dir: Path) -> list[Sink]:
     """The sinks ``logging.*`` asks for; the run-dir artifacts are always written. Optional
-    sinks import their libraries only when switched on."""
+    sinks import their libraries only when switched on.
+
+    The order is the order in which they end: the run-dir files first, then the figures, then
+    the sinks that record the run's status (TensorBoard's session status, the console's last
+    line), so a file that cannot be written at the end makes those say ``failed`` too."""
     sinks: list[Sink] = [artifacts.RunDirSink(run_dir)]
-    if cfg.logging.console:
-        from attnlab.console import ConsoleSink, job_prefix
-
-        sinks.append(ConsoleSink(progress=cfg.logging.progress, prefix=job_prefix()))
-    if cfg.logging.tensorboard:
-        from attnlab.tensorboard import TensorBoardSink
-
-        sinks.append(TensorBoardSink(run_dir, images=cfg.logging.images))
     if cfg.logging.figures:
         from attnlab.plots import FigureSink
 
         sinks.append(FigureSink(run_dir))
+    if cfg.logging.tensorboard:
+        from attnlab.tensorboard import TensorBoardSink
+
+        sinks.append(TensorBoardSink(run_dir, images=cfg.logging.images))
+    if cfg.logging.console:
+        from attnlab.console import ConsoleSink, job_prefix
+
+        sinks.append(ConsoleSink(progress=cfg.logging.progress, prefix=job_prefix()))
     return sinks
 
 
-def run_job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None) -> JobResult:
+def run_job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None,
+            key: str = "hydra.run.dir") -> JobResult:
     """Run one job into ``run_dir``: ``task=train`` trains (tutorial §5), ``task=walkthrough``
     narrates §1–4. ``cfg`` may be untyped (a saved config): it is checked against the schema
     first (``config.apply_schema``) and resolved once (``config.resolve``).
+
+    ``run_dir`` is claimed first (:func:`attnlab.rundir.claim`: its lock is held until the job
+    ends; it must be new, empty or hold only Hydra's saved files for this job, unless this
+    process claimed it already). Raises RunDirError, writing nothing, when it is refused (``key``
+    names it in the message: a finished run, a killed run, a live run of another process,
+    someone else's files, a folder that cannot be written).
 
     ``summary.json`` is written first as ``running`` (with the resolved ``config`` the run uses
     and the command-line ``overrides``, so the run can be read and reproduced from it alone) and
     last with the returned status and error, and the exercise observations
     (:mod:`attnlab.exercises`). Ctrl-C and SIGTERM are deferred to a safe point
-    (:mod:`attnlab.interrupts`) and end the job as ``interrupted``. Raises RunDirError, writing
-    nothing, when ``run_dir`` already holds a finished run.
+    (:mod:`attnlab.interrupts`) and end the job as ``interrupted``; after the last step they
+    change nothing (the run completed). A file that cannot be written ends the job as
+    ``failed`` with the reason (``no space left on device while writing metrics.csv at step
+    57``); when not even ``summary.json`` can be written, :attr:`JobResult.unrecorded` says so.
     """
+    from hydra.core.hydra_config import HydraConfig
+
     run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    artifacts.check_not_finished(run_dir)
-    artifacts.write_summary(run_dir, status="running", task=None,
-                            started_at=_dt.datetime.now().astimezone().isoformat(timespec="seconds"),
-                            final_loss=None, steps_run=0, wall_time_s=None, error=None,
-                            overrides=list(overrides or []), config=None)
-    with interrupts.deferred():
+    subdir, log = ".hydra", None
+    if HydraConfig.initialized():  # what Hydra wrote for this job: its saved config and its job log
+        subdir, log = HydraConfig.get().output_subdir, f"{HydraConfig.get().job.name}.log"
+    rundir.claim(run_dir, key=key, hydra_subdir=subdir or ".hydra", hydra_log=log)
+    rundir.mark_started(run_dir)
+    try:
+        with interrupts.deferred(), interrupts.shielded():  # only the training loop is interruptible
+            return _job(cfg, run_dir, overrides)
+    finally:
+        rundir.release(run_dir)
+
+
+def _job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None) -> JobResult:
+    try:
+        artifacts.write_summary(run_dir, status="running", task=None,
+                                started_at=_dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+                                final_loss=None, steps_run=0, wall_time_s=None, error=None,
+                                overrides=list(overrides or []), config=None)
+    except WriteError as err:
+        return JobResult("failed", str(err), exception=err, unrecorded=str(err))
+    try:
+        interrupts.pause_point("before_training")
+        interrupts.check()
+        typed = apply_schema(cfg)
+        resolved = resolve(typed)
+        artifacts.write_summary(run_dir, task=resolved["task"], config=resolved,
+                                versions=artifacts.environment(resolved["device"]))
+        result = _run(typed, run_dir)
+    except KeyboardInterrupt:  # outside the training loop, which records its own interrupt
+        result = JobResult("interrupted", "interrupted before the training steps")
+    except WriteError as err:  # a file of the run dir could not be written
+        result = JobResult("failed", str(err), exception=err)
+    except AttnlabError as err:  # ours are one line as they stand
+        result = JobResult("failed", str(err), bad_input=True, exception=err)
+    except Exception as err:
+        result = JobResult("failed", describe(err), exception=err)
+    if result.status != "completed":
         try:
-            interrupts.check()
-            typed = apply_schema(cfg)
-            resolved = resolve(typed)
-            artifacts.write_summary(run_dir, task=resolved["task"], config=resolved,
-                                    versions=artifacts.environment(resolved["device"]))
-            result = _run(typed, run_dir)
-            if typed.logging.report:
-                _write_report(run_dir)
-        except KeyboardInterrupt:  # outside the training loop, which records its own interrupt
-            result = JobResult("interrupted", "interrupted before the training steps")
-        except AttnlabError as err:  # ours are one line as they stand
-            result = JobResult("failed", str(err), bad_input=True, exception=err)
-        except Exception as err:
-            result = JobResult("failed", f"{type(err).__name__}: {err}", exception=err)
-        if result.status in ("interrupted", "failed") and artifacts.read_summary(run_dir).get("status") == "running":
             artifacts.write_summary(run_dir, status=result.status, error=result.error)
+        except WriteError as err:
+            return result._replace(unrecorded=str(err))
+    elif typed.logging.report:
+        _write_report(run_dir)
     return result
 
 

@@ -416,9 +416,16 @@ def reproduce(run_dir: Path, out: Path | None = None, stderr=None,
         print(f"note: the run was interrupted after {summary.get('steps_run')} steps; the reproduction runs "
               f"all train.steps={cfg.train.steps} and compares the recorded steps", file=stderr)
 
-    (out / ".hydra").mkdir(parents=True, exist_ok=True)
-    saved = raw if text_file is None else yaml.safe_dump(data, sort_keys=False, allow_unicode=True).encode("utf-8")
-    artifacts.atomic_write_bytes(out / ".hydra" / "config.yaml", saved)
+    from attnlab import rundir
+
+    rundir.claim(out, key="--out")  # new or empty, and ours alone, before anything is written
+    try:
+        (out / ".hydra").mkdir(parents=True, exist_ok=True)
+        saved = raw if text_file is None else yaml.safe_dump(data, sort_keys=False, allow_unicode=True).encode("utf-8")
+        artifacts.atomic_write_bytes(out / ".hydra" / "config.yaml", saved)
+    except BaseException:
+        rundir.abandon(out)
+        raise
     cfg.logging.console = False  # the verdict is the output; the numbers do not depend on it
     _run_job(cfg, out)
     artifacts.write_summary(out, reproduced_from=str(run_dir))

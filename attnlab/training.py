@@ -6,6 +6,7 @@ sinks are given, and never touches the working directory.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import Iterable
@@ -16,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from attnlab import checks, interrupts, threads, tokenizer
 from attnlab.config import optimizer_schema, plain, resolve, snapshot_steps
+from attnlab.errors import as_write_error, describe
 from attnlab.model import (
     AttentionModel,
     ModelSpec,
@@ -83,7 +85,9 @@ class LossRecorder:
     non-finite loss. Memory is one batch, whatever ``train.steps`` is (plus every loss when
     ``keep``).
 
-    ``recorded`` steps were sent; ``final_loss`` is the last of them; ``steps_to_threshold`` the
+    ``recorded`` steps were sent (when a sink fails on a batch, the batch counts if the first
+    sink, the run's own record, took it: other sinks hold at most those steps); ``final_loss``
+    is the last of them; ``steps_to_threshold`` the
     first step whose loss is below ``threshold``; ``diverged_at`` / ``bad_value`` the first
     step whose loss was not finite, and that value.
     """
@@ -116,16 +120,24 @@ class LossRecorder:
             batch = batch[: bad[0]]
         if batch.size:
             steps = np.arange(self.recorded, self.recorded + batch.size, dtype=np.int64)
-            for sink in self.sinks:
-                sink.on_losses(steps, batch)
-            below = np.flatnonzero(batch < self.threshold)
-            if self.steps_to_threshold is None and below.size:
-                self.steps_to_threshold = self.recorded + int(below[0])
-            if self._kept is not None:
-                self._kept.append(batch)
-            self.recorded += batch.size
-            self.final_loss = float(batch[-1])
+            for i, sink in enumerate(self.sinks):
+                try:
+                    sink.on_losses(steps, batch)
+                except Exception:
+                    if i:  # the first sink (the run's own record, metrics.csv) took the batch: it is recorded
+                        self._record(batch)
+                    raise
+            self._record(batch)
         return not bad.size
+
+    def _record(self, batch: np.ndarray) -> None:
+        below = np.flatnonzero(batch < self.threshold)
+        if self.steps_to_threshold is None and below.size:
+            self.steps_to_threshold = self.recorded + int(below[0])
+        if self._kept is not None:
+            self._kept.append(batch)
+        self.recorded += batch.size
+        self.final_loss = float(batch[-1])
 
     @property
     def losses(self) -> np.ndarray:
@@ -168,7 +180,7 @@ def train(cfg: DictConfig, sinks: Iterable[Sink] = (), run_dir: Path | None = No
     kept: list[Snapshot] = []
     status, error, step, overflow = "completed", None, 0, None
     t0 = time.perf_counter()
-    with interrupts.deferred():
+    with interrupts.deferred(), interrupts.interruptible():
         try:
             for step in range(steps):
                 interrupts.check()  # Ctrl-C / SIGTERM during the previous step: stop here
@@ -204,8 +216,14 @@ def train(cfg: DictConfig, sinks: Iterable[Sink] = (), run_dir: Path | None = No
             recorder.flush()  # the steps that finished before the interrupt
             status, error = "interrupted", f"interrupted at step {step}; {recorder.recorded} steps recorded"
         except Exception as err:
-            _finish(sinks, _result(info, recorder, kept, t0, "failed", f"{type(err).__name__}: {err}"))
-            raise
+            failure = as_write_error(err, recorder.recorded)  # a file that could not be written: at this step
+            try:
+                _finish(sinks, _result(info, recorder, kept, t0, "failed", describe(failure)))
+            except Exception:  # a sink failing again as it ends: the first failure is the run's
+                pass
+            if failure is err:
+                raise
+            raise failure from err
     if recorder.diverged_at is not None:
         status, error = "diverged", divergence_message(cfg, recorder.diverged_at, recorder.bad_value)
     elif overflow is not None:
@@ -233,17 +251,24 @@ def _result(info: RunInfo, recorder: LossRecorder, kept: list[Snapshot], t0: flo
 
 
 def _finish(sinks: list[Sink], result: RunResult) -> None:
-    """``on_end`` then ``close`` on every sink; a sink that fails does not stop the others."""
+    """``on_end`` then ``close`` on each sink in turn, shielded from a second Ctrl-C
+    (:func:`attnlab.interrupts.shielded`); a sink that fails does not stop the others, and the
+    sinks after it end the run as ``failed`` with that reason (so the status they record
+    agrees with summary.json, which ``job.run_job`` rewrites). Re-raises the first failure."""
     errors = []
-    for sink in sinks:
+
+    def call(method, *args) -> None:
+        nonlocal result
         try:
-            sink.on_end(result)
+            method(*args)
         except Exception as err:  # keep the other sinks' records
             errors.append(err)
-    for sink in sinks:
-        try:
-            sink.close()
-        except Exception as err:
-            errors.append(err)
+            if result.status != "failed":
+                result = dataclasses.replace(result, status="failed", error=describe(err))
+
+    with interrupts.shielded():
+        for sink in sinks:
+            call(sink.on_end, result)
+            call(sink.close)
     if errors:
         raise errors[0]

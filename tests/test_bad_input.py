@@ -7,7 +7,6 @@ where the subprocess adds nothing, and a few through the real ``attnlab`` comman
 """
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import subprocess
@@ -179,6 +178,12 @@ REPRODUCE_CASES = [
      "optimizer `_target_` edited to `os.system`", "optimizer._target_='os.system': must be one of the shipped optimizers"),
     ("repro_running", "`attnlab-reproduce` on a run that never finished", "summary.json says running",
      "summary.json: says running"),
+    ("foreign_files", "`attnlab hydra.run.dir=''` (the current folder) where the user keeps files",
+     "the user's own `metrics.csv` and `notes.txt`", "holds files attnlab did not write (metrics.csv, notes.txt)"),
+    ("killed_run", "`attnlab` into the folder of a run that was killed (`kill -9`)",
+     "summary.json says running and no process holds its lock", "holds a run that was killed"),
+    ("live_run", "`attnlab` into the folder of a run that is still going", "another process holds its lock",
+     "another attnlab process (pid PID) is writing a run there"),
 ]
 
 
@@ -298,15 +303,40 @@ def _reproduce_case(rid: str, tmp: Path, finished: Path) -> dict:
     import shutil
 
     run = tmp / rid
-    before = None
-    if rid == "rerun_same_dir":
-        shutil.copytree(finished, run)
+    if rid in ("rerun_same_dir", "killed_run", "live_run", "foreign_files"):
+        from attnlab import rundir
+
+        where, cmd = tmp, "attnlab hydra.run.dir=RUN_DIR"
+        if rid == "foreign_files":
+            run.mkdir()
+            (run / "metrics.csv").write_text("my own numbers\n")
+            (run / "notes.txt").write_text("keep\n")
+            where, cmd = run, "cd RUN_DIR && attnlab hydra.run.dir=''"
+        elif rid == "live_run":
+            run.mkdir()
+            rundir.claim(run)  # this process is the live run: it holds the folder's lock
+        else:
+            shutil.copytree(finished, run)
+            if rid == "killed_run":
+                artifacts.write_summary(run, status="running")  # what a run killed mid-way leaves
         before = _tree(run)
-        proc = _run([sys.executable, "-m", "attnlab.cli", f"hydra.run.dir={run}", *QUIET], tmp)
-        cmd = "attnlab hydra.run.dir=RUN_DIR"
+        proc = _run([sys.executable, "-m", "attnlab.cli", f"hydra.run.dir={'' if where == run else run}", *QUIET],
+                    where)
+        untouched = _tree(run) == before
+        if rid == "live_run":  # then the live run ends
+            rundir.release(run)
+            proc.stderr = proc.stderr.replace(f"pid {os.getpid()}", "pid PID")
     else:
         if rid != "repro_missing":
             shutil.copytree(finished, run)
+        if rid in ("repro_no_config", "repro_unreadable", "repro_schema", "repro_target"):
+            # these cases are about .hydra/config.yaml: without the resolved config summary.json also
+            # records (which reproduce prefers), as runs of attnlab before it did (tests/hostile_runs.py)
+            import json
+
+            summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
+            summary.pop("config", None)
+            (run / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
         cfg = run / ".hydra" / "config.yaml"
         if rid == "repro_no_config":
             shutil.rmtree(run / ".hydra")
@@ -324,9 +354,10 @@ def _reproduce_case(rid: str, tmp: Path, finished: Path) -> dict:
         before = _tree(run) if run.exists() else None
         proc = _run([sys.executable, "-m", "attnlab.reproduce", str(run)], tmp)
         cmd = "attnlab-reproduce RUN_DIR"
+        untouched = None if before is None else _tree(run) == before
     status = artifacts.read_summary(run).get("status", "-") if (run / "summary.json").exists() else "-"
-    if before is not None:
-        status += " (RUN_DIR untouched)" if _tree(run) == before else " (RUN_DIR CHANGED)"
+    if untouched is not None:
+        status += " (RUN_DIR untouched)" if untouched else " (RUN_DIR CHANGED)"
     return {"cmd": cmd, "rc": proc.returncode, "seen": proc.stderr.replace(str(run), "RUN_DIR"), "status": status}
 
 
@@ -391,7 +422,13 @@ the text becomes GPT-2's special token 50256; with `tokenizer.special_tokens=tex
 as ordinary text (`<`, `|`, `end`, `of`, `text`, `|`, `>`: seven tokens). On the command line
 the sentence needs Hydra quoting (`'sentence="Your journey<|endoftext|> starts"'`) because of `<` and `|`.
 
-## Run folders: never overwritten, and `attnlab-reproduce`
+## Run folders: new or empty, one process each, and `attnlab-reproduce`
+
+A run folder (`hydra.run.dir`, `hydra.sweep.dir`, `attnlab-reproduce --out`) must be new or
+empty; it is claimed (its lock file `.attnlab.lock` taken) before Hydra writes `.hydra/` into it,
+so a refused folder is left exactly as it was (exit status 2, one line). A folder that cannot be
+written (read-only, no permission) is refused the same way: `error: hydra.run.dir='RUN_DIR':
+cannot write there (read-only file system); choose another hydra.run.dir`.
 
 {rtable}
 

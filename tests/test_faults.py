@@ -1,0 +1,585 @@
+"""Faults leave a run dir that tells the truth (issue 11, section 3), each fault made real:
+a file-size limit (RLIMIT_FSIZE in the child), a full disk (a small tmpfs filled while the run
+goes), a read-only folder (a read-only tmpfs or bind mount), SIGKILL, two runs started together,
+someone else's files, Ctrl-C / SIGTERM at each phase (a test hook pauses the child at that
+exact moment: ``ATTNLAB_TEST_PAUSE_AT``), a closed pipe and a console that cannot encode Chinese.
+
+The runs go through ``python -m attnlab.launch``, the ``attnlab`` console script's own entry.
+Mounting needs root with CAP_SYS_ADMIN (this machine and CI); without it those tests skip.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from attnlab import artifacts, rundir
+from attnlab.npz_writer import LOCAL_HEADER, GrowingNpz
+from attnlab.streams import SafeStream
+from attnlab.training import FLUSH_EVERY, train
+
+from conftest import ROOT, compose_cfg
+
+QUIET = ("logging=off",)
+CONTRACT = {"metrics.csv", "attention.npz", "summary.json"}
+
+
+# ----------------------------------------------------------------------------- helpers
+def child_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("HYDRA_FULL_ERROR", "ATTNLAB_TEST_PAUSE_AT")}
+    return {**env, "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1", **extra}
+
+
+def fsize_limit(limit: int):
+    """preexec_fn: the child may not write any file beyond ``limit`` bytes (EFBIG)."""
+    return lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+
+def attnlab(*args: str, cwd: Path | None = None, env: dict | None = None, preexec=None,
+            module: str = "attnlab.launch", timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd or ROOT, env=env or child_env(),
+                          preexec_fn=preexec, capture_output=True, text=True, timeout=timeout)
+
+
+def summary(run: Path) -> dict:
+    return json.loads((run / "summary.json").read_text(encoding="utf-8"))
+
+
+def files(run: Path) -> set[str]:
+    """Every file of ``run``, relative, hidden ones included."""
+    return {str(p.relative_to(run)) for p in run.rglob("*") if p.is_file()}
+
+
+def hydra_files() -> set[str]:
+    return {f".hydra/{n}" for n in rundir.HYDRA_FILES}
+
+
+def tree_bytes(d: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+def assert_agrees(run: Path, steps_run: int, snapshot_steps: list[int]) -> None:
+    """Every contract file agrees on steps_run: metrics.csv has steps 0..steps_run-1, the
+    attention snapshots are exactly ``snapshot_steps`` (all < steps_run), and nothing hidden
+    (partial, temporary, lock) is left."""
+    assert summary(run)["steps_run"] == steps_run
+    steps, losses = artifacts.read_metrics(run)
+    assert steps.tolist() == list(range(steps_run))
+    att = artifacts.read_attention(run)
+    assert att["steps"].tolist() == snapshot_steps
+    assert all(s < steps_run for s in snapshot_steps)
+    assert att["weights"].shape[0] == len(snapshot_steps)
+    assert [f for f in files(run) if Path(f).name.startswith(".")] == []
+
+
+def poll(pred, proc: subprocess.Popen, timeout: float = 180.0) -> None:
+    """Wait (polling, with a deadline) until ``pred()``; fail if ``proc`` ends first."""
+    end = time.monotonic() + timeout
+    while not pred():
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            raise AssertionError(f"attnlab ended early ({proc.returncode}): {err}")
+        if time.monotonic() > end:
+            proc.kill()
+            raise AssertionError("timed out")
+        time.sleep(0.05)
+
+
+class Paused:
+    """``attnlab ARGS`` paused at ``phase`` (:func:`attnlab.interrupts.pause_point`): the test
+    makes its fault happen at that moment, then :meth:`resume` or sends signals."""
+
+    def __init__(self, tmp: Path, phase: str, *args: str, env: dict | None = None, stdout=subprocess.PIPE) -> None:
+        self.flag = tmp / f"paused-{phase}"
+        self.proc = subprocess.Popen([sys.executable, "-m", "attnlab.launch", *args], cwd=ROOT,
+                                     env={**(env or child_env()), "ATTNLAB_TEST_PAUSE_AT": phase,
+                                          "ATTNLAB_TEST_PAUSE_FILE": str(self.flag)},
+                                     stdout=stdout, stderr=subprocess.PIPE, text=True)
+        poll(self.flag.exists, self.proc)
+
+    def signal(self, *sigs: int) -> None:
+        for sig in sigs:
+            self.proc.send_signal(sig)
+
+    def resume(self) -> None:
+        self.flag.unlink()
+
+    def finish(self) -> tuple[int, str, str]:
+        out, err = self.proc.communicate(timeout=300)
+        return self.proc.returncode, out or "", err
+
+
+def mount(target: Path, *options: str, bind: Path | None = None) -> None:
+    cmd = (["mount", "--bind", str(bind), str(target)] if bind else
+           ["mount", "-t", "tmpfs", "-o", ",".join(options), "tmpfs", str(target)])
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode:
+        pytest.skip(f"cannot mount here ({proc.stderr.strip()}): needs root with CAP_SYS_ADMIN")
+
+
+@contextlib.contextmanager
+def tmpfs(path: Path, size: str = "1m", read_only: bool = False):
+    """A real filesystem of ``size`` bytes at ``path`` (read-only when asked), unmounted after."""
+    path.mkdir(parents=True, exist_ok=True)
+    mount(path, f"size={size}", "mode=0755", *(("ro",) if read_only else ()))
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+@contextlib.contextmanager
+def read_only_view(path: Path):
+    """``path`` made read-only in place (a read-only bind mount of itself), until the block ends."""
+    mount(path, bind=path)
+    try:
+        proc = subprocess.run(["mount", "-o", "remount,bind,ro", str(path)], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+def fill(folder: Path) -> None:
+    """Fill the filesystem of ``folder`` to the last byte (another program taking the disk)."""
+    fd = os.open(folder / "filler", os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        for size in (1 << 16, 4096, 256, 1):
+            with contextlib.suppress(OSError):
+                while True:
+                    os.write(fd, b"x" * size)
+    finally:
+        os.close(fd)
+
+
+def tensorboard(run: Path) -> tuple[list[int], str, int]:
+    """(steps of the ``loss`` points, the hparams ``status`` value, session-end status 1
+    success / 2 failure) of the run's one event file."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import metadata
+
+    (events,) = run.glob("events.out.tfevents.*")
+    ea = EventAccumulator(str(events), size_guidance={"scalars": 0, "tensors": 0}).Reload()
+    content = ea.PluginTagToContent("hparams")
+    start = metadata.parse_session_start_info_plugin_data(content[metadata.SESSION_START_INFO_TAG])
+    end = metadata.parse_session_end_info_plugin_data(content[metadata.SESSION_END_INFO_TAG])
+    return [e.step for e in ea.Scalars("loss")], start.hparams["status"].string_value, end.status
+
+
+def batches(snapshot_steps: list[int], steps: int) -> list[tuple[int, int]]:
+    """The loss batches the training loop sends (training.LossRecorder): [first, last] steps,
+    ending at each snapshot step and every FLUSH_EVERY steps."""
+    ends = sorted({s for s in snapshot_steps} | {s for s in range(steps) if (s + 1) % FLUSH_EVERY == 0}
+                  | {steps - 1})
+    out, first = [], 0
+    for end in ends:
+        out.append((first, end))
+        first = end + 1
+    return out
+
+
+# ----------------------------------------------------------------------------- disk full, size limits
+def test_file_size_limit_stops_at_the_batch_and_every_file_agrees(tmp_path):
+    limit, snaps, steps = 20_000, [0, 100, 1000, 2000], 3000
+    run = tmp_path / "run"
+    proc = attnlab(f"hydra.run.dir={run}", *QUIET, f"train.steps={steps}", f"train.snapshot_steps={snaps}",
+                   preexec=fsize_limit(limit))
+    # the first batch of rows that would take metrics.csv past the limit is the step it stops at
+    losses = train(compose_cfg(*QUIET, f"train.steps={steps}", f"train.snapshot_steps={snaps}")).losses.tolist()
+    size = len("step,loss\n")
+    for first, last in batches(snaps, steps):
+        size += sum(len(f"{s},{losses[s]!r}\n") for s in range(first, last + 1))
+        if size > limit:
+            break
+    assert proc.returncode == 1
+    assert proc.stderr == f"failed: file too large while writing metrics.csv at step {first}; records kept in {run}\n"
+    s = summary(run)
+    assert (s["status"], s["error"]) == ("failed", f"file too large while writing metrics.csv at step {first}")
+    assert_agrees(run, first, [x for x in snaps if x < first])
+    assert artifacts.read_metrics(run)[1].tolist() == losses[:first]  # every recorded loss, exactly
+    assert s["final_loss"] == losses[first - 1]
+    assert files(run) == CONTRACT | hydra_files()
+
+
+def test_file_size_limit_on_the_snapshots_keeps_the_frames_that_fit(tmp_path):
+    from attnlab import tokenizer
+
+    sentence = " ".join(["Your journey starts with one step"] * 7)
+    T = tokenizer.tokenize(compose_cfg(f"sentence={sentence}")).seq_len
+    frame = 4 * T * T  # 6,724 bytes at T = 41: six frames are more than Hydra's files (~5 KB)
+    from attnlab.npz_writer import HEAD
+
+    limit = HEAD + 6 * frame + 100  # room for six snapshots (the seventh fails, step 6), not for the archive's end
+    run = tmp_path / "run"
+    proc = attnlab(f"hydra.run.dir={run}", *QUIET, f"sentence={sentence}", "train.steps=20",
+                   f"train.snapshot_steps={list(range(20))}", preexec=fsize_limit(limit))
+    assert proc.returncode == 1
+    assert proc.stderr == f"failed: file too large while writing attention.npz at step 6; records kept in {run}\n"
+    s = summary(run)
+    assert (s["status"], s["error"], s["steps_run"]) == ("failed", "file too large while writing attention.npz at step 6", 7)
+    kept = artifacts.read_attention(run)["steps"].tolist()
+    # the archive's last bytes (steps, tokens, directory) did not fit after six frames: frames were dropped to make room
+    assert kept == list(range(len(kept))) and 0 < len(kept) < 6
+    assert (run / "attention.npz").stat().st_size <= limit
+    assert_agrees(run, 7, kept)
+    reference = train(compose_cfg(*QUIET, f"sentence={sentence}", "train.steps=7", f"train.snapshot_steps={kept}"))
+    np.testing.assert_array_equal(artifacts.read_attention(run)["weights"], np.stack([x.weights for x in reference.snapshots]))
+
+
+def test_tensorboard_that_cannot_write_fails_the_run_at_that_step(tmp_path):
+    run = tmp_path / "run"
+    # TensorBoard's event file grows ~2x faster than metrics.csv: it reaches the limit first
+    proc = attnlab(f"hydra.run.dir={run}", "logging.images=false", "logging.figures=false", "logging.report=false",
+                   "logging.console=false", "train.steps=2000", "train.snapshot_steps=[0]", preexec=fsize_limit(20_000))
+    assert proc.returncode == 1
+    n = summary(run)["steps_run"]
+    assert 0 < n < 2000
+    error = f"file too large while writing the TensorBoard event file at step {n}"
+    assert proc.stderr == f"failed: {error}; records kept in {run}\n"  # one line: the writer thread's traceback is kept quiet
+    assert (summary(run)["status"], summary(run)["error"]) == ("failed", error)
+    assert_agrees(run, n, [0])
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    (events,) = run.glob("events.out.tfevents.*")
+    points = [e.step for e in EventAccumulator(str(events), size_guidance={"scalars": 0}).Reload().Scalars("loss")]
+    assert points == list(range(len(points))) and len(points) <= n  # what it could write, never more
+
+
+def test_walkthrough_that_cannot_write_its_archive_fails_with_the_reason(tmp_path):
+    run = tmp_path / "run"
+    sentence = " ".join(["Your journey starts with one step"] * 5)
+    proc = attnlab(f"hydra.run.dir={run}", "experiment=tutorial_walkthrough", "logging.console=false",
+                   "model.d_model=200", f"sentence={sentence}", preexec=fsize_limit(20_000))  # walkthrough.npz ~100 KB
+    assert (proc.returncode, proc.stderr) == (1, f"failed: file too large while writing walkthrough.npz; records kept in {run}\n")
+    assert (summary(run)["status"], summary(run)["error"]) == ("failed", "file too large while writing walkthrough.npz")
+    assert files(run) == {"summary.json"} | hydra_files()  # no temporary archive left
+
+
+@pytest.mark.parametrize("limit, expected_rc, expected_stderr, left", [
+    # not even the first summary.json ("running") fits: nothing says how the run ended, and attnlab says so
+    (100, 1, "error: file too large while writing summary.json; nothing recorded in {run}\n", set()),
+    # the summary with the resolved config does not fit; the short failed one does
+    (300, 1, "failed: file too large while writing summary.json; records kept in {run}\n", {"summary.json"}),
+], ids=["no_summary_at_all", "summary_with_config"])
+def test_summary_json_that_cannot_be_written_is_said_on_stderr(tmp_path, limit, expected_rc, expected_stderr, left):
+    run = tmp_path / "run"
+    proc = attnlab(f"hydra.run.dir={run}", "hydra.output_subdir=null", *QUIET, "train.steps=5",
+                   preexec=fsize_limit(limit))
+    assert (proc.returncode, proc.stderr) == (expected_rc, expected_stderr.format(run=run))
+    assert files(run) == left
+    if left:
+        assert (summary(run)["status"], summary(run)["steps_run"]) == ("failed", 0)
+
+
+def test_hydra_cannot_save_its_config_one_line_and_nothing_left(tmp_path):
+    run = tmp_path / "out" / "run"
+    proc = attnlab(f"hydra.run.dir={run}", *QUIET, preexec=fsize_limit(1000))  # .hydra/hydra.yaml is ~5 KB
+    assert proc.returncode == 2
+    assert proc.stderr == (f"error: hydra.run.dir='{run}': cannot write Hydra's config there (file too large); "
+                           "choose another hydra.run.dir\n")
+    assert not (tmp_path / "out").exists()  # the folders made for the run are removed again
+
+
+def test_disk_full_mid_run_promotes_the_records_and_tensorboard_agrees(tmp_path):
+    disk = tmpfs(tmp_path / "disk", size="1m")
+    with disk as d:
+        run = d / "run"
+        snaps = [0, 1000, 1999]
+        paused = Paused(tmp_path, "first_snapshot", f"hydra.run.dir={run}", *QUIET, "logging.tensorboard=true",
+                        "logging.images=false", "train.steps=2000", f"train.snapshot_steps={snaps}")
+        fill(d)  # another program takes the disk right after step 0's snapshot
+        paused.resume()
+        rc, out, err = paused.finish()
+        assert rc == 1
+        # the next batch of losses (steps 1..255) no longer fits; the lock file's reserve gives room to say so
+        assert err == f"failed: no space left on device while writing metrics.csv at step 1; records kept in {run}\n"
+        s = summary(run)
+        assert (s["status"], s["error"]) == ("failed", "no space left on device while writing metrics.csv at step 1")
+        assert_agrees(run, 1, [0])
+        assert out.splitlines()[-1].startswith(f"failed: 1 step, final loss {s['final_loss']:.6g}")
+        points, status, session = tensorboard(run)
+        assert (points, status, session) == ([0], "failed", 2)
+
+
+def test_read_only_folder_is_refused_in_one_line(tmp_path, finished_run):
+    with tmpfs(tmp_path / "ro", size="64k", read_only=True) as ro:
+        run = attnlab(f"hydra.run.dir={ro / 'run'}", *QUIET)
+        assert (run.returncode, run.stderr) == (2, f"error: hydra.run.dir='{ro / 'run'}': cannot write there "
+                                                   "(read-only file system); choose another hydra.run.dir\n")
+        sweep = attnlab("-m", f"hydra.sweep.dir={ro / 'sweep'}", *QUIET, "seed=1,2")
+        assert (sweep.returncode, sweep.stderr) == (2, f"error: hydra.sweep.dir='{ro / 'sweep'}': cannot write "
+                                                       "there (read-only file system); choose another hydra.sweep.dir\n")
+        repro = attnlab(str(finished_run), "--out", str(ro / "repro"), module="attnlab.reproduce")
+        assert (repro.returncode, repro.stderr) == (2, f"error: --out='{ro / 'repro'}': cannot write there "
+                                                       "(read-only file system); choose another --out\n")
+        assert list(ro.iterdir()) == []
+
+
+# ----------------------------------------------------------------------------- kill -9, two at once, not ours
+@pytest.fixture(scope="session")
+def finished_run(tmp_path_factory) -> Path:
+    run = tmp_path_factory.mktemp("faults") / "finished"
+    proc = attnlab(f"hydra.run.dir={run}", *QUIET, "train.steps=20", "train.snapshot_steps=[0,19]")
+    assert proc.returncode == 0, proc.stderr
+    return run
+
+
+def test_kill_9_leaves_a_killed_run_that_keeps_its_snapshots_and_is_refused(tmp_path):
+    run = tmp_path / "run"
+    snaps = [0, 20, 50, 100, 200]
+    proc = subprocess.Popen([sys.executable, "-m", "attnlab.launch", f"hydra.run.dir={run}", *QUIET,
+                             "logging.console=false", "train.steps=2000000", f"train.snapshot_steps={snaps}"],
+                            cwd=ROOT, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    partial = run / ".metrics.csv.partial"
+    poll(lambda: partial.is_file() and partial.read_bytes().count(b"\n") > 300, proc)
+    assert artifacts.run_is_live(run)
+    assert (run / rundir.LOCK).read_bytes().split(b"\n")[0] == str(proc.pid).encode()
+    hydra_before = {f: (run / f).read_bytes() for f in hydra_files()}
+    second = attnlab(f"hydra.run.dir={run}", *QUIET)  # a second run into the live run's folder
+    assert (second.returncode, second.stderr) == (2, f"error: hydra.run.dir='{run}': another attnlab process "
+                                                     f"(pid {proc.pid}) is writing a run there; choose another hydra.run.dir\n")
+    assert {f: (run / f).read_bytes() for f in hydra_files()} == hydra_before
+    proc.kill()
+    proc.wait(timeout=60)
+    proc.stdout.close()
+    proc.stderr.close()
+    assert not artifacts.run_is_live(run)
+    assert summary(run)["status"] == "running"  # with the lock free: killed
+    # what it recorded reached the disk: whole rows, and every snapshot as an .npy array after the zip header
+    reference = train(compose_cfg(*QUIET, "train.steps=201", f"train.snapshot_steps={snaps}"))
+    text = partial.read_text()
+    assert text.endswith("\n")
+    rows = text.splitlines()[1:]
+    assert [r.split(",")[1] for r in rows[:201]] == [repr(x) for x in reference.losses.tolist()]
+    weights = np.load(io.BytesIO((run / ".attention.npz.partial").read_bytes()[LOCAL_HEADER:]))
+    np.testing.assert_array_equal(weights, np.stack([x.weights for x in reference.snapshots]))
+    before = tree_bytes(run)
+    third = attnlab(f"hydra.run.dir={run}", *QUIET)
+    assert (third.returncode, third.stderr) == (2, f"error: hydra.run.dir='{run}': holds a run that was killed (its "
+                                                   "summary.json says running and no process holds its lock); choose "
+                                                   "another hydra.run.dir (runs are never overwritten)\n")
+    assert tree_bytes(run) == before
+
+
+def test_two_runs_started_together_one_runs_the_other_is_refused(tmp_path):
+    run = tmp_path / "run"
+    args = [sys.executable, "-m", "attnlab.launch", f"hydra.run.dir={run}", "logging.images=false",
+            "logging.figures=false", "logging.report=false", "logging.console=false", "train.steps=3000"]
+    procs = [subprocess.Popen(args, cwd=ROOT, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(2)]
+    results = sorted((p.communicate(timeout=300)[1], p.returncode) for p in procs)
+    codes = sorted(rc for _, rc in results)
+    assert codes == [0, 2], results
+    (refusal,) = [err for err, rc in results if rc == 2]
+    assert refusal.startswith(f"error: hydra.run.dir='{run}': ") and refusal.count("\n") == 1
+    assert refusal.endswith("choose another hydra.run.dir\n") or refusal.endswith("(runs are never overwritten)\n")
+    s = summary(run)
+    assert (s["status"], s["steps_run"], s["error"]) == ("completed", 3000, None)
+    assert_agrees(run, 3000, [0, 300, 750, 1500, 2999])
+    points, status, session = tensorboard(run)  # one event file, each step once
+    assert (points, status, session) == (list(range(3000)), "completed", 1)
+
+
+def test_a_folder_with_someone_elses_files_is_refused_before_anything_is_written(tmp_path):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "metrics.csv").write_text("my own numbers\n")
+    (mine / "notes.txt").write_text("keep\n")
+    before = tree_bytes(mine)
+    proc = attnlab("hydra.run.dir=", *QUIET, cwd=mine)  # '' is the current folder
+    assert (proc.returncode, proc.stderr) == (2, "error: hydra.run.dir='': holds files attnlab did not write "
+                                                 "(metrics.csv, notes.txt); a run dir must be new or empty; "
+                                                 "choose another hydra.run.dir\n")
+    sweep = attnlab("-m", f"hydra.sweep.dir={mine}", *QUIET, "seed=1,2")
+    assert (sweep.returncode, sweep.stderr) == (2, f"error: hydra.sweep.dir='{mine}': holds files attnlab did not "
+                                                   "write (metrics.csv, notes.txt); a run dir must be new or empty; "
+                                                   "choose another hydra.sweep.dir\n")
+    assert tree_bytes(mine) == before and sorted(p.name for p in mine.iterdir()) == ["metrics.csv", "notes.txt"]
+
+
+# ----------------------------------------------------------------------------- interrupts at each phase
+@pytest.mark.parametrize("signals", [1, 2], ids=["one", "two"])
+def test_ctrl_c_while_python_imports_is_one_line_and_writes_nothing(tmp_path, signals):
+    run = tmp_path / "run"
+    paused = Paused(tmp_path, "startup", f"hydra.run.dir={run}", *QUIET)  # before torch and Hydra are imported
+    paused.signal(*[signal.SIGINT] * signals)
+    rc, out, err = paused.finish()
+    assert rc == 1
+    assert err in ("interrupted: before the run started; nothing was written\n",
+                   "interrupted: while starting; nothing was written\n")  # the second Ctrl-C stops the imports
+    if signals == 1:
+        assert err == "interrupted: before the run started; nothing was written\n"
+    assert not run.exists()
+
+
+def test_ctrl_c_at_hydras_job_start_records_interrupted(tmp_path):
+    run = tmp_path / "run"
+    paused = Paused(tmp_path, "job_start", f"hydra.run.dir={run}", *QUIET)  # .hydra/ written, the job not begun
+    paused.signal(signal.SIGINT, signal.SIGINT)  # the second one is recorded too: the job is shielded
+    rc, out, err = paused.finish()
+    assert (rc, err) == (1, f"interrupted: interrupted before the training steps; records kept in {run}\n")
+    s = summary(run)
+    assert (s["status"], s["error"], s["steps_run"]) == ("interrupted", "interrupted before the training steps", 0)
+    assert files(run) == {"summary.json"} | hydra_files()
+
+
+def test_sigterm_mid_run_every_artifact_says_interrupted(tmp_path):
+    run = tmp_path / "run"
+    paused = Paused(tmp_path, "first_snapshot", f"hydra.run.dir={run}", "logging.images=false", "logging.report=false",
+                    "train.steps=300")
+    paused.signal(signal.SIGTERM)
+    rc, out, err = paused.finish()
+    assert (rc, err) == (1, f"interrupted: interrupted at step 1; 1 steps recorded; records kept in {run}\n")
+    assert out.splitlines()[-1].startswith("interrupted: 1 step, final loss 2.35663")
+    assert (summary(run)["status"], summary(run)["error"]) == ("interrupted", "interrupted at step 1; 1 steps recorded")
+    assert_agrees(run, 1, [0])
+    assert tensorboard(run) == ([0], "interrupted", 2)
+    assert {"loss.png", "attention_evolution.png"} <= files(run)
+
+
+def test_ctrl_c_twice_after_the_last_step_keeps_the_run_completed(tmp_path):
+    run = tmp_path / "run"
+    paused = Paused(tmp_path, "finishing", f"hydra.run.dir={run}", "logging.images=false", "train.steps=300")
+    paused.signal(signal.SIGINT, signal.SIGINT)  # while the last files are written
+    rc, out, err = paused.finish()
+    assert (rc, err) == (0, f"note: interrupt received after the last step; the run completed ({run})\n")
+    assert (summary(run)["status"], summary(run)["error"]) == ("completed", None)
+    assert_agrees(run, 300, [0, 30, 75, 150, 299])
+    assert tensorboard(run) == (list(range(300)), "completed", 1)
+    assert {"loss.png", "attention_evolution.png", "report.html"} <= files(run)
+    assert out.splitlines()[-1].startswith("completed: 300 steps")
+
+
+# ----------------------------------------------------------------------------- console and sweep
+def test_closed_pipe_silences_the_console_and_the_run_completes(tmp_path):
+    run = tmp_path / "run"
+    snaps = list(range(0, 400, 10))
+    proc = subprocess.Popen([sys.executable, "-m", "attnlab.launch", f"hydra.run.dir={run}", *QUIET, "train.steps=400",
+                             f"train.snapshot_steps={snaps}"], cwd=ROOT, env=child_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines = [proc.stdout.readline(), proc.stdout.readline()]  # `attnlab ... | head -2`
+    proc.stdout.close()
+    err = proc.stderr.read()
+    proc.wait(timeout=300)
+    assert lines[0].startswith("step   0  loss=2.3566")
+    assert (proc.returncode, err) == (0, "")  # no BrokenPipeError, not even at exit
+    assert (summary(run)["status"], summary(run)["steps_run"]) == ("completed", 400)
+    assert_agrees(run, 400, snaps)
+
+
+def test_a_console_that_cannot_encode_chinese_gets_escapes(tmp_path):
+    run = tmp_path / "run"
+    proc = attnlab(f"hydra.run.dir={run}", *QUIET, "sentence=你的旅程从一步开始", "train.steps=30",
+                   env=child_env(PYTHONIOENCODING="cp1252"))
+    assert (proc.returncode, proc.stderr) == (0, "")
+    assert "'\\u4f60(2/2)' attends:" in proc.stdout
+    assert proc.stdout.count("\n") == 6  # five snapshot lines and the closing line
+    assert (summary(run)["status"], summary(run)["steps_run"]) == ("completed", 30)
+
+
+def test_a_sweep_with_a_failed_job_exits_1_even_when_its_table_cannot_be_written(tmp_path):
+    sweep = tmp_path / "sweep"
+    paused = Paused(tmp_path, "sweep_end", "-m", f"hydra.sweep.dir={sweep}", *QUIET, "train.steps=5",
+                    "model.d_model=6,0")
+    with read_only_view(sweep):  # the sweep folder becomes read-only before its summary.csv is written
+        paused.resume()
+        rc, out, err = paused.finish()
+    assert rc == 1
+    assert err.splitlines() == ["error: model.d_model=0: must be a positive integer",
+                                "error: the sweep summary was not written: read-only file system while writing "
+                                "summary.csv"]
+    assert not (sweep / "summary.csv").exists()
+    statuses = sorted(summary(job)["status"] for job in sweep.iterdir() if job.is_dir())
+    assert statuses == ["completed", "failed"]
+
+
+def test_reproduce_dot_from_inside_the_run_dir(finished_run):
+    proc = attnlab(".", module="attnlab.reproduce", cwd=finished_run)
+    assert (proc.returncode, proc.stderr) == (0, "")
+    assert proc.stdout.splitlines()[0] == "reproduced exactly"
+    (repro,) = finished_run.parent.glob("finished-repro-*")
+    assert summary(repro)["status"] == "completed" and not (repro / rundir.LOCK).exists()
+
+
+# ----------------------------------------------------------------------------- the pieces, in process
+def test_claim_refuses_what_is_not_new_or_empty_and_names_it(tmp_path, finished_run):
+    with pytest.raises(Exception, match=r"already holds a completed run; choose another hydra.run.dir"):
+        rundir.claim(finished_run)
+    (tmp_path / "lone").mkdir()
+    (tmp_path / "lone" / ".hydra").mkdir()
+    (tmp_path / "lone" / ".hydra" / "config.yaml").write_text("seed: 1\n")
+    with pytest.raises(Exception, match=r"holds files attnlab did not write \(.hydra\)"):
+        rundir.claim(tmp_path / "lone")  # Hydra's files of another run: only a job's own claim allows them
+    held = rundir.claim(tmp_path / "lone", hydra_subdir=".hydra")
+    try:
+        assert artifacts.run_is_live(tmp_path / "lone")
+        assert rundir.claim(tmp_path / "lone") is held  # this process holds it already
+    finally:
+        rundir.release(tmp_path / "lone")
+    assert not (tmp_path / "lone" / rundir.LOCK).exists() and not artifacts.run_is_live(tmp_path / "lone")
+    many = tmp_path / "many"
+    many.mkdir()
+    for i in range(7):
+        (many / f"f{i}").write_text("x")
+    with pytest.raises(Exception, match=r"\(f0, f1, f2, f3 and 3 more\)"):
+        rundir.claim(many)
+    assert sorted(p.name for p in many.iterdir()) == [f"f{i}" for i in range(7)]
+
+
+def test_run_is_live_never_follows_or_opens_anything_but_a_regular_file(tmp_path):
+    for name, make in [("fifo", lambda p: os.mkfifo(p)), ("link", lambda p: p.symlink_to("/dev/zero")),
+                       ("dir", lambda p: p.mkdir())]:
+        d = tmp_path / name
+        d.mkdir()
+        make(d / rundir.LOCK)
+        assert artifacts.run_is_live(d) is False  # returns at once: the FIFO is never opened for reading
+    assert artifacts.run_is_live(tmp_path / "missing") is False
+
+
+def test_growing_npz_is_a_standard_archive_and_its_partial_an_npy(tmp_path):
+    rng = np.random.default_rng(0)
+    frames = rng.random((5, 2, 4, 4), dtype=np.float32)
+    g = GrowingNpz(tmp_path / ".partial")
+    for f in frames:
+        g.append(f)
+    np.testing.assert_array_equal(np.load(io.BytesIO((tmp_path / ".partial").read_bytes()[LOCAL_HEADER:])), frames)
+    assert g.finish(tmp_path / "attention.npz", np.arange(3, dtype=np.int64) * 10, (1, 4, 4),
+                    tokens=np.array(["a", "旅(1/2)", "c", "d"]), token_ids=np.arange(4)) == 3
+    import zipfile
+
+    with zipfile.ZipFile(tmp_path / "attention.npz") as zf:
+        assert zf.testzip() is None
+        assert [i.filename for i in zf.infolist()] == ["weights.npy", "steps.npy", "tokens.npy", "token_ids.npy"]
+    with np.load(tmp_path / "attention.npz") as z:
+        np.testing.assert_array_equal(z["weights"], frames[:3])
+        assert z["steps"].tolist() == [0, 10, 20] and z["tokens"].tolist() == ["a", "旅(1/2)", "c", "d"]
+    from attnlab import safe_read
+
+    assert safe_read.read_last_snapshot(tmp_path)[0] == 20
+    assert not (tmp_path / ".partial").exists()
+
+
+def test_safe_stream_escapes_and_goes_silent_on_a_closed_pipe():
+    raw = io.BytesIO()
+    out = SafeStream(io.TextIOWrapper(raw, encoding="cp1252"))
+    out.write("旅程 ok\n")
+    out.flush()
+    assert raw.getvalue() == b"\\u65c5\\u7a0b ok\n"
+    r, w = os.pipe()
+    os.close(r)
+    pipe = SafeStream(os.fdopen(w, "w"))
+    pipe.write("x" * 100_000)  # EPIPE (SIGPIPE is ignored by Python)
+    pipe.flush()
+    assert pipe.broken
+    pipe.write("more")
+    pipe.close()
