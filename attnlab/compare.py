@@ -51,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             write_csv(rows, args.csv)
         if args.plot:
             comparison_figure(rows, args.plot)
-            print(f"figure: {printable(str(args.plot), 300)}")
+            print(f"figure: {args.plot}")
     except KeyError as err:
         print(f"attnlab-compare: error: {err.args[0]}", file=sys.stderr)
         return 2
