@@ -19,10 +19,8 @@ killed one.
 """
 from __future__ import annotations
 
-import csv
 import errno
 import functools
-import io
 import json
 import os
 import platform
@@ -36,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from attnlab import rundir
+from attnlab import rundir, safe_read
 from attnlab.errors import RunDirError, WriteError
 from attnlab.npz_writer import GrowingNpz, write_all
 from attnlab.records import RunInfo, RunResult, Sink, Snapshot
@@ -206,11 +204,13 @@ def _git_commit() -> str | None:
 
 
 def read_summary(run_dir: Path) -> dict[str, Any]:
-    """``summary.json`` of ``run_dir`` as a dict ({} when there is none yet)."""
-    path = Path(run_dir) / SUMMARY
-    if not path.exists():
+    """``summary.json`` of ``run_dir`` as a dict ({} when there is none yet), read through
+    :func:`attnlab.safe_read.read_summary` (bounded, a regular file, fields of their types).
+    Raises RunDirError (one line naming the file) when it cannot be used."""
+    try:
+        return safe_read.read_summary(run_dir)
+    except safe_read.MissingRunFile:
         return {}
-    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def _own_summary(run_dir: Path) -> dict[str, Any]:
@@ -405,45 +405,23 @@ def is_run_dir(path: Path) -> bool:
 
 
 def read_metrics(run_dir: Path) -> tuple[np.ndarray, np.ndarray]:
-    """``metrics.csv`` as ``(steps (N,) int64, losses (N,) float64)``; raises RunDirError."""
-    path = Path(run_dir) / METRICS
-    if not path.is_file():
-        raise RunDirError(f"{path}: no metrics.csv (not a finished training run)")
-    rows = list(csv.reader(io.StringIO(path.read_text(encoding="utf-8"))))
-    if not rows or rows[0][:2] != ["step", "loss"]:
-        raise RunDirError(f"{path}: header must start with step,loss")
-    data = rows[1:]
-    return (np.array([int(r[0]) for r in data], dtype=np.int64),
-            np.array([float(r[1]) for r in data], dtype=np.float64))
+    """``metrics.csv`` as ``(steps (N,) int64, losses (N,) float64)``
+    (:func:`attnlab.safe_read.read_run_metrics`); raises RunDirError."""
+    return safe_read.read_run_metrics(run_dir)
 
 
 def read_attention(run_dir: Path, keys: tuple[str, ...] | None = None) -> dict[str, np.ndarray]:
     """``attention.npz`` as a dict of arrays (steps, weights, tokens, token_ids); only ``keys``
-    when given (members are read lazily: ``keys=("tokens", "token_ids")`` does not load the
-    (S, H, T, T) weights, 262 MB for 1,000 snapshots at T = 256)."""
-    path = Path(run_dir) / ATTENTION
-    if not path.is_file():
-        raise RunDirError(f"{path}: no attention.npz (not a finished training run)")
-    with np.load(path) as npz:
-        return {k: npz[k] for k in (npz.files if keys is None else keys)}
+    when given (members are read one by one: ``keys=("tokens", "token_ids")`` does not read the
+    (S, H, T, T) weights, 262 MB for 1,000 snapshots at T = 256). Checked and bounded by
+    :func:`attnlab.safe_read.read_attention`; raises RunDirError."""
+    return safe_read.read_attention(run_dir, keys)
 
 
 def read_last_snapshot(run_dir: Path) -> tuple[int, np.ndarray] | None:
     """``(step, weights (H, T, T) float32)`` of the last snapshot in ``attention.npz``, or None
     when the run has none. Reads only that frame (the archive is stored uncompressed, as
     :func:`atomic_savez` and ``np.savez`` write it), so a summary over many runs with thousands
-    of snapshots each does not load every (S, H, T, T) array. Raises RunDirError."""
-    steps = read_attention(run_dir, keys=("steps",))["steps"]
-    if not steps.size:
-        return None
-    with zipfile.ZipFile(Path(run_dir) / ATTENTION) as zf, zf.open("weights.npy") as f:
-        version = np.lib.format.read_magic(f)
-        read_header = {(1, 0): np.lib.format.read_array_header_1_0,
-                       (2, 0): np.lib.format.read_array_header_2_0}[version]
-        shape, fortran_order, dtype = read_header(f)
-        frame = tuple(shape[1:])
-        if fortran_order:  # not written by attnlab; fall back to reading the array
-            return int(steps[-1]), read_attention(run_dir, keys=("weights",))["weights"][-1]
-        size = int(np.prod(frame, dtype=np.int64)) * dtype.itemsize
-        f.seek(f.tell() + (shape[0] - 1) * size)
-        return int(steps[-1]), np.frombuffer(f.read(size), dtype=dtype).reshape(frame)
+    of snapshots each does not load every (S, H, T, T) array
+    (:func:`attnlab.safe_read.read_last_snapshot`). Raises RunDirError."""
+    return safe_read.read_last_snapshot(run_dir)

@@ -6,8 +6,15 @@ it). The rows (:mod:`attnlab.runs`, columns described there) are built by the sa
 end-of-sweep table, so ``summary.csv`` and this table always agree; :mod:`attnlab.table` prints
 and writes them, :func:`attnlab.plots.comparison_figure` draws ``--plot``.
 
-Exit status: 0, or 2 with one line on stderr for a PATH that is not a run/sweep dir, an
-unknown ``--sort`` column, or a figure that cannot be written.
+A run whose files cannot be read (a damaged archive, a ``metrics.csv`` with a garbage row, a
+``summary.json`` that is not an object, a symbolic link, ...) is still a row: its status
+(``unreadable`` when summary.json itself cannot be used, ``missing`` without one) and, in
+``error``, one line per file naming it and what is wrong; the other rows, the CSV and the figure
+are written as usual, and a warning line per such run goes to stderr (the reason in full).
+
+Exit status: 0; 1 when some run cannot be read completely (see above); 2 with one line on
+stderr for a PATH that is not a run/sweep dir, an unknown ``--sort`` column, or a figure that
+cannot be written.
 """
 from __future__ import annotations
 
@@ -18,7 +25,8 @@ from typing import Sequence
 
 from attnlab.errors import AttnlabError
 from attnlab.plots import comparison_figure
-from attnlab.runs import collect_rows
+from attnlab.runs import broken, collect_rows
+from attnlab.safe_read import printable
 from attnlab.table import format_table, sort_rows, write_csv
 
 
@@ -48,9 +56,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"attnlab-compare: error: {err.args[0]}", file=sys.stderr)
         return 2
     except (AttnlabError, OSError, ValueError) as err:
-        print(f"attnlab-compare: error: {err}", file=sys.stderr)
+        print(f"attnlab-compare: error: {printable(str(err), 1500)}", file=sys.stderr)
         return 2
-    return 0
+    bad = [r for r in rows if broken(r)]
+    for r in bad:
+        print(f"attnlab-compare: warning: {printable(r['job'], 300)}: {printable('; '.join(r['problems']), 1500)}",
+              file=sys.stderr)
+    return 1 if bad else 0
 
 
 def cli() -> None:

@@ -20,8 +20,8 @@ joblib, submitit and Ray). It reads every job folder under the sweep dir back fr
 (:func:`attnlab.runs.collect_rows`, the same code as ``attnlab-compare``, so the two always
 agree), prints the table, writes ``summary.csv`` in the sweep dir atomically, and records the
 sweep's exit status in :data:`last_exit_status`: 1 when any job did not complete (failed,
-diverged, interrupted, or never wrote its summary), else 0. ``attnlab.cli.main`` exits with it
-after Hydra returns.
+diverged, interrupted, or never wrote its summary) or has a file that cannot be read, else 0.
+``attnlab.cli.main`` exits with it after Hydra returns.
 """
 from __future__ import annotations
 
@@ -94,10 +94,12 @@ def summarize(sweep_dir: Path, print_table: bool = True, csv_name: str = SUMMARY
     """Print the jobs' table of ``sweep_dir`` and write ``csv_name`` in it (one row per job
     folder, columns as :data:`attnlab.runs.COLUMNS` plus the exercise observations present).
     Returns the sweep's exit status (also kept in :data:`last_exit_status`): 1 when a job did
-    not complete or there is none, else 0. A problem reading one job becomes that job's row
-    (status ``missing``/``running`` and an ``error``)."""
+    not complete, has a file that cannot be read, or there is none, else 0. A problem reading
+    one job becomes that job's row (status ``missing``/``unreadable``/``running`` and an
+    ``error`` naming the file)."""
     global last_exit_status
-    from attnlab.runs import collect_rows
+    from attnlab.runs import broken, collect_rows
+    from attnlab.safe_read import printable
     from attnlab.table import format_table, write_csv
 
     sweep_dir = Path(sweep_dir)
@@ -109,12 +111,15 @@ def summarize(sweep_dir: Path, print_table: bool = True, csv_name: str = SUMMARY
     csv_path = sweep_dir / csv_name
     write_csv(rows, csv_path)
     bad = [r for r in rows if r["status"] != "completed"]
+    damaged = [r for r in rows if r["status"] == "completed" and broken(r)]
     if print_table:
         print()
         print(format_table(rows))
         print(f"\n{len(rows)} jobs, {len(rows) - len(bad)} completed"
-              + (f", {len(bad)} not completed ({', '.join(sorted({r['status'] for r in bad}))})" if bad else "")
+              + (f" ({len(damaged)} with files that cannot be read)" if damaged else "")
+              + (f", {len(bad)} not completed ({', '.join(sorted({printable(r['status'], 40) for r in bad}))})"
+                 if bad else "")
               + f"; summary: {csv_path}")
         sys.stdout.flush()
-    last_exit_status = EXIT_SOME_JOBS_FAILED if bad else 0
+    last_exit_status = EXIT_SOME_JOBS_FAILED if bad or damaged else 0
     return last_exit_status

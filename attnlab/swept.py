@@ -1,13 +1,16 @@
 """What tells compared runs apart: the swept keys (the overrides whose values differ between the
 runs) with short key names, for the titles and legend of ``attnlab-compare --plot``.
 
-A run's overrides are read from its ``.hydra/overrides.yaml`` as data: a bounded read, YAML's
-safe loader, only a list of strings is used, and nothing is resolved or instantiated.
+A run's overrides are read from its ``.hydra/overrides.yaml`` as data, through
+:func:`attnlab.safe_read.read_overrides`: a bounded read of a regular file (no symbolic link),
+plain YAML, only a list of strings is used, and nothing is resolved or instantiated.
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Callable, Sequence
+
+from attnlab import safe_read
 
 MAX_OVERRIDES_BYTES = 64 * 1024  # an overrides.yaml larger than this is not read
 MAX_VALUE_CHARS = 60  # a value longer than this is cut, with "…"
@@ -15,20 +18,12 @@ MAX_VALUE_CHARS = 60  # a value longer than this is cut, with "…"
 
 def read_overrides(run_dir: Path) -> list[str]:
     """The command-line overrides of the run in ``run_dir`` (``["optimizer.lr=0.05", ...]``) from
-    ``.hydra/overrides.yaml``; ``[]`` when the file is missing, larger than 64 KiB, not YAML, or
-    not a list of strings."""
-    import yaml
-
-    path = Path(run_dir) / ".hydra" / "overrides.yaml"
+    ``.hydra/overrides.yaml``; ``[]`` when the file is missing or cannot be used (larger than
+    64 KiB, a symbolic link, not YAML, not a list of strings)."""
     try:
-        if not path.is_file() or path.stat().st_size > MAX_OVERRIDES_BYTES:
-            return []
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return safe_read.read_overrides(run_dir, MAX_OVERRIDES_BYTES)
+    except safe_read.RunFileError:
         return []
-    if not isinstance(data, list) or not all(isinstance(o, str) for o in data):
-        return []
-    return data
 
 
 def split_override(override: str) -> tuple[str, str]:

@@ -2,6 +2,12 @@
 
 The CSV keeps every column at full precision (floats as ``repr``); the printed table leaves out
 CSV-only and empty columns, cuts wide cells and counts Chinese and emoji as two columns.
+
+Text read from a run dir (job names, overrides, statuses, errors, tokens, paths) is shown
+through :func:`attnlab.safe_read.printable` in both: control characters and escape sequences
+are written as ``\\x1b``-style escapes, never sent to the terminal or the file. A CSV text cell
+that starts with ``=``, ``+``, ``-`` or ``@`` (what a spreadsheet reads as a formula) is written
+with a leading ``'``; numbers are written as numbers.
 """
 from __future__ import annotations
 
@@ -14,6 +20,7 @@ from typing import Any, Sequence
 
 from attnlab import artifacts, exercises
 from attnlab.runs import COLUMNS
+from attnlab.safe_read import printable
 from attnlab.tokenizer import show
 
 TRAILING_COLUMNS = ["path"]
@@ -21,6 +28,8 @@ TABLE_SKIP = {"overrides", "loss_threshold", "steps_run", "path"}  # CSV only (t
 MAX_JOB = 100  # characters of the job column in the printed table
 MAX_CELL = 48  # characters of a cell in the printed table (the CSV keeps everything)
 WIDE = {"job": MAX_JOB, "heads_focus": 100}  # columns allowed more (a name; one entry per head)
+CSV_TEXT_LIMIT = 10_000  # characters of one CSV text cell, escapes included (a summary.json holds at most 1 MiB)
+FORMULA_START = ("=", "+", "-", "@")  # a spreadsheet reads a cell starting with one of these as a formula
 
 
 def columns_of(rows: Sequence[dict[str, Any]], table: bool = False) -> list[str]:
@@ -61,12 +70,16 @@ def _csv_value(v: Any) -> Any:
         return ""
     if isinstance(v, float):
         return repr(v)
-    return v
+    if isinstance(v, int):  # bool too: True/False
+        return v
+    text = printable(v, CSV_TEXT_LIMIT)
+    return "'" + text if text.startswith(FORMULA_START) else text
 
 
 def csv_text(rows: Sequence[dict[str, Any]]) -> str:
     """The rows as CSV text: header = :func:`columns_of`, floats at full precision (``repr``),
-    empty cells for missing values."""
+    empty cells for missing values, text printable and guarded against formulas (see the
+    module docstring)."""
     cols = columns_of(rows)
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
@@ -87,7 +100,7 @@ def _cell(col: str, v: Any) -> str:
     if v is None or v == "":
         return "-"
     if col in ("focus_token", "focus_target"):
-        return show(str(v))
+        return printable(show(str(v)), MAX_CELL + 1)
     if isinstance(v, bool):
         return "yes" if v else "no"
     if isinstance(v, float):
@@ -98,7 +111,9 @@ def _cell(col: str, v: Any) -> str:
         if v != 0 and (abs(v) < 1e-3 or abs(v) >= 1e5):
             return f"{v:.2e}"
         return f"{v:.4f}"
-    return str(v)
+    if isinstance(v, int):
+        return str(v)
+    return printable(v, MAX_JOB + 1 if col == "job" else MAX_CELL + 1)  # clip() then cuts it to its width
 
 
 def _width(text: str) -> int:

@@ -6,7 +6,8 @@ outcome: which reader of :mod:`attnlab.safe_read` raises and with which message 
 (:class:`Raises`), or which value comes out, sanitised (:class:`Gives`); plus, for the files
 ``attnlab-reproduce`` reads, the fragment of its one-line error (exit 2).
 
-Used by tests/test_safe_read.py (and test_reproduce.py); also runnable::
+Used by tests/test_safe_read.py, test_reproduce.py and test_broken_runs.py (each case in a
+sweep beside a healthy run, through attnlab-compare and the report); also runnable::
 
     python tests/hostile_runs.py OUT_DIR    # writes every case as OUT_DIR/<case>/, lists them
 
@@ -726,6 +727,19 @@ CASES: list[Case] = [
          Gives(printed("error"), "A" * S.TEXT_LIMIT + "…[+299800 chars]")),
     Case("newlines_in_error", "text", summary_with(error="line1\nline2\r\n\tfake: row"), "summary",
          Gives(printed("error"), "line1\\nline2\\r\\n\\tfake: row")),
+    Case("error_starts_a_spreadsheet_formula", "text", summary_with(error='=HYPERLINK("http://x","y")'), "summary",
+         Gives(printed("error"), '=HYPERLINK("http://x","y")'), note="read as is; a CSV cell gets a leading '"),
+    Case("summary_overrides_not_strings", "summary", summary_with(overrides=["seed=1", {"_target_": "os.system"}]),
+         "summary", Raises(SUMMARY, "overrides holds a dict, expected strings"),
+         reproduce="summary.json: overrides holds a dict, expected strings"),
+    Case("summary_config_is_a_list", "summary", summary_with(config=["_target_: os.system"]), "summary",
+         Raises(SUMMARY, "config is a list, expected an object or null"),
+         reproduce="summary.json: config is a list, expected an object or null"),
+    Case("refused_job_keeps_task_null", "value", summary_with(status="failed", task=None, config=None, steps_run=0,
+                                                              error="model.d_model=0: must be a positive integer"),
+         "summary", Gives(lambda s: (s["status"], s["task"], s["config"]), ("failed", None, None)),
+         reproduce="summary.json: says failed: model.d_model=0: must be a positive integer; nothing to reproduce",
+         note="what a job refused for a bad value leaves: task and config never set"),
 
     # -- 2. metrics.csv damaged
     Case("metrics_missing_loss_column", "metrics", metrics_lines(lambda ls: [line.split(",")[0] for line in ls]), "metrics",
@@ -759,6 +773,8 @@ CASES: list[Case] = [
          Gives(lambda r: len(r[0]), 40)),
     Case("metrics_not_utf8", "metrics", put(METRICS, b"step,loss\n0,\xff\n"), "metrics",
          Raises(METRICS, "not UTF-8 text (byte 12: invalid start byte)")),
+    Case("metrics_deleted", "file", lambda r, o: (r / METRICS).unlink(), "metrics", Raises(METRICS, "missing", missing=True),
+         reproduce="metrics.csv: missing", note="a completed training run without its metrics.csv"),
 
     # -- 2. attention.npz damaged
     Case("attention_truncated", "npz", truncate_to(ATTENTION, lambda n: n // 2), "attention", Raises(ATTENTION, NOT_ZIP),
@@ -857,6 +873,13 @@ CASES: list[Case] = [
          "last_snapshot", Gives(lambda r: r, None)),
     Case("deflated_archive_is_fine", "value", npz_with(compressed=True), "last_snapshot",
          Gives(lambda r: (r[0], r[1].shape), (39, (1, 6, 6)))),
+    Case("attention_deleted", "file", lambda r, o: (r / ATTENTION).unlink(), "attention",
+         Raises(ATTENTION, "missing", missing=True), reproduce="attention.npz: missing",
+         note="a completed training run without its attention.npz"),
+    Case("attention_is_a_fifo", "file", fifo(ATTENTION), "last_snapshot",
+         Raises(ATTENTION, "is a FIFO (named pipe), not a regular file (refused)"), max_read=0, reproduce="is a FIFO"),
+    Case("weights_nan_of_a_diverged_run", "value", npz_with(weights=lambda a: np.full_like(a["weights"], np.nan)),
+         "last_snapshot", Gives(lambda r: bool(np.isnan(r[1]).all()), True), note="read as is; the report shows None"),
 
     # -- 2. walkthrough.npz damaged
     Case("walkthrough_scores_rank_3", "npz", npz_with(WALKTHROUGH, scores=lambda a: a["scores"][..., None]), "walkthrough",

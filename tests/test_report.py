@@ -15,7 +15,7 @@ import pytest
 import yaml
 from report_helpers import DATA_OPEN, network_refs, page_data, scripts_of, write_synthetic_run
 
-from attnlab import artifacts, report
+from attnlab import artifacts, report, report_data, safe_read
 from attnlab.job import run_job
 from attnlab.runs import collect_rows
 
@@ -161,7 +161,10 @@ def test_token_text_stays_inert(tmp_path):
     scripts = scripts_of(page)  # an HTML parser sees the same two scripts, the data intact
     assert len(scripts) == 2 and scripts[0][1] == block
     (run,) = json.loads(block)["runs"]
-    assert run["tokens"] == tokens and run["config"]["sentence"] == "".join(tokens)
+    # text from a run dir is printable on the page too: only the line separator is escaped here
+    shown = [safe_read.printable(t) for t in tokens]
+    assert shown == [EVIL, "<!--", " a&b", "\\u2028x", "注意力", " 🚀", "</SCRIPT >", "'\"\\"]
+    assert run["tokens"] == shown and run["config"]["sentence"] == "".join(shown)
 
 
 def _npz_bytes(**arrays) -> bytes:
@@ -212,24 +215,26 @@ def test_damaged_runs_become_records_and_the_report_is_written(tmp_path):
     d = job("9_bad_metrics")
     (d / "metrics.csv").write_text("step,loss\n0,1.0\nten,2\n")
     d = job("10_big_summary")
-    (d / "summary.json").write_text(json.dumps({"status": "completed", "pad": "x" * (report.MAX_JSON_BYTES + 1)}))
+    (d / "summary.json").write_text(json.dumps({"status": "completed", "pad": "x" * (safe_read.SUMMARY_LIMIT + 1)}))
 
     page = report.write_sweep_report(sweep)  # one page for all of them, no exception
     runs = {r["name"]: r for r in page_data(page)["runs"]}
     assert set(runs) == {"0_good", *damaged}
     assert runs["0_good"]["error"] is None and runs["0_good"]["steps"] == [0, 5, 9]
     assert np.abs(np.asarray(runs["0_good"]["weights"]) - artifacts.read_attention(good)["weights"]).max() <= 5.0001e-5
+    # each problem as attnlab.safe_read words it (the one reading layer; the file relative to the run dir)
     expect = {
-        "1_truncated": ("completed", "attention.npz: not an .npz archive"),
+        "1_truncated": ("completed", "attention.npz: not a zip archive (an .npz is one; empty or truncated?)"),
         "2_bad_summary": ("unreadable", "summary.json: not valid JSON"),
-        "3_symlink": ("completed", "metrics.csv: a symbolic link (only regular files are read)"),
-        "4_fifo": ("unreadable", "summary.json: not a regular file"),
-        "5_yaml_tag": ("completed", ".hydra/config.yaml: not valid YAML (could not determine a constructor for the tag"),
-        "6_huge_shape": ("completed", "attention.npz: 'weights': 64 bytes of data for shape (1000000, 1, 4096, 4096)"),
-        "7_object_array": ("completed", "attention.npz: 'tokens': object arrays are not read"),
+        "3_symlink": ("completed", "metrics.csv: is a symbolic link (refused: a run dir holds no links)"),
+        "4_fifo": ("unreadable", "summary.json: is a FIFO (named pipe), not a regular file (refused)"),
+        "5_yaml_tag": ("completed", ".hydra/config.yaml: refused YAML: tag tag:yaml.org,2002:python/object/apply:os.system"),
+        "6_huge_shape": ("completed", "attention.npz: member weights.npy: its header declares shape (1000000, 1, 4096, 4096) "
+                                      "<f4 (67108864000000 bytes) but the member holds 64"),
+        "7_object_array": ("completed", "attention.npz: tokens has dtype object, allowed: strings of at most 256 characters"),
         "8_no_summary": ("missing", "no summary.json (the job did not start, or died before writing it)"),
-        "9_bad_metrics": ("completed", "metrics.csv: line 3 is not step,loss: 'ten,2'"),
-        "10_big_summary": ("unreadable", f"bytes, more than the {report.MAX_JSON_BYTES:,} bytes read for a report"),
+        "9_bad_metrics": ("completed", "metrics.csv: line 3: step 'ten' is not a non-negative integer"),
+        "10_big_summary": ("unreadable", f"bytes, more than the limit of {safe_read.SUMMARY_LIMIT} bytes"),
     }
     for name, (status, error) in expect.items():
         rec = runs[name]
@@ -301,7 +306,7 @@ def test_script_json_round_trips_and_non_finite_values_are_said():
     data = {"t": EVIL + "\u2028&", "n": [1.5, None]}
     text = report.script_json(data)
     assert json.loads(text) == data and "<" not in text and "&" not in text
-    assert report._jsonable({"a": math.nan, "b": [math.inf, -math.inf], 3: np.float32(0.5)}) == \
+    assert report_data._jsonable({"a": math.nan, "b": [math.inf, -math.inf], 3: np.float32(0.5)}) == \
         {"a": "nan", "b": ["inf", "-inf"], "3": 0.5}
 
 
@@ -317,11 +322,20 @@ def test_compressed_archives_are_read_and_bounded(tmp_path, monkeypatch):
     with zipfile.ZipFile(run_dir / "attention.npz") as zf:
         sizes = {i.filename: i.file_size for i in zf.infolist()}
     assert sizes["weights.npy"] > max(v for k, v in sizes.items() if k != "weights.npy")
-    monkeypatch.setattr(report, "MAX_STREAMED_BYTES", sizes["weights.npy"] - 1)
-    rec = report.load_run(run_dir)
-    assert rec["error"] == (f"attention.npz: weights.npy: compressed, {sizes['weights.npy']:,} bytes unpacked "
-                            f"(more than the {sizes['weights.npy'] - 1:,} decompressed for a report)")
-    assert rec["weights"] == [] and rec["tokens"] == toks
+    # a compressed archive whose members unpack to more than the limit is refused before any is read
+    big = write_synthetic_run(tmp_path / "big", toks, steps=list(range(0, 300, 3)))
+    np.savez_compressed(big / "attention.npz", **artifacts.read_attention(big))
+    with zipfile.ZipFile(big / "attention.npz") as zf:
+        declared = zf.getinfo("weights.npy").file_size
+    limit = (big / "attention.npz").stat().st_size
+    assert declared > limit  # the weights compress: the archive is smaller than what it unpacks to
+    monkeypatch.setattr(report_data, "NPZ_LIMIT", limit)
+    safe_read.reset_counters()
+    rec = report.load_run(big)
+    assert rec["error"] == (f"attention.npz: member weights.npy declares {declared} bytes uncompressed, "
+                            f"more than the limit of {limit}")
+    assert rec["weights"] == [] and rec["tokens"] == []  # a refused archive is not used at all
+    assert safe_read.counters()["bytes_decompressed"] < 1024  # the steps' .npy header, nothing of the weights
 
 
 def test_yaml_alias_bomb_and_reference_chains_stay_small(tmp_path):
@@ -330,9 +344,15 @@ def test_yaml_alias_bomb_and_reference_chains_stay_small(tmp_path):
     lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 9)]  # 10^9 leaves
     refs = ["r0: v"] + [f"r{i}: " + "'" + "${r%d}" % (i - 1) * 40 + "'" for i in range(1, 30)]  # 40^29 expansions
     (run_dir / ".hydra" / "config.yaml").write_text("\n".join(refs + lines) + "\n")
+    rec = report.load_run(run_dir)  # the alias bomb is refused while parsing (safe_read's node bound)
+    assert rec["error"] == f".hydra/config.yaml: refused YAML: aliases expand to more than {safe_read.YAML_MAX_NODES} nodes"
+    assert rec["config"] == {} and rec["weights"]  # the rest of the run is shown
+    (run_dir / ".hydra" / "config.yaml").write_text("\n".join(refs) + "\n")
+    summary = json.loads((run_dir / "summary.json").read_text())  # many values: JSON has no aliases, only size
+    (run_dir / "summary.json").write_text(json.dumps({**summary, "many": [0] * 100_000}))
     rec = report.load_run(run_dir)
     assert rec["error"] is None
-    text = json.dumps(rec["config"], ensure_ascii=False)
+    text = json.dumps([rec["config"], rec["recorded"]], ensure_ascii=False)
     assert len(text) < 40 * report.MAX_NODES + 40 * report.MAX_STR and "…" in text
     assert rec["config"]["r1"] == "v" * 40 and rec["config"]["r29"].startswith("${r28}")  # expansion stops at MAX_REF_LOOKUPS
 
