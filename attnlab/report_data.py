@@ -212,7 +212,8 @@ def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int
     """Read one run dir into the report's run record (JSON-ready; the contract of issue 13).
 
     Fields: ``name`` (``name`` or the folder's name), ``run_dir``, ``status`` (summary.json's:
-    running, completed, diverged, interrupted, failed; ``missing`` without summary.json,
+    running, completed, diverged, interrupted, failed; ``killed`` when it says running and no
+    process holds its lock; ``missing`` without summary.json,
     ``unreadable`` when it cannot be used), ``error`` (the run's own error, then what is wrong
     with its files: as attnlab-compare's ``error``), ``problems`` (one line per file that cannot
     be read, ``<file>: <what is wrong>``), ``kind`` (train, walkthrough), ``tokens`` [T] (labels

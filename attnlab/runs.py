@@ -11,8 +11,9 @@ Row keys (:data:`COLUMNS`, then the exercise observations a row has, :data:`attn
 
 - ``job``: the run's folder relative to the common parent of the PATHs (a sweep job's folder
   name, e.g. ``0_model.d_model=6``); ``overrides``: its command-line overrides, space-separated;
-- ``status``: completed, diverged, interrupted, failed, running (summary.json), ``missing``
-  (no summary.json) or ``unreadable`` (a summary.json that cannot be used: not a regular file,
+- ``status``: completed, diverged, interrupted, failed, running (summary.json), ``killed``
+  (summary.json says running but no process holds the run's lock, :func:`attnlab.rundir.run_is_live`),
+  ``missing`` (no summary.json) or ``unreadable`` (a summary.json that cannot be used: not a regular file,
   too large, not JSON, a field of the wrong type); ``error``: the one-line message of a run
   that did not complete, then one line per file that cannot be read (``; ``-joined, each
   ``<file>: <what is wrong>``, e.g. ``attention.npz: damaged archive (BadZipFile: ...)``);
@@ -35,7 +36,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from attnlab import exercises, safe_read
+from attnlab import exercises, rundir, safe_read
 from attnlab.errors import RunDirError
 from attnlab.records import head_mean
 from attnlab.safe_read import ATTENTION, CONFIG, METRICS, WALKTHROUGH, MissingRunFile, RunFileError
@@ -92,8 +93,9 @@ def find_runs(path: Path) -> list[Path]:
 class RunFiles:
     """What a run dir says about itself, read as bounded data; :func:`read_run` never raises.
 
-    ``summary``: summary.json ({} when missing or unreadable); ``status``: its status, or
-    ``missing`` / ``unreadable``; ``config``: the resolved config summary.json recorded, else
+    ``summary``: summary.json ({} when missing or unreadable); ``status``: its status,
+    ``killed`` (it says running and no process holds the lock), ``missing`` or ``unreadable``;
+    ``config``: the resolved config summary.json recorded, else
     ``.hydra/config.yaml`` as plain data, or the other way round (:func:`read_run`'s
     ``prefer_saved``); {} when neither can be read; nothing in it resolved;
     ``overrides``: summary.json's, else ``.hydra/overrides.yaml``'s; ``problems``: one line per
@@ -146,9 +148,12 @@ def read_run(run_dir: Path, root: Path | None = None, prefer_saved: bool = False
         files.problems.append(f"{safe_read.printable(link, 300)}: is a symbolic link (refused: nothing in a "
                               "sweep dir is read through a link)")
         return files
+    live = rundir.run_is_live(run_dir)  # before summary.json: a run that ends meanwhile is not "killed"
     try:
         files.summary = safe_read.read_summary(run_dir, root=files.root)
         files.status = files.summary.get("status")
+        if files.status == "running" and not live:
+            files.status = "killed"
     except MissingRunFile:
         files.status = "missing"
         files.problems.append(NO_SUMMARY)
@@ -305,7 +310,7 @@ def _fill_row(row: dict[str, Any], files: RunFiles, sweep_end: bool) -> None:
     files.problems.extend(f"{name}: missing" for name in files.expected_files()
                           if not safe_read.exists(run_dir, name))
     row.update(exercises.columns(summary))
-    own = DIED if sweep_end and files.status == "running" else summary.get("error")
+    own = DIED if files.status == "killed" or (sweep_end and files.status == "running") else summary.get("error")
     row["error"] = "; ".join(x for x in [own, *files.problems] if x) or None
     row["problems"] = files.problems
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attnlab import artifacts, rundir
+from attnlab import artifacts, rundir, runs
 from attnlab.npz_writer import LOCAL_HEADER, GrowingNpz
 from attnlab.streams import SafeStream
 from attnlab.training import FLUSH_EVERY, train
@@ -343,6 +343,7 @@ def test_kill_9_leaves_a_killed_run_that_keeps_its_snapshots_and_is_refused(tmp_
     partial = run / ".metrics.csv.partial"
     poll(lambda: partial.is_file() and partial.read_bytes().count(b"\n") > 300, proc)
     assert artifacts.run_is_live(run)
+    assert runs.job_row(run)["status"] == "running"  # attnlab-compare, the sweep table and the report agree
     assert (run / rundir.LOCK).read_bytes().split(b"\n")[0] == str(proc.pid).encode()
     hydra_before = {f: (run / f).read_bytes() for f in hydra_files()}
     second = attnlab(f"hydra.run.dir={run}", *QUIET)  # a second run into the live run's folder
@@ -355,6 +356,8 @@ def test_kill_9_leaves_a_killed_run_that_keeps_its_snapshots_and_is_refused(tmp_
     proc.stderr.close()
     assert not artifacts.run_is_live(run)
     assert summary(run)["status"] == "running"  # with the lock free: killed
+    row = runs.job_row(run)
+    assert (row["status"], row["error"]) == ("killed", runs.DIED)
     # what it recorded reached the disk: whole rows, and every snapshot as an .npy array after the zip header
     reference = train(compose_cfg(*QUIET, "train.steps=201", f"train.snapshot_steps={snaps}"))
     text = partial.read_text()
