@@ -17,7 +17,8 @@ import pytest
 
 from attnlab import artifacts
 from attnlab import reproduce as R
-from attnlab.reproduce import compare_runs, environment_differences, main
+from attnlab.reproduce import main
+from attnlab.verdict import compare_runs, environment_differences
 
 from conftest import run_cli
 
@@ -48,6 +49,16 @@ def sweep_dir(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
 def copy_run(src: Path, dst: Path) -> Path:
     shutil.copytree(src, dst)
     return dst
+
+
+def assert_refused(run: Path, tmp_path: Path, capsys, start: str) -> None:
+    """attnlab-reproduce RUN_DIR exits 2 with one stderr line starting ``start`` and runs nothing."""
+    out = tmp_path / "repro"
+    assert main([str(run), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith(start), err
+    assert not out.exists()
 
 
 def test_fresh_run_reproduces_exactly(fresh_run, tmp_path, capsys):
@@ -186,12 +197,7 @@ def test_saved_config_targets_are_refused_before_anything_runs(fresh_run, tmp_pa
     cfg = (run / ".hydra" / "config.yaml").read_text()
     assert edit[0] in cfg
     (run / ".hydra" / "config.yaml").write_text(cfg.replace(edit[0], edit[1], 1))
-    out = tmp_path / "repro"
-    assert main([str(run), "--out", str(out)]) == 2
-    err = capsys.readouterr().err
-    assert len(err.splitlines()) == 1
-    assert err.startswith(f"error: {key}")
-    assert not out.exists()
+    assert_refused(run, tmp_path, capsys, f"error: {key}")
 
 
 @pytest.mark.parametrize("edit, key", [
@@ -208,12 +214,7 @@ def test_recorded_config_targets_are_refused_too(fresh_run, tmp_path, capsys, ed
     summary = json.loads((run / "summary.json").read_text())
     edit(summary["config"])
     (run / "summary.json").write_text(json.dumps(summary))
-    out = tmp_path / "repro"
-    assert main([str(run), "--out", str(out)]) == 2
-    err = capsys.readouterr().err
-    assert len(err.splitlines()) == 1
-    assert err.startswith(f"error: {key}")
-    assert not out.exists()
+    assert_refused(run, tmp_path, capsys, f"error: {key}")
     assert not (tmp_path / "victim.txt").exists()
 
 
