@@ -4,7 +4,7 @@ over saved runs.
 A PATH is a run dir (``.hydra/config.yaml`` inside) or a sweep dir (run dirs anywhere below
 it). The rows (:mod:`attnlab.runs`, columns described there) are built by the same code as the
 end-of-sweep table, so ``summary.csv`` and this table always agree; :mod:`attnlab.table` prints
-and writes them, :func:`attnlab.plots.comparison_figure` draws ``--plot``.
+and writes them, :func:`attnlab.compare_figure.comparison_figure` draws ``--plot``.
 
 A run whose files cannot be read (a damaged archive, a ``metrics.csv`` with a garbage row, a
 ``summary.json`` that is not an object, a symbolic link, ...) is still a row: its status
@@ -23,8 +23,8 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from attnlab.compare_figure import comparison_figure
 from attnlab.errors import AttnlabError
-from attnlab.plots import comparison_figure
 from attnlab.runs import broken, collect_rows
 from attnlab.safe_read import printable
 from attnlab.table import format_table, sort_rows, write_csv

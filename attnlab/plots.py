@@ -1,16 +1,21 @@
-"""Matplotlib figures: the tutorial's attention-evolution figure, the loss curve, the
-comparison figure of ``attnlab-compare --plot``, and the heatmap they (and TensorBoard's images)
-share.
+"""Matplotlib figures: the tutorial's attention-evolution figure, the loss curve, and the heatmap
+they share with TensorBoard's images and the comparison figure (:mod:`attnlab.compare_figure`).
 
 Object API only (``Figure`` + ``FigureCanvasAgg``), never ``pyplot``: no global figure state,
 no GUI backend, safe in sweeps and threads. Matplotlib is imported inside the functions, so
 ``import attnlab.plots`` costs nothing until a figure is drawn. Fonts: :mod:`attnlab.fonts`.
+
+A run's figures are laid out once per process, thread and text and redrawn with each run's
+data (:class:`EvolutionLayout`, :class:`LossLayout`): the jobs of a sweep skip the layout and
+the figure's construction, and the pixels are those of a figure made from scratch.
 """
 from __future__ import annotations
 
 import io
+import threading
+from collections import OrderedDict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
@@ -27,10 +32,13 @@ MAX_HEAD_ROWS = 5  # with several heads: at most this many snapshots, one row of
 PANEL_IN = (3.4, 3.6)  # inches per heatmap panel (width, height)
 COLORBAR_IN = 0.9  # extra figure width for the shared colour bar
 DPI = 100
-MAX_HEATMAPS = 8  # comparison figure: at most this many heatmap panels
-HEATMAP_COLS = 4  # ... per row
 # ------------------------------------------------------------------------------- heatmaps
 MAX_TOKEN_LABELS = 40  # longer texts get position ticks instead of token labels
+
+
+def cell_color(value: float) -> str:
+    """Text colour of a cell value: dark on the bright (high) end of viridis, light elsewhere."""
+    return "black" if value > 0.6 else "white"
 
 
 def draw_heatmap(ax, w: np.ndarray, labels: Sequence[str], title: str):
@@ -47,14 +55,23 @@ def draw_heatmap(ax, w: np.ndarray, labels: Sequence[str], title: str):
     else:  # long text: token labels would overlap; show positions
         ax.set_xlabel("key position", fontsize=8)
         ax.set_ylabel("query position", fontsize=8)
-    if t <= 12:  # values in the cells, dark text on the bright (high) end of viridis
+    if t <= 12:  # values in the cells
         size = 8 if t <= 6 else 6 if t <= 9 else 5
         for i in range(t):
             for j in range(t):
-                ax.text(j, i, f"{w[i, j]:.2f}", ha="center", va="center", fontsize=size,
-                        color="black" if w[i, j] > 0.6 else "white",
+                ax.text(j, i, f"{w[i, j]:.2f}", ha="center", va="center", fontsize=size, color=cell_color(w[i, j]),
                         in_layout=False)  # inside the axes: nothing for a layout engine to measure
     return im
+
+
+def update_heatmap(ax, im, w: np.ndarray, title: str) -> None:
+    """Show ``w`` (T, T) in a heatmap drawn by :func:`draw_heatmap` for the same T: the image,
+    the cell values and their colours, the title; the rest (ticks, labels, frame) stays."""
+    im.set_data(w)
+    ax.title.set_text(title)
+    for text, value in zip(ax.texts, np.asarray(w).flat):
+        text.set_text(f"{value:.2f}")
+        text.set_color(cell_color(value))
 
 
 def pick_snapshots(snapshots: Sequence, max_panels: int = MAX_PANELS) -> list:
@@ -68,7 +85,7 @@ def pick_snapshots(snapshots: Sequence, max_panels: int = MAX_PANELS) -> list:
 
 
 def evolution_figure(snapshots: Sequence[Snapshot], tokens: Sequence[str], title: str | None = None,
-                     max_panels: int = MAX_PANELS, total: int | None = None) -> "Figure":
+                     max_panels: int = MAX_PANELS, total: int | None = None, reuse: bool = False) -> "Figure":
     """The tutorial's section-5 figure as a ``Figure`` (call inside ``rc_context(rc())``).
 
     One heatmap per snapshot, titled ``step=N\nloss=X.XXX``, one shared colour bar over
@@ -78,10 +95,11 @@ def evolution_figure(snapshots: Sequence[Snapshot], tokens: Sequence[str], title
     ``MAX_HEAD_ROWS`` snapshots). The suptitle says "(k of n snapshots)" when it shows k of the
     run's ``total`` (default: ``len(snapshots)``). Figure size: ``cols * 3.4 + 0.9`` by
     ``rows * 3.6 + 0.5`` inches at 100 dpi.
-    """
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
 
+    ``reuse``: draw into this thread's figure of the same tokens, grid and heads when there is
+    one (the jobs of a sweep over one text lay it out once; see :class:`EvolutionLayout`); the
+    figure then belongs to the cache: save it, do not keep or change it.
+    """
     heads = np.asarray(snapshots[0].weights).shape[0] if np.ndim(snapshots[0].weights) == 3 else 1
     shown = pick_snapshots(snapshots, min(max_panels, MAX_HEAD_ROWS) if heads > 1 else max_panels)
     n = len(shown)
@@ -93,23 +111,75 @@ def evolution_figure(snapshots: Sequence[Snapshot], tokens: Sequence[str], title
         cols = min(n, MAX_COLS)
         rows = -(-n // cols)
         panels = [(head_mean(snap.weights), f"step={snap.step}\nloss={snap.loss:.3f}") for snap in shown]
-    fig = Figure(figsize=(cols * PANEL_IN[0] + COLORBAR_IN, rows * PANEL_IN[1] + 0.5), dpi=DPI,
-                 layout="constrained")
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(rows, cols, squeeze=False)
-    labels = [label(t) for t in tokens]
-    im = None
-    for ax, (weights, panel_title) in zip(axes.flat, panels):
-        im = draw_heatmap(ax, weights, labels, panel_title)
-    for ax in axes.flat[len(panels):]:
-        ax.set_axis_off()
-    fig.colorbar(im, ax=axes, shrink=0.8, label="attention weight")
     title = default_title() if title is None else drawable(title)
     total = len(snapshots) if total is None else total
     if n < total:
         title += f"  ({n} of {total} snapshots)"
-    fig.suptitle(title, fontsize=13)
-    return fig
+    labels = tuple(label(t) for t in tokens)
+    titles = tuple(panel_title for _, panel_title in panels)
+    layout = _shared_layout(labels, rows, cols, heads, titles, title) if reuse else \
+        EvolutionLayout(labels, rows, cols, titles, title)
+    return layout.draw(panels, title)
+
+
+class EvolutionLayout:
+    """An evolution figure laid out once for one token list and panel grid, redrawn with new
+    weights and titles: the figure, its axes, ticks and colour bar are made and placed
+    (constrained layout, run once, then fixed) at construction; :meth:`draw` only sets each
+    panel's image, cell values and title and the suptitle. Every figure, a fresh one too, is
+    drawn this way, so a reused layout gives the pixels a fresh one gives. Saving a reused
+    figure skips the layout and the figure's construction: 0.55 -> ~0.2 s per
+    ``attention_evolution.png`` of a sweep job (2 panels, 6 tokens; docs/benchmarks.md).
+
+    ``labels``: T token labels; ``rows`` x ``cols`` panels, the first ``len(panel_titles)``
+    used; ``panel_titles`` and ``title`` (the suptitle) are laid out with the rest, so a later
+    :meth:`draw` must bring titles of the same lines.
+    """
+
+    def __init__(self, labels: tuple[str, ...], rows: int, cols: int, panel_titles: Sequence[str], title: str):
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+
+        t = len(labels)
+        self.fig = Figure(figsize=(cols * PANEL_IN[0] + COLORBAR_IN, rows * PANEL_IN[1] + 0.5), dpi=DPI,
+                          layout="constrained")
+        FigureCanvasAgg(self.fig)
+        axes = self.fig.subplots(rows, cols, squeeze=False)
+        blank = np.full((t, t), 1.0 / t)
+        n_panels = len(panel_titles)
+        self.axes = list(axes.flat[:n_panels])
+        self.images = [draw_heatmap(ax, blank, labels, panel_title) for ax, panel_title in zip(self.axes, panel_titles)]
+        for ax in axes.flat[n_panels:]:
+            ax.set_axis_off()
+        self.fig.colorbar(self.images[-1], ax=axes, shrink=0.8, label="attention weight")
+        self.suptitle = self.fig.suptitle(title, fontsize=13)
+        self.fig.get_layout_engine().execute(self.fig)  # place everything once, without drawing
+        self.fig.set_layout_engine("none")
+
+    def draw(self, panels: Sequence[tuple[np.ndarray, str]], title: str) -> "Figure":
+        """The figure showing ``panels`` (``(weights (T, T), panel title)``, one per used panel,
+        in order) under ``title`` (the one it was laid out with, or one of the same height)."""
+        for ax, im, (weights, panel_title) in zip(self.axes, self.images, panels):
+            update_heatmap(ax, im, weights, panel_title)
+        self.suptitle.set_text(title)
+        return self.fig
+
+
+_layouts: "OrderedDict[tuple, EvolutionLayout]" = OrderedDict()
+MAX_LAYOUTS = 4  # evolution layouts kept per process (the most recently used)
+
+
+def _shared_layout(labels: tuple[str, ...], rows: int, cols: int, heads: int, panel_titles: tuple[str, ...],
+                   title: str) -> EvolutionLayout:
+    """This thread's :class:`EvolutionLayout` for the token labels, grid, heads and suptitle
+    (panel titles of one grid and head count have the same lines), made on first use; matplotlib
+    figures are not thread-safe, so threads do not share one."""
+    key = (labels, rows, cols, heads, len(panel_titles), title, threading.get_ident())
+    layout = _layouts.pop(key, None) or EvolutionLayout(labels, rows, cols, panel_titles, title)
+    _layouts[key] = layout
+    while len(_layouts) > MAX_LAYOUTS:
+        _layouts.popitem(last=False)
+    return layout
 
 
 def save_figure(fig: "Figure", path: Path) -> Path:
@@ -137,7 +207,7 @@ def attention_evolution(snapshots: Sequence[Snapshot], tokens: Sequence[str], pa
     import matplotlib
 
     with matplotlib.rc_context(rc()):
-        return save_figure(evolution_figure(snapshots, tokens, title, max_panels, total), path)
+        return save_figure(evolution_figure(snapshots, tokens, title, max_panels, total, reuse=True), path)
 
 
 def loss_curve(losses: np.ndarray, path: Path, title: str = "loss") -> Path | None:
@@ -145,155 +215,75 @@ def loss_curve(losses: np.ndarray, path: Path, title: str = "loss") -> Path | No
 
     Zeros are clipped to the smallest positive loss (1e-12 if there is none) so the log axis
     stays finite; non-finite losses (a diverged run) are left out. Returns None (no file)
-    when there is no finite loss.
+    when there is no finite loss. The figure is made once per thread and redrawn with each
+    run's curve (:class:`LossLayout`).
     """
     import matplotlib
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
 
     y = np.asarray(losses, dtype=np.float64)
     if not np.isfinite(y).any():
         return None
     with matplotlib.rc_context(rc()):
-        # fixed margins: one axes needs no layout engine (constrained layout was ~60% of the time)
-        fig = Figure(figsize=(6.4, 4.0), dpi=DPI)
-        FigureCanvasAgg(fig)
-        fig.subplots_adjust(left=0.13, right=0.97, bottom=0.12, top=0.91)
-        ax = fig.add_subplot()
-        plot_loss(ax, np.arange(y.size), y)
-        ax.set_title(drawable(title))
-        return save_figure(fig, path)
+        layout = _loss_layouts.get(threading.get_ident())
+        if layout is None:
+            layout = _loss_layouts[threading.get_ident()] = LossLayout()
+        return save_figure(layout.draw(y, drawable(title)), path)
+
+
+class LossLayout:
+    """``loss.png``'s figure (6.4 x 4.0 in, fixed margins: one axes needs no layout engine,
+    which was ~60 % of its time), made once and redrawn with new data: the curve, its limits
+    (autoscaled again) and the title; the ticks follow the limits at each draw. Every figure,
+    the first too, is drawn this way, so a reused one gives the pixels a fresh one gives."""
+
+    def __init__(self):
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+
+        self.fig = Figure(figsize=(6.4, 4.0), dpi=DPI)
+        FigureCanvasAgg(self.fig)
+        self.fig.subplots_adjust(left=0.13, right=0.97, bottom=0.12, top=0.91)
+        self.ax = self.fig.add_subplot()
+        self.ax.set_yscale("log")
+        self.ax.set_xlabel("step")
+        self.ax.set_ylabel("loss (MSE)")
+        self.ax.grid(True, which="both", alpha=0.3)
+        [self.line] = self.ax.plot([], [], lw=1.5)
+
+    def draw(self, losses: np.ndarray, title: str) -> "Figure":
+        """The figure showing ``losses`` ``(n,)`` (at least one finite) against step 0..n-1."""
+        steps, y = finite_losses(np.arange(losses.size), losses)
+        self.line.set_data(steps, y)
+        self.ax.relim()
+        self.ax.autoscale_view()
+        self.ax.set_title(title)
+        return self.fig
+
+
+_loss_layouts: dict[int, LossLayout] = {}  # one per thread
+
+
+def finite_losses(steps: np.ndarray, losses: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The finite points of a loss curve, zeros clipped to the smallest positive loss (1e-12
+    if none) so a log axis stays finite: ``(steps (m,), losses (m,))``, m <= n."""
+    y = np.asarray(losses, dtype=np.float64)
+    ok = np.isfinite(y)
+    positive = y[ok & (y > 0)]
+    return np.asarray(steps)[ok], np.clip(y[ok], positive.min() if positive.size else 1e-12, None)
 
 
 def plot_loss(ax, steps: np.ndarray, losses: np.ndarray, **line_kw) -> bool:
     """Draw one loss curve (``steps`` (n,), ``losses`` (n,)) on ``ax`` with a log y axis, labels
     and grid. Zeros are clipped to the smallest positive loss (1e-12 if none) so the log axis
     stays finite; non-finite losses (a diverged run) are left out. False when nothing was drawn."""
-    y = np.asarray(losses, dtype=np.float64)
-    ok = np.isfinite(y)
-    if ok.any():
-        positive = y[ok & (y > 0)]
-        ax.plot(np.asarray(steps)[ok], np.clip(y[ok], positive.min() if positive.size else 1e-12, None),
-                **{"lw": 1.5, **line_kw})
+    x, y = finite_losses(steps, losses)
+    if x.size:
+        ax.plot(x, y, **{"lw": 1.5, **line_kw})
     ax.set_yscale("log")
     ax.set_xlabel("step")
     ax.set_ylabel("loss (MSE)")
     ax.grid(True, which="both", alpha=0.3)
-    return bool(ok.any())
-
-
-# ----------------------------------------------------------------------- comparison
-def comparison_figure(rows: Sequence[dict[str, Any]], path: Path) -> Path:
-    """Write one PNG to ``path``: every run's loss curve overlaid on a log y axis (top; zeros
-    clipped to the smallest positive loss, non-finite losses left out), and each run's
-    last-snapshot attention heatmap side by side (bottom; at most :data:`MAX_HEATMAPS`,
-    colour scale [0, 1]). Matplotlib object API (Figure + Agg canvas), written atomically.
-
-    Legend entries and heatmap titles name each run by its job number (or folder) and the
-    values of the swept keys, the overrides that differ between the runs, with short key names
-    (``3  lr=0.05 steps=120``; :mod:`attnlab.swept`), wrapped to the panel's width. The layout
-    (constrained) keeps every text inside the figure and clear of the others; the figure is
-    ``max(9, 3.4 * cols + 0.9)`` inches wide and ``4.3 + rows * (3.5 + 0.17 * title lines)``
-    high at 100 dpi (cols ≤ 4 heatmaps per row).
-    """
-    import matplotlib
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    from attnlab import artifacts
-    from attnlab.errors import AttnlabError, RunDirError
-    from attnlab.swept import run_labels, wrap
-
-    TITLE_CHARS, MAX_TITLE_LINES = 34, 3  # heatmap titles: name and swept values wrapped at 34 characters
-    names = short_names([r["job"] for r in rows])
-    labels_of = {id(r): lab for r, lab in zip(rows, run_labels(rows, names))}
-
-    def legend_name(r) -> str:
-        name, values = labels_of[id(r)]
-        return f"{name}: {values}" if values else name
-
-    def panel_title(r, what: str) -> str:  # "3: lr=0.05 steps=120" wrapped to the panel, then "step=29"
-        lines = wrap(legend_name(r), TITLE_CHARS, MAX_TITLE_LINES, measure=lambda s: len(drawable(s)))
-        return "\n".join(drawable(line) for line in [*lines, what])
-
-    curves, maps = [], []
-    for r in rows:
-        run_dir = Path(r["path"])
-        if (run_dir / artifacts.METRICS).is_file():
-            try:
-                steps, losses = artifacts.read_metrics(run_dir)
-                if losses.size:
-                    curves.append((legend_name(r), steps, losses))
-            except AttnlabError:
-                pass
-        w, labels, what = _last_weights(run_dir, r)
-        if w is not None:
-            maps.append((panel_title(r, what), w, labels))
-    shown = maps[:MAX_HEATMAPS]
-    n = max(len(shown), 1)
-    cols = min(n, HEATMAP_COLS)
-    grid_rows = -(-n // cols)
-    title_lines = max([t.count("\n") + 1 for t, _, _ in shown], default=2)
-    row_in = 3.5 + 0.17 * title_lines
-    more = f" ({len(shown)} of {len(maps)})" if len(maps) > len(shown) else ""
-    with matplotlib.rc_context(rc()):
-        fig = Figure(figsize=(max(9.0, 3.4 * cols + 0.9), 4.6 + row_in * grid_rows), dpi=DPI, layout="constrained")
-        FigureCanvasAgg(fig)
-        # one grid: the loss axes, a heading row (an empty axes whose title the layout makes room
-        # for, so no panel title runs into it), then the heatmaps
-        grid = fig.add_gridspec(2 + grid_rows, cols, height_ratios=[4.3, 0.01] + [row_in] * grid_rows)
-        ax = fig.add_subplot(grid[0, :])
-        for name, steps, losses in curves:
-            plot_loss(ax, steps, losses, label=drawable(name), lw=1.4)
-        if not curves:
-            plot_loss(ax, np.zeros(0), np.zeros(0))
-        ax.set_title("loss" if curves else "loss (no training runs)")
-        if curves:
-            ax.legend(fontsize=7, loc="best")
-        heading = fig.add_subplot(grid[1, :])
-        heading.set_axis_off()
-        heading.set_title("attention at the last snapshot" + more, fontsize=11)
-        axes = [fig.add_subplot(grid[2 + i // cols, i % cols]) for i in range(grid_rows * cols)]
-        im = None
-        for a, (title, w, labels) in zip(axes, shown):
-            im = draw_heatmap(a, w, [label(t) for t in labels], title)  # title: made drawable line by line
-            if w.shape[0] > 12:  # smaller token labels, so long texts' ticks do not run into each other
-                a.tick_params(labelsize=6 if w.shape[0] <= 24 else 5)
-        for a in axes[len(shown):]:
-            a.set_axis_off()
-        if im is not None:
-            fig.colorbar(im, ax=axes, shrink=0.8, label="attention weight")
-        path = Path(path)
-        if path.parent and not path.parent.exists():
-            raise RunDirError(f"--plot {path}: folder {path.parent} does not exist")
-        return save_figure(fig, path)
-
-
-def short_names(jobs: Sequence[str]) -> dict[str, str]:
-    """Legend/title names: a sweep job (``[folder/]N_overrides``) by its folder prefix and job
-    number (``N``, ``sweep/N``; the swept values are added by :func:`attnlab.swept.run_labels`),
-    any other run by its whole name (``2026-11-29/12-00-00.123456``)."""
-    out = {}
-    for job in jobs:
-        head, _, tail = job.rpartition("/")
-        num, sep, _ = tail.partition("_")
-        out[job] = (f"{head}/" if head else "") + num if sep and num.isdigit() else job
-    return out
-
-
-def _last_weights(run_dir: Path, row: dict[str, Any]):
-    """(weights (T, T), token labels, title) at the last snapshot, or (None, None, None)."""
-    from attnlab.errors import AttnlabError
-    from attnlab.runs import last_attention
-
-    try:
-        last = last_attention(run_dir)
-    except (AttnlabError, OSError, ValueError, KeyError):
-        last = None
-    if last is None:
-        return None, None, None
-    w, labels, step = last
-    return w, labels, ("walkthrough" if step is None else f"step={step}")
+    return bool(x.size)
 
 
 # ----------------------------------------------------------------------------------- sink

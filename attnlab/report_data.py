@@ -340,8 +340,7 @@ def collect_records(paths: Iterable[Path | str], budget: int = WEIGHT_BUDGET) ->
     shares = share_budget([weight_need(r, root) for r, _, root in found], budget)
     records = [load_run(r, name=name, max_weight_bytes=share, root=root)
                for (r, name, root), share in zip(found, shares)]
-    from attnlab.plots import short_names
-    from attnlab.swept import run_labels
+    from attnlab.swept import run_labels, short_names
 
     # the legend names of attnlab-compare --plot: job number and swept values, "3: lr=0.05"
     names = [name for _, name, _ in found]

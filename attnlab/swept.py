@@ -107,3 +107,15 @@ def wrap(text: str, width: int, max_lines: int, measure: Callable[[str], int] = 
             last = last[:-1]
         lines = lines[:max_lines - 1] + [last + "…"]
     return lines
+
+
+def short_names(jobs: Sequence[str]) -> dict[str, str]:
+    """Legend/title names: a sweep job (``[folder/]N_overrides``) by its folder prefix and job
+    number (``N``, ``sweep/N``; the swept values are added by :func:`attnlab.swept.run_labels`),
+    any other run by its whole name (``2026-11-29/12-00-00.123456``)."""
+    out = {}
+    for job in jobs:
+        head, _, tail = job.rpartition("/")
+        num, sep, _ = tail.partition("_")
+        out[job] = (f"{head}/" if head else "") + num if sep and num.isdigit() else job
+    return out

@@ -34,7 +34,7 @@ import numpy as np
 
 from attnlab.focus import FOCUS_THRESHOLD, focus, row_entropy
 from attnlab.fonts import drawable, label, rc
-from attnlab.plots import DPI, draw_heatmap
+from attnlab.plots import DPI, draw_heatmap, update_heatmap
 from attnlab.records import RunInfo, RunResult, Sink, Snapshot, head_mean
 
 # hparams plugin session status (api_pb2.Status has only UNKNOWN, SUCCESS, FAILURE, RUNNING):
@@ -257,11 +257,7 @@ class HeatmapRenderer:
         with matplotlib.rc_context(rc()):
             if self.fig is None:
                 self._lay_out(w, title)
-            self.im.set_data(w)
-            self.ax.title.set_text(title)
-            for text, value in zip(self.ax.texts, w.flat):
-                text.set_text(f"{value:.2f}")
-                text.set_color("black" if value > 0.6 else "white")
+            update_heatmap(self.ax, self.im, w, title)
             canvas = self.fig.canvas
             canvas.restore_region(self._background)
             for artist in self._changing:

@@ -9,7 +9,7 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from attnlab import compare, plots, swept
+from attnlab import compare, compare_figure, swept
 from attnlab.fonts import drawable
 from attnlab.job import run_job
 
@@ -42,13 +42,13 @@ def ex4(tmp_path_factory) -> Path:
 def draw(paths: list[Path], out: Path, monkeypatch):
     """Run ``attnlab-compare PATHS --plot OUT`` and return the figure it saved, drawn."""
     figs = []
-    real = plots.save_figure
+    real = compare_figure.save_figure
 
     def spy(fig, path):
         figs.append(fig)
         return real(fig, path)
 
-    monkeypatch.setattr(plots, "save_figure", spy)
+    monkeypatch.setattr(compare_figure, "save_figure", spy)
     assert compare.main([*map(str, paths), "--plot", str(out)]) == 0
     [fig] = figs
     return fig
@@ -176,4 +176,4 @@ def test_overrides_are_read_as_bounded_data(tmp_path):
     assert swept.clip_value("z" * 70) == "z" * 59 + "…"
     rows = [{"job": "0_seed=1", "path": str(tmp_path)}]
     f.write_text("- seed=1\n")
-    assert swept.run_labels(rows, plots.short_names(["0_seed=1"])) == [("0", "seed=1")]
+    assert swept.run_labels(rows, swept.short_names(["0_seed=1"])) == [("0", "seed=1")]

@@ -172,3 +172,71 @@ def test_import_is_cheap():
     code = "import sys, attnlab.plots; print('matplotlib' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def fresh_evolution_png(snaps, tokens, path, title):
+    """The evolution figure made from scratch each time, laid out by matplotlib while it saves
+    (what attnlab drew before layouts were reused): the reference for the reused layouts."""
+    import matplotlib
+    from matplotlib.figure import Figure
+
+    with matplotlib.rc_context(font_module.rc()):
+        fig = Figure(figsize=(len(snaps) * plots.PANEL_IN[0] + plots.COLORBAR_IN, plots.PANEL_IN[1] + 0.5),
+                     dpi=plots.DPI, layout="constrained")
+        axes = fig.subplots(1, len(snaps), squeeze=False)
+        labels = [font_module.label(t) for t in tokens]
+        for ax, s in zip(axes.flat, snaps):
+            im = plots.draw_heatmap(ax, s.weights[0], labels, f"step={s.step}\nloss={s.loss:.3f}")
+        fig.colorbar(im, ax=axes, shrink=0.8, label="attention weight")
+        fig.suptitle(title, fontsize=13)
+        fig.savefig(path)
+    return read_png(path)
+
+
+def fresh_loss_png(losses, path, title):
+    import matplotlib
+    from matplotlib.figure import Figure
+
+    with matplotlib.rc_context(font_module.rc()):
+        fig = Figure(figsize=(6.4, 4.0), dpi=plots.DPI)
+        fig.subplots_adjust(left=0.13, right=0.97, bottom=0.12, top=0.91)
+        ax = fig.add_subplot()
+        plots.plot_loss(ax, np.arange(len(losses)), losses)
+        ax.set_title(title)
+        fig.savefig(path)
+    return read_png(path)
+
+
+def test_reused_figures_give_the_pixels_of_fresh_ones(tmp_path):
+    """A sweep's jobs redraw one laid-out figure per text (plots.EvolutionLayout, LossLayout):
+    each PNG equals, pixel for pixel, the figure made and laid out from scratch, whatever was
+    drawn into the reused figure before."""
+    runs = [snapshots(3, seed=s) for s in range(3)] + [snapshots(3, seed=0)]
+    for k, snaps in enumerate(runs):  # the same layout, reused 3 times
+        got = read_png(plots.attention_evolution(snaps, TOKENS, tmp_path / f"evo{k}.png"))
+        want = fresh_evolution_png(snaps, TOKENS, tmp_path / f"ref{k}.png", plots.default_title())
+        assert got.shape == want.shape
+        assert np.array_equal(got, want), f"run {k}: {int((got != want).any(-1).sum())} pixels differ"
+    assert not np.array_equal(read_png(tmp_path / "evo0.png"), read_png(tmp_path / "evo1.png"))
+    curves = [np.exp(-np.linspace(0, 8, 201)) * 2.3, np.r_[np.linspace(2, 50, 30), np.inf, np.nan],
+              np.r_[np.exp(-np.linspace(0, 5, 40)), np.zeros(5)], np.abs(np.sin(np.arange(3000))) + 1e-3]
+    for k, y in enumerate(curves):
+        got = read_png(plots.loss_curve(y, tmp_path / f"loss{k}.png", title=f"loss {k}"))
+        assert np.array_equal(got, fresh_loss_png(y, tmp_path / f"lref{k}.png", f"loss {k}")), f"curve {k}"
+
+
+def test_layouts_are_per_thread_and_bounded(tmp_path, monkeypatch):
+    import threading
+    from collections import OrderedDict
+
+    monkeypatch.setattr(plots, "_layouts", OrderedDict())  # none from earlier tests
+    plots.attention_evolution(snapshots(2), TOKENS, tmp_path / "main.png")
+    other = threading.Thread(target=plots.attention_evolution, args=(snapshots(2), TOKENS, tmp_path / "t.png"))
+    other.start()
+    other.join()
+    mine = [key for key in plots._layouts if key[-1] == threading.get_ident()]
+    assert (len(mine), len(plots._layouts)) == (1, 2)  # the other thread made its own
+    for t in range(3, 3 + plots.MAX_LAYOUTS + 2):  # more token lists than are kept
+        plots.attention_evolution(snapshots(2, t=t), [f"t{i}" for i in range(t)], tmp_path / f"t{t}.png")
+    assert len(plots._layouts) == plots.MAX_LAYOUTS
+    assert np.array_equal(read_png(tmp_path / "main.png"), read_png(tmp_path / "t.png"))
