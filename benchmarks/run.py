@@ -664,7 +664,8 @@ def render(results: dict) -> str:
         lines += [
             "### Threads: training steps/s with 1 vs 2 torch threads (`threads=auto`'s measurement)",
             "",
-            "attnlab's §5 step (`SelfAttention`, MSE, Adam; d_k = d_v = d_model) in one process per condition, "
+            "attnlab's §5 step (`MultiHeadSelfAttention`, one head, MSE, Adam; d_k = d_v = d_model) "
+            "in one process per condition, "
             "`torch.set_num_threads` between runs, the two counts interleaved; *same bits* = the losses of every "
             "count are bitwise identical. Multiply-adds per step as `attnlab.threads.work_per_step`.",
             "",

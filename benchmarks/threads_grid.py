@@ -4,7 +4,7 @@ in one process (``torch.set_num_threads`` between runs), for ``threads=auto``'s 
 
     python -m benchmarks.threads_grid --sizes 6x6,64x64,256x256,1024x768 --threads 1,2 --reps 3 --out grid.json
 
-Each (size, thread count) trains attnlab's §5 step (``SelfAttention``, ``mse``, Adam lr 0.05,
+Each (size, thread count) trains attnlab's §5 step (``MultiHeadSelfAttention`` with one head, ``mse``, Adam lr 0.05,
 d_k = d_v = d_model, deterministic algorithms on, as ``training.train``) from the same seed;
 within a repetition the thread counts run one after another in a rotated order, so a
 neighbour's load hits them alike. ``identical`` says whether every thread count gave
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from attnlab.model import SelfAttention, mse, next_token_targets
+from attnlab.model import MultiHeadSelfAttention, mse, next_token_targets
 
 
 def timed_steps(T: int, d_model: int, threads: int, steps: int, seed: int = 0) -> tuple[float, bytes]:
@@ -30,12 +30,12 @@ def timed_steps(T: int, d_model: int, threads: int, steps: int, seed: int = 0) -
     torch.manual_seed(seed)
     X = torch.randn(T, d_model)  # (T, d_model)
     target = next_token_targets(X)
-    attention = SelfAttention(d_model, d_model, d_model)
+    attention = MultiHeadSelfAttention(d_model, d_model, d_model)  # one head, as the tutorial
     optimizer = torch.optim.Adam(attention.parameters(), lr=0.05)
     losses = []
     t0 = time.perf_counter()
     for _ in range(steps):
-        Z, _weights = attention(X)
+        Z = attention(X).Z  # (T, d_model)
         loss = mse(Z, target)
         optimizer.zero_grad()
         loss.backward()

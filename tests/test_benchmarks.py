@@ -18,7 +18,7 @@ from attnlab import tokenizer
 from conftest import GOLDEN_SECTION5, ROOT, TUTORIAL_IDS
 
 sys.path.insert(0, str(ROOT))  # benchmarks/ is not an installed package
-from benchmarks import child, plain_tutorial, run  # noqa: E402
+from benchmarks import child, plain_tutorial, run, threads_grid  # noqa: E402
 
 
 def test_plain_script_is_the_tutorial(capsys):
@@ -40,6 +40,19 @@ def test_plain_script_tokenizes_like_attnlab():
 @pytest.mark.parametrize("n", [2, 6, 64, 1024])
 def test_generated_text_has_exactly_n_tokens(n):
     assert len(tokenizer.encode(run.text_with_tokens(n))) == n
+
+
+def test_threads_grid_trains_the_tutorial_step_bit_for_bit_across_thread_counts():
+    """benchmarks/threads_grid.py (the measurement behind threads=auto) trains attnlab's own model
+    (it broke silently once when the model class was renamed): the same losses with 1 and 2
+    threads at a size where auto picks one thread, and a loss that falls."""
+    _, one = threads_grid.timed_steps(6, 6, threads=1, steps=30)
+    _, two = threads_grid.timed_steps(6, 6, threads=2, steps=30)
+    assert one == two
+    import numpy as np
+
+    losses = np.frombuffer(one, dtype=np.float32)
+    assert losses.shape == (30,) and losses[-1] < losses[0]
 
 
 def test_snapshot_steps():
