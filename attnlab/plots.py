@@ -15,7 +15,7 @@ import io
 import threading
 from collections import OrderedDict
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
@@ -128,7 +128,7 @@ class EvolutionLayout:
     (constrained layout, run once, then fixed) at construction; :meth:`draw` only sets each
     panel's image, cell values and title and the suptitle. Every figure, a fresh one too, is
     drawn this way, so a reused layout gives the pixels a fresh one gives. Saving a reused
-    figure skips the layout and the figure's construction: 0.55 -> ~0.2 s per
+    figure skips the layout and the figure's construction: 0.55 -> 0.28 s per
     ``attention_evolution.png`` of a sweep job (2 panels, 6 tokens; docs/benchmarks.md).
 
     ``labels``: T token labels; ``rows`` x ``cols`` panels, the first ``len(panel_titles)``
@@ -165,21 +165,28 @@ class EvolutionLayout:
         return self.fig
 
 
-_layouts: "OrderedDict[tuple, EvolutionLayout]" = OrderedDict()
-MAX_LAYOUTS = 4  # evolution layouts kept per process (the most recently used)
+_layouts: "OrderedDict[tuple, Any]" = OrderedDict()  # EvolutionLayout and LossLayout objects
+MAX_LAYOUTS = 4  # figures kept per process (the most recently used)
 
 
-def _shared_layout(labels: tuple[str, ...], rows: int, cols: int, heads: int, panel_titles: tuple[str, ...],
-                   title: str) -> EvolutionLayout:
-    """This thread's :class:`EvolutionLayout` for the token labels, grid, heads and suptitle
-    (panel titles of one grid and head count have the same lines), made on first use; matplotlib
-    figures are not thread-safe, so threads do not share one."""
-    key = (labels, rows, cols, heads, len(panel_titles), title, threading.get_ident())
-    layout = _layouts.pop(key, None) or EvolutionLayout(labels, rows, cols, panel_titles, title)
+def _cached_layout(key: tuple, make: Callable[[], Any]) -> Any:
+    """The layout for ``key`` in this thread with these fonts (matplotlib figures are not
+    thread-safe, and a text keeps the font it was made with), made by ``make`` on first use;
+    the :data:`MAX_LAYOUTS` most recently used are kept."""
+    key = (*key, tuple(rc()["font.family"]), threading.get_ident())
+    layout = _layouts.pop(key, None) or make()
     _layouts[key] = layout
     while len(_layouts) > MAX_LAYOUTS:
         _layouts.popitem(last=False)
     return layout
+
+
+def _shared_layout(labels: tuple[str, ...], rows: int, cols: int, heads: int, panel_titles: tuple[str, ...],
+                   title: str) -> EvolutionLayout:
+    """The :class:`EvolutionLayout` for the token labels, grid, heads and suptitle (panel titles
+    of one grid and head count have the same lines), see :func:`_cached_layout`."""
+    return _cached_layout(("evolution", labels, rows, cols, heads, len(panel_titles), title),
+                          lambda: EvolutionLayout(labels, rows, cols, panel_titles, title))
 
 
 def save_figure(fig: "Figure", path: Path) -> Path:
@@ -216,7 +223,7 @@ def loss_curve(losses: np.ndarray, path: Path, title: str = "loss") -> Path | No
     Zeros are clipped to the smallest positive loss (1e-12 if there is none) so the log axis
     stays finite; non-finite losses (a diverged run) are left out. Returns None (no file)
     when there is no finite loss. The figure is made once per thread and redrawn with each
-    run's curve (:class:`LossLayout`).
+    run's curve (:class:`LossLayout`, :func:`_cached_layout`).
     """
     import matplotlib
 
@@ -224,10 +231,7 @@ def loss_curve(losses: np.ndarray, path: Path, title: str = "loss") -> Path | No
     if not np.isfinite(y).any():
         return None
     with matplotlib.rc_context(rc()):
-        layout = _loss_layouts.get(threading.get_ident())
-        if layout is None:
-            layout = _loss_layouts[threading.get_ident()] = LossLayout()
-        return save_figure(layout.draw(y, drawable(title)), path)
+        return save_figure(_cached_layout(("loss",), LossLayout).draw(y, drawable(title)), path)
 
 
 class LossLayout:
@@ -258,9 +262,6 @@ class LossLayout:
         self.ax.autoscale_view()
         self.ax.set_title(title)
         return self.fig
-
-
-_loss_layouts: dict[int, LossLayout] = {}  # one per thread
 
 
 def finite_losses(steps: np.ndarray, losses: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
