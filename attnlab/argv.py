@@ -82,9 +82,9 @@ def free_text_value(value: str) -> str:
     if stripped[0] in "'\"[{" or _FUNCTION.match(stripped):
         return _escape_interpolations_in_quotes(value)
     items = [item.strip() for item in value.split(",")]
-    if all(set(item) <= _SAFE for item in items):
+    if all(item and set(item) <= _SAFE for item in items):
         return value
-    return ",".join(quote(item) if item else item for item in items)
+    return ",".join(quote(item) for item in items)  # an empty item too: "Hello," is "Hello" and ""
 
 
 def prepare(argv: Iterable[str]) -> list[str]:

@@ -98,13 +98,63 @@ def hydra_error_line(report: str, argv: list[str] | None = None) -> str:
     merging = re.match(r"Error merging override ([^=\s]+)=(.*)", lines[0]) if lines else None
     if merging and len(lines) > 1:
         return f"error: {merging.group(1)}={merging.group(2)!r}: {lines[1]}"
-    syntax = ("mismatched input", "extraneous input", "no viable", "noviable", "token recognition error")
+    syntax = ("error parsing override", "mismatched input", "extraneous input", "no viable", "noviable",
+              "token recognition error", "missing equal")
     if lines and any(k in lines[0].lower() for k in syntax):
-        return (f"error: {lines[0]} in the overrides (Hydra's override syntax): quote values that contain "
-                "= , [ ] { } ( ) : or non-ASCII text, e.g. 'sentence=\"a=b, c\"'")
+        return syntax_error_line(lines, argv or [])
     details = [ln for ln in lines if not ln.startswith(("full_key:", "reference_type=", "object_type=",
                                                         "See https", "provider=", "Config search path"))]
     return "error: " + "; ".join(details[:2])
+
+
+# Hydra's options that take the next argument as their value (not an override)
+_FLAGS_WITH_VALUE = {"-cp", "--config-path", "-cn", "--config-name", "-cd", "--config-dir", "-c", "--cfg",
+                     "-p", "--package", "--info", "--experimental-rerun", "-sc", "--shell-completion"}
+
+
+def bad_override(argv: list[str]) -> str | None:
+    """The first argument of ``argv`` (as typed) that Hydra's override grammar refuses once
+    :func:`attnlab.argv.prepare` has made free text Hydra syntax; None when each parses alone."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from attnlab.argv import prepare
+
+    parser = OverridesParser.create()
+    skip = False
+    for arg in argv:
+        if skip or arg.startswith("-"):
+            skip = not skip and arg in _FLAGS_WITH_VALUE
+            continue
+        try:
+            parser.parse_overrides(prepare([arg]))
+        except Exception:  # Hydra's OverrideParseException, or anything its grammar raises
+            return arg
+    return None
+
+
+def syntax_error_line(lines: list[str], argv: list[str]) -> str:
+    """Hydra's override-grammar error (``lines``, its report) as one line naming the argument it
+    refused and what to type instead: a word without ``=`` is the rest of an unquoted text
+    split by the shell; free text (``sentence`` ...) needs only the shell's quotes; other values
+    need Hydra's quotes around = , [ ] { } ( ) : and non-ASCII text."""
+    from attnlab.argv import FREE_TEXT_KEYS
+
+    what = re.sub(r"^Error parsing override '.*'$", "", lines[0]).strip() or (lines[1] if len(lines) > 1 else "")
+    what = re.sub(r" expecting \{.*\}$", "", what)  # the grammar's token list says nothing to a user
+    arg = bad_override(argv)
+    if arg is None:
+        return (f"error: {what} in the overrides (Hydra's override syntax): quote values that contain "
+                "= , [ ] { } ( ) : or non-ASCII text for Hydra, e.g. 'model.positional=\"learned\"'")
+    shown = arg if len(arg) <= 80 else arg[:77] + "..."
+    key = arg.split("=", 1)[0].lstrip("+") if "=" in arg else None
+    if key is None:
+        return (f"error: {shown!r}: not an override (key=value); a text with spaces must be one argument: "
+                "quote the whole override for the shell, e.g. 'sentence=Your journey starts'")
+    if key in FREE_TEXT_KEYS:
+        return (f"error: {shown!r}: not valid override syntax ({what}); {key} takes text as typed unless it "
+                f"starts with a quote, [ or {{, which must then be closed: '{key}=\"[a] b\"' keeps them as text")
+    return (f"error: {shown!r}: not valid override syntax ({what}); quote values that contain "
+            f"= , [ ] {{ }} ( ) : or non-ASCII text for Hydra, e.g. '{key}=\"a=b\"'")
 
 
 @contextlib.contextmanager

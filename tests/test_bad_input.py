@@ -101,6 +101,15 @@ CASES = [
     Case("comma_text", "a comma in an unquoted sentence (a single run)", ("sentence=Hello, world",), "hydra",
          "error: sentence='Hello, world': a comma separates values; to keep it in the value, quote it for Hydra and "
          "the shell: 'sentence=\"Hello, world\"'; with -m (--multirun) the commas sweep over the values", cli=True),
+    Case("text_split_by_shell", "a sentence with a space the shell split into two arguments", ("sentence=Hello", "world"),
+         "hydra", "error: 'world': not an override (key=value); a text with spaces must be one argument", cli=True),
+    Case("text_trailing_comma", "a sentence ending in an unquoted comma", ("sentence=Hello,",), "hydra",
+         "error: sentence='Hello,': a comma separates values; to keep it in the value, quote it", cli=True),
+    Case("text_unclosed_quote", "a sentence starting with a quote it never closes", ('sentence="unclosed',), "hydra",
+         "error: 'sentence=\"unclosed': not valid override syntax (LexerNoViableAltException"),
+    Case("list_unclosed", "a list that is never closed", ("train.snapshot_steps=[0,10",), "hydra",
+         "error: 'train.snapshot_steps=[0,10': not valid override syntax (no viable alternative at input '[0,10'); "
+         "quote values that contain"),
     Case("seed_overflow", "a seed beyond 64 bits", ("seed=18446744073709551616",), "ours",
          "seed=18446744073709551616: must be an integer in [-9223372036854775808, 18446744073709551615] "
          "(what torch.manual_seed accepts)", cli=True),
@@ -221,6 +230,30 @@ def test_changing_only_the_steps_scales_the_snapshots(tmp_path):
     assert snapshot_steps(compose_cfg("train.snapshot_steps=[7,3,3]").train) == [3, 7]  # a list is taken as given
     assert run_job(compose_cfg(*QUIET, "train.steps=100"), tmp_path).status == "completed"
     assert artifacts.read_attention(tmp_path)["steps"].tolist() == [0, 10, 25, 50, 99]
+
+
+def grammar_error(args: tuple[str, ...]) -> str | None:
+    """Hydra's own message for the first of ``args`` (made Hydra syntax as the command does) that
+    its override grammar refuses, or None."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from attnlab.argv import prepare
+
+    try:
+        OverridesParser.create().parse_overrides(prepare(list(args)))
+    except Exception as err:
+        return str(err)
+    return None
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.kind == "hydra" and grammar_error(c.args)], ids=lambda c: c.id)
+def test_override_grammar_errors_name_the_argument_and_what_to_type(case):
+    from attnlab.hydra_errors import hydra_error_line
+
+    line = hydra_error_line(grammar_error(case.args), list(case.args))
+    assert "\n" not in line
+    assert case.expect in line
+    assert "expecting {" not in line  # the grammar's token list says nothing to a user
 
 
 # --- the real command: one case per code path -------------------------------------------------
@@ -420,7 +453,8 @@ How to read it:
 `<|endoftext|>`: by default (`tokenizer.special_tokens=special`) a literal `<|endoftext|>` in
 the text becomes GPT-2's special token 50256; with `tokenizer.special_tokens=text` it is encoded
 as ordinary text (`<`, `|`, `end`, `of`, `text`, `|`, `>`: seven tokens). On the command line
-the sentence needs Hydra quoting (`'sentence="Your journey<|endoftext|> starts"'`) because of `<` and `|`.
+it needs no Hydra quoting (free text is quoted for Hydra by attnlab), only the shell's, because
+of `<`, `|` and the spaces: `attnlab 'sentence=Your journey<|endoftext|> starts'`.
 
 ## Run folders: new or empty, one process each, and `attnlab-reproduce`
 
