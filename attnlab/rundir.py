@@ -254,6 +254,9 @@ def _contents_problem(path: Path, key: "_Named", hydra_subdir: str | None, hydra
         if status == "running":  # we hold the lock, so the process that wrote it is gone
             return (f"{key}: holds a run that was killed (its summary.json says running and no "
                     f"process holds its lock); choose another {key.name} (runs are never overwritten)")
+    if "multirun.yaml" in names:  # Hydra's record of a sweep: the sweep dir of an earlier sweep
+        return (f"{key}: already holds a sweep (its multirun.yaml and job folders); choose another "
+                f"{key.name} (runs are never overwritten; attnlab-compare reads the sweep)")
     if stale_lock:
         return (f"{key}: holds a run that was killed before it wrote summary.json; "
                 f"choose another {key.name} (runs are never overwritten)")

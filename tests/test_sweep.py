@@ -111,6 +111,13 @@ def test_sentence_sweep_quoting_gives_flat_folders(cli, tmp_path):
     from attnlab.tokenizer import encode
 
     assert [int(r["n_tokens"]) for r in rows] == [len(encode("one, step")), len(encode("a/b 你好 🚶"))] == [3, 11]
+    # the same sweep again into that sweep dir: refused in one line, the finished sweep untouched
+    before = {str(p.relative_to(sweep)): p.read_bytes() for p in sorted(sweep.rglob("*")) if p.is_file()}
+    again = cli("-m", 'sentence="one, step","a/b 你好 🚶"', "task=walkthrough", "logging=off", f"hydra.sweep.dir={sweep}")
+    assert (again.returncode, again.stderr) == (2, f"error: hydra.sweep.dir='{sweep}': already holds a sweep (its "
+                                                   "multirun.yaml and job folders); choose another hydra.sweep.dir "
+                                                   "(runs are never overwritten; attnlab-compare reads the sweep)\n")
+    assert {str(p.relative_to(sweep)): p.read_bytes() for p in sorted(sweep.rglob("*")) if p.is_file()} == before
 
 
 # ------------------------------------------------------------------------------ launchers
