@@ -271,20 +271,40 @@ def to_plain(cfg: DictConfig) -> dict:
     return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)  # type: ignore[return-value]
 
 
+GROUP_HINT = ("is a section of keys, not a value: a config group option such as logging=off or optimizer=sgd "
+              "works with attnlab's own configs, not with --config-path to a saved .hydra/config.yaml (it has "
+              "no groups); set the section's keys instead (e.g. logging.tensorboard=false, optimizer.lr=0.01)")
+
+
+def _check_sections(cfg: DictConfig) -> None:
+    """Raises ConfigError when a section of the schema (``model``, ``optimizer`` (typed ``Any``:
+    its schema follows its ``_target_``), ``logging`` ...) holds a plain value: a group option
+    given to a config that has no groups."""
+    schema = OmegaConf.structured(Config)
+    for key in cfg.keys():
+        if key == "optimizer" or (key in schema and OmegaConf.is_dict(schema._get_node(key))):
+            node = cfg._get_node(key)
+            if node is not None and not OmegaConf.is_dict(node) and not OmegaConf.is_missing(cfg, key):
+                raise ConfigError(str(key), node._value(), GROUP_HINT)
+
+
 def apply_schema(cfg: Any) -> DictConfig:
     """``cfg`` (a composed config, e.g. a saved ``.hydra/config.yaml`` loaded as plain data)
     merged onto the :class:`Config` schema, with ``optimizer`` merged onto the shipped
     optimizer class its ``_target_`` names. Nothing is imported or instantiated.
 
-    Raises ConfigError (one line) for a ``_target_`` outside the shipped torch.optim classes, a
-    key the schema does not have (``hydra``, ``defaults``, ``model._target_``, keys of another
-    attnlab version) or a value of the wrong type. A config already typed by this schema (as Hydra
-    composes it) is returned as is.
+    Raises ConfigError (one line) for a section given a plain value (a config group option,
+    ``logging=off``, on a config without groups: :data:`GROUP_HINT`), a ``_target_`` outside the
+    shipped torch.optim classes, a key the schema does not have (``hydra``, ``defaults``,
+    ``model._target_``, keys of another attnlab version) or a value of the wrong type. A config
+    already typed by this schema (as Hydra composes it) is returned as is.
     """
     from omegaconf.errors import OmegaConfBaseException
 
     if not isinstance(cfg, DictConfig):
         cfg = OmegaConf.create(cfg)
+    if OmegaConf.get_type(cfg) is not Config:  # a typed config cannot hold a value where a section goes
+        _check_sections(cfg)
     schema = optimizer_schema(OmegaConf.select(cfg, "optimizer._target_", default=None))
     if OmegaConf.get_type(cfg) is Config and OmegaConf.get_type(cfg.optimizer) is schema:
         OmegaConf.set_struct(cfg, True)  # already typed (composed by Hydra onto the schema): ~30 ms saved

@@ -308,6 +308,22 @@ def test_plain_hydra_rerun_matches_and_never_writes_into_run_dir(fresh_run, tmp_
     assert artifacts.read_summary(tmp_path / "bad")["status"] == "failed"
 
 
+@pytest.mark.parametrize("section, option", [("logging", "off"), ("optimizer", "sgd"), ("model", "tiny")])
+def test_a_group_option_on_a_saved_config_says_to_set_keys(fresh_run, section, option):
+    """A saved .hydra/config.yaml has no config groups: `attnlab --config-path RUN/.hydra ...
+    logging=off` puts a word where a section goes; one line says so, naming the key."""
+    import yaml
+
+    from attnlab.config import GROUP_HINT, apply_schema
+    from attnlab.errors import ConfigError
+
+    data = yaml.safe_load((fresh_run / ".hydra" / "config.yaml").read_text())
+    data[section] = option
+    with pytest.raises(ConfigError) as err:
+        apply_schema(data)
+    assert str(err.value) == f"{section}={option!r}: {GROUP_HINT}"
+
+
 def test_walkthrough_run_reproduces_and_an_edited_array_is_named(tmp_path, capsys):
     """A run made in-process with the config saved as Hydra would (OmegaConf.save of the
     composed config, interpolations kept)."""
