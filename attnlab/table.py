@@ -34,7 +34,8 @@ FORMULA_START = ("=", "+", "-", "@")  # a spreadsheet reads a cell starting with
 
 def columns_of(rows: Sequence[dict[str, Any]], table: bool = False) -> list[str]:
     """The columns to show: :data:`COLUMNS`, then each observation column some row has, then
-    ``path``; for the printed table (``table=True``) without CSV-only columns."""
+    ``path``; for the printed table (``table=True``) without CSV-only columns and with ``error``
+    (the longest cell) last."""
     cols = COLUMNS + [c for c in exercises.COLUMNS if any(r.get(c) is not None for r in rows)] + TRAILING_COLUMNS
     if table:
         cols = [c for c in cols if c not in TABLE_SKIP]
@@ -42,6 +43,7 @@ def columns_of(rows: Sequence[dict[str, Any]], table: bool = False) -> list[str]
         if len(rows) > 1:  # observations every row shares (same tokens, same shapes) say nothing here
             cols = [c for c in cols if c not in exercises.SAME_HIDDEN
                     or len({str(r.get(c)) for r in rows if r.get(c) is not None}) > 1]
+        cols = [c for c in cols if c != "error"] + (["error"] if "error" in cols else [])  # the long text last
     return cols
 
 
