@@ -43,12 +43,12 @@ class NeverOverwrite(Callback):
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         stop_if_interrupted()
-        self._claim("hydra.run.dir", str(config.hydra.run.dir))
+        self._claim("hydra.run.dir", self._dir(config, "run"))
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         global _new_sweep
         stop_if_interrupted()
-        sweep_dir = Path(str(config.hydra.sweep.dir))
+        sweep_dir = Path(self._dir(config, "sweep"))
         top = None
         for folder in [sweep_dir, *sweep_dir.absolute().parents]:
             if folder.exists():
@@ -69,6 +69,21 @@ class NeverOverwrite(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         rundir.release(Path(str(config.hydra.sweep.dir)))  # after SweepSummary (Hydra ends callbacks in reverse)
+
+    @staticmethod
+    def _dir(config: DictConfig, kind: str) -> str:
+        """``hydra.<kind>.dir`` resolved; one line and exit status 2 when it cannot be (an unset
+        environment variable, a missing key: Hydra would only warn and fail later, at length)."""
+        from omegaconf import OmegaConf
+        from omegaconf.errors import OmegaConfBaseException
+
+        try:
+            return str(config.hydra[kind].dir)
+        except OmegaConfBaseException as err:
+            raw = OmegaConf.to_container(config.hydra[kind], resolve=False).get("dir")
+            reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+            print(f"error: hydra.{kind}.dir={raw!r}: cannot be resolved: {reason}", file=sys.stderr)
+            sys.exit(EXIT_BAD_INPUT)
 
     @staticmethod
     def _claim(key: str, value: str) -> None:

@@ -80,6 +80,10 @@ def main() -> None:
     callbacks.stop_if_interrupted()
     register_configs()
     typed = sys.argv[1:]
+    if any(a == "--experimental-rerun" or a.startswith("--experimental-rerun=") for a in typed):
+        print("error: --experimental-rerun: refused: it unpickles .hydra/config.pickle, and a pickle from a run "
+              "dir runs code; use attnlab-reproduce RUN_DIR (it reads the config as data)", file=sys.stderr)
+        sys.exit(EXIT_BAD_INPUT)
     args = argv.prepare(typed)
     for bad in argv.unknown_added_keys(args, schema_keys()):
         print(f"error: {bad}: no such config key; attnlab's keys are fixed by its schema and cannot be "

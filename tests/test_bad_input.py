@@ -278,6 +278,41 @@ def test_cli_prints_one_clear_message_without_traceback(case, tmp_path):
         assert proc.stderr.startswith("error: ")
 
 
+def test_hydra_options_that_would_run_code_or_cannot_resolve_are_one_line(tmp_path):
+    """--experimental-rerun unpickles a file (code, when the file comes from someone else's run
+    dir): refused before Hydra reads it. A hydra.run.dir / hydra.sweep.dir that cannot be
+    resolved: one line (Hydra only warns in the callback and fails later with ~100 lines)."""
+    import pickle
+
+    canary = tmp_path / "PWNED"
+    evil = tmp_path / "config.pickle"
+    evil.write_bytes(pickle.dumps(_Canary(str(canary))))
+    proc = run_cli("--experimental-rerun", str(evil))
+    assert (proc.returncode, proc.stderr.count("\n")) == (2, 1), proc.stderr
+    assert proc.stderr.startswith("error: --experimental-rerun: refused: it unpickles")
+    assert not canary.exists()
+    for args, line in [
+        (("hydra.run.dir=${oc.env:ATTNLAB_UNSET_VARIABLE}",),
+         "error: hydra.run.dir='${oc.env:ATTNLAB_UNSET_VARIABLE}': cannot be resolved: "),
+        (("-m", "hydra.sweep.dir=${nope}", "seed=1,2"),
+         "error: hydra.sweep.dir='${nope}': cannot be resolved: Interpolation key 'nope' not found\n"),
+    ]:
+        proc = run_cli(*args, *QUIET, cwd=tmp_path)
+        assert (proc.returncode, proc.stderr.count("\n")) == (2, 1), proc.stderr
+        assert proc.stderr.startswith(line)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.pickle"]  # no run dir, no sweep dir
+
+
+class _Canary:
+    """Unpickling it creates ``path`` (what a hostile pickle in a run dir could do)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
 def test_hydra_full_error_shows_the_traceback(tmp_path):
     proc = _run([sys.executable, "-m", "attnlab.cli", f"hydra.run.dir={tmp_path / 'run'}", *QUIET, "model.d_model=0"],
                 tmp_path, env_extra={"HYDRA_FULL_ERROR": "1"})
