@@ -47,8 +47,8 @@ _ESCAPED = re.compile(r"\\([\\()\[\]{}:=, \t])")
 
 def job_dirname(num: Any, override_dirname: Any = "", max_bytes: int = MAX_NAME_BYTES) -> str:
     """One safe folder name for a sweep job: ``"{num}_{override_dirname}"`` (just ``"{num}"``
-    without overrides) with Hydra's quotes removed, path separators, control characters and
-    whitespace replaced by ``_``, and at most ``max_bytes`` UTF-8 bytes (cut at a character
+    without overrides) with Hydra's quotes removed, path separators, control characters,
+    whitespace and the ``$`` of ``${`` replaced by ``_``, and at most ``max_bytes`` UTF-8 bytes (cut at a character
     boundary, then ``~`` and 8 hex digits of the full name's sha1 so cut names stay distinct).
 
     >>> job_dirname(1, 'sentence="a/b c"')
@@ -59,6 +59,7 @@ def job_dirname(num: Any, override_dirname: Any = "", max_bytes: int = MAX_NAME_
     rest = rest.replace('"', "").replace("'", "")
     name = f"{num}_{rest}" if rest else f"{num}"
     name = _UNSAFE.sub("_", name)
+    name = name.replace("${", "_{")  # Hydra stores the job's folder in its config, where ${ would be an interpolation
     if name in (".", ".."):
         name = name.replace(".", "_")
     raw = name.encode("utf-8")

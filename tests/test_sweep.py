@@ -50,6 +50,7 @@ def assert_csv_matches_jobs(sweep_dir: Path) -> list[dict]:
     (2, "sentence='x\\y\tz'", "2_sentence=x_y_z"),
     (4, 'sentence="你的旅程 🚶"', "4_sentence=你的旅程_🚶"),
     (5, r"sentence=one\ step,x=a\,b", "5_sentence=one_step,x=a,b"),  # Hydra's escapes of swept values
+    (6, "model.d_k=${nope},sentence=costs_$5", "6_model.d_k=_{nope},sentence=costs_$5"),  # no interpolation
 ])
 def test_job_dirname_is_one_readable_safe_name(num, overrides, expected):
     assert job_dirname(num, overrides) == expected
@@ -162,6 +163,19 @@ def test_unquoted_chinese_sweeps_over_ascii_commas_and_keeps_the_text(cli, tmp_p
                                       "1_logging=off,sentence=一步_开始,train.snapshot_steps=[0,4],train.steps=5"]
     sentences = [json.loads((d / "summary.json").read_text(encoding="utf-8"))["config"]["sentence"] for d in dirs]
     assert sentences == ["你的旅程", "一步 开始"]
+
+
+def test_an_unresolvable_sweep_member_is_a_failed_row_and_the_table_is_written(cli, tmp_path):
+    """Hydra keeps each job's folder name in its config, where a ``${`` taken from an override
+    would be read as an interpolation and end the sweep with a traceback; the name drops the $."""
+    sweep = tmp_path / "sweep"
+    proc = cli("-m", "logging=off", "train.steps=3", "model.d_k=4,${nope}", f"hydra.sweep.dir={sweep}")
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    rows = assert_csv_matches_jobs(sweep)
+    assert [r["status"] for r in rows] == ["completed", "failed"]
+    assert rows[1]["error"].startswith("model.d_k='${nope}': cannot be resolved")
+    assert (sweep / "1_logging=off,model.d_k=_{nope},train.steps=3").is_dir()
 
 
 def test_without_hydra_output_subdir_runs_are_still_summarized_and_compared(cli, tmp_path):
