@@ -25,7 +25,9 @@ from hydra.types import HydraContext
 @dataclass
 class AttnlabSweeperConf:
     _target_: str = "hydra_plugins.attnlab_sweeper.AttnlabSweeper"
-    max_batch_size: Optional[int] = None
+    # jobs composed, checked and kept per batch: memory and the wait before the first job stay
+    # bounded however many jobs a sweep has (a bad override in a later batch stops the sweep there)
+    max_batch_size: Optional[int] = 100
     params: Optional[Any] = None
 
 
@@ -49,6 +51,9 @@ class ComposedOnce:
         self._kept: dict[tuple[int, tuple[str, ...]], Any] = {}
 
     def load_sweep_config(self, master_config: Any, sweep_overrides: List[str]) -> Any:
+        from attnlab import interrupts
+
+        interrupts.check()  # Ctrl-C / SIGTERM while a large batch is composed: stop now, not after it
         key = (id(master_config), tuple(sweep_overrides))
         if key in self._kept:
             return self._kept.pop(key)
@@ -72,7 +77,7 @@ class AttnlabSweeper(Sweeper):
     Hydra instantiates this one (Hydra's plugin scan re-executes its core plugin modules, so a
     subclass made at import could hold a stale class)."""
 
-    def __init__(self, max_batch_size: Optional[int] = None, params: Optional[Any] = None) -> None:
+    def __init__(self, max_batch_size: Optional[int] = 100, params: Optional[Any] = None) -> None:
         from hydra._internal.core_plugins import basic_sweeper
 
         self.basic = basic_sweeper.BasicSweeper(max_batch_size=max_batch_size, params=params)
