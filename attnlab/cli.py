@@ -84,6 +84,12 @@ def main() -> None:
         print("error: --experimental-rerun: refused: it unpickles .hydra/config.pickle, and a pickle from a run "
               "dir runs code; use attnlab-reproduce RUN_DIR (it reads the config as data)", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
+    for i, a in enumerate(typed):  # Hydra raises (a traceback) when its completion gets no command
+        if a in ("-sc", "--shell-completion") and not any(
+                b.startswith(("install=", "uninstall=", "query=")) for b in typed[i + 1:]):
+            print(f"error: {a}: needs one of install=SHELL, uninstall=SHELL, query=SHELL (e.g. {a} install=bash)",
+                  file=sys.stderr)
+            sys.exit(EXIT_BAD_INPUT)
     args = argv.prepare(typed)
     for bad in argv.unknown_added_keys(args, schema_keys()):
         print(f"error: {bad}: no such config key; attnlab's keys are fixed by its schema and cannot be "
@@ -94,6 +100,12 @@ def main() -> None:
         try:
             with interrupts.deferred(), one_line_errors(typed, on_error=_unstarted):
                 _hydra_main()
+        except ValueError as err:  # Hydra's own check of its options (-sc without a command, -m with --cfg)
+            if not _raised_by_hydras_option_check(err):
+                raise
+            release_stderr()
+            print(f"error: {str(err).splitlines()[0]} (`attnlab --help` lists the options)", file=sys.stderr)
+            sys.exit(EXIT_BAD_INPUT)
         except KeyboardInterrupt:  # a second Ctrl-C outside a job (a job records its own)
             release_stderr()
             print("interrupted: the sweep stopped; the jobs that ran kept their records" if callbacks.jobs_started
@@ -106,6 +118,15 @@ def main() -> None:
         exit_now(exit_.code)  # without the interpreter's teardown of torch (attnlab.fastexit)
     # the sweep summary saw a job that did not complete (any launcher): 1
     exit_now(_sweep.last_exit_status or 0)
+
+
+def _raised_by_hydras_option_check(err: BaseException) -> bool:
+    """Whether ``err`` was raised in Hydra's command-line handling (``hydra/_internal/utils.py``),
+    i.e. by options that cannot go together, not by a job."""
+    tb = err.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and Path(tb.tb_frame.f_code.co_filename).parts[-3:] == ("hydra", "_internal", "utils.py")
 
 
 def _unstarted(line: str) -> str | None:

@@ -160,7 +160,8 @@ def syntax_error_line(lines: list[str], argv: list[str]) -> str:
 @contextlib.contextmanager
 def one_line_errors(argv: list[str], on_error: Callable[[str], str | None] | None = None) -> Iterator[None]:
     """Run Hydra inside this block: a composition error Hydra reports in several lines (exit
-    status 1) becomes :func:`hydra_error_line` on stderr and ``SystemExit(2)``, after
+    status 1) becomes :func:`hydra_error_line` on stderr and ``SystemExit(2)``, and an option its
+    argument parser refuses (a usage block, exit status 2) the parser's error line, after
     ``on_error(line)`` (e.g. removing the empty folder of a sweep that never started), which may
     return a better line to print instead; everything else passes through unchanged. With
     ``HYDRA_FULL_ERROR=1`` Hydra's full report is kept."""
@@ -172,6 +173,12 @@ def one_line_errors(argv: list[str], on_error: Callable[[str], str | None] | Non
         yield
     except SystemExit as exit_:
         report = gate.held()
+        if exit_.code == 2 and report.startswith("usage:"):  # Hydra's argparse: a usage block, then the error
+            gate.discard()
+            last = report.strip().splitlines()[-1]
+            print("error: " + last.split(": error: ", 1)[-1] + " (`attnlab --help` lists the options)",
+                  file=gate.stream)
+            raise SystemExit(EXIT_BAD_INPUT) from None
         if exit_.code == 1 and HYDRA_ERROR_HINT in report:
             gate.discard()
             line = hydra_error_line(report, argv)

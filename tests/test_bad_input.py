@@ -303,6 +303,22 @@ def test_hydra_options_that_would_run_code_or_cannot_resolve_are_one_line(tmp_pa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["config.pickle"]  # no run dir, no sweep dir
 
 
+@pytest.mark.parametrize("args, line", [
+    (("--frobnicate",), "error: unrecognized arguments: --frobnicate (`attnlab --help` lists the options)\n"),
+    (("--cfg", "nope"), "error: argument --cfg/-c: invalid choice: 'nope' (choose from 'job', 'hydra', 'all') "
+                        "(`attnlab --help` lists the options)\n"),
+    (("-m", "--cfg", "job"), "error: Only one of --run, --multirun, --cfg, --info and --shell_completion can be "
+                             "specified (`attnlab --help` lists the options)\n"),
+    (("--shell-completion",), "error: --shell-completion: needs one of install=SHELL, uninstall=SHELL, query=SHELL "
+                              "(e.g. --shell-completion install=bash)\n"),
+])
+def test_hydra_options_used_wrongly_are_one_line(tmp_path, args, line):
+    """argparse's usage block and Hydra's own option checks (a ValueError traceback) as one line."""
+    proc = run_cli(*args, cwd=tmp_path)
+    assert (proc.returncode, proc.stderr) == (2, line)
+    assert list(tmp_path.iterdir()) == []
+
+
 class _Canary:
     """Unpickling it creates ``path`` (what a hostile pickle in a run dir could do)."""
 
