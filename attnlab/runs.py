@@ -47,6 +47,7 @@ MAX_DEPTH = 6  # folders below a PATH searched for runs (outputs/multirun/NAME/D
 NO_SUMMARY = "no summary.json (the job did not start, or died before writing it)"
 DIED = "the job ended without a final status (killed or crashed)"
 RAN = ("completed", "diverged", "interrupted")  # statuses whose training wrote its artifacts
+STATUSES = ("running", *RAN, "failed")  # what attnlab writes into summary.json
 SHIPPED_ENCODINGS = ("gpt2", "r50k_base")  # token ids of a walkthrough are labelled only with these (offline)
 
 
@@ -154,6 +155,9 @@ def read_run(run_dir: Path, root: Path | None = None, prefer_saved: bool = False
         files.status = files.summary.get("status")
         if files.status == "running" and not live:
             files.status = "killed"
+        elif files.status not in STATUSES:  # a string, but not one attnlab writes: the file was edited
+            files.problems.append(f"{safe_read.SUMMARY}: unknown status {safe_read.printable(repr(files.status), 60)} "
+                                  f"(attnlab writes {', '.join(STATUSES)})")
     except MissingRunFile:
         files.status = "missing"
         files.problems.append(NO_SUMMARY)
