@@ -73,23 +73,18 @@ def _hydra_main(cfg: DictConfig) -> str:
 def main() -> None:
     """Console-script entry point: ``attnlab [overrides]`` / ``attnlab -m [overrides]``.
 
-    The arguments are made Hydra syntax first (:func:`attnlab.argv.prepare`: free text as typed)
-    and a ``+key``/``~key`` outside attnlab's schema is refused before Hydra adds it."""
+    The arguments are made Hydra syntax first (:func:`attnlab.argv.prepare`: free text as typed);
+    Hydra options attnlab refuses (:func:`attnlab.argv.refused_option`) and a ``+key``/``~key``
+    outside attnlab's schema are refused before Hydra sees them."""
     interrupts.install()  # (already done by attnlab.launch for the console script)
     streams.install()
     callbacks.stop_if_interrupted()
     register_configs()
     typed = sys.argv[1:]
-    if any(a == "--experimental-rerun" or a.startswith("--experimental-rerun=") for a in typed):
-        print("error: --experimental-rerun: refused: it unpickles .hydra/config.pickle, and a pickle from a run "
-              "dir runs code; use attnlab-reproduce RUN_DIR (it reads the config as data)", file=sys.stderr)
+    refused = argv.refused_option(typed)
+    if refused is not None:
+        print(refused, file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
-    for i, a in enumerate(typed):  # Hydra raises (a traceback) when its completion gets no command
-        if a in ("-sc", "--shell-completion") and not any(
-                b.startswith(("install=", "uninstall=", "query=")) for b in typed[i + 1:]):
-            print(f"error: {a}: needs one of install=SHELL, uninstall=SHELL, query=SHELL (e.g. {a} install=bash)",
-                  file=sys.stderr)
-            sys.exit(EXIT_BAD_INPUT)
     args = argv.prepare(typed)
     for bad in argv.unknown_added_keys(args, schema_keys()):
         print(f"error: {bad}: no such config key; attnlab's keys are fixed by its schema and cannot be "

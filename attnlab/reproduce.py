@@ -46,7 +46,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from attnlab import artifacts, safe_read
+from attnlab import artifacts, runs, safe_read
 from attnlab.errors import AttnlabError, ConfigError, RunDirError
 from attnlab.safe_read import printable
 from attnlab.verdict import Difference, compare_runs, environment_differences, format_verdict
@@ -54,7 +54,7 @@ from attnlab.verdict import Difference, compare_runs, environment_differences, f
 EXIT_SAME = 0
 EXIT_DIFFERENT = 1
 EXIT_NOT_A_RUN = 2
-REPRODUCIBLE = ("completed", "diverged", "interrupted")
+REPRODUCIBLE = runs.RAN  # the statuses whose training wrote its artifacts
 ALLOWED_TARGETS = ("optimizer._target_",)  # the only instantiation key a saved config may hold
 MAX_JOBS_LISTED = 8  # job folders named when RUN_DIR is a sweep folder
 MAX_ENTRIES_SCANNED = 10_000  # entries of a sweep folder looked at to find its jobs
