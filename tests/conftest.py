@@ -143,3 +143,19 @@ def large_run(tmp_path_factory) -> Path:
 
     folder, _ = shared_once(tmp_path_factory, "large_run", make)
     return folder / "run"
+
+
+# --- the hostile / broken run-dir corpus (tests/hostile_runs.py): its healthy runs and the folder
+# outside every run dir, built once per session and worker (hostile_runs caches them)
+@pytest.fixture(scope="session")
+def healthy(tmp_path_factory):
+    import hostile_runs
+
+    return hostile_runs.healthy_runs(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def outside(tmp_path_factory):
+    import hostile_runs
+
+    return hostile_runs.outside_folder(tmp_path_factory)

@@ -50,11 +50,6 @@ def bases(tmp_path_factory):
     return out
 
 
-@pytest.fixture(scope="module")
-def outside(tmp_path_factory):
-    return H.outside_folder(tmp_path_factory)
-
-
 def damaged_sweep(folder: Path, cases, bases, outside) -> tuple[Path, dict[str, Path]]:
     """``folder`` holding ``0_healthy`` (the healthy training run) and ``N_<case>`` for each case
     (N from 1); cases this machine cannot build are left out."""

@@ -358,16 +358,6 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
             for p in sorted(folder.rglob("*"))}
 
 
-@pytest.fixture(scope="module")
-def healthy(tmp_path_factory):
-    return H.healthy_runs(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def outside(tmp_path_factory):
-    return H.outside_folder(tmp_path_factory)
-
-
 @pytest.mark.parametrize("case", [c for c in H.CASES if c.reproduce], ids=[c.name for c in H.CASES if c.reproduce])
 def test_hostile_or_damaged_original_exits_2_before_anything_runs(case, healthy, outside, tmp_path, capsys, monkeypatch):
     """Each case of the corpus that touches a file reproduce reads: exit 2, one line naming the

@@ -41,16 +41,6 @@ def tree_size(run: Path) -> int:
     return total
 
 
-@pytest.fixture(scope="session")
-def healthy(tmp_path_factory):
-    return H.healthy_runs(tmp_path_factory)
-
-
-@pytest.fixture(scope="session")
-def outside(tmp_path_factory):
-    return H.outside_folder(tmp_path_factory)
-
-
 @pytest.mark.parametrize("case", H.CASES, ids=[c.name for c in H.CASES])
 def test_corpus_case(case, healthy, outside, tmp_path, monkeypatch):
     secret = H.session_secret()
