@@ -7,6 +7,7 @@ sinks are given, and never touches the working directory.
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 from pathlib import Path
 from typing import Iterable
@@ -15,7 +16,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from attnlab import checks, interrupts, threads, tokenizer
+from attnlab import checks, interrupts, optim, threads, tokenizer
 from attnlab.config import optimizer_schema, plain, resolve, snapshot_steps
 from attnlab.errors import as_write_error, describe
 from attnlab.model import (
@@ -36,7 +37,22 @@ def seed_everything(seed: int) -> None:
     """The one place that seeds: torch's CPU generator (all parameters are created on the CPU)
     and deterministic algorithms on, so the same config gives bitwise-identical runs."""
     torch.manual_seed(seed)
-    torch.use_deterministic_algorithms(True)
+    deterministic_algorithms()
+
+
+def deterministic_algorithms() -> None:
+    """``torch.use_deterministic_algorithms(True)`` without its import of
+    ``torch._inductor.config``: that import loads torch's whole compiler stack (about 2 s of CPU
+    on the machines of docs/benchmarks.md, more than a tutorial run's training) to set one flag
+    that only ``torch.compile`` reads, and attnlab never compiles. The switch itself is the same
+    call the public function makes (``torch._C._set_deterministic_algorithms``); when the
+    compiler is already loaded (a notebook that compiled something), or another torch lacks
+    the private setter, the public function is used."""
+    setter = getattr(torch._C, "_set_deterministic_algorithms", None)
+    if setter is None or "torch._inductor.config" in sys.modules:
+        torch.use_deterministic_algorithms(True)
+    else:
+        setter(True)
 
 
 def model_spec(cfg: DictConfig) -> ModelSpec:
@@ -65,18 +81,22 @@ def build_model(cfg: DictConfig, tokens: tokenizer.Tokens, order: str = "trainin
     return model.to(torch.device(cfg.device))
 
 
-def build_optimizer(opt_cfg: DictConfig, params: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
-    """The ``optimizer`` group as a torch optimizer over ``params``: the class comes from the
-    shipped allow-list (:func:`attnlab.config.optimizer_schema`: Adam, AdamW, SGD), the keyword
-    arguments are the schema's plain numbers. Nothing is instantiated from the config itself, so
-    a ``_target_`` hidden anywhere in it is never called. Raises ConfigError for any other class."""
+def build_optimizer(opt_cfg: DictConfig, params: Iterable[torch.nn.Parameter]) -> optim.Adam | optim.SGD:
+    """The ``optimizer`` group over ``params``: torch's Adam, AdamW or SGD update
+    (:mod:`attnlab.optim`: torch.optim's own update functions, bit for bit the classes' numbers,
+    without the 2-s compiler import the classes bring). The class comes from the shipped
+    allow-list (:func:`attnlab.config.optimizer_schema`), the keyword arguments are the schema's
+    plain numbers (checked by :func:`attnlab.checks.validate`). Nothing is instantiated from the
+    config itself, so a ``_target_`` hidden anywhere in it is never called. Raises ConfigError
+    for any other class."""
     schema = optimizer_schema(opt_cfg.get("_target_"))
     kwargs = {k: v for k, v in OmegaConf.to_container(opt_cfg, resolve=True).items() if k != "_target_"}
     if "betas" in kwargs:
         kwargs["betas"] = tuple(kwargs["betas"])
-    optim_class = {"Adam": torch.optim.Adam, "AdamW": torch.optim.AdamW, "SGD": torch.optim.SGD}[
-        schema._target_.rsplit(".", 1)[1]]
-    return optim_class(list(params), **kwargs)
+    name = schema._target_.rsplit(".", 1)[1]
+    if name == "AdamW":
+        kwargs["decoupled_weight_decay"] = True
+    return optim.OPTIMIZERS[name](params, **kwargs)
 
 
 class LossRecorder:
