@@ -20,7 +20,9 @@ from pathlib import Path
 
 import torch
 
+from attnlab import optim
 from attnlab.model import MultiHeadSelfAttention, mse, next_token_targets
+from attnlab.training import deterministic_algorithms
 
 
 def timed_steps(T: int, d_model: int, threads: int, steps: int, seed: int = 0) -> tuple[float, bytes]:
@@ -31,7 +33,7 @@ def timed_steps(T: int, d_model: int, threads: int, steps: int, seed: int = 0) -
     X = torch.randn(T, d_model)  # (T, d_model)
     target = next_token_targets(X)
     attention = MultiHeadSelfAttention(d_model, d_model, d_model)  # one head, as the tutorial
-    optimizer = torch.optim.Adam(attention.parameters(), lr=0.05)
+    optimizer = optim.Adam(attention.parameters(), lr=0.05)  # attnlab's (torch's update, bit for bit)
     losses = []
     t0 = time.perf_counter()
     for _ in range(steps):
@@ -46,7 +48,7 @@ def timed_steps(T: int, d_model: int, threads: int, steps: int, seed: int = 0) -
 
 
 def measure(sizes: list[tuple[int, int]], counts: list[int], reps: int, target_s: float) -> list[dict]:
-    torch.use_deterministic_algorithms(True)
+    deterministic_algorithms()
     rows = []
     for T, d in sizes:
         timed_steps(T, d, max(counts), 2)  # warm-up: first-call costs (allocator, thread pool, dispatch)
