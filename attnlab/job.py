@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 from omegaconf import DictConfig
 
-from attnlab import artifacts, interrupts, rundir
+from attnlab import artifacts, interrupts, render_process, rundir
 from attnlab.config import Task, apply_schema, resolve
 from attnlab.errors import AttnlabError, WriteError, describe
 from attnlab.records import Sink
@@ -44,6 +44,11 @@ class JobResult(NamedTuple):
         return EXIT_BAD_INPUT if self.bad_input else EXIT_FAILED_RUN
 
 
+def draws_figures(cfg: DictConfig) -> bool:
+    """Whether the job draws with matplotlib: ``logging.figures``, or TensorBoard's images."""
+    return bool(cfg.logging.figures or (cfg.logging.tensorboard and cfg.logging.images))
+
+
 def make_sinks(cfg: DictConfig, run_dir: Path) -> list[Sink]:
     """The sinks ``logging.*`` asks for; the run-dir artifacts are always written. Optional
     sinks import their libraries only when switched on.
@@ -52,14 +57,15 @@ def make_sinks(cfg: DictConfig, run_dir: Path) -> list[Sink]:
     the sinks that record the run's status (TensorBoard's session status, the console's last
     line), so a file that cannot be written at the end makes those say ``failed`` too."""
     sinks: list[Sink] = [artifacts.RunDirSink(run_dir)]
+    render = render_process.shared() if draws_figures(cfg) else None  # figures drawn on a second core
     if cfg.logging.figures:
         from attnlab.plots import FigureSink
 
-        sinks.append(FigureSink(run_dir))
+        sinks.append(FigureSink(run_dir, render=render))
     if cfg.logging.tensorboard:
         from attnlab.tensorboard import TensorBoardSink
 
-        sinks.append(TensorBoardSink(run_dir, images=cfg.logging.images))
+        sinks.append(TensorBoardSink(run_dir, images=cfg.logging.images, render=render))
     if cfg.logging.console:
         from attnlab.console import ConsoleSink, job_prefix
 
@@ -115,6 +121,8 @@ def _job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None) -> JobResu
         interrupts.pause_point("before_training")
         interrupts.check()
         typed = apply_schema(cfg)
+        if typed.task == Task.train and draws_figures(typed) and (render := render_process.shared()):
+            render_process.prepare(render, typed)  # matplotlib and the layouts there while torch loads here
         resolved = resolve(typed)
         artifacts.write_summary(run_dir, task=resolved["task"], config=resolved,
                                 versions=artifacts.environment(resolved["device"]))

@@ -25,6 +25,8 @@ from attnlab.records import RunInfo, RunResult, Sink, Snapshot, head_mean
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
 
+    from attnlab.render_process import RenderProcess
+
 CMAP = "viridis"
 MAX_PANELS = 10  # evolution figure: at most this many snapshots, evenly spaced
 MAX_COLS = 5  # ... wrapped into rows of at most this many panels
@@ -301,8 +303,9 @@ class FigureSink(Sink):
     EVOLUTION = "attention_evolution.png"
     LOSS = "loss.png"
 
-    def __init__(self, run_dir: Path):
+    def __init__(self, run_dir: Path, render: "RenderProcess | None" = None):
         self.run_dir = Path(run_dir)
+        self.render = render  # draw in this process's render child (attnlab.render_process), else here
         self.tokens: list[str] = []
         self.snapshots: list[Snapshot] = []
         self._losses: list[np.ndarray] = []
@@ -341,6 +344,13 @@ class FigureSink(Sink):
         snapshots = self._to_draw()
         if snapshots and self.tokens:
             # only the drawn snapshots were kept, so the figure is told how many the run took
-            attention_evolution(snapshots, self.tokens, self.run_dir / self.EVOLUTION, total=self._received)
+            if self.render is not None:
+                self.render.call("evolution", snapshots, self.tokens, str(self.run_dir / self.EVOLUTION),
+                                 self._received)
+            else:
+                attention_evolution(snapshots, self.tokens, self.run_dir / self.EVOLUTION, total=self._received)
         if losses.size:
-            loss_curve(losses, self.run_dir / self.LOSS)
+            if self.render is not None:
+                self.render.call("loss", losses, str(self.run_dir / self.LOSS))
+            else:
+                loss_curve(losses, self.run_dir / self.LOSS)

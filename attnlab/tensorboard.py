@@ -28,7 +28,7 @@ import functools
 import re
 import threading
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
@@ -36,6 +36,9 @@ from attnlab.focus import FOCUS_THRESHOLD, focus, row_entropy
 from attnlab.fonts import drawable, label, rc
 from attnlab.plots import DPI, draw_heatmap, update_heatmap
 from attnlab.records import RunInfo, RunResult, Sink, Snapshot, head_mean
+
+if TYPE_CHECKING:  # pragma: no cover
+    from attnlab.render_process import RenderProcess
 
 # hparams plugin session status (api_pb2.Status has only UNKNOWN, SUCCESS, FAILURE, RUNNING):
 # only a completed run is a success; the exact attnlab status is the ``status`` hparam, the
@@ -98,7 +101,7 @@ class TensorBoardSink(Sink):
     is created at the first record, so a sink closed before any record writes nothing).
     """
 
-    def __init__(self, run_dir: Path, images: bool = True):
+    def __init__(self, run_dir: Path, images: bool = True, render: "RenderProcess | None" = None):
         from torch.utils.tensorboard import SummaryWriter  # fails here if tensorboard is missing
 
         self._writer_class = SummaryWriter
@@ -109,6 +112,7 @@ class TensorBoardSink(Sink):
         self._names: list[str] = []
         self._last_step = 0
         self._renderer = None  # plots.HeatmapRenderer, made at the first snapshot
+        self.render = render  # draw the images in this process's render child (attnlab.render_process)
         self._focus_step: int | None = None  # the first snapshot step whose mean focus weight passed 0.9
 
     @property
@@ -157,7 +161,9 @@ class TensorBoardSink(Sink):
                     self.writer.add_scalar(f"attention/entropy/head_{h}/{name}", value, step)
         if self.images:
             if self._renderer is None:
-                self._renderer = shared_renderer(tuple(self.info.tokens if self.info else names))
+                tokens = tuple(self.info.tokens if self.info else names)
+                self._renderer = shared_renderer(tokens) if self.render is None else \
+                    functools.partial(self.render.call, "heatmap", tokens)
             title = f"step={step}  loss={snapshot.loss:.4f}"
             self.writer.add_image("attention/weights", self._renderer(w, title + ("  (mean of heads)" if many else "")),
                                   step, dataformats="HWC")

@@ -1,0 +1,258 @@
+"""A run's figures drawn by a second process, on the second core, while the run trains.
+
+A default run draws three matplotlib figures (TensorBoard's heatmap images,
+``attention_evolution.png``, ``loss.png``). Importing matplotlib and laying those figures out
+took ~2 s of a 7.6-s run on the 2-core machines of docs/benchmarks.md, all of it on the one
+core the training uses, while the other core idled. Here a child process
+(``python -m attnlab.render_process``, started when the run's sinks are made, before torch is
+imported) imports matplotlib and the fonts meanwhile, and lays the figures out while the run
+trains; the run's sinks send it the data and wait for the result, so every file is written
+(or has failed) when its sink's call returns, as before. The child runs the same functions
+(:mod:`attnlab.plots`, :class:`attnlab.tensorboard.HeatmapRenderer`) on the same data, so the
+pixels are those drawn in-process (tests/test_render_process.py compares the bytes).
+
+The child is started only when at least two cores are available to this process, is one per
+process (the jobs of a sweep share it), ignores Ctrl-C (the run decides what to finish) and
+exits when the run's process closes its end of the pipe, a ``kill -9`` of the run included.
+Data goes both ways as pickles over the pipe between the two processes of one run (nothing
+read from a run dir). When the child cannot be started or stops answering, everything is drawn
+in-process, as without it; an error raised while drawing (a file that cannot be written) comes
+back as the same exception.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+from omegaconf import DictConfig
+
+from attnlab.records import Snapshot
+
+MIN_CORES = 2  # fewer: the child would take turns with the training on one core
+
+
+# ----------------------------------------------------------------------- what is drawn
+def _heatmap(tokens: tuple[str, ...], weights: np.ndarray, title: str) -> np.ndarray:
+    from attnlab.tensorboard import shared_renderer
+
+    return shared_renderer(tokens)(weights, title)
+
+
+def _evolution(snapshots: list[Snapshot], tokens: list[str], path: str, total: int | None) -> None:
+    from attnlab.plots import attention_evolution
+
+    attention_evolution(snapshots, tokens, Path(path), total=total)
+
+
+def _loss(losses: np.ndarray, path: str) -> None:
+    from attnlab.plots import loss_curve
+
+    loss_curve(losses, Path(path))
+
+
+def _prepare(labels: list[str], steps: list[int], shape: tuple[int, int, int], figures: bool, heatmaps: bool) -> None:
+    """Lay out and draw once, with placeholder data, the figures of a run of ``labels`` whose
+    snapshots at ``steps`` have weights of ``shape`` (H, T, T): TensorBoard's heatmap
+    (``heatmaps``), the evolution figure and the loss curve (``figures``). The figures are
+    kept per process (:func:`attnlab.plots._cached_layout`, :func:`attnlab.tensorboard.shared_renderer`),
+    and a kept figure draws the pixels of a new one, so the run's own draws only change data."""
+    import matplotlib
+
+    from attnlab.fonts import drawable, rc
+    from attnlab.plots import LossLayout, _cached_layout, evolution_figure
+
+    blank = np.full(shape, 1.0 / shape[-1], dtype=np.float32)
+    if heatmaps:
+        _heatmap(tuple(labels), blank, "step=0  loss=0.0000" + ("  (mean of heads)" if shape[0] > 1 else ""))
+    if figures:
+        with matplotlib.rc_context(rc()):
+            evolution_figure([Snapshot(s, 0.0, blank) for s in steps], labels, total=len(steps),
+                             reuse=True).canvas.draw()
+            _cached_layout(("loss",), LossLayout).draw(np.array([1.0, 0.5]), drawable("loss")).canvas.draw()
+
+
+def prepare(render: "RenderProcess", cfg: DictConfig) -> None:
+    """Have ``render`` lay out the run's figures now (:func:`_prepare`), while this process
+    imports torch and builds the model: tokenizes ``cfg``'s text for the labels (a text that
+    cannot be tokenized is left to the run to report)."""
+    from attnlab.config import snapshot_steps
+    from attnlab.tokenizer import tokenize
+
+    try:
+        tokens = tokenize(cfg)
+        steps = snapshot_steps(cfg.train)
+    except Exception:  # the run says what is wrong, in its own words
+        return
+    t = len(tokens.labels)
+    render.submit("prepare", tokens.labels, steps, (int(cfg.model.n_heads), t, t), bool(cfg.logging.figures),
+                  bool(cfg.logging.tensorboard and cfg.logging.images))
+
+
+def _warm() -> None:
+    """What every figure needs, done before the first request: matplotlib's Agg canvas, the
+    font list and the glyphs the fonts have."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: F401
+    from matplotlib.figure import Figure  # noqa: F401
+
+    from attnlab import fonts
+
+    fonts.rc()
+    fonts.drawable("warm")
+
+
+HANDLERS: dict[str, Callable[..., Any]] = {"heatmap": _heatmap, "evolution": _evolution, "loss": _loss,
+                                           "prepare": _prepare}
+
+
+# ----------------------------------------------------------------------- the run's side
+class RenderProcess:
+    """The run's handle on the child: :meth:`call` draws in the child and returns the result
+    (or raises the child's exception); :meth:`submit` sends work whose result nobody waits for
+    (preparation). Thread-safe (one exchange at a time); falls back to drawing in this process
+    for good once the child is gone."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._unanswered = 0  # submitted requests whose replies were not read yet
+        self.proc: subprocess.Popen | None = None
+        try:
+            self.proc = subprocess.Popen([sys.executable, "-m", "attnlab.render_process"], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, close_fds=True)
+        except OSError:
+            self.proc = None
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None
+
+    def _send(self, kind: str, args: tuple) -> None:
+        self.proc.stdin.write(pickle.dumps((kind, args), protocol=pickle.HIGHEST_PROTOCOL))
+        self.proc.stdin.flush()
+
+    def _reply(self) -> tuple[str, Any]:
+        return pickle.load(self.proc.stdout)
+
+    def _lost(self) -> None:
+        """The child stopped answering (or an exchange was interrupted half-way): end it and
+        draw in this process from now on."""
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            try:
+                proc.kill()
+                proc.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+
+    def submit(self, kind: str, *args: Any) -> None:
+        """Send ``kind(*args)`` to the child without waiting (nothing when it is gone)."""
+        with self._lock:
+            if self.proc is None:
+                return
+            try:
+                self._send(kind, args)
+                self._unanswered += 1
+            except BaseException:
+                self._lost()
+
+    def call(self, kind: str, *args: Any) -> Any:
+        """``kind(*args)`` drawn in the child (in this process when the child is gone); raises
+        what drawing raised."""
+        with self._lock:
+            if self.proc is not None:
+                try:
+                    self._send(kind, args)
+                    while self._unanswered:  # preparation: its errors show again where they matter
+                        self._reply()
+                        self._unanswered -= 1
+                    status, value = self._reply()
+                except BaseException as err:
+                    self._lost()
+                    if not isinstance(err, (OSError, EOFError, pickle.UnpicklingError)):
+                        raise  # a Ctrl-C while waiting: the run handles it
+                else:
+                    if status == "error":
+                        raise value
+                    return value
+        return HANDLERS[kind](*args)
+
+    def close(self) -> None:
+        """End the child (it exits when its input closes) and reap it."""
+        with self._lock:
+            proc, self.proc = self.proc, None
+        if proc is not None:
+            try:
+                proc.stdin.close()
+                proc.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                proc.kill()
+
+
+_shared: RenderProcess | None = None
+_shared_lock = threading.Lock()
+
+
+def cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
+def shared() -> RenderProcess | None:
+    """This process's render child, started at the first call; None with fewer than
+    :data:`MIN_CORES` cores or when it cannot be started (then figures are drawn in-process)."""
+    global _shared
+    if cores() < MIN_CORES:
+        return None
+    with _shared_lock:
+        if _shared is None or not _shared.alive:
+            _shared = RenderProcess()
+        return _shared if _shared.alive else None
+
+
+# ----------------------------------------------------------------------- the child
+def _answer(out, reply: tuple[str, Any]) -> None:
+    try:
+        data = pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:  # an exception that does not pickle: its type and text
+        err = reply[1]
+        data = pickle.dumps(("error", RuntimeError(f"{type(err).__name__}: {err}")))
+    out.write(data)
+    out.flush()
+
+
+def serve(requests, replies) -> None:
+    """The child's loop: one reply per request, in order, until the input closes."""
+    while True:
+        try:
+            kind, args = pickle.load(requests)
+        except EOFError:
+            return
+        try:
+            reply = ("ok", HANDLERS[kind](*args))
+        except Exception as err:
+            reply = ("error", err)
+        _answer(replies, reply)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the run decides what to finish at a Ctrl-C
+    requests, replies = sys.stdin.buffer, sys.stdout.buffer
+    sys.stdout = sys.stderr  # anything printed goes to the console, never into the replies
+    _warm()
+    try:
+        serve(requests, replies)
+    except BrokenPipeError:  # the run is gone
+        pass
+
+
+if __name__ == "__main__":
+    main()
