@@ -345,12 +345,12 @@ class FigureSink(Sink):
         if snapshots and self.tokens:
             # only the drawn snapshots were kept, so the figure is told how many the run took
             if self.render is not None:
-                self.render.call("evolution", snapshots, self.tokens, str(self.run_dir / self.EVOLUTION),
+                self.render.call("evolution", snapshots, self.tokens, str((self.run_dir / self.EVOLUTION).absolute()),
                                  self._received)
             else:
                 attention_evolution(snapshots, self.tokens, self.run_dir / self.EVOLUTION, total=self._received)
         if losses.size:
             if self.render is not None:
-                self.render.call("loss", losses, str(self.run_dir / self.LOSS))
+                self.render.call("loss", losses, str((self.run_dir / self.LOSS).absolute()))
             else:
                 loss_curve(losses, self.run_dir / self.LOSS)
