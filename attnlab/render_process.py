@@ -28,12 +28,14 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
-from omegaconf import DictConfig
 
 from attnlab.records import Snapshot
+
+if TYPE_CHECKING:  # pragma: no cover
+    from omegaconf import DictConfig
 
 MIN_CORES = 2  # fewer: the child would take turns with the training on one core
 
@@ -75,10 +77,11 @@ def _prepare(labels: list[str], steps: list[int], shape: tuple[int, int, int], f
         with matplotlib.rc_context(rc()):
             evolution_figure([Snapshot(s, 0.0, blank) for s in steps], labels, total=len(steps),
                              reuse=True).canvas.draw()
-            _cached_layout(("loss",), LossLayout).draw(np.array([1.0, 0.5]), drawable("loss")).canvas.draw()
+            # decades from 1e-12 to 10: the log axis labels a run meets, parsed and drawn once
+            _cached_layout(("loss",), LossLayout).draw(np.logspace(1, -12, 14), drawable("loss")).canvas.draw()
 
 
-def prepare(render: "RenderProcess", cfg: DictConfig) -> None:
+def prepare(render: "RenderProcess", cfg: "DictConfig") -> None:
     """Have ``render`` lay out the run's figures now (:func:`_prepare`), while this process
     imports torch and builds the model: tokenizes ``cfg``'s text for the labels (a text that
     cannot be tokenized is left to the run to report)."""

@@ -11,7 +11,8 @@ repetition, so a noisy neighbour hits every variant alike; tables quote medians 
   against ``benchmarks/plain_tutorial.py`` (tutorial §5, no Hydra, no logging, torch's default
   threads) and the same script drawing the section's figure (``--figure``: the tutorial's pyplot
   code, ``savefig`` for ``plt.show()``, headless): the fair baseline of a default run, which
-  draws that figure too. Wall time and peak RSS of each process (``os.wait4`` rusage).
+  draws that figure too. Wall time, peak RSS and CPU of each process (``os.wait4`` rusage), with
+  those of the processes it started (attnlab's render child, reaped here: :func:`adopt_orphans`).
 - ``loaded``: a 2,000-step ``logging=off`` run against the plain script for 2,000 steps while
   two busy processes (started and ended here, :mod:`benchmarks.load`) keep both cores of a
   2-core machine busy.
@@ -90,7 +91,7 @@ class Sample:
     rss_mb: float
     rc: int
     report: dict = field(default_factory=dict)
-    cpu_s: float = 0.0  # user + system CPU seconds of the child (and its waited-for children)
+    cpu_s: float = 0.0  # user + system CPU seconds of the child and every process it started
 
 
 def log(msg: str) -> None:
@@ -108,13 +109,53 @@ def child_env(threads: int | None) -> dict:
     return env
 
 
+def adopt_orphans() -> bool:
+    """Make this process the Linux "child subreaper" of what it starts: a process a measured
+    child leaves behind (attnlab's render child, :mod:`attnlab.render_process`) is re-parented
+    here when the child ends, so :func:`measure` can reap it and count its CPU and memory.
+    False where that is not possible (not Linux)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        return False
+
+
+def _reap_group(pgid: int, deadline: float) -> list:
+    """Reap every process of process group ``pgid`` re-parented here (see :func:`adopt_orphans`);
+    their rusages. Kills the group at ``deadline``."""
+    usages = []
+    while True:
+        try:
+            pid, _, usage = os.wait4(-pgid, os.WNOHANG)
+        except ChildProcessError:
+            return usages
+        if pid:
+            usages.append(usage)
+        elif time.perf_counter() > deadline:
+            try:
+                os.killpg(pgid, 9)
+            except ProcessLookupError:
+                pass
+        else:
+            time.sleep(0.002)
+
+
 def measure(argv: list[str], env: dict, logfile: Path, report: Path | None = None, timeout: float = 900) -> Sample:
-    """Run ``argv`` to the end; wall time from fork to reap, peak RSS from ``os.wait4``."""
+    """Run ``argv`` to the end; wall time from fork to reap, peak RSS and CPU from ``os.wait4``.
+
+    Processes the child started and left (attnlab's render child) are reaped too (the child
+    runs in its own process group; see :func:`adopt_orphans`): their CPU seconds are added to
+    the child's, and their peak RSS to its peak (the sum of the processes' peaks: an upper
+    bound of what they held together)."""
     with open(logfile, "ab") as out:
         out.write(("$ " + " ".join(argv) + "\n").encode())
         out.flush()
         started = time.perf_counter()
-        proc = subprocess.Popen(argv, stdout=out, stderr=out, stdin=subprocess.DEVNULL, env=env, cwd=ROOT)
+        proc = subprocess.Popen(argv, stdout=out, stderr=out, stdin=subprocess.DEVNULL, env=env, cwd=ROOT,
+                                start_new_session=True)
         deadline = started + timeout
         while True:
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
@@ -126,6 +167,7 @@ def measure(argv: list[str], env: dict, logfile: Path, report: Path | None = Non
                 break
             time.sleep(0.002)
         wall = time.perf_counter() - started
+        left = _reap_group(proc.pid, time.perf_counter() + 60)
     proc.returncode = returncode = os.waitstatus_to_exitcode(status)
     data = {}
     if report is not None and report.is_file():
@@ -133,7 +175,9 @@ def measure(argv: list[str], env: dict, logfile: Path, report: Path | None = Non
         report.unlink()
     if returncode != 0:
         log(f"  ! exit {returncode}: {' '.join(argv)} (see {logfile})")
-    return Sample(wall, usage.ru_maxrss / 1024, returncode, data, usage.ru_utime + usage.ru_stime)  # KB -> MB
+    rss_kb = usage.ru_maxrss + sum(u.ru_maxrss for u in left)
+    cpu_s = sum(u.ru_utime + u.ru_stime for u in [usage, *left])
+    return Sample(wall, rss_kb / 1024, returncode, data, cpu_s)  # KB -> MB
 
 
 def interleave(variants: dict[str, Callable[[int], Sample]], reps: int, case: str) -> dict[str, list[Sample]]:
@@ -507,8 +551,9 @@ def render(results: dict) -> str:
         f"Measured {info['date']} with `{' '.join(['python -m benchmarks.run', *results['argv']])}`"
         f" ({results['seconds']:.0f} s in all; repetitions per case: {reps}).",
         "",
-        "Wall = fork to reap of each child process; peak RSS = its `ru_maxrss` (`os.wait4`); CPU = its user + "
-        "system seconds, which another process's load disturbs far less than wall time.",
+        "Wall = fork to reap of each child process; peak RSS = its `ru_maxrss` (`os.wait4`) plus that of every "
+        "process it started (attnlab's render child: the sum of the peaks, an upper bound); CPU = the user + system "
+        "seconds of all of them, which another process's load disturbs far less than wall time.",
         "",
         f"- machine: {info['cpu']}, {info['cores']} cores, {info['ram_gb']} GB RAM; {info['platform']}",
         f"- load average (1 min) at start / end: {info['load_start'][0]:.2f} / {results['load_end'][0]:.2f}"
@@ -732,6 +777,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="attnlab-bench-"))
     results: dict = {"argv": list(argv if argv is not None else sys.argv[1:]), "omp_threads": args.threads,
                      "machine": machine()}
+    adopt_orphans()  # the render children of attnlab runs are measured too
     log(f"benchmark work dir {work}; load {results['machine']['load_start']}")
     started = time.perf_counter()
     try:
