@@ -59,6 +59,9 @@ def _loss(losses: np.ndarray, path: str) -> None:
     loss_curve(losses, Path(path))
 
 
+_prepared: dict[tuple, None] = {}  # the runs _prepare drew for, oldest first
+
+
 def _prepare(labels: list[str], steps: list[int], shape: tuple[int, int, int], figures: bool, heatmaps: bool) -> None:
     """Lay out and draw once, with placeholder data, the figures of a run of ``labels`` whose
     snapshots at ``steps`` have weights of ``shape`` (H, T, T): TensorBoard's heatmap
@@ -68,8 +71,13 @@ def _prepare(labels: list[str], steps: list[int], shape: tuple[int, int, int], f
     import matplotlib
 
     from attnlab.fonts import drawable, rc
-    from attnlab.plots import LossLayout, _cached_layout, evolution_figure
+    from attnlab.plots import MAX_LAYOUTS, LossLayout, _cached_layout, evolution_figure
 
+    if (key := (tuple(labels), tuple(steps), tuple(shape), figures, heatmaps)) in _prepared:
+        return  # a sweep's next job over the same text: its figures are ready
+    _prepared[key] = None
+    while len(_prepared) > MAX_LAYOUTS:  # as many as attnlab.plots keeps
+        _prepared.pop(next(iter(_prepared)))
     blank = np.full(shape, 1.0 / shape[-1], dtype=np.float32)
     if heatmaps:
         _heatmap(tuple(labels), blank, "step=0  loss=0.0000" + ("  (mean of heads)" if shape[0] > 1 else ""))
