@@ -20,16 +20,31 @@ from attnlab.tensorboard import HeatmapRenderer
 LOSSES = np.exp(-np.linspace(0, 8, 201)) * 2.3
 
 
-@pytest.fixture
-def child():
+def _started() -> render_process.RenderProcess:
     render = render_process.RenderProcess()
     assert render.alive
+    return render
+
+
+@pytest.fixture(scope="module")
+def shared_child():
+    """One child for the tests that leave it running (starting one costs ~1 s of imports)."""
+    render = _started()
+    yield render
+    render.close()
+
+
+@pytest.fixture
+def child():
+    """A child of its own, for a test that kills or closes it."""
+    render = _started()
     yield render
     render.close()
 
 
 @pytest.mark.parametrize("tokens", [TOKENS, ZH_TOKENS], ids=["en", "zh"])
-def test_the_child_draws_the_pixels_drawn_here(child, tmp_path, tokens):
+def test_the_child_draws_the_pixels_drawn_here(shared_child, tmp_path, tokens):
+    child = shared_child
     t = len(tokens)
     snaps = snapshots(5, t=t, seed=3)
     # laid out first with placeholder data, as a run has it done while torch loads
@@ -61,7 +76,8 @@ def test_a_runs_figures_are_those_drawn_here_from_its_own_data(default_run, tmp_
     assert np.array_equal(read_png(default_run / "loss.png"), read_png(tmp_path / "loss.png"))
 
 
-def test_an_error_while_drawing_comes_back_as_the_same_exception(child, tmp_path):
+def test_an_error_while_drawing_comes_back_as_the_same_exception(shared_child, tmp_path):
+    child = shared_child
     blocker = tmp_path / "a_file"
     blocker.write_text("x")
     with pytest.raises(OSError) as here:
