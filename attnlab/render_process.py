@@ -4,7 +4,7 @@ A default run draws three matplotlib figures (TensorBoard's heatmap images,
 ``attention_evolution.png``, ``loss.png``). Importing matplotlib and laying those figures out
 took ~2 s of a 7.6-s run on the 2-core machines of docs/benchmarks.md, all of it on the one
 core the training uses, while the other core idled. Here a child process
-(``python -m attnlab.render_process``, started when the run's sinks are made, before torch is
+(``python -c`` :data:`CHILD`, started when the job's config is checked, before torch is
 imported) imports matplotlib and the fonts meanwhile, and lays the figures out while the run
 trains; the run's sinks send it the data and wait for the result, so every file is written
 (or has failed) when its sink's call returns, as before. The child runs the same functions
@@ -38,6 +38,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from omegaconf import DictConfig
 
 MIN_CORES = 2  # fewer: the child would take turns with the training on one core
+# the child's command: the working directory (sys.path[0] of ``python -c``) is taken off the
+# import path first, so a file such as ``numpy.py`` in the folder a run starts from is never
+# imported (the ``attnlab`` command does not import from there either)
+CHILD = "import sys; del sys.path[0]; from attnlab.render_process import main; main()"
 
 
 # ----------------------------------------------------------------------- what is drawn
@@ -134,7 +138,7 @@ class RenderProcess:
         self._unanswered = 0  # submitted requests whose replies were not read yet
         self.proc: subprocess.Popen | None = None
         try:
-            self.proc = subprocess.Popen([sys.executable, "-m", "attnlab.render_process"], stdin=subprocess.PIPE,
+            self.proc = subprocess.Popen([sys.executable, "-c", CHILD], stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, close_fds=True)
         except OSError:
             self.proc = None
@@ -233,7 +237,9 @@ def shared() -> RenderProcess | None:
 def _answer(out, reply: tuple[str, Any]) -> None:
     try:
         data = pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception:  # an exception that does not pickle: its type and text
+        if reply[0] == "error":
+            pickle.loads(data)  # an exception class that cannot be rebuilt from its arguments
+    except Exception:  # an exception that does not go through a pickle: its type and text
         err = reply[1]
         data = pickle.dumps(("error", RuntimeError(f"{type(err).__name__}: {err}")))
     out.write(data)

@@ -133,3 +133,37 @@ def _running(pid: int) -> bool:
 def test_one_core_draws_in_this_process(monkeypatch):
     monkeypatch.setattr(render_process, "cores", lambda: 1)
     assert render_process.shared() is None
+
+
+def test_a_module_in_the_working_directory_is_never_imported_by_the_child(tmp_path, monkeypatch):
+    """A run started from a folder holding ``matplotlib.py`` (someone else's files) draws with
+    the real matplotlib: the child's import path does not start with the working directory."""
+    canary = tmp_path / "imported"
+    (tmp_path / "matplotlib.py").write_text(f"open({str(canary)!r}, 'w').close()\n")
+    monkeypatch.chdir(tmp_path)
+    render = _started()
+    try:
+        render.call("loss", LOSSES, str(tmp_path / "loss.png"))
+        assert render.alive and not canary.exists()
+    finally:
+        render.close()
+    assert np.array_equal(read_png(tmp_path / "loss.png"), fresh_loss_png(LOSSES, tmp_path / "ref.png", "loss"))
+
+
+class _TwoArgumentError(Exception):
+    def __init__(self, what, why):
+        super().__init__(f"{what}: {why}")
+
+
+def test_an_exception_that_cannot_be_rebuilt_comes_back_as_its_type_and_text():
+    import io
+    import pickle
+
+    out = io.BytesIO()
+    render_process._answer(out, ("error", _TwoArgumentError("loss.png", "no ink")))
+    status, err = pickle.loads(out.getvalue())
+    assert status == "error" and type(err) is RuntimeError and str(err) == "_TwoArgumentError: loss.png: no ink"
+    out = io.BytesIO()
+    render_process._answer(out, ("error", FileNotFoundError(2, "No such file or directory", "/x/loss.png")))
+    status, err = pickle.loads(out.getvalue())
+    assert type(err) is FileNotFoundError and (err.errno, err.filename) == (2, "/x/loss.png")
