@@ -74,10 +74,10 @@ def validate(cfg: DictConfig) -> None:
 
 def out_proj(cfg: DictConfig) -> bool:
     """Whether the model gets an output projection W_out (``model.out_proj``: auto, true,
-    false; the rule is :func:`attnlab.model.resolve_out_proj`'s). Raises ConfigError for
+    false; the rule is :func:`attnlab.projection.resolve_out_proj`'s). Raises ConfigError for
     another value, or for ``false`` when training needs Z in d_model columns and
     n_heads·d_v differs from d_model."""
-    from attnlab.model import resolve_out_proj
+    from attnlab.projection import resolve_out_proj
 
     value = cfg.model.out_proj
     value = {"true": True, "false": False}.get(value, value) if isinstance(value, str) else value

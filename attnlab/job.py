@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 from omegaconf import DictConfig
 
-from attnlab import artifacts, interrupts, render_process, rundir
+from attnlab import artifacts, checks, interrupts, render_process, rundir
 from attnlab.config import Task, apply_schema, resolve
 from attnlab.errors import AttnlabError, WriteError, describe
 from attnlab.records import Sink
@@ -121,11 +121,17 @@ def _job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None) -> JobResu
         interrupts.pause_point("before_training")
         interrupts.check()
         typed = apply_schema(cfg)
-        if typed.task == Task.train and draws_figures(typed) and (render := render_process.shared()):
-            render_process.prepare(render, typed)  # matplotlib and the layouts there while torch loads here
         resolved = resolve(typed)
-        artifacts.write_summary(run_dir, task=resolved["task"], config=resolved,
-                                versions=artifacts.environment(resolved["device"]))
+        artifacts.write_summary(run_dir, task=resolved["task"], config=resolved)
+        # a bad value or text is one line before torch, TensorBoard and matplotlib load (~3 s)
+        checks.validate(typed)
+        if typed.task == Task.train:
+            from attnlab.tokenizer import tokenize
+
+            labels = tokenize(typed).labels
+            if draws_figures(typed) and (render := render_process.shared()):
+                render_process.prepare(render, typed, labels)  # matplotlib and the layouts there, torch here
+        artifacts.write_summary(run_dir, versions=artifacts.environment(resolved["device"]))
         result = _run(typed, run_dir)
     except KeyboardInterrupt:  # outside the training loop, which records its own interrupt
         result = JobResult("interrupted", "interrupted before the training steps")

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnlab.errors import ConfigError
+from attnlab.projection import resolve_out_proj  # noqa: F401  (attnlab.model.resolve_out_proj)
 
 GPT2_VOCAB_SIZE = 50257  # tutorial §2
 ATTENTION_PATHS = ("explicit", "sdpa")
@@ -222,34 +223,6 @@ def _add_bias(linear: nn.Linear) -> None:
     bound = 1 / math.sqrt(linear.in_features)
     linear.bias = nn.Parameter(torch.empty(linear.out_features))
     nn.init.uniform_(linear.bias, -bound, bound)
-
-
-def resolve_out_proj(out_proj: bool | str, n_heads: int, d_v: int, d_model: int, *, z_in_d_model: bool) -> bool:
-    """Whether the attention gets an output projection W_out (H·d_v → d_model).
-
-    ``z_in_d_model``: something downstream needs Z in d_model columns (§5 training: the MSE
-    compares Z with X, the next-token head reads d_model); the walkthrough (§4) does not, its Z
-    is the context vectors (T, d_v).
-
-    - ``"auto"``: W_out when H > 1 (it mixes the heads, Vaswani et al. 2017 §3.2.2), or when
-      ``z_in_d_model`` and H·d_v ≠ d_model (it brings Z back to d_model). So the tutorial's
-      configurations (H = 1, and d_v = d_model in §5) get none.
-    - ``True``: always; ``False``: never, and then raises ConfigError("out_proj", False, ...)
-      when ``z_in_d_model`` and H·d_v ≠ d_model.
-
-    Raises ConfigError("out_proj", value, ...) for any other value.
-    """
-    mismatch = z_in_d_model and n_heads * d_v != d_model
-    if out_proj == "auto":
-        return n_heads > 1 or mismatch
-    if not isinstance(out_proj, bool):
-        raise ConfigError("out_proj", out_proj, "must be auto, true or false")
-    if not out_proj and mismatch:
-        raise ConfigError("out_proj", out_proj,
-                          f"Z has n_heads·d_v = {n_heads}·{d_v} = {n_heads * d_v} columns but the loss needs "
-                          f"d_model = {d_model}; use out_proj=auto or true (a W_out brings Z to d_model), "
-                          f"or make n_heads·d_v = d_model")
-    return out_proj
 
 
 @dataclass(frozen=True)

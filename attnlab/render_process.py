@@ -93,21 +93,14 @@ def _prepare(labels: list[str], steps: list[int], shape: tuple[int, int, int], f
             _cached_layout(("loss",), LossLayout).draw(np.logspace(1, -12, 14), drawable("loss")).canvas.draw()
 
 
-def prepare(render: "RenderProcess", cfg: "DictConfig") -> None:
-    """Have ``render`` lay out the run's figures now (:func:`_prepare`), while this process
-    imports torch and builds the model: tokenizes ``cfg``'s text for the labels (a text that
-    cannot be tokenized is left to the run to report)."""
+def prepare(render: "RenderProcess", cfg: "DictConfig", labels: list[str]) -> None:
+    """Have ``render`` lay out the figures of ``cfg``'s run of tokens ``labels`` now
+    (:func:`_prepare`), while this process imports torch and builds the model."""
     from attnlab.config import snapshot_steps
-    from attnlab.tokenizer import tokenize
 
-    try:
-        tokens = tokenize(cfg)
-        steps = snapshot_steps(cfg.train)
-    except Exception:  # the run says what is wrong, in its own words
-        return
-    t = len(tokens.labels)
-    render.submit("prepare", tokens.labels, steps, (int(cfg.model.n_heads), t, t), bool(cfg.logging.figures),
-                  bool(cfg.logging.tensorboard and cfg.logging.images))
+    t = len(labels)
+    render.submit("prepare", list(labels), snapshot_steps(cfg.train), (int(cfg.model.n_heads), t, t),
+                  bool(cfg.logging.figures), bool(cfg.logging.tensorboard and cfg.logging.images))
 
 
 def _warm() -> None:
