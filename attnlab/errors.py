@@ -12,6 +12,9 @@ class ConfigError(AttnlabError, ValueError):
         self.key, self.value, self.allowed = key, value, allowed
         super().__init__(f"{key}={value!r}: {allowed}")
 
+    def __reduce__(self):  # rebuilt from its parts (a pickle from attnlab's render child)
+        return type(self), (self.key, self.value, self.allowed)
+
 
 class TokenizerError(AttnlabError):
     """An encoding cannot be loaded (offline, unknown name, corrupted ranks file)."""
@@ -33,6 +36,9 @@ class WriteError(AttnlabError, OSError):
         self.file, self.reason, self.step = file, reason, step
         super().__init__(f"{reason} while writing {file}" + (f" at step {step}" if step is not None else ""))
         self.errno = errno
+
+    def __reduce__(self):  # rebuilt from its parts (a pickle from attnlab's render child)
+        return type(self), (self.file, self.reason, self.step, self.errno)
 
     @classmethod
     def from_os_error(cls, err: OSError, file: str, step: int | None = None) -> "WriteError":

@@ -167,3 +167,43 @@ def test_an_exception_that_cannot_be_rebuilt_comes_back_as_its_type_and_text():
     render_process._answer(out, ("error", FileNotFoundError(2, "No such file or directory", "/x/loss.png")))
     status, err = pickle.loads(out.getvalue())
     assert type(err) is FileNotFoundError and (err.errno, err.filename) == (2, "/x/loss.png")
+
+
+def test_attnlabs_errors_go_through_a_pickle_whole():
+    """What drawing raises comes back from the child by pickle: attnlab's errors keep their
+    type, their one line and their parts."""
+    import pickle
+
+    from attnlab.errors import ConfigError, RunDirError, TokenizerError, WriteError
+
+    for err in (WriteError("loss.png", "file too large", None, 27), WriteError("metrics.csv", "no space", 57, 28),
+                ConfigError("model.d_model", 0, "must be a positive integer"), TokenizerError("offline"),
+                RunDirError("a run is there")):
+        back = pickle.loads(pickle.dumps(err))
+        assert type(back) is type(err) and str(back) == str(err) and vars(back) == vars(err)
+        assert getattr(back, "errno", None) == getattr(err, "errno", None)
+
+
+def test_a_file_too_large_for_the_limit_is_the_runs_one_line(tmp_path):
+    """The child inherits the run's file-size limit: writing loss.png over it fails there with
+    the WriteError the run reports when it draws in-process (``file too large while writing
+    loss.png``), not another exception."""
+    import errno
+    import resource
+
+    from attnlab.errors import WriteError
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (10_000, hard))  # inherited by the child only:
+    try:
+        render = render_process.RenderProcess()
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))  # this process gets it back at once
+    try:
+        with pytest.raises(WriteError) as there:
+            render.call("loss", LOSSES, str(tmp_path / "loss.png"))
+        assert str(there.value) == "file too large while writing loss.png"
+        assert (there.value.errno, there.value.file) == (errno.EFBIG, "loss.png") and render.alive
+    finally:
+        render.close()
+    assert not (tmp_path / "loss.png").exists()
