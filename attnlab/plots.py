@@ -191,18 +191,39 @@ def _shared_layout(labels: tuple[str, ...], rows: int, cols: int, heads: int, pa
                           lambda: EvolutionLayout(labels, rows, cols, panel_titles, title))
 
 
-def save_figure(fig: "Figure", path: Path) -> Path:
-    """Render ``fig`` in the format its suffix names (PNG when none: ``.pdf``, ``.svg`` work)
-    and write it to ``path`` atomically (artifacts.atomic_write_bytes), so a reader never sees
-    half a file; creates the folder."""
+def figure_bytes(fig: "Figure", fmt: str = "png") -> bytes:
+    """``fig`` rendered as a file of format ``fmt`` (``png``, ``pdf``, ``svg``), in memory."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format=fmt)
+    return buf.getvalue()
+
+
+def write_figure_file(data: bytes, path: Path) -> Path:
+    """Write a rendered figure to ``path`` atomically (artifacts.atomic_write_bytes: a reader
+    never sees half a file; the run dir's disk reserve applies); creates the folder. Raises
+    :class:`~attnlab.errors.WriteError` naming the file when it cannot be written."""
     from attnlab.artifacts import atomic_write_bytes
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    buf = io.BytesIO()
-    fig.savefig(buf, format=path.suffix.lstrip(".").lower() or "png")
-    atomic_write_bytes(path, buf.getvalue())
+    atomic_write_bytes(path, data)
     return path
+
+
+def save_figure(fig: "Figure", path: Path) -> Path:
+    """Render ``fig`` in the format its suffix names (PNG when none: ``.pdf``, ``.svg`` work)
+    and write it to ``path`` (:func:`write_figure_file`)."""
+    return write_figure_file(figure_bytes(fig, Path(path).suffix.lstrip(".").lower() or "png"), path)
+
+
+def evolution_png(snapshots: Sequence[Snapshot], tokens: Sequence[str], title: str | None = None,
+                  max_panels: int = MAX_PANELS, total: int | None = None, fmt: str = "png") -> bytes:
+    """The evolution figure (see :func:`evolution_figure`) as the bytes of a ``fmt`` file;
+    what :func:`attention_evolution` writes (and what attnlab.render_process's child returns)."""
+    import matplotlib
+
+    with matplotlib.rc_context(rc()):
+        return figure_bytes(evolution_figure(snapshots, tokens, title, max_panels, total, reuse=True), fmt)
 
 
 def attention_evolution(snapshots: Sequence[Snapshot], tokens: Sequence[str], path: Path, title: str | None = None,
@@ -213,10 +234,19 @@ def attention_evolution(snapshots: Sequence[Snapshot], tokens: Sequence[str], pa
     or ``(T, T)``; ``tokens``: T labels. ``title`` None = Chinese/English default; ``total``
     the snapshots the run took (more than ``snapshots`` when only some were kept).
     """
+    fmt = Path(path).suffix.lstrip(".").lower() or "png"
+    return write_figure_file(evolution_png(snapshots, tokens, title, max_panels, total, fmt), path)
+
+
+def loss_png(losses: np.ndarray, title: str = "loss", fmt: str = "png") -> bytes | None:
+    """``loss.png``'s bytes (see :func:`loss_curve`); None when there is no finite loss."""
     import matplotlib
 
+    y = np.asarray(losses, dtype=np.float64)
+    if not np.isfinite(y).any():
+        return None
     with matplotlib.rc_context(rc()):
-        return save_figure(evolution_figure(snapshots, tokens, title, max_panels, total, reuse=True), path)
+        return figure_bytes(_cached_layout(("loss",), LossLayout).draw(y, drawable(title)), fmt)
 
 
 def loss_curve(losses: np.ndarray, path: Path, title: str = "loss") -> Path | None:
@@ -227,13 +257,8 @@ def loss_curve(losses: np.ndarray, path: Path, title: str = "loss") -> Path | No
     when there is no finite loss. The figure is made once per thread and redrawn with each
     run's curve (:class:`LossLayout`, :func:`_cached_layout`).
     """
-    import matplotlib
-
-    y = np.asarray(losses, dtype=np.float64)
-    if not np.isfinite(y).any():
-        return None
-    with matplotlib.rc_context(rc()):
-        return save_figure(_cached_layout(("loss",), LossLayout).draw(y, drawable(title)), path)
+    data = loss_png(losses, title, Path(path).suffix.lstrip(".").lower() or "png")
+    return None if data is None else write_figure_file(data, path)
 
 
 class LossLayout:
@@ -343,14 +368,14 @@ class FigureSink(Sink):
         losses = self.losses if self._losses else np.asarray(result.losses, dtype=np.float64)
         snapshots = self._to_draw()
         if snapshots and self.tokens:
-            # only the drawn snapshots were kept, so the figure is told how many the run took
-            if self.render is not None:
-                self.render.call("evolution", snapshots, self.tokens, str((self.run_dir / self.EVOLUTION).absolute()),
-                                 self._received)
-            else:
-                attention_evolution(snapshots, self.tokens, self.run_dir / self.EVOLUTION, total=self._received)
-        if losses.size:
-            if self.render is not None:
-                self.render.call("loss", losses, str((self.run_dir / self.LOSS).absolute()))
-            else:
-                loss_curve(losses, self.run_dir / self.LOSS)
+            # only the drawn snapshots were kept, so the figure is told how many the run took; drawn
+            # in the render child when there is one, written here (this process holds the run dir)
+            write_figure_file(self._draw("evolution", snapshots, self.tokens, None, MAX_PANELS, self._received),
+                              self.run_dir / self.EVOLUTION)
+        if losses.size and (data := self._draw("loss", losses)) is not None:
+            write_figure_file(data, self.run_dir / self.LOSS)
+
+    def _draw(self, kind: str, *args: Any) -> bytes | None:
+        if self.render is not None:
+            return self.render.call(kind, *args)
+        return {"evolution": evolution_png, "loss": loss_png}[kind](*args)

@@ -6,29 +6,35 @@ took ~2 s of a 7.6-s run on the 2-core machines of docs/benchmarks.md, all of it
 core the training uses, while the other core idled. Here a child process
 (``python -c`` :data:`CHILD`, started when the job's config is checked, before torch is
 imported) imports matplotlib and the fonts meanwhile, and lays the figures out while the run
-trains; the run's sinks send it the data and wait for the result, so every file is written
-(or has failed) when its sink's call returns, as before. The child runs the same functions
-(:mod:`attnlab.plots`, :class:`attnlab.tensorboard.HeatmapRenderer`) on the same data, so the
-pixels are those drawn in-process (tests/test_render_process.py compares the bytes).
+trains; the run's sinks send it the data, wait for the drawing (image arrays, PNG bytes) and
+write the files themselves, so every file is written (or has failed) by the run's process when
+its sink's call returns, as before: the run dir's disk reserve, its temporary files and its
+status stay the run's. The child runs the same functions (:mod:`attnlab.plots`,
+:class:`attnlab.tensorboard.HeatmapRenderer`) on the same data, so the pixels are those drawn
+in-process (tests/test_render_process.py compares the bytes).
 
 The child is started only when at least two cores are available to this process, is one per
-process (the jobs of a sweep share it), ignores Ctrl-C (the run decides what to finish) and
-exits when the run's process closes its end of the pipe, a ``kill -9`` of the run included.
-Data goes both ways as pickles over the pipe between the two processes of one run (nothing
-read from a run dir). When the child cannot be started or stops answering, everything is drawn
-in-process, as without it; an error raised while drawing (a file that cannot be written) comes
-back as the same exception.
+process (the jobs of a sweep share it; a forked copy starts its own), starts with Ctrl-C
+blocked and then ignores it (the run decides what to finish), and exits when the run's process
+closes its end of the pipe or is gone (a ``kill -9`` of the run included). Data goes both ways
+as pickles over the pipe between the two processes of one run (nothing read from a run dir).
+When the child cannot be started, is gone, or stops answering (stopped, or hung: see
+:class:`RenderProcess`), everything is drawn in-process, as without it; an error raised while
+drawing comes back as the same exception.
 """
 from __future__ import annotations
 
 import os
 import pickle
+import select
 import signal
+import struct
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -38,10 +44,18 @@ if TYPE_CHECKING:  # pragma: no cover
     from omegaconf import DictConfig
 
 MIN_CORES = 2  # fewer: the child would take turns with the training on one core
-# the child's command: the working directory (sys.path[0] of ``python -c``) is taken off the
-# import path first, so a file such as ``numpy.py`` in the folder a run starts from is never
-# imported (the ``attnlab`` command does not import from there either)
-CHILD = "import sys; del sys.path[0]; from attnlab.render_process import main; main()"
+# the child's command, run as ``python -c CHILD <the run's attnlab folder>``: the working
+# directory ('' on the import path of ``python -c``; nothing with PYTHONSAFEPATH) is taken off
+# the import path first, so a file such as ``numpy.py`` in the folder a run starts from is never
+# imported (the ``attnlab`` command does not import from there either); a child that finds
+# another attnlab than the run's exits at once (the run then draws in-process)
+CHILD = ("import os, sys\n"
+         "sys.path[:] = [p for p in sys.path if p != '']\n"
+         "import attnlab\n"
+         "if os.path.realpath(os.path.dirname(attnlab.__file__)) != os.path.realpath(sys.argv[1]):\n"
+         "    os._exit(3)\n"
+         "from attnlab.render_process import main\n"
+         "main()\n")
 
 
 # ----------------------------------------------------------------------- what is drawn
@@ -51,16 +65,17 @@ def _heatmap(tokens: tuple[str, ...], weights: np.ndarray, title: str) -> np.nda
     return shared_renderer(tokens)(weights, title)
 
 
-def _evolution(snapshots: list[Snapshot], tokens: list[str], path: str, total: int | None) -> None:
-    from attnlab.plots import attention_evolution
+def _evolution(snapshots: list[Snapshot], tokens: list[str], title: str | None, max_panels: int,
+               total: int | None) -> bytes:
+    from attnlab.plots import evolution_png
 
-    attention_evolution(snapshots, tokens, Path(path), total=total)
+    return evolution_png(snapshots, tokens, title, max_panels, total)
 
 
-def _loss(losses: np.ndarray, path: str) -> None:
-    from attnlab.plots import loss_curve
+def _loss(losses: np.ndarray) -> bytes | None:
+    from attnlab.plots import loss_png
 
-    loss_curve(losses, Path(path))
+    return loss_png(losses)
 
 
 _prepared: dict[tuple, None] = {}  # the runs _prepare drew for, oldest first
@@ -119,33 +134,112 @@ HANDLERS: dict[str, Callable[..., Any]] = {"heatmap": _heatmap, "evolution": _ev
                                            "prepare": _prepare}
 
 
+# ----------------------------------------------------------------------- the pipe
+HEADER = struct.Struct("<Q")  # each message: its length, then a pickle of (kind, args) or (status, value)
+POLL_S = 0.25  # how often a waiting run looks at the child
+STALL_S = 5.0  # a child that is not running (stopped, or asleep with a request pending) this long is lost
+WALL_S = 600.0  # without /proc: a reply that takes this long means a lost child
+
+
+def _frame(message: tuple) -> bytes:
+    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    return HEADER.pack(len(data)) + data
+
+
+def _proc_state(pid: int) -> tuple[str, int] | None:
+    """``pid``'s state letter and CPU time used (clock ticks) from ``/proc``; None when it is
+    gone or there is no ``/proc``."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except OSError:
+        return None
+    return fields[0].decode(), int(fields[11]) + int(fields[12])  # state, utime + stime
+
+
+class Lost(Exception):
+    """The render child stopped answering (gone, stopped, or hung)."""
+
+
 # ----------------------------------------------------------------------- the run's side
 class RenderProcess:
     """The run's handle on the child: :meth:`call` draws in the child and returns the result
     (or raises the child's exception); :meth:`submit` sends work whose result nobody waits for
     (preparation). Thread-safe (one exchange at a time); falls back to drawing in this process
-    for good once the child is gone."""
+    for good once the child is gone or stops answering: a child that is stopped (``kill
+    -STOP``) or asleep with a request pending for :data:`STALL_S` seconds (read from
+    ``/proc``; a child that waits for a busy core is not stalled), or that has not answered in
+    :data:`WALL_S` seconds where there is no ``/proc``. Only the process that started the child
+    talks to it (a forked copy of this process starts its own)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._unanswered = 0  # submitted requests whose replies were not read yet
+        self.owner = os.getpid()
         self.proc: subprocess.Popen | None = None
+        import attnlab
+
+        # the child starts with Ctrl-C blocked (the mask is inherited through exec) and ignores it
+        # before unblocking it: a Ctrl-C while it starts never reaches its Python as a traceback
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
-            self.proc = subprocess.Popen([sys.executable, "-c", CHILD], stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, close_fds=True)
+            self.proc = subprocess.Popen([sys.executable, "-c", CHILD, str(Path(attnlab.__file__).parent),
+                                          str(self.owner)],
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True)
+            os.set_blocking(self.proc.stdin.fileno(), False)  # writes wait in poll(), never in write()
         except OSError:
             self.proc = None
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
     @property
     def alive(self) -> bool:
         return self.proc is not None
 
+    def _wait(self, fd: int, event: int) -> None:
+        """Return when ``fd`` is ready for ``event`` (select.POLLIN/POLLOUT); raise
+        :class:`Lost` when the child stops answering first."""
+        poller = select.poll()
+        poller.register(fd, event)
+        pid, since, used = self.proc.pid, time.monotonic(), None
+        while True:
+            if poller.poll(int(POLL_S * 1000)):
+                return
+            now, state = time.monotonic(), _proc_state(pid)
+            if state is None:
+                if os.path.isdir("/proc/self") or now - since > WALL_S:
+                    raise Lost("the render child is gone or not answering")
+                continue
+            if state[0] in "ZX":
+                raise Lost("the render child is gone")
+            if state[0] == "R" or state[1] != used:  # drawing, or waiting for a core
+                since, used = now, state[1]
+            elif now - since > STALL_S:
+                raise Lost(f"the render child is not drawing (state {state[0]})")
+
     def _send(self, kind: str, args: tuple) -> None:
-        self.proc.stdin.write(pickle.dumps((kind, args), protocol=pickle.HIGHEST_PROTOCOL))
-        self.proc.stdin.flush()
+        data, fd = memoryview(_frame((kind, args))), self.proc.stdin.fileno()
+        while data:
+            self._wait(fd, select.POLLOUT)
+            try:
+                data = data[os.write(fd, data):]
+            except BlockingIOError:
+                continue
+
+    def _read(self, n: int) -> bytes:
+        chunks, fd = [], self.proc.stdout.fileno()
+        while n:
+            self._wait(fd, select.POLLIN)
+            chunk = os.read(fd, min(n, 1 << 20))
+            if not chunk:
+                raise Lost("the render child is gone")
+            chunks.append(chunk)
+            n -= len(chunk)
+        return b"".join(chunks)
 
     def _reply(self) -> tuple[str, Any]:
-        return pickle.load(self.proc.stdout)
+        (n,) = HEADER.unpack(self._read(HEADER.size))
+        return pickle.loads(self._read(n))
 
     def _lost(self) -> None:
         """The child stopped answering (or an exchange was interrupted half-way): end it and
@@ -157,9 +251,15 @@ class RenderProcess:
                 proc.wait(timeout=5)
             except (OSError, subprocess.TimeoutExpired):
                 pass
+            for f in (proc.stdin, proc.stdout):
+                try:
+                    f.close()
+                except OSError:
+                    pass
 
     def submit(self, kind: str, *args: Any) -> None:
-        """Send ``kind(*args)`` to the child without waiting (nothing when it is gone)."""
+        """Send ``kind(*args)`` to the child without waiting for its result (nothing when it is
+        gone)."""
         with self._lock:
             if self.proc is None:
                 return
@@ -170,8 +270,8 @@ class RenderProcess:
                 self._lost()
 
     def call(self, kind: str, *args: Any) -> Any:
-        """``kind(*args)`` drawn in the child (in this process when the child is gone); raises
-        what drawing raised."""
+        """``kind(*args)`` drawn in the child (in this process when the child is gone or stops
+        answering); raises what drawing raised."""
         with self._lock:
             if self.proc is not None:
                 try:
@@ -182,7 +282,7 @@ class RenderProcess:
                     status, value = self._reply()
                 except BaseException as err:
                     self._lost()
-                    if not isinstance(err, (OSError, EOFError, pickle.UnpicklingError)):
+                    if not isinstance(err, (OSError, Lost, pickle.UnpicklingError, EOFError)):
                         raise  # a Ctrl-C while waiting: the run handles it
                 else:
                     if status == "error":
@@ -200,10 +300,35 @@ class RenderProcess:
                 proc.wait(timeout=10)
             except (OSError, subprocess.TimeoutExpired):
                 proc.kill()
+            proc.stdout.close()
 
 
 _shared: RenderProcess | None = None
 _shared_lock = threading.Lock()
+_inherited: list[RenderProcess] = []  # a forked copy's handles on its parent's child: kept, never used
+
+
+def _after_fork() -> None:
+    """In a forked copy of this process: the parent's child is the parent's (its pipe is
+    closed here, it is neither used nor killed); the copy starts its own when it draws."""
+    global _shared, _shared_lock
+    _shared_lock = threading.Lock()
+    if _shared is not None:
+        old, _shared = _shared, None
+        old._lock = threading.Lock()
+        proc, old.proc = old.proc, None
+        if proc is not None:
+            for f in (proc.stdin, proc.stdout):
+                try:
+                    f.close()
+                except OSError:
+                    pass
+            proc.returncode = 0  # not this process's child: never waited for here
+        _inherited.append(old)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 def cores() -> int:
@@ -221,7 +346,7 @@ def shared() -> RenderProcess | None:
     if cores() < MIN_CORES:
         return None
     with _shared_lock:
-        if _shared is None or not _shared.alive:
+        if _shared is None or not _shared.alive or _shared.owner != os.getpid():
             _shared = RenderProcess()
         return _shared if _shared.alive else None
 
@@ -229,21 +354,29 @@ def shared() -> RenderProcess | None:
 # ----------------------------------------------------------------------- the child
 def _answer(out, reply: tuple[str, Any]) -> None:
     try:
-        data = pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
+        data = _frame(reply)
         if reply[0] == "error":
-            pickle.loads(data)  # an exception class that cannot be rebuilt from its arguments
+            pickle.loads(data[HEADER.size:])  # an exception class that cannot be rebuilt from its arguments
     except Exception:  # an exception that does not go through a pickle: its type and text
         err = reply[1]
-        data = pickle.dumps(("error", RuntimeError(f"{type(err).__name__}: {err}")))
+        data = _frame(("error", RuntimeError(f"{type(err).__name__}: {err}")))
     out.write(data)
     out.flush()
+
+
+def _read_exactly(f, n: int) -> bytes:
+    data = f.read(n)
+    if len(data) != n:
+        raise EOFError
+    return data
 
 
 def serve(requests, replies) -> None:
     """The child's loop: one reply per request, in order, until the input closes."""
     while True:
         try:
-            kind, args = pickle.load(requests)
+            (n,) = HEADER.unpack(_read_exactly(requests, HEADER.size))
+            kind, args = pickle.loads(_read_exactly(requests, n))
         except EOFError:
             return
         try:
@@ -253,24 +386,25 @@ def serve(requests, replies) -> None:
         _answer(replies, reply)
 
 
-def _die_with_parent() -> None:
-    """Linux: have the kernel kill this process when the run's process ends, however it ends
-    (``PR_SET_PDEATHSIG``), so a killed run's child stops drawing at once; elsewhere the child
-    ends when its input closes."""
-    parent = os.getppid()
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        return
-    if os.getppid() != parent:  # the run ended before the signal was asked for
+def _die_with_parent(parent: int) -> None:
+    """End this process as soon as the run's process ``parent`` is gone, however it ends
+    (a ``kill -9`` included), even in the middle of a drawing: a thread looks every 0.1 s
+    (the end of the input only shows between requests)."""
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.1)
         os._exit(0)
 
+    threading.Thread(target=watch, name="attnlab-render-parent", daemon=True).start()
 
-def main(argv: Sequence[str] | None = None) -> None:
-    _die_with_parent()
+
+def main() -> None:
+    """The child (see :data:`CHILD`; ``sys.argv[2]`` the run's process id): serve the run's
+    requests until its input closes or the run's process is gone."""
+    parent = int(sys.argv[2]) if len(sys.argv) > 2 else os.getppid()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the run decides what to finish at a Ctrl-C
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked by the run while it started this
+    _die_with_parent(parent)
     requests, replies = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # anything printed goes to the console, never into the replies
     _warm()

@@ -311,6 +311,25 @@ def test_disk_full_mid_run_promotes_the_records_and_tensorboard_agrees(tmp_path)
         assert (points, status, session) == ([0], "failed", 2)
 
 
+def test_disk_full_at_the_end_the_figures_use_the_runs_reserve(tmp_path):
+    """Another program takes all but 12 KB of the disk just before a default run's last writes:
+    the run dir's reserve (1 MB in its lock file) still holds the figures (drawn by the render child,
+    written by the run), the TensorBoard file and the summary; the run completes."""
+    with tmpfs(tmp_path / "disk", size="4m") as d:
+        run = d / "run"
+        paused = Paused(tmp_path, "finishing", f"hydra.run.dir={run}", "logging.console=false")
+        fill(d)
+        filler = d / "filler"
+        os.truncate(filler, filler.stat().st_size - 12 * 1024)  # 12 KB left: the small writes fit, a figure not
+        paused.resume()
+        rc, out, err = paused.finish()
+        assert (rc, err) == (0, "")
+        assert summary(run)["status"] == "completed"
+        assert {"attention_evolution.png", "loss.png"} <= files(run)
+        assert_agrees(run, 201, [0, 20, 50, 100, 200])
+        assert not [f for f in files(run) if f.rsplit("/", 1)[-1].startswith(".") and not f.startswith(".hydra/")]
+
+
 def test_read_only_folder_is_refused_in_one_line(tmp_path, finished_run):
     with tmpfs(tmp_path / "ro", size="64k", read_only=True) as ro:
         run = attnlab(f"hydra.run.dir={ro / 'run'}", *QUIET)
