@@ -156,7 +156,7 @@ class EvolutionLayout:
         self.fig.colorbar(self.images[-1], ax=axes, shrink=0.8, label="attention weight")
         self.suptitle = self.fig.suptitle(title, fontsize=13)
         self.fig.get_layout_engine().execute(self.fig)  # place everything once, without drawing
-        self.fig.set_layout_engine("none")
+        self.fig.set_layout_engine(None)  # None, not "none" (a placeholder engine: savefig then draws twice)
 
     def draw(self, panels: Sequence[tuple[np.ndarray, str]], title: str) -> "Figure":
         """The figure showing ``panels`` (``(weights (T, T), panel title)``, one per used panel,

@@ -245,7 +245,7 @@ class HeatmapRenderer:
         self.im = draw_heatmap(self.ax, w, self.labels, title)
         self.fig.colorbar(self.im, ax=self.ax, shrink=0.85)
         self.fig.get_layout_engine().execute(self.fig)  # place the axes once, without drawing
-        self.fig.set_layout_engine("none")
+        self.fig.set_layout_engine(None)  # None, not "none" (a placeholder engine: savefig then draws twice)
         self._changing = [self.im, *self.ax.spines.values(), *self.ax.texts, self.ax.title]
         for artist in self._changing:
             artist.set_visible(False)
