@@ -365,17 +365,18 @@ class FigureSink(Sink):
         return np.concatenate(self._losses) if self._losses else np.zeros(0)
 
     def on_end(self, result: RunResult) -> None:
-        losses = self.losses if self._losses else np.asarray(result.losses, dtype=np.float64)
-        snapshots = self._to_draw()
-        if snapshots and self.tokens:
-            # only the drawn snapshots were kept, so the figure is told how many the run took; drawn
-            # in the render child when there is one, written here (this process holds the run dir)
-            write_figure_file(self._draw("evolution", snapshots, self.tokens, None, MAX_PANELS, self._received),
-                              self.run_dir / self.EVOLUTION)
-        if losses.size and (data := self._draw("loss", losses)) is not None:
-            write_figure_file(data, self.run_dir / self.LOSS)
+        from attnlab.render_process import request
 
-    def _draw(self, kind: str, *args: Any) -> bytes | None:
-        if self.render is not None:
-            return self.render.call(kind, *args)
-        return {"evolution": evolution_png, "loss": loss_png}[kind](*args)
+        losses = self.losses if self._losses else np.asarray(result.losses, dtype=np.float64)
+        snapshots, evolution, loss = self._to_draw(), None, None
+        if snapshots and self.tokens:
+            # only the drawn snapshots were kept, so the figure is told how many the run took; both
+            # asked at once (drawn in the render child when there is one, else here at result()),
+            # written here (this process holds the run dir)
+            evolution = request(self.render, "evolution", snapshots, self.tokens, None, MAX_PANELS, self._received)
+        if losses.size:
+            loss = request(self.render, "loss", losses)
+        if evolution is not None:
+            write_figure_file(evolution.result(), self.run_dir / self.EVOLUTION)
+        if loss is not None and (data := loss.result()) is not None:
+            write_figure_file(data, self.run_dir / self.LOSS)

@@ -33,6 +33,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -139,6 +140,7 @@ HEADER = struct.Struct("<Q")  # each message: its length, then a pickle of (kind
 POLL_S = 0.25  # how often a waiting run looks at the child
 STALL_S = 5.0  # a child that is not running (stopped, or asleep with a request pending) this long is lost
 WALL_S = 600.0  # without /proc: a reply that takes this long means a lost child
+MAX_PENDING = 16  # requests unanswered at once (each holds its data until the child has read it)
 
 
 def _frame(message: tuple) -> bytes:
@@ -161,11 +163,49 @@ class Lost(Exception):
     """The render child stopped answering (gone, stopped, or hung)."""
 
 
+class Pending:
+    """A drawing asked of the render child (:meth:`RenderProcess.request`); :meth:`result`
+    waits for it and returns it, or raises what drawing raised. When the child is gone before
+    it answered, :meth:`result` draws it in this process."""
+
+    __slots__ = ("render", "kind", "args", "done", "status", "value")
+
+    def __init__(self, render: "RenderProcess | None", kind: str, args: tuple) -> None:
+        self.render, self.kind, self.args = render, kind, args
+        self.done, self.status, self.value = False, "", None
+
+    def _set(self, status: str, value: Any) -> None:
+        self.done, self.status, self.value, self.args = True, status, value, ()
+
+    def ready(self) -> bool:
+        """True when :meth:`result` would not wait for the child (never blocks)."""
+        if not self.done and self.render is not None:
+            self.render._poll()
+        return self.done or self.render is None or self.render.proc is None
+
+    def result(self) -> Any:
+        if not self.done and self.render is not None:
+            self.render._wait_for(self)
+        if not self.done:  # no child, or it was lost before answering: drawn here
+            return HANDLERS[self.kind](*self.args)
+        if self.status == "error":
+            raise self.value
+        return self.value
+
+
+def request(render: "RenderProcess | None", kind: str, *args: Any) -> Pending:
+    """``kind(*args)`` asked of ``render`` (drawn when :meth:`Pending.result` is called, in
+    this process, when ``render`` is None)."""
+    return render.request(kind, *args) if render is not None else Pending(None, kind, args)
+
+
 # ----------------------------------------------------------------------- the run's side
 class RenderProcess:
-    """The run's handle on the child: :meth:`call` draws in the child and returns the result
-    (or raises the child's exception); :meth:`submit` sends work whose result nobody waits for
-    (preparation). Thread-safe (one exchange at a time); falls back to drawing in this process
+    """The run's handle on the child: :meth:`request` asks for a drawing and returns at once
+    (:class:`Pending`; the child draws while the run goes on, in the order asked), :meth:`call`
+    asks and waits, :meth:`submit` asks for work whose result nobody waits for (preparation).
+    Thread-safe; at most :data:`MAX_PENDING` requests are unanswered (a further one waits for
+    the oldest), so the memory they hold stays bounded. Falls back to drawing in this process
     for good once the child is gone or stops answering: a child that is stopped (``kill
     -STOP``) or asleep with a request pending for :data:`STALL_S` seconds (read from
     ``/proc``; a child that waits for a busy core is not stalled), or that has not answered in
@@ -173,8 +213,9 @@ class RenderProcess:
     talks to it (a forked copy of this process starts its own)."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._unanswered = 0  # submitted requests whose replies were not read yet
+        self._lock = threading.RLock()
+        self._queue: deque[Pending] = deque()  # asked, not answered yet, oldest first
+        self._inbox = bytearray()  # the replies' bytes read and not yet taken apart
         self.owner = os.getpid()
         self.proc: subprocess.Popen | None = None
         import attnlab
@@ -196,14 +237,21 @@ class RenderProcess:
     def alive(self) -> bool:
         return self.proc is not None
 
-    def _wait(self, fd: int, event: int) -> None:
-        """Return when ``fd`` is ready for ``event`` (select.POLLIN/POLLOUT); raise
+    def _wait(self, write: bool) -> None:
+        """Return when a reply can be read (or, with ``write``, a request written): replies are
+        always taken in while waiting, so the child never waits on a full pipe. Raises
         :class:`Lost` when the child stops answering first."""
         poller = select.poll()
-        poller.register(fd, event)
+        rfd, wfd = self.proc.stdout.fileno(), self.proc.stdin.fileno()
+        poller.register(rfd, select.POLLIN)
+        if write:
+            poller.register(wfd, select.POLLOUT)
         pid, since, used = self.proc.pid, time.monotonic(), None
         while True:
-            if poller.poll(int(POLL_S * 1000)):
+            events = poller.poll(int(POLL_S * 1000))
+            if events:
+                if any(fd == rfd for fd, _ in events):
+                    self._take_in()
                 return
             now, state = time.monotonic(), _proc_state(pid)
             if state is None:
@@ -217,34 +265,39 @@ class RenderProcess:
             elif now - since > STALL_S:
                 raise Lost(f"the render child is not drawing (state {state[0]})")
 
+    def _take_in(self) -> None:
+        """Read what the child has written (without waiting) and hand each whole reply to the
+        oldest pending request."""
+        chunk = os.read(self.proc.stdout.fileno(), 1 << 20)
+        if not chunk:
+            raise Lost("the render child is gone")
+        self._inbox += chunk
+        while len(self._inbox) >= HEADER.size:
+            (n,) = HEADER.unpack_from(self._inbox)
+            if len(self._inbox) < HEADER.size + n:
+                return
+            status, value = pickle.loads(self._inbox[HEADER.size:HEADER.size + n])
+            del self._inbox[:HEADER.size + n]
+            if not self._queue:
+                raise Lost("the render child answered what was not asked")
+            self._queue.popleft()._set(status, value)
+
     def _send(self, kind: str, args: tuple) -> None:
         data, fd = memoryview(_frame((kind, args))), self.proc.stdin.fileno()
         while data:
-            self._wait(fd, select.POLLOUT)
+            self._wait(write=True)
             try:
                 data = data[os.write(fd, data):]
             except BlockingIOError:
                 continue
 
-    def _read(self, n: int) -> bytes:
-        chunks, fd = [], self.proc.stdout.fileno()
-        while n:
-            self._wait(fd, select.POLLIN)
-            chunk = os.read(fd, min(n, 1 << 20))
-            if not chunk:
-                raise Lost("the render child is gone")
-            chunks.append(chunk)
-            n -= len(chunk)
-        return b"".join(chunks)
-
-    def _reply(self) -> tuple[str, Any]:
-        (n,) = HEADER.unpack(self._read(HEADER.size))
-        return pickle.loads(self._read(n))
-
     def _lost(self) -> None:
-        """The child stopped answering (or an exchange was interrupted half-way): end it and
-        draw in this process from now on."""
+        """The child stopped answering (or an exchange was interrupted half-way): end it; what
+        it was asked is drawn in this process (:meth:`Pending.result`), as is everything from
+        now on."""
         proc, self.proc = self.proc, None
+        self._queue.clear()
+        self._inbox.clear()
         if proc is not None:
             try:
                 proc.kill()
@@ -257,43 +310,66 @@ class RenderProcess:
                 except OSError:
                     pass
 
-    def submit(self, kind: str, *args: Any) -> None:
-        """Send ``kind(*args)`` to the child without waiting for its result (nothing when it is
-        gone)."""
+    def _exchange(self, step: Callable[[], None]) -> None:
+        """``step()`` with the child; a failed exchange loses the child (a Ctrl-C too, which
+        is raised again: the run handles it)."""
+        try:
+            step()
+        except BaseException as err:
+            self._lost()
+            if not isinstance(err, (OSError, Lost, pickle.UnpicklingError, EOFError, ValueError)):
+                raise
+
+    def request(self, kind: str, *args: Any) -> Pending:
+        """Ask the child for ``kind(*args)`` and return at once (after the oldest request
+        when :data:`MAX_PENDING` are unanswered)."""
+        pending = Pending(self, kind, args)
         with self._lock:
-            if self.proc is None:
-                return
-            try:
-                self._send(kind, args)
-                self._unanswered += 1
-            except BaseException:
-                self._lost()
+            if self.proc is not None:
+                def ask() -> None:
+                    while len(self._queue) >= MAX_PENDING:
+                        self._wait(write=False)
+                    self._send(kind, args)
+                    self._queue.append(pending)
+
+                self._exchange(ask)
+        return pending
+
+    def _wait_for(self, pending: Pending) -> None:
+        with self._lock:
+            if self.proc is not None and not pending.done and pending in self._queue:
+                def wait() -> None:
+                    while not pending.done:
+                        self._wait(write=False)
+
+                self._exchange(wait)
+
+    def _poll(self) -> None:
+        """Take in the replies already written, without waiting."""
+        with self._lock:
+            if self.proc is not None and self._queue:
+                def peek() -> None:
+                    if select.select([self.proc.stdout], [], [], 0)[0]:
+                        self._take_in()
+
+                self._exchange(peek)
+
+    def submit(self, kind: str, *args: Any) -> None:
+        """Ask the child for ``kind(*args)``, whose result nobody waits for (its reply is
+        taken in and dropped; nothing when the child is gone)."""
+        if self.proc is not None:
+            self.request(kind, *args)
 
     def call(self, kind: str, *args: Any) -> Any:
         """``kind(*args)`` drawn in the child (in this process when the child is gone or stops
         answering); raises what drawing raised."""
-        with self._lock:
-            if self.proc is not None:
-                try:
-                    self._send(kind, args)
-                    while self._unanswered:  # preparation: its errors show again where they matter
-                        self._reply()
-                        self._unanswered -= 1
-                    status, value = self._reply()
-                except BaseException as err:
-                    self._lost()
-                    if not isinstance(err, (OSError, Lost, pickle.UnpicklingError, EOFError)):
-                        raise  # a Ctrl-C while waiting: the run handles it
-                else:
-                    if status == "error":
-                        raise value
-                    return value
-        return HANDLERS[kind](*args)
+        return self.request(kind, *args).result()
 
     def close(self) -> None:
         """End the child (it exits when its input closes) and reap it."""
         with self._lock:
             proc, self.proc = self.proc, None
+            self._queue.clear()
         if proc is not None:
             try:
                 proc.stdin.close()
@@ -315,7 +391,8 @@ def _after_fork() -> None:
     _shared_lock = threading.Lock()
     if _shared is not None:
         old, _shared = _shared, None
-        old._lock = threading.Lock()
+        old._lock = threading.RLock()
+        old._queue.clear()
         proc, old.proc = old.proc, None
         if proc is not None:
             for f in (proc.stdin, proc.stdout):

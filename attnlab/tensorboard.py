@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import re
 import threading
+from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -111,7 +112,8 @@ class TensorBoardSink(Sink):
         self.info: RunInfo | None = None
         self._names: list[str] = []
         self._last_step = 0
-        self._renderer = None  # plots.HeatmapRenderer, made at the first snapshot
+        self._renderer = None  # plots.HeatmapRenderer, made at the first snapshot (drawing here)
+        self._images: deque = deque()  # (tag, step, render_process.Pending) asked of the render child
         self.render = render  # draw the images in this process's render child (attnlab.render_process)
         self._focus_step: int | None = None  # the first snapshot step whose mean focus weight passed 0.9
 
@@ -160,21 +162,51 @@ class TensorBoardSink(Sink):
                 for name, value in zip(names, row_entropy(head)):
                     self.writer.add_scalar(f"attention/entropy/head_{h}/{name}", value, step)
         if self.images:
-            if self._renderer is None:
-                tokens = tuple(self.info.tokens if self.info else names)
-                self._renderer = shared_renderer(tokens) if self.render is None else \
-                    functools.partial(self.render.call, "heatmap", tokens)
             title = f"step={step}  loss={snapshot.loss:.4f}"
-            self.writer.add_image("attention/weights", self._renderer(w, title + ("  (mean of heads)" if many else "")),
-                                  step, dataformats="HWC")
+            self._write_images(block=False)  # those drawn meanwhile
+            self._draw("attention/weights", step, w, title + ("  (mean of heads)" if many else ""))
             for h, head in enumerate(heads if many else []):
-                self.writer.add_image(f"attention/weights/head_{h}", self._renderer(head, f"{title}  head {h}"),
-                                      step, dataformats="HWC")
+                self._draw(f"attention/weights/head_{h}", step, head, f"{title}  head {h}")
+
+    def _draw(self, tag: str, step: int, weights: np.ndarray, title: str) -> None:
+        """Have the heatmap of ``weights`` drawn (in the render child while the run trains, when
+        there is one) and written as image ``tag`` at ``step`` by :meth:`_write_images`."""
+        if self.render is None:
+            if self._renderer is None:
+                self._renderer = shared_renderer(tuple(self._tokens()))
+            self.writer.add_image(tag, self._renderer(weights, title), step, dataformats="HWC")
+            return
+        from attnlab.render_process import MAX_PENDING
+
+        if len(self._images) >= MAX_PENDING // 2:  # bounded: the oldest is written first
+            self._write_images(block=True, keep=MAX_PENDING // 2 - 1)
+        self._images.append((tag, step, self.render.request("heatmap", tuple(self._tokens()), weights, title)))
+
+    def _tokens(self) -> list[str]:
+        return list(self.info.tokens) if self.info else self._names
+
+    def _write_images(self, block: bool, keep: int = 0) -> None:
+        """Write the images drawn so far, in the order asked (all but the last ``keep``, waiting
+        for them, with ``block``); raises what drawing one raised (that image is dropped)."""
+        while len(self._images) > keep and (block or self._images[0][2].ready()):
+            tag, step, pending = self._images.popleft()
+            self.writer.add_image(tag, pending.result(), step, dataformats="HWC")
 
     def on_end(self, result: RunResult) -> None:
+        import dataclasses
+
         from tensorboard.plugins.hparams import plugin_data_pb2
         from torch.utils.tensorboard.summary import hparams
 
+        from attnlab.errors import describe
+
+        failure = None
+        try:
+            self._write_images(block=True)  # the last heatmaps, drawn while the run ended
+        except Exception as err:  # the session below says so, then the run fails with it
+            failure, self._images = err, deque()
+            if result.status != "failed":  # (the first failure is the run's reason)
+                result = dataclasses.replace(result, status="failed", error=describe(err))
         config = self.info.config if self.info else {}
         hp = flatten_config(config)
         hp["status"] = result.status
@@ -197,6 +229,8 @@ class TensorBoardSink(Sink):
             self.writer.file_writer.add_summary(summary, step)
         for tag, value in metrics.items():
             self.writer.add_scalar(tag, value, step)
+        if failure is not None:
+            raise failure
 
     def close(self) -> None:
         if self._writer is not None:

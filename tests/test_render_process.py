@@ -77,6 +77,34 @@ def test_a_runs_figures_are_those_drawn_here_from_its_own_data(default_run, tmp_
     assert np.array_equal(read_png(default_run / "loss.png"), read_png(tmp_path / "loss.png"))
 
 
+def _weights(n: int, t: int = 6) -> list[np.ndarray]:
+    rng = np.random.default_rng(n)
+    return [rng.dirichlet(np.ones(t), size=t).astype(np.float32) for _ in range(n)]
+
+
+def test_many_drawings_asked_at_once_come_back_in_order(shared_child):
+    """More requests than MAX_PENDING, each answered with a ~0.5 MB image (the pipe holds
+    64 KB): the run takes replies in while it asks, so neither side waits on the other, and
+    each result is its own drawing."""
+    n = render_process.MAX_PENDING + 4
+    ws = _weights(n)
+    asked = [shared_child.request("heatmap", tuple(TOKENS), w, f"image {i}") for i, w in enumerate(ws)]
+    here = HeatmapRenderer(tuple(TOKENS))
+    for i, (pending, w) in enumerate(zip(asked, ws)):
+        got = pending.result()
+        assert got.nbytes > 300_000 and np.array_equal(got, here(w, f"image {i}")), i
+    assert shared_child.alive
+
+
+def test_drawings_asked_of_a_child_that_dies_are_drawn_here(child):
+    ws = _weights(3)
+    asked = [child.request("heatmap", tuple(TOKENS), w, f"image {i}") for i, w in enumerate(ws)]
+    child.proc.kill()
+    here = HeatmapRenderer(tuple(TOKENS))
+    assert all(np.array_equal(p.result(), here(w, f"image {i}")) for i, (p, w) in enumerate(zip(asked, ws)))
+    assert not child.alive
+
+
 def test_an_error_while_drawing_comes_back_as_the_same_exception(shared_child):
     child = shared_child
     bad = np.zeros((2, 3, 4, 5), dtype=np.float32)  # not (H, T, T)

@@ -49,10 +49,10 @@ def synthetic_records(seed: int = 0):
     return losses, snaps
 
 
-def write_run(run_dir: Path, images: bool = True, batch: int = 7):
+def write_run(run_dir: Path, images: bool = True, batch: int = 7, render=None):
     """Drive a TensorBoardSink like the training loop does; returns (losses, snapshots)."""
     losses, snaps = synthetic_records()
-    sink = TensorBoardSink(run_dir, images=images)
+    sink = TensorBoardSink(run_dir, images=images, render=render)
     try:
         sink.on_start(RunInfo(CONFIG, TOKEN_IDS, TOKENS, SNAPSHOT_STEPS, 201, 1, run_dir))
         pending = {s.step: s for s in snaps}
@@ -148,6 +148,56 @@ def test_event_file_contents(tmp_path):
     assert "| 3 | 351 | `' with'` |" in text["run/tokens/text_summary"]
     assert text["run/config/text_summary"].startswith("```yaml\n")
     assert "  d_model: 6\n" in text["run/config/text_summary"]
+
+
+def test_images_drawn_by_the_render_child_while_the_run_goes_on(tmp_path):
+    """With a render child the heatmaps are asked for at each snapshot and written when drawn
+    (at the latest at the end): the same images at the same steps as drawn in-process."""
+    from attnlab.render_process import RenderProcess
+
+    render = RenderProcess()
+    try:
+        write_run(tmp_path / "child", render=render)
+        assert render.alive
+    finally:
+        render.close()
+    write_run(tmp_path / "here")
+    child, here = (accumulate(tmp_path / d).Images("attention/weights") for d in ("child", "here"))
+    assert [e.step for e in child] == [e.step for e in here] == SNAPSHOT_STEPS
+    assert [e.encoded_image_string for e in child] == [e.encoded_image_string for e in here]
+
+
+class _FailingLast:
+    """A render child whose heatmap of the last snapshot fails (``TypeError: no ink``)."""
+
+    def __init__(self):
+        from attnlab.render_process import RenderProcess
+
+        self.real, self.asked = RenderProcess(), 0
+
+    def request(self, kind, *args):
+        from attnlab.render_process import Pending
+
+        self.asked += 1
+        if self.asked < len(SNAPSHOT_STEPS):
+            return self.real.request(kind, *args)
+        failed = Pending(None, kind, ())
+        failed._set("error", TypeError("no ink"))
+        return failed
+
+
+def test_an_image_that_fails_at_the_end_fails_the_session_too(tmp_path):
+    render = _FailingLast()
+    try:
+        with pytest.raises(TypeError, match="no ink"):
+            write_run(tmp_path, render=render)
+    finally:
+        render.real.close()
+    ea = accumulate(tmp_path)
+    assert [e.step for e in ea.Images("attention/weights")] == SNAPSHOT_STEPS[:-1]
+    _, start, end = hparams_session(ea)
+    assert (start.hparams["status"].string_value, start.hparams["error"].string_value) == ("failed", "TypeError: no ink")
+    assert end.status == 2  # STATUS_FAILURE
 
 
 def test_no_images_option(tmp_path):
