@@ -25,7 +25,7 @@ from attnlab.records import RunInfo, RunResult, Sink, Snapshot, head_mean
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
 
-    from attnlab.render_process import RenderProcess
+    from attnlab.render_process import RenderPool, RenderProcess
 
 CMAP = "viridis"
 MAX_PANELS = 10  # evolution figure: at most this many snapshots, evenly spaced
@@ -328,7 +328,7 @@ class FigureSink(Sink):
     EVOLUTION = "attention_evolution.png"
     LOSS = "loss.png"
 
-    def __init__(self, run_dir: Path, render: "RenderProcess | None" = None):
+    def __init__(self, run_dir: Path, render: "RenderPool | RenderProcess | None" = None):
         self.run_dir = Path(run_dir)
         self.render = render  # draw in this process's render child (attnlab.render_process), else here
         self.tokens: list[str] = []

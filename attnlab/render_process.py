@@ -109,7 +109,7 @@ def _prepare(labels: list[str], steps: list[int], shape: tuple[int, int, int], f
             _cached_layout(("loss",), LossLayout)
 
 
-def prepare(render: "RenderProcess", cfg: "DictConfig", labels: list[str]) -> None:
+def prepare(render: "RenderPool | RenderProcess", cfg: "DictConfig", labels: list[str]) -> None:
     """Have ``render`` lay out the figures of ``cfg``'s run of tokens ``labels`` now
     (:func:`_prepare`), while this process imports torch and builds the model."""
     from attnlab.config import snapshot_steps
@@ -379,18 +379,68 @@ class RenderProcess:
             proc.stdout.close()
 
 
-_shared: RenderProcess | None = None
+class RenderPool:
+    """This process's render children (:class:`RenderProcess`), with the same interface: one
+    for a run; for the jobs of a sweep run in this process, one per core (at most
+    :data:`MAX_CHILDREN`), since the run's process mostly waits for the drawings at the end of
+    each job: the heatmaps and ``loss.png`` are then drawn beside the evolution figure instead
+    of after it. The evolution figure (the largest drawing, asked at the end) goes to the first
+    live child, everything else to the last (drawn while the run trains); every child draws
+    the same pixels. Preparation goes to all of them. Children that are gone are left out;
+    with none left, everything is drawn in this process."""
+
+    def __init__(self) -> None:
+        self.children: list[RenderProcess] = []
+        self.owner = os.getpid()
+
+    def grow(self, n: int) -> None:
+        """Have ``n`` live children (start the missing ones; never ends one)."""
+        self.children = [child for child in self.children if child.alive]
+        while len(self.children) < n:
+            child = RenderProcess()
+            if not child.alive:
+                return
+            self.children.append(child)
+
+    @property
+    def alive(self) -> bool:
+        return any(child.alive for child in self.children)
+
+    def _pick(self, kind: str) -> RenderProcess | None:
+        live = [child for child in self.children if child.alive]
+        if not live:
+            return None
+        return live[0] if kind in FIRST_CHILD else live[-1]
+
+    def request(self, kind: str, *args: Any) -> Pending:
+        return request(self._pick(kind), kind, *args)
+
+    def submit(self, kind: str, *args: Any) -> None:
+        for child in self.children:
+            child.submit(kind, *args)
+
+    def call(self, kind: str, *args: Any) -> Any:
+        return self.request(kind, *args).result()
+
+    def close(self) -> None:
+        for child in self.children:
+            child.close()
+
+
+MAX_CHILDREN = 2
+FIRST_CHILD = frozenset({"evolution"})  # drawn by a pool's first child, the rest by its last
+_shared: RenderPool | None = None
 _shared_lock = threading.Lock()
-_inherited: list[RenderProcess] = []  # a forked copy's handles on its parent's child: kept, never used
+_inherited: list[RenderProcess] = []  # a forked copy's handles on its parent's children: kept, never used
 
 
 def _after_fork() -> None:
-    """In a forked copy of this process: the parent's child is the parent's (its pipe is
-    closed here, it is neither used nor killed); the copy starts its own when it draws."""
+    """In a forked copy of this process: the parent's children are the parent's (their pipes
+    are closed here, they are neither used nor killed); the copy starts its own when it draws."""
     global _shared, _shared_lock
     _shared_lock = threading.Lock()
-    if _shared is not None:
-        old, _shared = _shared, None
+    pool, _shared = _shared, None
+    for old in pool.children if pool is not None else []:
         old._lock = threading.RLock()
         old._queue.clear()
         proc, old.proc = old.proc, None
@@ -416,28 +466,37 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
-def shared() -> RenderProcess | None:
-    """This process's render child, started at the first call; None with fewer than
-    :data:`MIN_CORES` cores or when it cannot be started (then figures are drawn in-process)."""
+def shared(children: int = 1) -> RenderPool | None:
+    """This process's render children, started at the first call (``children`` of them, at
+    most one per core and :data:`MAX_CHILDREN`; a pool never shrinks, and a child that was
+    lost is started again); None with fewer than :data:`MIN_CORES` cores or when none can be
+    started (then figures are drawn in-process)."""
     global _shared
     if cores() < MIN_CORES:
         return None
     with _shared_lock:
-        if _shared is None or not _shared.alive or _shared.owner != os.getpid():
-            _shared = RenderProcess()
+        if _shared is None or _shared.owner != os.getpid():
+            _shared = RenderPool()
+        _shared.grow(max(1, min(children, cores(), MAX_CHILDREN), len(_shared.children)))
         return _shared if _shared.alive else None
 
 
 # ----------------------------------------------------------------------- the child
-def _answer(out, reply: tuple[str, Any]) -> None:
+def _reply_bytes(reply: tuple[str, Any]) -> bytes:
+    """``reply`` framed for the pipe; an exception that does not go through a pickle (its
+    class cannot be rebuilt from its arguments) as ``RuntimeError("Type: text")``."""
     try:
         data = _frame(reply)
         if reply[0] == "error":
-            pickle.loads(data[HEADER.size:])  # an exception class that cannot be rebuilt from its arguments
-    except Exception:  # an exception that does not go through a pickle: its type and text
+            pickle.loads(data[HEADER.size:])
+    except Exception:
         err = reply[1]
         data = _frame(("error", RuntimeError(f"{type(err).__name__}: {err}")))
-    out.write(data)
+    return data
+
+
+def _answer(out, reply: tuple[str, Any]) -> None:
+    out.write(_reply_bytes(reply))
     out.flush()
 
 
@@ -449,18 +508,38 @@ def _read_exactly(f, n: int) -> bytes:
 
 
 def serve(requests, replies) -> None:
-    """The child's loop: one reply per request, in order, until the input closes."""
-    while True:
-        try:
-            (n,) = HEADER.unpack(_read_exactly(requests, HEADER.size))
-            kind, args = pickle.loads(_read_exactly(requests, n))
-        except EOFError:
-            return
-        try:
-            reply = ("ok", HANDLERS[kind](*args))
-        except Exception as err:
-            reply = ("error", err)
-        _answer(replies, reply)
+    """The child's loop: one reply per request, in order, until the input closes. A thread
+    writes the replies, so the child draws the next request while the run has not read the
+    last reply yet (a run waiting for another child reads this one's replies later)."""
+    import queue
+
+    outbox: queue.SimpleQueue = queue.SimpleQueue()
+
+    def write() -> None:
+        while (data := outbox.get()) is not None:
+            try:
+                replies.write(data)
+                replies.flush()
+            except OSError:  # the run is gone
+                os._exit(0)
+
+    writer = threading.Thread(target=write, name="attnlab-render-replies", daemon=True)
+    writer.start()
+    try:
+        while True:
+            try:
+                (n,) = HEADER.unpack(_read_exactly(requests, HEADER.size))
+                kind, args = pickle.loads(_read_exactly(requests, n))
+            except EOFError:
+                return
+            try:
+                reply = ("ok", HANDLERS[kind](*args))
+            except Exception as err:
+                reply = ("error", err)
+            outbox.put(_reply_bytes(reply))
+    finally:
+        outbox.put(None)
+        writer.join()
 
 
 def _die_with_parent(parent: int) -> None:

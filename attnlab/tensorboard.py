@@ -39,7 +39,7 @@ from attnlab.plots import DPI, draw_heatmap, update_heatmap
 from attnlab.records import RunInfo, RunResult, Sink, Snapshot, head_mean
 
 if TYPE_CHECKING:  # pragma: no cover
-    from attnlab.render_process import RenderProcess
+    from attnlab.render_process import RenderPool, RenderProcess
 
 # hparams plugin session status (api_pb2.Status has only UNKNOWN, SUCCESS, FAILURE, RUNNING):
 # only a completed run is a success; the exact attnlab status is the ``status`` hparam, the
@@ -102,7 +102,7 @@ class TensorBoardSink(Sink):
     is created at the first record, so a sink closed before any record writes nothing).
     """
 
-    def __init__(self, run_dir: Path, images: bool = True, render: "RenderProcess | None" = None):
+    def __init__(self, run_dir: Path, images: bool = True, render: "RenderPool | RenderProcess | None" = None):
         from torch.utils.tensorboard import SummaryWriter  # fails here if tensorboard is missing
 
         self._writer_class = SummaryWriter

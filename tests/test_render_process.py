@@ -252,7 +252,8 @@ def test_a_forked_copy_of_the_run_starts_its_own_child(tmp_path):
         code = 1
         try:
             mine = render_process.shared()
-            ok = mine is not first and mine.proc.pid != first.owner and all(
+            theirs = {child.proc.pid for child in first.children if child.proc is not None}
+            ok = mine is not first and mine.children[0].proc.pid not in theirs and all(
                 mine.call("loss", np.ones(3)) == small for _ in range(5))
             mine.close()
             code = 0 if ok else 2
@@ -261,6 +262,50 @@ def test_a_forked_copy_of_the_run_starts_its_own_child(tmp_path):
     results = [first.call("loss", LOSSES) for _ in range(5)]  # at the same time, in the parent
     assert os.waitpid(pid, 0)[1] == 0
     assert first.alive and results == [_loss_here(tmp_path)] * 5
+
+
+def test_a_pool_of_two_shares_the_drawings_and_keeps_going_with_one(tmp_path):
+    """A sweep's pool: the evolution figure drawn by the first child, the rest by the last,
+    both at once (each child writes its replies from a thread, so one whose reply the run has
+    not read yet goes on drawing); the same bytes as here; a child that dies leaves the other
+    to draw everything, and with none left the run draws."""
+    pool = render_process.RenderPool()
+    pool.grow(2)
+    try:
+        first, last = pool.children
+        snaps = snapshots(2, seed=5)
+        evolution = pool.request("evolution", snaps, TOKENS, None, plots.MAX_PANELS, 2)
+        images = [pool.request("heatmap", tuple(TOKENS), w, f"image {i}") for i, w in enumerate(_weights(4))]
+        loss = pool.request("loss", LOSSES)
+        assert evolution.render is first and {p.render for p in [*images, loss]} == {last}
+        assert evolution.result() == plots.evolution_png(snaps, TOKENS, None, plots.MAX_PANELS, 2)
+        here = HeatmapRenderer(tuple(TOKENS))
+        assert all(np.array_equal(p.result(), here(w, f"image {i}")) for i, (p, w) in enumerate(zip(images, _weights(4))))
+        assert loss.result() == _loss_here(tmp_path)
+        last.proc.kill()
+        last.proc.wait()
+        assert pool.call("loss", LOSSES) == _loss_here(tmp_path) and pool.alive and not last.alive
+        first.proc.kill()
+        first.proc.wait()
+        assert pool.call("loss", LOSSES) == _loss_here(tmp_path) and not pool.alive
+    finally:
+        pool.close()
+
+
+def test_shared_grows_to_the_asked_children_and_never_shrinks(monkeypatch):
+    monkeypatch.setattr(render_process, "_shared", None)
+    monkeypatch.setattr(render_process, "cores", lambda: 2)
+    try:
+        pool = render_process.shared(children=5)  # at most one per core and MAX_CHILDREN
+        assert len(pool.children) == 2 and all(child.alive for child in pool.children)
+        assert render_process.shared() is pool and len(pool.children) == 2  # a job asking for one
+        pool.children[1].proc.kill()
+        pool.children[1].proc.wait()
+        pool.children[1]._lost()
+        assert render_process.shared() is pool and len(pool.children) == 2 and pool.children[1].alive  # started again
+    finally:
+        if render_process._shared is not None:
+            render_process._shared.close()
 
 
 def test_a_child_started_from_a_thread_outlives_the_thread():

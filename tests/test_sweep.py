@@ -207,3 +207,23 @@ def test_summary_holds_the_resolved_config_the_run_used(cli, tmp_path, monkeypat
     assert summary["config"]["model"]["d_v"] == 8  # ${model.d_model} resolved too
     assert summary["config"]["train"]["snapshot_steps"] == [0, 4]
     assert summary["overrides"][-1] == "model.d_model=${oc.env:ATTNLAB_TEST_DMODEL}"
+
+
+@pytest.mark.parametrize("launcher, logging, started", [
+    ("hydra._internal.core_plugins.basic_launcher.BasicLauncher", {"figures": True, "tensorboard": False, "images": True}, [2]),
+    ("hydra._internal.core_plugins.basic_launcher.BasicLauncher", {"figures": False, "tensorboard": True, "images": True}, [2]),
+    ("hydra._internal.core_plugins.basic_launcher.BasicLauncher", {"figures": False, "tensorboard": True, "images": False}, []),
+    ("hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher", {"figures": True, "tensorboard": True, "images": True}, []),
+], ids=["figures", "tensorboard_images", "nothing_drawn", "jobs_elsewhere"])
+def test_a_sweep_run_here_starts_its_render_children_before_composing(monkeypatch, launcher, logging, started):
+    """attnlab's sweeper starts the render children (one per core) while the batch is composed,
+    only when the jobs run in this process and draw."""
+    from omegaconf import OmegaConf
+
+    from attnlab import render_process
+    from hydra_plugins.attnlab_sweeper import _start_render_child
+
+    asked = []
+    monkeypatch.setattr(render_process, "shared", lambda children=1: asked.append(children))
+    _start_render_child(OmegaConf.create({"hydra": {"launcher": {"_target_": launcher}}, "logging": logging}))
+    assert asked == started and render_process.MAX_CHILDREN == 2
