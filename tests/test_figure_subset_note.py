@@ -16,13 +16,13 @@ def run_sink(tmp_path, steps: list[int], monkeypatch, stop_after: int | None = N
     """Feed FigureSink a run whose snapshots are at ``steps`` (all of them, or the first
     ``stop_after``); returns the evolution figure it drew and the PNG path."""
     drawn = []
-    real = plots.evolution_figure
+    real = plots.EvolutionLayout.draw
 
     def spy(*args, **kwargs):
         drawn.append(real(*args, **kwargs))
         return drawn[-1]
 
-    monkeypatch.setattr(plots, "evolution_figure", spy)
+    monkeypatch.setattr(plots.EvolutionLayout, "draw", spy)
     rng = np.random.default_rng(0)
     sink = plots.FigureSink(tmp_path)
     sink.on_start(RunInfo(config={}, token_ids=list(range(6)), tokens=TOKENS, snapshot_steps=steps,

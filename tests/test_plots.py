@@ -225,6 +225,23 @@ def test_reused_figures_give_the_pixels_of_fresh_ones(tmp_path):
         assert np.array_equal(got, fresh_loss_png(y, tmp_path / f"lref{k}.png", f"loss {k}")), f"curve {k}"
 
 
+@pytest.mark.parametrize("heads, n, t", [(1, 2, 6), (1, 5, 6), (2, 3, 6), (1, 9, 6), (1, 3, 12), (3, 2, 4)])
+def test_the_copied_background_gives_savefigs_png_byte_for_byte(heads, n, t):
+    """evolution_png draws only the changing parts over a copy of the rest
+    (EvolutionLayout.png): its bytes are those of a full savefig of the same figure laid out
+    from scratch, for the first and for a later use of a layout."""
+    import matplotlib
+
+    tokens = [f"tok{i}" for i in range(t)]
+    rng = np.random.default_rng(heads * 100 + n * 10 + t)
+    for _ in range(2):
+        snaps = [Snapshot(10 * i, 1.0 / (i + 1), rng.dirichlet(np.ones(t), size=(heads, t)).astype(np.float32))
+                 for i in range(n)]
+        with matplotlib.rc_context(font_module.rc()):
+            full = plots.figure_bytes(plots.evolution_figure(snaps, tokens, reuse=False))
+        assert plots.evolution_png(snaps, tokens) == full
+
+
 def test_layouts_are_per_thread_and_bounded(tmp_path, monkeypatch):
     import threading
     from collections import OrderedDict
