@@ -67,6 +67,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def cli() -> None:
     """Console-script entry point."""
+    from attnlab import streams
+
+    streams.install()
     sys.exit(main())
 
 

@@ -171,6 +171,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def cli() -> None:
     """Console-script entry point (``attnlab-report``)."""
+    from attnlab import streams
+
+    streams.install()
     sys.exit(main())
 
 

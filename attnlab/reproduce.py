@@ -320,6 +320,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def console_main() -> None:
     """``attnlab-reproduce`` console script."""
+    from attnlab import streams
+
+    streams.install()
     sys.exit(main())
 
 

@@ -22,7 +22,7 @@ class SafeStream:
 
     def __init__(self, stream) -> None:
         self.stream = stream
-        self.broken = False
+        self.broken = stream is None  # no stream at all (Python's when the descriptor was closed): silent
 
     def write(self, text: str) -> int:
         if self.broken:
@@ -81,11 +81,34 @@ def _reconfigure(stream) -> None:
         pass
 
 
+def _reopen_closed_descriptors() -> None:
+    """Point a closed standard descriptor (``attnlab >&-``, ``2>&-``, ``<&-``) at
+    ``os.devnull``, so the first file the run opens does not become descriptor 1 or 2 (and get
+    console text or a child's output written into it), and give Python a stream for it."""
+    for fd, name, mode in ((0, "stdin", "r"), (1, "stdout", "w"), (2, "stderr", "w")):
+        try:
+            os.fstat(fd)
+            continue
+        except OSError:
+            pass
+        try:
+            devnull = os.open(os.devnull, os.O_RDWR)
+            if devnull != fd:
+                os.dup2(devnull, fd)
+                os.close(devnull)
+        except OSError:
+            continue
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(fd, mode, encoding="utf-8", errors="backslashreplace", closefd=False))
+
+
 def install() -> None:
-    """For the ``attnlab`` command: ``sys.stdout`` and ``sys.stderr`` as SafeStreams (their
-    text wrappers set to ``errors="backslashreplace"``), and TensorBoard's writer thread
-    kept from printing a traceback when the disk is full (the error reaches the run through
-    the writer itself, and the run records it)."""
+    """For attnlab's commands: a closed standard descriptor reopened on ``os.devnull``
+    (:func:`_reopen_closed_descriptors`), ``sys.stdout`` and ``sys.stderr`` as SafeStreams
+    (their text wrappers set to ``errors="backslashreplace"``), and TensorBoard's writer
+    thread kept from printing a traceback when the disk is full (the error reaches the run
+    through the writer itself, and the run records it)."""
+    _reopen_closed_descriptors()
     for name in ("stdout", "stderr"):
         stream = getattr(sys, name)
         if stream is None or isinstance(stream, SafeStream):

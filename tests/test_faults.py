@@ -499,6 +499,31 @@ def test_closed_pipe_silences_the_console_and_the_run_completes(tmp_path):
     assert_agrees(run, 400, snaps)
 
 
+@pytest.mark.parametrize("closed", [(1,), (1, 2), (0, 1, 2)], ids=["stdout", "stdout_stderr", "all_three"])
+def test_closed_standard_streams_the_run_completes_and_its_files_stay_its_own(tmp_path, closed):
+    """``attnlab >&-`` (``2>&-``, ``<&-``): the run completes with every file, default logging
+    (render child included), nothing of the console lands in a run file (a closed descriptor
+    is reopened on /dev/null before the run opens its files); attnlab-reproduce too."""
+    def close() -> None:
+        for fd in closed:
+            os.close(fd)
+
+    run, again = tmp_path / "run", tmp_path / "again"
+    for args, module, where in (([f"hydra.run.dir={run}"], "attnlab.launch", run),
+                                ([str(run), "--out", str(again)], "attnlab.reproduce", again)):
+        proc = subprocess.run([sys.executable, "-m", module, *args, "train.steps=30", "train.snapshot_steps=[0,29]"]
+                              if module == "attnlab.launch" else [sys.executable, "-m", module, *args],
+                              cwd=ROOT, env=child_env(), preexec_fn=close, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, timeout=300)
+        assert proc.returncode == 0, module
+        assert summary(where)["status"] == "completed"
+        assert_agrees(where, 30, [0, 29])
+        assert {"attention_evolution.png", "loss.png", "report.html"} <= files(where)
+        for f in where.rglob("*"):
+            if f.is_file():
+                assert b"step   0  loss=" not in f.read_bytes() and b"completed: 30 steps" not in f.read_bytes(), f
+
+
 def test_a_console_that_cannot_encode_chinese_gets_escapes(tmp_path):
     run = tmp_path / "run"
     proc = attnlab(f"hydra.run.dir={run}", *QUIET, "sentence=你的旅程从一步开始", "train.steps=30",
