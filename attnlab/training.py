@@ -173,7 +173,9 @@ def train(cfg: DictConfig, sinks: Iterable[Sink] = (), run_dir: Path | None = No
     the step before it), interrupted (Ctrl-C / SIGTERM, see :mod:`attnlab.interrupts`; records
     kept up to the last finished step) or failed (a sink or torch raised; re-raised after the
     sinks have ended). ``losses`` (steps_run,) float64 when ``keep_losses``, ``snapshots`` when
-    ``keep_snapshots``. Raises ConfigError / TokenizerError before any step when the config is bad.
+    ``keep_snapshots``. Raises ConfigError / TokenizerError before any step when the config is bad,
+    and KeyboardInterrupt before any sink starts when a deferred Ctrl-C / SIGTERM arrived while
+    the model was built (torch's import included).
     """
     sinks = list(sinks)
     checks.validate(cfg)
@@ -194,6 +196,10 @@ def train(cfg: DictConfig, sinks: Iterable[Sink] = (), run_dir: Path | None = No
     is_snapshot = set(snapshots).__contains__
     info = RunInfo(config=resolve(cfg), token_ids=tokens.token_ids, tokens=tokens.labels,
                    snapshot_steps=snapshots, steps=steps, focus_token=cfg.train.focus_token, run_dir=run_dir)
+    # a Ctrl-C / SIGTERM while torch loaded and the model was built: stopped before the sinks
+    # start, as a job says "interrupted before the training steps" (not "at step 0")
+    interrupts.pause_point("model_built")  # a test hook
+    interrupts.check()
     for sink in sinks:
         sink.on_start(info)
     recorder = LossRecorder(sinks, cfg.train.loss_threshold, keep=keep_losses)
