@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
+from typing import Any
 
 TITLE_ZH = "注意力权重的训练演化"  # tutorial §5's figure title
 TITLE_EN = "Attention weights during training"
@@ -42,12 +43,28 @@ def _drawable() -> frozenset[int]:
     return frozenset(points)
 
 
+# rcParams that are not a figure's style (what matplotlib.style.use("default") leaves alone too)
+_NOT_STYLE = frozenset({"backend", "backend_fallback", "interactive", "toolbar", "timezone", "figure.max_open_warning",
+                        "figure.raise_window", "savefig.directory", "tk.window_focus", "docstring.hardcopy",
+                        "date.epoch"})
+
+
+@functools.lru_cache(maxsize=1)
+def _defaults() -> tuple[tuple[str, Any], ...]:
+    import matplotlib
+
+    return tuple((k, v) for k, v in matplotlib.rcParamsDefault.items()
+                 if k not in _NOT_STYLE and not k.startswith("webagg."))
+
+
 def rc() -> dict:
-    """rcParams for every figure here (used with ``matplotlib.rc_context``)."""
+    """rcParams for every figure here (used with ``matplotlib.rc_context``): matplotlib's own
+    defaults, so a ``matplotlibrc`` in the working directory or the user's configuration never
+    changes a run's figures (they are part of what a run reproduces), plus attnlab's fonts."""
     # a list of concrete families gives per-glyph fallback (matplotlib >= 3.6); a generic
     # "sans-serif" with the same list in font.sans-serif would use only the first one found
     families = ["DejaVu Sans"] + ([cjk_font()] if cjk_font() else [])
-    return {"font.family": families, "axes.unicode_minus": False}
+    return {**dict(_defaults()), "font.family": families, "axes.unicode_minus": False}
 
 
 def drawable(text: str) -> str:

@@ -317,7 +317,7 @@ class LossLayout:
 
         self.fig = Figure(figsize=(6.4, 4.0), dpi=DPI)
         FigureCanvasAgg(self.fig)
-        self.fig.subplots_adjust(left=0.13, right=0.97, bottom=0.12, top=0.91)
+        self.fig.subplots_adjust(left=LOSS_LEFT, right=0.97, bottom=0.12, top=0.91)
         self.ax = self.fig.add_subplot()
         self.ax.set_yscale("log")
         self.ax.set_xlabel("step")
@@ -332,7 +332,21 @@ class LossLayout:
         self.ax.relim()
         self.ax.autoscale_view()
         self.ax.set_title(title)
+        fit_left_margin(self.fig, self.ax)
         return self.fig
+
+
+LOSS_LEFT = 0.13  # loss.png's left margin (fraction of the width), widened when the y axis needs more
+
+
+def fit_left_margin(fig: "Figure", ax, left: float = LOSS_LEFT, pad_px: float = 4.0) -> None:
+    """Set ``fig``'s left margin to ``left``, widened just enough that ``ax``'s y tick labels
+    and y label start ``pad_px`` pixels inside the figure (measured for the current limits
+    and ticks, without drawing): fixed margins cut the label of an axis with wide tick labels."""
+    fig.subplots_adjust(left=left)
+    box = ax.yaxis.get_tightbbox(fig.canvas.get_renderer())
+    if box is not None and box.x0 < pad_px:
+        fig.subplots_adjust(left=left + (pad_px - box.x0) / fig.bbox.width)
 
 
 def finite_losses(steps: np.ndarray, losses: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

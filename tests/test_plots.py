@@ -1,6 +1,7 @@
 """attnlab.plots: real PNGs, sizes that follow the panel count, no missing-glyph warnings."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import warnings
@@ -195,14 +196,17 @@ def fresh_evolution_png(snaps, tokens, path, title):
 
 def fresh_loss_png(losses, path, title):
     import matplotlib
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     with matplotlib.rc_context(font_module.rc()):
         fig = Figure(figsize=(6.4, 4.0), dpi=plots.DPI)
+        FigureCanvasAgg(fig)
         fig.subplots_adjust(left=0.13, right=0.97, bottom=0.12, top=0.91)
         ax = fig.add_subplot()
         plots.plot_loss(ax, np.arange(len(losses)), losses)
         ax.set_title(title)
+        plots.fit_left_margin(fig, ax)
         fig.savefig(path)
     return read_png(path)
 
@@ -240,6 +244,52 @@ def test_the_copied_background_gives_savefigs_png_byte_for_byte(heads, n, t):
         with matplotlib.rc_context(font_module.rc()):
             full = plots.figure_bytes(plots.evolution_figure(snaps, tokens, reuse=False))
         assert plots.evolution_png(snaps, tokens) == full
+
+
+@pytest.mark.parametrize("losses", [np.linspace(0.0131, 0.0125, 100), np.linspace(0.9, 0.5, 100),
+                                    np.linspace(1500, 900, 100), 2.36 * np.exp(-np.linspace(0, 8, 201)),
+                                    np.linspace(1.31e-3, 1.25e-3, 50)],
+                         ids=["narrow_0.01", "narrow_0.5", "narrow_1000", "tutorial", "narrow_0.001"])
+def test_loss_png_keeps_its_tick_labels_and_y_label_inside(losses):
+    """loss.png's left margin holds the y axis whatever the loss spans: a loss within less than
+    a decade has labels like 1.31×10^-2 on its minor ticks, which pushed the y label off a
+    fixed margin (plots.fit_left_margin widens it)."""
+    import matplotlib
+
+    with matplotlib.rc_context(font_module.rc()):
+        layout = plots.LossLayout()
+        fig = layout.draw(np.asarray(losses, dtype=np.float64), "loss")
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        shown = [t for t in layout.ax.yaxis.get_ticklabels(which="both") if t.get_visible() and t.get_text()]
+        assert shown, "no y tick label"
+        for artist in [*shown, layout.ax.yaxis.label]:
+            box = artist.get_window_extent(renderer)
+            assert box.x0 >= 0 and box.x1 <= fig.bbox.x1, (artist.get_text(), box)
+
+
+def test_a_matplotlibrc_in_the_working_directory_changes_no_figure(tmp_path):
+    """Figures are part of what a run reproduces: matplotlib's own defaults, not the style of a
+    matplotlibrc where the run starts (matplotlib reads ./matplotlibrc when it is imported)."""
+    import hashlib
+
+    code = ("import hashlib, numpy as np\n"
+            "from attnlab import plots\n"
+            "from attnlab.records import Snapshot\n"
+            "w = np.full((1, 3, 3), 1 / 3, np.float32)\n"
+            "evo = plots.evolution_png([Snapshot(0, 1.0, w), Snapshot(9, 0.5, w)], ['a', 'b', 'c'])\n"
+            "loss = plots.loss_png(np.linspace(2, 0.1, 10))\n"
+            "print(hashlib.sha256(evo + loss).hexdigest())\n")
+    styled, plain = tmp_path / "styled", tmp_path / "plain"
+    styled.mkdir()
+    plain.mkdir()
+    (styled / "matplotlibrc").write_text("axes.facecolor: red\nlines.linewidth: 9\nfont.size: 20\n"
+                                         "image.cmap: gray\naxes.grid: True\n")
+    env = {**os.environ, "MPLBACKEND": "Agg", "MPLCONFIGDIR": str(tmp_path / "cfg")}
+    digests = [subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True,
+                              timeout=120).stdout.strip() for cwd in (styled, plain)]
+    assert len(digests[0]) == 64 and digests[0] == digests[1]
+    assert hashlib.sha256(b"").hexdigest() not in digests
 
 
 def test_layouts_are_per_thread_and_bounded(tmp_path, monkeypatch):
