@@ -116,7 +116,7 @@ def summarize(sweep_dir: Path, print_table: bool = True, csv_name: str = SUMMARY
     if print_table:
         print()
         print(format_table(rows))
-        print(f"\n{len(rows)} jobs, {len(rows) - len(bad)} completed"
+        print(f"\n{len(rows)} job{'s' if len(rows) != 1 else ''}, {len(rows) - len(bad)} completed"
               + (f" ({len(damaged)} with files that cannot be read)" if damaged else "")
               + (f", {len(bad)} not completed ({', '.join(sorted({printable(r['status'], 40) for r in bad}))})"
                  if bad else "")

@@ -227,3 +227,15 @@ def test_a_sweep_run_here_starts_its_render_children_before_composing(monkeypatc
     monkeypatch.setattr(render_process, "shared", lambda children=1: asked.append(children))
     _start_render_child(OmegaConf.create({"hydra": {"launcher": {"_target_": launcher}}, "logging": logging}))
     assert asked == started and render_process.MAX_CHILDREN == 2
+
+
+@pytest.mark.parametrize("jobs, line", [(1, "1 job, 1 completed"), (2, "2 jobs, 2 completed")])
+def test_the_sweep_line_counts_jobs_in_words(default_run, tmp_path, capsys, jobs, line):
+    import shutil
+
+    from attnlab.sweep import summarize
+
+    for k in range(jobs):
+        shutil.copytree(default_run, tmp_path / "sweep" / f"{k}_seed={k}")
+    assert summarize(tmp_path / "sweep") == 0
+    assert f"\n{line}; summary: " in capsys.readouterr().out
