@@ -257,10 +257,16 @@ class RunDirSink(Sink):
     recorded (dropping snapshots at the end of ``attention.npz`` when even its last bytes do
     not fit) and writes ``summary.json`` as ``failed`` with that reason. ``metrics.csv`` always
     holds exactly ``steps_run`` rows and ``attention.npz`` only snapshots of those steps.
+
+    ``final_status=False`` (a job of :mod:`attnlab.job`, whose figures and TensorBoard sink end
+    after this one): ``summary.json`` gets every final field but keeps ``status: running``; the
+    job writes the status once every file is written, so a run killed while drawing its last
+    figures reads as killed, never as completed without its figures.
     """
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, final_status: bool = True) -> None:
         self.run_dir = Path(run_dir)
+        self.final_status = final_status
         self._metrics_tmp = self.run_dir / f".{METRICS}.partial"
         self._weights_tmp = self.run_dir / f".{ATTENTION}.partial"
         self._metrics_fd: int | None = None
@@ -374,6 +380,8 @@ class RunDirSink(Sink):
                       steps_to_threshold=threshold if threshold is not None and threshold < n else None)
         if failure is not None and result.status != "failed":
             fields.update(status="failed", error=str(failure))
+        if not self.final_status:
+            fields.pop("status")
         write_summary(self.run_dir, **fields)
         if failure is not None and result.status != "failed":
             raise failure  # the sinks after this one record the failure too

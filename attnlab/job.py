@@ -56,7 +56,7 @@ def make_sinks(cfg: DictConfig, run_dir: Path) -> list[Sink]:
     The order is the order in which they end: the run-dir files first, then the figures, then
     the sinks that record the run's status (TensorBoard's session status, the console's last
     line), so a file that cannot be written at the end makes those say ``failed`` too."""
-    sinks: list[Sink] = [artifacts.RunDirSink(run_dir)]
+    sinks: list[Sink] = [artifacts.RunDirSink(run_dir, final_status=False)]  # the status: _job, at the end
     render = render_process.shared() if draws_figures(cfg) else None  # figures drawn on a second core
     if cfg.logging.figures:
         from attnlab.plots import FigureSink
@@ -141,12 +141,11 @@ def _job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None) -> JobResu
         result = JobResult("failed", str(err), bad_input=True, exception=err)
     except Exception as err:
         result = JobResult("failed", describe(err), exception=err)
-    if result.status != "completed":
-        try:
-            artifacts.write_summary(run_dir, status=result.status, error=result.error)
-        except WriteError as err:
-            return result._replace(unrecorded=str(err))
-    elif typed.logging.report:
+    try:  # the final status, once every other file is written (a job killed before reads as killed)
+        artifacts.write_summary(run_dir, status=result.status, error=result.error)
+    except WriteError as err:
+        return result._replace(unrecorded=str(err))
+    if result.status == "completed" and typed.logging.report:
         _write_report(run_dir)
     return result
 

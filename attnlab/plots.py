@@ -423,8 +423,10 @@ class FigureSink(Sink):
         return np.concatenate(self._losses) if self._losses else np.zeros(0)
 
     def on_end(self, result: RunResult) -> None:
+        from attnlab.interrupts import pause_point
         from attnlab.render_process import request
 
+        pause_point("drawing")  # a test hook: the run's records are written, its figures not yet
         losses = self.losses if self._losses else np.asarray(result.losses, dtype=np.float64)
         snapshots, evolution, loss = self._to_draw(), None, None
         if snapshots and self.tokens:

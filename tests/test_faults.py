@@ -353,6 +353,20 @@ def finished_run(tmp_path_factory) -> Path:
     return run
 
 
+def test_kill_9_while_the_last_figures_are_drawn_leaves_a_killed_run_not_a_completed_one(tmp_path):
+    """summary.json says how the run ended only once every file is written: a run killed after
+    its records, while its figures are drawn, reads as killed (not completed without figures)."""
+    run = tmp_path / "run"
+    paused = Paused(tmp_path, "drawing", f"hydra.run.dir={run}", "logging.console=false", "train.steps=30",
+                    "train.snapshot_steps=[0,29]")
+    s = summary(run)
+    assert (s["status"], s["steps_run"]) == ("running", 30) and (run / "metrics.csv").is_file()
+    paused.signal(signal.SIGKILL)
+    paused.finish()
+    assert summary(run)["status"] == "running" and not (run / "attention_evolution.png").exists()
+    assert (runs.job_row(run)["status"], runs.job_row(run)["error"]) == ("killed", runs.DIED)
+
+
 def test_kill_9_leaves_a_killed_run_that_keeps_its_snapshots_and_is_refused(tmp_path):
     run = tmp_path / "run"
     snaps = [0, 20, 50, 100, 200]
