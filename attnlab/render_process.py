@@ -366,17 +366,19 @@ class RenderProcess:
         return self.request(kind, *args).result()
 
     def close(self) -> None:
-        """End the child (it exits when its input closes) and reap it."""
+        """End the child and reap it: replies not taken in yet are dropped (its reply writer
+        then stops at once), and it exits when its input closes."""
         with self._lock:
             proc, self.proc = self.proc, None
             self._queue.clear()
         if proc is not None:
             try:
+                proc.stdout.close()
                 proc.stdin.close()
                 proc.wait(timeout=10)
             except (OSError, subprocess.TimeoutExpired):
                 proc.kill()
-            proc.stdout.close()
+                proc.wait()
 
 
 class RenderPool:

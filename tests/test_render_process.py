@@ -376,3 +376,16 @@ def test_the_child_writes_no_file(tmp_path):
     finally:
         render.close()
     assert got == _loss_here(tmp_path)
+
+
+def test_closing_with_replies_not_taken_in_ends_the_child_at_once():
+    """Images asked and never collected (a run that stopped early): closing does not wait for
+    the child to deliver them."""
+    render = _started()
+    for i, w in enumerate(_weights(6)):
+        render.request("heatmap", tuple(TOKENS), w, f"image {i}")
+    time.sleep(1.0)  # replies written into the pipe, none read
+    proc = render.proc
+    start = time.monotonic()
+    render.close()
+    assert proc.returncode is not None and time.monotonic() - start < 5
