@@ -51,14 +51,14 @@ def _hydra_main(cfg: DictConfig) -> str:
     if result.unrecorded is not None:  # not even summary.json could be written: say it here
         print(f"error: {result.unrecorded}; nothing recorded in {display_path(run_dir)}"
               if result.unrecorded == result.error else
-              f"{result.status}: {result.error}; summary.json does not say so ({result.unrecorded}); "
+              f"{_reason(result)}; summary.json does not say so ({result.unrecorded}); "
               f"records kept in {display_path(run_dir)}", file=sys.stderr)
         sys.exit(EXIT_FAILED_RUN)
     if result.status != "completed":
         if result.bad_input:
             print(f"error: {result.error}", file=sys.stderr)
         else:
-            print(f"{result.status}: {result.error}; records kept in {display_path(run_dir)}", file=sys.stderr)
+            print(f"{_reason(result)}; records kept in {display_path(run_dir)}", file=sys.stderr)
         if not in_sweep or result.status == "interrupted":  # Ctrl-C stops a sweep; a bad job does not
             sys.exit(result.exit_code)
     elif interrupts.requested() is not None:  # Ctrl-C after the last step: the run completed
@@ -68,6 +68,13 @@ def _hydra_main(cfg: DictConfig) -> str:
         print(f"note: interrupt received after the last step; the run completed ({display_path(run_dir)})",
               file=sys.stderr)
     return result.status
+
+
+def _reason(result) -> str:
+    """``status: error`` (``failed: file too large while writing loss.png``), the error alone
+    when it already starts with the status (``interrupted at step 12; 12 steps recorded``)."""
+    error = result.error or ""
+    return error if error.startswith(result.status) else f"{result.status}: {error}"
 
 
 def main() -> None:

@@ -240,7 +240,8 @@ def train(cfg: DictConfig, sinks: Iterable[Sink] = (), run_dir: Path | None = No
                 recorder.flush()
         except KeyboardInterrupt:
             recorder.flush()  # the steps that finished before the interrupt
-            status, error = "interrupted", f"interrupted at step {step}; {recorder.recorded} steps recorded"
+            n = recorder.recorded
+            status, error = "interrupted", f"interrupted at step {step}; {n} step{'s' if n != 1 else ''} recorded"
         except Exception as err:
             failure = as_write_error(err, recorder.recorded)  # a file that could not be written: at this step
             try:

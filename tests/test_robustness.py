@@ -184,7 +184,7 @@ def test_signal_mid_run_records_interrupted_and_flushes_everything(tmp_path, sig
     n = summary["steps_run"]
     assert n >= 300
     assert summary["error"] == f"interrupted at step {n}; {n} steps recorded"
-    assert stderr.splitlines()[-1] == f"interrupted: {summary['error']}; records kept in {run}"
+    assert stderr.splitlines()[-1] == f"{summary['error']}; records kept in {run}"
     assert_consistent(run, n)
     att = artifacts.read_attention(run)
     assert att["steps"].tolist() == [0, 20, 50, 100, 200]
