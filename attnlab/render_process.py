@@ -24,6 +24,7 @@ drawing comes back as the same exception.
 """
 from __future__ import annotations
 
+import atexit
 import os
 import pickle
 import select
@@ -222,10 +223,11 @@ class RenderProcess:
 
         # the child starts with Ctrl-C blocked (the mask is inherited through exec) and ignores it
         # before unblocking it: a Ctrl-C while it starts never reaches its Python as a traceback
+        started_by = "main" if threading.current_thread() is threading.main_thread() else "thread"
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
             self.proc = subprocess.Popen([sys.executable, "-c", CHILD, str(Path(attnlab.__file__).parent),
-                                          str(self.owner)],
+                                          str(self.owner), started_by],
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True)
             os.set_blocking(self.proc.stdin.fileno(), False)  # writes wait in poll(), never in write()
         except OSError:
@@ -460,6 +462,26 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork)
 
 
+def _end_children() -> None:
+    """At this process's exit: end its children at once. A child ends by itself when the run
+    is gone (its watcher thread, the end of its input), but not while it is stopped (``kill
+    -STOP``): SIGKILL ends it in any state. A ``kill -9`` of the run skips this; a child stopped
+    then stays until it is continued, and then ends."""
+    pool = _shared
+    if pool is None or pool.owner != os.getpid():
+        return
+    for child in pool.children:
+        proc = child.proc
+        if proc is not None:
+            try:
+                proc.kill()
+            except OSError:
+                pass
+
+
+atexit.register(_end_children)
+
+
 def cores() -> int:
     """The cores this process may run on."""
     try:
@@ -544,10 +566,21 @@ def serve(requests, replies) -> None:
         writer.join()
 
 
-def _die_with_parent(parent: int) -> None:
+def _die_with_parent(parent: int, from_main_thread: bool) -> None:
     """End this process as soon as the run's process ``parent`` is gone, however it ends
     (a ``kill -9`` included), even in the middle of a drawing: a thread looks every 0.1 s
-    (the end of the input only shows between requests)."""
+    (the end of the input only shows between requests). When the run started it from its main
+    thread, Linux kills it too when that thread ends (``PR_SET_PDEATHSIG``; it acts on the
+    thread that started the child, so not for a child started by another thread), which also
+    ends a child that is stopped (``kill -STOP``) when its run is killed."""
+    if from_main_thread:
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+
     def watch() -> None:
         while os.getppid() == parent:
             time.sleep(0.1)
@@ -557,12 +590,13 @@ def _die_with_parent(parent: int) -> None:
 
 
 def main() -> None:
-    """The child (see :data:`CHILD`; ``sys.argv[2]`` the run's process id): serve the run's
-    requests until its input closes or the run's process is gone."""
+    """The child (see :data:`CHILD`; ``sys.argv[2]`` the run's process id, ``sys.argv[3]``
+    ``main`` when the run's main thread started it): serve the run's requests until its input
+    closes or the run's process is gone."""
     parent = int(sys.argv[2]) if len(sys.argv) > 2 else os.getppid()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the run decides what to finish at a Ctrl-C
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked by the run while it started this
-    _die_with_parent(parent)
+    _die_with_parent(parent, sys.argv[3:4] == ["main"])
     requests, replies = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # anything printed goes to the console, never into the replies
     _warm()
@@ -570,6 +604,7 @@ def main() -> None:
         serve(requests, replies)
     except BrokenPipeError:  # the run is gone
         pass
+    getattr(atexit, "_run_exitfuncs", lambda: None)()  # what a normal exit runs (matplotlib's temp config dir)
     sys.stderr.flush()
     os._exit(0)  # the run has ended: no interpreter teardown (matplotlib's modules: ~0.5 s)
 

@@ -7,7 +7,9 @@ sinks are given, and never touches the working directory.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Iterable
@@ -31,6 +33,21 @@ from attnlab.model import (
 from attnlab.records import RunInfo, RunResult, Sink, Snapshot
 
 FLUSH_EVERY = 256  # steps between loss batches sent to sinks (also at snapshots and the end)
+# torch's random generator and thread count are the process's: runs of this process that seed
+# and draw from them (a model's parameters, dropout) take turns, so two threads training at
+# once (the Python API) each get the numbers of their config run alone
+RUN_LOCK = threading.RLock()
+
+
+def one_at_a_time(function):
+    """``function`` holding :data:`RUN_LOCK` (it seeds torch's generator, draws from it, or sets
+    torch's threads)."""
+    @functools.wraps(function)
+    def locked(*args, **kwargs):
+        with RUN_LOCK:
+            return function(*args, **kwargs)
+
+    return locked
 
 
 def seed_everything(seed: int) -> None:
@@ -64,6 +81,7 @@ def model_spec(cfg: DictConfig) -> ModelSpec:
                      attention=plain(m.attention), out_proj=checks.out_proj(cfg))
 
 
+@one_at_a_time
 def build_model(cfg: DictConfig, tokens: tokenizer.Tokens, order: str = "training") -> AttentionModel:
     """Seed, then create the parameters on the CPU in the tutorial's order (§5 for
     ``order="training"``, with the next-token head when ``train.objective=next_token``; §2–4
@@ -165,6 +183,7 @@ class LossRecorder:
         return np.concatenate(self._kept) if self._kept else np.zeros(0)
 
 
+@one_at_a_time
 def train(cfg: DictConfig, sinks: Iterable[Sink] = (), run_dir: Path | None = None,
           keep_snapshots: bool = True, keep_losses: bool = True) -> RunResult:
     """Run tutorial §5's training as ``cfg`` says and send records to ``sinks``.

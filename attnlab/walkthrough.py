@@ -18,9 +18,10 @@ from attnlab import checks
 from attnlab.artifacts import WALKTHROUGH, atomic_savez
 from attnlab.console import job_prefix, prefixed
 from attnlab.tokenizer import show, tokenize
-from attnlab.training import build_model
+from attnlab.training import build_model, one_at_a_time
 
 
+@one_at_a_time
 def walkthrough(cfg: DictConfig, run_dir: Path | None = None, file=None) -> dict[str, np.ndarray]:
     """Print sections 1–4 for ``cfg`` and return the intermediates as arrays: ``token_ids`` (T,),
     ``token_embeddings``, ``pos_embeddings``, ``X`` (T, d_model), ``Q``, ``K`` (T, d_k), ``V``

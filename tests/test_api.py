@@ -25,3 +25,24 @@ def test_compose_applies_experiment_and_interpolation():
     assert walk.seed == 123
     assert walk.model.init_std == 0.02
     assert walk.model.d_v == 4
+
+
+def test_threads_training_at_once_each_get_their_runs_numbers():
+    """torch's random generator is the process's: runs in threads take turns (training.RUN_LOCK),
+    so each result equals its config run alone, dropout (drawn while training) included."""
+    import threading
+
+    configs = [compose("train.steps=40", f"seed={seed}", "model.dropout=0.1", "train.snapshot_steps=[0,39]")
+               for seed in (5, 6, 7)]
+    alone = [train(cfg).losses for cfg in configs]
+    together: list[tuple[int, np.ndarray]] = []
+    threads = [threading.Thread(target=lambda k=k, cfg=cfg: together.append((k, train(cfg).losses)))
+               for k, cfg in enumerate(configs) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(k for k, _ in together) == [0, 0, 1, 1, 2, 2]
+    for k, losses in together:
+        assert np.array_equal(losses, alone[k]), k
+    assert not np.array_equal(alone[0], alone[1])

@@ -389,3 +389,43 @@ def test_closing_with_replies_not_taken_in_ends_the_child_at_once():
     start = time.monotonic()
     render.close()
     assert proc.returncode is not None and time.monotonic() - start < 5
+
+
+def test_a_stopped_child_does_not_outlive_its_run():
+    """``kill -STOP`` on the child after its last drawing: it cannot watch for its run's end, so
+    the run ends it when it exits, and Linux kills it when the run is killed (PR_SET_PDEATHSIG,
+    the child having been started by the run's main thread)."""
+    for ending in ("exit", "kill"):
+        code = ("import os, signal, sys, numpy as np\n"
+                "from attnlab import render_process\n"
+                "pool = render_process.shared()\n"
+                "pool.call('loss', np.ones(3))\n"
+                "pid = pool.children[0].proc.pid\n"
+                "os.kill(pid, signal.SIGSTOP)\n"
+                "print(pid, flush=True)\n"
+                f"os.kill(os.getpid(), signal.SIGKILL) if {ending == 'kill'} else sys.exit(0)\n")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        pid = int(out.stdout)
+        deadline = time.monotonic() + 30
+        while _running(pid):
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                raise AssertionError(f"a stopped render child outlived its run ({ending})")
+            time.sleep(0.05)
+
+
+def test_the_child_runs_what_a_normal_exit_runs(tmp_path):
+    """matplotlib removes the temporary config folder it makes when MPLCONFIGDIR is unusable
+    at exit (atexit); the child ends without interpreter teardown but runs those."""
+    blocker = tmp_path / "not_a_folder"
+    blocker.write_text("")
+    env = {**os.environ, "MPLCONFIGDIR": str(blocker / "x"), "TMPDIR": str(tmp_path / "tmp")}
+    (tmp_path / "tmp").mkdir()
+    code = ("import numpy as np\n"
+            "from attnlab import render_process\n"
+            "r = render_process.RenderProcess()\n"
+            "assert r.call('loss', np.ones(3)) and r.alive\n"
+            "r.close()\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr
+    assert list((tmp_path / "tmp").iterdir()) == []
