@@ -49,6 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(format_table(rows))
         if args.csv:
             write_csv(rows, args.csv)
+            print(f"csv: {args.csv}")
         if args.plot:
             comparison_figure(rows, args.plot)
             print(f"figure: {args.plot}")

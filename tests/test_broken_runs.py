@@ -143,7 +143,7 @@ def test_a_damaged_run_is_one_row_and_one_record_beside_a_healthy_one(case, base
     assert code == (1 if broken else 0), seen.err
     lines = seen.out.splitlines()
     assert lines[2].startswith("0_healthy ") and " completed " in lines[2]
-    assert lines[3].startswith(f"1_{case.name} ")
+    assert lines[3].startswith(f"1_{case.name} ") and lines[-1] == f"csv: {out_csv}"
     warnings = [f"attnlab-compare: warning: 1_{case.name}: {S.printable('; '.join(rows[1]['problems']), 1500)}"]
     assert seen.err.splitlines() == (warnings if broken else [])
     with open(out_csv, encoding="utf-8", newline="") as f:
@@ -226,7 +226,7 @@ def test_the_whole_corpus_in_one_sweep(bases, outside, tmp_path, monkeypatch):
                            "--plot", str(tmp_path / "all.png")], capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 1, proc.stderr[-2000:]
     lines = proc.stdout.splitlines()
-    assert len(lines) == 2 + n + 1 and lines[-1] == f"figure: {tmp_path / 'all.png'}"
+    assert len(lines) == 2 + n + 2 and lines[-2:] == [f"csv: {tmp_path / 'all.csv'}", f"figure: {tmp_path / 'all.png'}"]
     assert lines[2].startswith("0_healthy ") and " completed " in lines[2]
     # one warning per broken run (matplotlib may add its own about squeezing 140 legend entries)
     ours = [line for line in proc.stderr.splitlines() if line.startswith("attnlab-compare: ")]
