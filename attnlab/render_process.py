@@ -519,11 +519,6 @@ def _reply_bytes(reply: tuple[str, Any]) -> bytes:
     return data
 
 
-def _answer(out, reply: tuple[str, Any]) -> None:
-    out.write(_reply_bytes(reply))
-    out.flush()
-
-
 def _read_exactly(f, n: int) -> bytes:
     data = f.read(n)
     if len(data) != n:

@@ -330,17 +330,15 @@ class _TwoArgumentError(Exception):
 
 
 def test_an_exception_that_cannot_be_rebuilt_comes_back_as_its_type_and_text():
-    import io
     import pickle
 
-    out = io.BytesIO()
-    render_process._answer(out, ("error", _TwoArgumentError("loss.png", "no ink")))
-    status, err = pickle.loads(out.getvalue()[render_process.HEADER.size:])
+    data = render_process._reply_bytes(("error", _TwoArgumentError("loss.png", "no ink")))
+    status, err = pickle.loads(data[render_process.HEADER.size:])
     assert status == "error" and type(err) is RuntimeError and str(err) == "_TwoArgumentError: loss.png: no ink"
-    out = io.BytesIO()
-    render_process._answer(out, ("error", FileNotFoundError(2, "No such file or directory", "/x/loss.png")))
-    status, err = pickle.loads(out.getvalue()[render_process.HEADER.size:])
+    data = render_process._reply_bytes(("error", FileNotFoundError(2, "No such file or directory", "/x/loss.png")))
+    status, err = pickle.loads(data[render_process.HEADER.size:])
     assert type(err) is FileNotFoundError and (err.errno, err.filename) == (2, "/x/loss.png")
+    assert render_process.HEADER.unpack_from(data)[0] == len(data) - render_process.HEADER.size
 
 
 def test_attnlabs_errors_go_through_a_pickle_whole():
