@@ -252,10 +252,15 @@ def write_figure_file(data: bytes, path: Path) -> Path:
     return path
 
 
+def _format_of(path: Path) -> str:
+    """The file format ``path``'s suffix names (``png`` when it has none)."""
+    return Path(path).suffix.lstrip(".").lower() or "png"
+
+
 def save_figure(fig: "Figure", path: Path) -> Path:
     """Render ``fig`` in the format its suffix names (PNG when none: ``.pdf``, ``.svg`` work)
     and write it to ``path`` (:func:`write_figure_file`)."""
-    return write_figure_file(figure_bytes(fig, Path(path).suffix.lstrip(".").lower() or "png"), path)
+    return write_figure_file(figure_bytes(fig, _format_of(path)), path)
 
 
 def evolution_png(snapshots: Sequence[Snapshot], tokens: Sequence[str], title: str | None = None,
@@ -278,8 +283,7 @@ def attention_evolution(snapshots: Sequence[Snapshot], tokens: Sequence[str], pa
     or ``(T, T)``; ``tokens``: T labels. ``title`` None = Chinese/English default; ``total``
     the snapshots the run took (more than ``snapshots`` when only some were kept).
     """
-    fmt = Path(path).suffix.lstrip(".").lower() or "png"
-    return write_figure_file(evolution_png(snapshots, tokens, title, max_panels, total, fmt), path)
+    return write_figure_file(evolution_png(snapshots, tokens, title, max_panels, total, _format_of(path)), path)
 
 
 def loss_png(losses: np.ndarray, title: str = "loss", fmt: str = "png") -> bytes | None:
@@ -301,7 +305,7 @@ def loss_curve(losses: np.ndarray, path: Path, title: str = "loss") -> Path | No
     when there is no finite loss. The figure is made once per thread and redrawn with each
     run's curve (:class:`LossLayout`, :func:`_cached_layout`).
     """
-    data = loss_png(losses, title, Path(path).suffix.lstrip(".").lower() or "png")
+    data = loss_png(losses, title, _format_of(path))
     return None if data is None else write_figure_file(data, path)
 
 

@@ -112,8 +112,7 @@ class TensorBoardSink(Sink):
         self.info: RunInfo | None = None
         self._names: list[str] = []
         self._last_step = 0
-        self._renderer = None  # plots.HeatmapRenderer, made at the first snapshot (drawing here)
-        self._images: deque = deque()  # (tag, step, render_process.Pending) asked of the render child
+        self._images: deque = deque()  # (tag, step, render_process.Pending) asked, not written yet
         self.render = render  # draw the images in this process's render child (attnlab.render_process)
         self._focus_step: int | None = None  # the first snapshot step whose mean focus weight passed 0.9
 
@@ -169,18 +168,16 @@ class TensorBoardSink(Sink):
                 self._draw(f"attention/weights/head_{h}", step, head, f"{title}  head {h}")
 
     def _draw(self, tag: str, step: int, weights: np.ndarray, title: str) -> None:
-        """Have the heatmap of ``weights`` drawn (in the render child while the run trains, when
-        there is one) and written as image ``tag`` at ``step`` by :meth:`_write_images`."""
-        if self.render is None:
-            if self._renderer is None:
-                self._renderer = shared_renderer(tuple(self._tokens()))
-            self.writer.add_image(tag, self._renderer(weights, title), step, dataformats="HWC")
-            return
-        from attnlab.render_process import MAX_PENDING
+        """Have the heatmap of ``weights`` drawn and written as image ``tag`` at ``step``: by the
+        render child while the run trains, written by :meth:`_write_images`, when there is one;
+        else drawn here and written at once."""
+        from attnlab.render_process import MAX_PENDING, request
 
         if len(self._images) >= MAX_PENDING // 2:  # bounded: the oldest is written first
             self._write_images(block=True, keep=MAX_PENDING // 2 - 1)
-        self._images.append((tag, step, self.render.request("heatmap", tuple(self._tokens()), weights, title)))
+        self._images.append((tag, step, request(self.render, "heatmap", tuple(self._tokens()), weights, title)))
+        if self.render is None:
+            self._write_images(block=True)
 
     def _tokens(self) -> list[str]:
         return list(self.info.tokens) if self.info else self._names

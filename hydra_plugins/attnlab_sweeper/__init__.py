@@ -102,11 +102,12 @@ def _start_render_child(config: Any) -> None:
     from omegaconf import OmegaConf
 
     launcher = OmegaConf.select(config, "hydra.launcher._target_", default="")
-    logging = OmegaConf.select(config, "logging", default=None)
-    if not str(launcher).endswith(".BasicLauncher") or logging is None:
+    if not str(launcher).endswith(".BasicLauncher") or OmegaConf.select(config, "logging", default=None) is None:
         return
+    from attnlab.job import draws_figures
+
     try:
-        draws = bool(logging.figures or (logging.tensorboard and logging.images))
+        draws = draws_figures(config)
     except Exception:  # a value the job's own checks will refuse in one line
         return
     if draws:
