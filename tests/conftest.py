@@ -19,6 +19,7 @@ from typing import Callable
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch is imported here or in a child process
 
+import forkserver  # noqa: E402
 import pytest  # noqa: E402
 from hydra import compose, initialize_config_module  # noqa: E402
 
@@ -58,11 +59,11 @@ def cfg_of():
 
 
 def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    """``attnlab ARGS`` in a subprocess (the installed entry point's module), text output."""
+    """``attnlab ARGS`` in a subprocess (the installed entry point's module), text output; forked
+    from tests/forkserver.py's server when that gives what a fresh process would."""
     full_env = {**os.environ, "MPLBACKEND": "Agg", **(env or {})}
     full_env.pop("HYDRA_FULL_ERROR", None)
-    return subprocess.run([sys.executable, "-m", "attnlab.cli", *args], cwd=cwd or ROOT, env=full_env,
-                          capture_output=True, text=True, timeout=timeout)
+    return forkserver.run([sys.executable, "-m", "attnlab.cli", *args], cwd=cwd or ROOT, env=full_env, timeout=timeout)
 
 
 @pytest.fixture
@@ -159,3 +160,10 @@ def outside(tmp_path_factory):
     import hostile_runs
 
     return hostile_runs.outside_folder(tmp_path_factory)
+
+
+def pytest_sessionfinish(session):
+    """How many ``attnlab`` commands this process forked from tests/forkserver.py's server and
+    how many it started fresh (written to the terminal by pytest-xdist's controller or alone)."""
+    if sum(forkserver.COUNTS.values()):
+        print(f"\ntests/forkserver ({os.environ.get('PYTEST_XDIST_WORKER', 'main')}): {forkserver.COUNTS}", file=sys.stderr)

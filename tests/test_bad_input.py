@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+import forkserver
 import pytest
 
 from attnlab import artifacts
@@ -368,7 +369,7 @@ def test_doc_is_current():
 def _run(cmd: list[str], tmp: Path, env_extra: dict | None = None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
     env.update({"MPLBACKEND": "Agg", **(env_extra or {})})
-    return subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=600)
+    return forkserver.run(cmd, cwd=tmp, env=env, timeout=600)
 
 
 def _attnlab_case(case: Case, tmp: Path) -> dict:

@@ -20,6 +20,7 @@ import sys
 import time
 from pathlib import Path
 
+import forkserver
 import numpy as np
 import pytest
 
@@ -47,8 +48,8 @@ def fsize_limit(limit: int):
 
 def attnlab(*args: str, cwd: Path | None = None, env: dict | None = None, preexec=None,
             module: str = "attnlab.launch", timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd or ROOT, env=env or child_env(),
-                          preexec_fn=preexec, capture_output=True, text=True, timeout=timeout)
+    return forkserver.run([sys.executable, "-m", module, *args], cwd=cwd or ROOT, env=env or child_env(),
+                          preexec_fn=preexec, timeout=timeout)
 
 
 def summary(run: Path) -> dict:

@@ -1,0 +1,128 @@
+"""tests/forkserver.py gives what a fresh ``python -m attnlab...`` gives, and starts a fresh one
+whenever a forked copy could differ."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import forkserver
+import pytest
+
+from conftest import ROOT
+
+ENV = {**forkserver.BASE_ENV}
+
+
+def both(args: list[str], tmp: Path, module: str = "attnlab.cli") -> tuple[subprocess.CompletedProcess, ...]:
+    """``python -m MODULE ARGS`` forked and fresh, each with its own run dir (``{run}`` in ARGS)."""
+    out = []
+    for how in ("forked", "fresh"):
+        cmd = [sys.executable, "-m", module, *(a.format(run=tmp / how) for a in args)]
+        if how == "forked":
+            assert forkserver._fresh_because(cmd, tmp, ENV, None) is None
+            out.append(forkserver.run(cmd, cwd=tmp, env=ENV, timeout=300))
+        else:
+            out.append(subprocess.run(cmd, cwd=tmp, env=ENV, capture_output=True, text=True, timeout=300))
+    return tuple(out)
+
+
+def same_text(forked: str, fresh: str, tmp: Path) -> None:
+    def norm(text: str) -> str:  # the run dirs' names and the seconds a run took differ
+        text = re.sub(r"\b(forked|fresh)\b", "RUN", text.replace(str(tmp), "TMP"))
+        return re.sub(r"\d+\.\d\d s\b", "S s", re.sub(r"\[\d{4}-[^]]+\]", "[T]", text))
+
+    assert norm(forked) == norm(fresh)
+
+
+def test_a_run_forked_writes_and_prints_what_a_fresh_one_does(tmp_path):
+    forked, fresh = both(["hydra.run.dir={run}", "logging=off"], tmp_path)
+    assert (forked.returncode, fresh.returncode) == (0, 0), fresh.stderr
+    same_text(forked.stdout, fresh.stdout, tmp_path)
+    same_text(forked.stderr, fresh.stderr, tmp_path)
+    assert "' journey'" in forked.stdout and "completed: 201 steps" in forked.stdout
+    for name in ("metrics.csv", "attention.npz"):
+        assert (tmp_path / "forked" / name).read_bytes() == (tmp_path / "fresh" / name).read_bytes(), name
+
+
+@pytest.mark.parametrize("args, code", [
+    (["hydra.run.dir={run}", "model.d_k=-1"], 2),  # attnlab's own one-line refusal
+    (["hydra.run.dir={run}", "optimizer=no_such_optimizer"], 2),  # Hydra's, made one line
+    (["--frobnicate"], 2),
+])
+def test_refusals_forked_are_the_fresh_ones(tmp_path, args, code):
+    forked, fresh = both(args, tmp_path)
+    assert (forked.returncode, fresh.returncode) == (code, code)
+    assert forked.stdout == fresh.stdout
+    same_text(forked.stderr, fresh.stderr, tmp_path)
+    assert forked.stderr.startswith("error: ") and forked.stderr.count("\n") == 1
+
+
+def test_attnlab_reproduce_forked_is_the_fresh_one(tmp_path):
+    assert forkserver.run([sys.executable, "-m", "attnlab.cli", f"hydra.run.dir={tmp_path / 'run'}", "logging=off",
+                           "train.steps=20", "train.snapshot_steps=[0,19]"], cwd=tmp_path, env=ENV).returncode == 0
+    forked, fresh = both([str(tmp_path / "run"), "--out", "{run}"], tmp_path, module="attnlab.reproduce")
+    assert (forked.returncode, fresh.returncode) == (0, 0), fresh.stderr
+    same_text(forked.stdout, fresh.stdout, tmp_path)
+    assert "reproduced exactly" in forked.stdout
+
+
+def test_what_could_differ_starts_a_fresh_process(tmp_path):
+    cmd = [sys.executable, "-m", "attnlab.cli", "logging=off"]
+    why = forkserver._fresh_because
+    assert why(cmd, ROOT, ENV, None) is None  # attnlab's checkout: the code the server imported
+    assert why(cmd, tmp_path, {**ENV, "PYTHONIOENCODING": "cp1252"}, None) == "environment: PYTHONIOENCODING"
+    assert why(cmd, tmp_path, {**ENV, "OMP_NUM_THREADS": "2"}, None) == "environment: OMP_NUM_THREADS"
+    without = {k: v for k, v in ENV.items() if k != "MPLBACKEND"}
+    assert why(cmd, tmp_path, without, None) == "environment: MPLBACKEND"
+    assert why(cmd, tmp_path, {**ENV, "ATTNLAB_TEST_PAUSE_AT": "x", "HYDRA_FULL_ERROR": "1"}, None) is None
+    assert why(cmd, tmp_path, ENV, lambda: None) == "preexec_fn"
+    assert why([sys.executable, "-c", "pass"], tmp_path, ENV, None) == "not python -m attnlab"
+    assert why([sys.executable, "-m", "attnlab.compare"], tmp_path, ENV, None) == "not python -m attnlab"
+    for name in ("numpy.py", "torch", "json.py"):  # an installed module, a package, the stdlib
+        folder = tmp_path / name.replace(".", "_")
+        folder.mkdir()
+        target = folder / name
+        if name.endswith(".py"):
+            target.write_text("raise SystemExit('imported from the working directory')\n")
+        else:
+            target.mkdir()
+            (target / "__init__.py").write_text("")
+        assert why(cmd, folder, ENV, None) == "the working directory holds Python code", name
+    (tmp_path / "notes.txt").write_text("not code")
+    assert why(cmd, tmp_path / "numpy_py", ENV, None) is not None
+    clean = tmp_path / "clean"
+    clean.mkdir()
+    (clean / "notes.txt").write_text("not code")
+    assert why(cmd, clean, ENV, None) is None
+
+
+def test_a_numpy_py_in_the_working_directory_reaches_the_run_as_in_a_fresh_process(tmp_path):
+    (tmp_path / "numpy.py").write_text("raise SystemExit('numpy.py from the working directory')\n")
+    proc = forkserver.run([sys.executable, "-m", "attnlab.cli", "logging=off"], cwd=tmp_path, env=ENV, timeout=300)
+    assert "numpy.py from the working directory" in proc.stderr
+
+
+def test_the_timeout_kills_the_forked_process(tmp_path):
+    cmd = [sys.executable, "-m", "attnlab.cli", f"hydra.run.dir={tmp_path / 'run'}", "logging=off"]
+    paused = tmp_path / "paused"  # the run waits at model_built for this file to go (up to 120 s)
+    start = time.monotonic()
+    with pytest.raises(subprocess.TimeoutExpired):
+        forkserver.run(cmd, cwd=tmp_path, timeout=8,
+                       env={**ENV, "ATTNLAB_TEST_PAUSE_AT": "model_built", "ATTNLAB_TEST_PAUSE_FILE": str(paused)})
+    assert time.monotonic() - start < 30 and paused.exists()
+    pid = int((tmp_path / "run" / ".attnlab.lock").read_bytes()[:32].split(b"\n")[0])
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{pid}").exists() and Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z":
+        assert time.monotonic() < deadline, "the forked process outlived its timeout"
+        time.sleep(0.05)
+
+
+def test_the_server_holds_no_thread_and_none_of_the_modules_a_run_never_imports():
+    path = forkserver._start()
+    assert path is not None, "the fork server did not start: see its log beside the socket"
+    assert forkserver._server["proc"].poll() is None
+    assert os.path.exists(path + ".ready")
