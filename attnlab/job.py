@@ -95,26 +95,28 @@ def run_job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None,
     57``); when not even ``summary.json`` can be written, :attr:`JobResult.unrecorded` says so.
     """
     from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
 
     run_dir = Path(run_dir)
-    subdir, log = ".hydra", None
+    subdir, log, job_num = ".hydra", None, None
     if HydraConfig.initialized():  # what Hydra wrote for this job: its saved config and its job log
         subdir, log = HydraConfig.get().output_subdir, f"{HydraConfig.get().job.name}.log"
+        job_num = OmegaConf.select(HydraConfig.get(), "job.num", default=None, throw_on_missing=False)
     rundir.claim(run_dir, key=key, hydra_subdir=subdir or ".hydra", hydra_log=log)
     rundir.mark_started(run_dir)
     try:
         with interrupts.deferred(), interrupts.shielded():  # only the training loop is interruptible
-            return _job(cfg, run_dir, overrides)
+            return _job(cfg, run_dir, overrides, job_num if isinstance(job_num, int) else None)
     finally:
         rundir.release(run_dir)
 
 
-def _job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None) -> JobResult:
+def _job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None, job_num: int | None = None) -> JobResult:
     try:
         artifacts.write_summary(run_dir, status="running", task=None,
                                 started_at=_dt.datetime.now().astimezone().isoformat(timespec="seconds"),
                                 final_loss=None, steps_run=0, wall_time_s=None, error=None,
-                                overrides=list(overrides or []), config=None)
+                                overrides=list(overrides or []), config=None, job_num=job_num)
     except WriteError as err:
         return JobResult("failed", str(err), exception=err, unrecorded=str(err))
     try:

@@ -190,12 +190,20 @@ def _link_below(root: Path, run_dir: Path) -> str | None:
 
 
 def _job_num(run_dir: Path, root: Path | None = None) -> int | None:
-    """``hydra.job.num`` (``.hydra/hydra.yaml``), else the number a job folder's name starts
-    with; only orders the rows, so a hydra.yaml that cannot be read is no problem of the row."""
+    """The sweep job's number: ``job_num`` of ``summary.json`` (recorded since 2026-11-30; reading
+    it takes ~0.2 ms), else ``hydra.job.num`` of ``.hydra/hydra.yaml`` (~19 ms), else the number
+    a job folder's name starts with; only orders the rows, so a file that cannot be read is no
+    problem of the row."""
+    num = None
     try:
-        num = safe_read.read_job_num(run_dir, root=root)
+        num = safe_read.read_summary(run_dir, root=root).get("job_num")
     except RunFileError:
-        num = None
+        pass
+    if num is None:
+        try:
+            num = safe_read.read_job_num(run_dir, root=root)
+        except RunFileError:
+            num = None
     if num is not None:
         return num
     head = run_dir.name.split("_", 1)[0]

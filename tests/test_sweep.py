@@ -239,3 +239,39 @@ def test_the_sweep_line_counts_jobs_in_words(default_run, tmp_path, capsys, jobs
         shutil.copytree(default_run, tmp_path / "sweep" / f"{k}_seed={k}")
     assert summarize(tmp_path / "sweep") == 0
     assert f"\n{line}; summary: " in capsys.readouterr().out
+
+
+def test_jobs_are_ordered_by_the_job_number_their_summary_records(report_sweep, tmp_path):
+    """Each sweep job's summary.json records Hydra's ``hydra.job.num`` (``job_num``); the table and
+    the report order jobs by it without parsing ``.hydra/hydra.yaml`` (~19 ms a job), and fall
+    back to hydra.yaml for runs without it (made before it was recorded, or edited)."""
+    import shutil
+
+    from attnlab import runs
+    from attnlab import safe_read as S
+
+    sweep = tmp_path / "sweep"
+    shutil.copytree(report_sweep, sweep)
+    jobs = [sweep / "0_logging=off,optimizer.lr=0.01", sweep / "1_logging=off,optimizer.lr=0.05"]
+    assert [json.loads((j / "summary.json").read_text())["job_num"] for j in jobs] == [0, 1]
+    assert [S.read_job_num(j) for j in jobs] == [0, 1]
+    S.reset_counters()
+    assert [name for _, name, _ in runs.named_runs([sweep])] == [j.name for j in jobs]
+    assert S.counters()["bytes_read"] == sum((j / "summary.json").stat().st_size for j in jobs)  # no hydra.yaml
+
+    def set_job_num(job: Path, value) -> None:
+        summary = json.loads((job / "summary.json").read_text())
+        summary.pop("job_num", None)
+        if value != "absent":
+            summary["job_num"] = value
+        (job / "summary.json").write_text(json.dumps(summary))
+
+    set_job_num(jobs[0], 7)  # the summary's number decides
+    assert [name for _, name, _ in runs.named_runs([sweep])] == [jobs[1].name, jobs[0].name]
+    for value in ("absent", None, "7", True, 2.5):  # else hydra.yaml's (job 0 first again)
+        set_job_num(jobs[0], value)
+        assert [name for _, name, _ in runs.named_runs([sweep])] == [j.name for j in jobs], value
+
+
+def test_a_single_run_records_no_job_number(default_run):
+    assert json.loads((default_run / "summary.json").read_text())["job_num"] is None

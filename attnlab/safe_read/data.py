@@ -156,7 +156,7 @@ SUMMARY_TYPES: dict[str, tuple] = {
     "final_loss": (NUMBER, None), "steps_run": (INTEGER,), "steps_to_threshold": (INTEGER, None),
     "wall_time_s": (NUMBER, None), "versions": (dict, None), "n_tokens": (INTEGER,),
     "token_table": (list,), "shapes": (dict,), "max_abs_weight_minus_uniform": (NUMBER,),
-    "permutation_check": (dict,), "reproduced_from": (str,),
+    "permutation_check": (dict,), "reproduced_from": (str,), "job_num": (INTEGER, None),
 }
 
 
