@@ -45,6 +45,8 @@ from attnlab.records import Snapshot
 if TYPE_CHECKING:  # pragma: no cover
     from omegaconf import DictConfig
 
+    from attnlab.tensorboard import EncodedImage
+
 MIN_CORES = 2  # fewer: the child would take turns with the training on one core
 # the child's command, run as ``python -c CHILD <the run's attnlab folder>``: the working
 # directory ('' on the import path of ``python -c``; nothing with PYTHONSAFEPATH) is taken off
@@ -61,10 +63,10 @@ CHILD = ("import os, sys\n"
 
 
 # ----------------------------------------------------------------------- what is drawn
-def _heatmap(tokens: tuple[str, ...], weights: np.ndarray, title: str) -> np.ndarray:
-    from attnlab.tensorboard import shared_renderer
+def _heatmap(tokens: tuple[str, ...], weights: np.ndarray, title: str) -> "EncodedImage":
+    from attnlab.tensorboard import heatmap_image
 
-    return shared_renderer(tokens)(weights, title)
+    return heatmap_image(tokens, weights, title)
 
 
 def _evolution(snapshots: list[Snapshot], tokens: list[str], title: str | None, max_panels: int,

@@ -25,11 +25,12 @@ What is written (tags):
 from __future__ import annotations
 
 import functools
+import io
 import re
 import threading
 from collections import deque
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
 
 import numpy as np
 
@@ -187,7 +188,7 @@ class TensorBoardSink(Sink):
         for them, with ``block``); raises what drawing one raised (that image is dropped)."""
         while len(self._images) > keep and (block or self._images[0][2].ready()):
             tag, step, pending = self._images.popleft()
-            self.writer.add_image(tag, pending.result(), step, dataformats="HWC")
+            self.writer.file_writer.add_summary(image_summary(tag, pending.result()), step)
 
     def on_end(self, result: RunResult) -> None:
         import dataclasses
@@ -235,6 +236,45 @@ class TensorBoardSink(Sink):
             self._writer.close()
 
 
+class EncodedImage(NamedTuple):
+    """An image as TensorBoard stores it: ``height`` and ``width`` in pixels, ``colorspace``
+    (channels: 3 = RGB) and the ``png`` bytes."""
+
+    height: int
+    width: int
+    colorspace: int
+    png: bytes
+
+
+def encode_image(pixels: np.ndarray) -> EncodedImage:
+    """``(H, W, 3)`` uint8 RGB ``pixels`` (:class:`HeatmapRenderer`) as PNG: byte for byte what
+    ``SummaryWriter.add_image(tag, pixels, dataformats="HWC")`` stores for them (torch's
+    ``summary.make_image``: PIL's PNG encoder with its defaults). Done where the heatmap is
+    drawn (the render child), so the run receives kilobytes instead of ~0.5 MB of pixels and
+    spends no time encoding."""
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, format="PNG")
+    height, width, channels = pixels.shape
+    return EncodedImage(height, width, channels, out.getvalue())
+
+
+def image_summary(tag: str, image: EncodedImage) -> Any:
+    """The ``Summary`` protobuf ``SummaryWriter.add_image`` writes for ``image`` under ``tag``
+    (torch's ``summary.image``, without encoding again)."""
+    from tensorboard.compat.proto.summary_pb2 import Summary
+
+    return Summary(value=[Summary.Value(tag=tag, image=Summary.Image(
+        height=image.height, width=image.width, colorspace=image.colorspace, encoded_image_string=image.png))])
+
+
+def heatmap_image(tokens: tuple[str, ...], weights: np.ndarray, title: str) -> EncodedImage:
+    """The heatmap of ``weights`` (``(T, T)`` or ``(1, T, T)``) over ``tokens`` with ``title``,
+    encoded (:func:`encode_image`): what :class:`TensorBoardSink` writes at a snapshot."""
+    return encode_image(shared_renderer(tokens)(weights, title))
+
+
 def shared_renderer(tokens: tuple[str, ...]) -> "HeatmapRenderer":
     """One :class:`HeatmapRenderer` per token list and thread: the jobs of a sweep over the same
     text lay out and draw the unchanging parts once (a renderer gives the same pixels reused);
@@ -249,7 +289,7 @@ def _renderer(tokens: tuple[str, ...], thread: int) -> "HeatmapRenderer":
 
 class HeatmapRenderer:
     """Renders successive attention heatmaps for one token list to ``(H_px, W_px, 3)`` uint8
-    RGB arrays (HWC), for ``SummaryWriter.add_image(..., dataformats="HWC")``.
+    RGB arrays (HWC), the images TensorBoard shows (:func:`encode_image`).
 
     One figure (460 x 400 px) is laid out once (constrained layout, at the first call) and its
     unchanging parts (tick labels, colour bar) are drawn once into a saved background; each

@@ -16,7 +16,7 @@ from test_plots import TOKENS, ZH_TOKENS, fresh_evolution_png, fresh_loss_png, r
 
 from attnlab import plots, render_process
 from attnlab.records import Snapshot
-from attnlab.tensorboard import HeatmapRenderer
+from attnlab.tensorboard import HeatmapRenderer, encode_image
 
 LOSSES = np.exp(-np.linspace(0, 8, 201)) * 2.3
 
@@ -58,8 +58,8 @@ def test_the_child_draws_the_pixels_drawn_here(shared_child, tmp_path, tokens):
     here = HeatmapRenderer(tokens)
     for snap in snaps:
         got = child.call("heatmap", tuple(tokens), snap.weights, f"step={snap.step}  loss={snap.loss:.4f}")
-        assert got.dtype == np.uint8 and got.ndim == 3
-        assert np.array_equal(got, here(snap.weights, f"step={snap.step}  loss={snap.loss:.4f}"))
+        assert got.png.startswith(b"\x89PNG") and (got.height, got.width, got.colorspace) == (400, 460, 3)
+        assert got == encode_image(here(snap.weights, f"step={snap.step}  loss={snap.loss:.4f}"))
     assert child.alive  # drawn there, not here after losing the child
 
 
@@ -83,16 +83,16 @@ def _weights(n: int, t: int = 6) -> list[np.ndarray]:
 
 
 def test_many_drawings_asked_at_once_come_back_in_order(shared_child):
-    """More requests than MAX_PENDING, each answered with a ~0.5 MB image (the pipe holds
-    64 KB): the run takes replies in while it asks, so neither side waits on the other, and
-    each result is its own drawing."""
+    """More requests than MAX_PENDING, each answered with a ~15 KB PNG (together several times
+    the 64 KB the pipe holds): the run takes replies in while it asks, so neither side waits on
+    the other, and each result is its own drawing."""
     n = render_process.MAX_PENDING + 4
     ws = _weights(n)
     asked = [shared_child.request("heatmap", tuple(TOKENS), w, f"image {i}") for i, w in enumerate(ws)]
     here = HeatmapRenderer(tuple(TOKENS))
     for i, (pending, w) in enumerate(zip(asked, ws)):
         got = pending.result()
-        assert got.nbytes > 300_000 and np.array_equal(got, here(w, f"image {i}")), i
+        assert len(got.png) > 8_000 and got == encode_image(here(w, f"image {i}")), i
     assert shared_child.alive
 
 
@@ -101,7 +101,7 @@ def test_drawings_asked_of_a_child_that_dies_are_drawn_here(child):
     asked = [child.request("heatmap", tuple(TOKENS), w, f"image {i}") for i, w in enumerate(ws)]
     child.proc.kill()
     here = HeatmapRenderer(tuple(TOKENS))
-    assert all(np.array_equal(p.result(), here(w, f"image {i}")) for i, (p, w) in enumerate(zip(asked, ws)))
+    assert all(p.result() == encode_image(here(w, f"image {i}")) for i, (p, w) in enumerate(zip(asked, ws)))
     assert not child.alive
 
 
@@ -280,7 +280,7 @@ def test_a_pool_of_two_shares_the_drawings_and_keeps_going_with_one(tmp_path):
         assert evolution.render is first and {p.render for p in [*images, loss]} == {last}
         assert evolution.result() == plots.evolution_png(snaps, TOKENS, None, plots.MAX_PANELS, 2)
         here = HeatmapRenderer(tuple(TOKENS))
-        assert all(np.array_equal(p.result(), here(w, f"image {i}")) for i, (p, w) in enumerate(zip(images, _weights(4))))
+        assert all(p.result() == encode_image(here(w, f"image {i}")) for i, (p, w) in enumerate(zip(images, _weights(4))))
         assert loss.result() == _loss_here(tmp_path)
         last.proc.kill()
         last.proc.wait()

@@ -167,6 +167,26 @@ def test_images_drawn_by_the_render_child_while_the_run_goes_on(tmp_path):
     assert [e.encoded_image_string for e in child] == [e.encoded_image_string for e in here]
 
 
+def test_images_are_what_add_image_writes_for_the_same_pixels(tmp_path):
+    """The sink writes heatmaps encoded where they were drawn (tensorboard.encode_image); the
+    Summary is byte for byte torch's ``SummaryWriter.add_image(tag, pixels, dataformats="HWC")``,
+    and the event file's images are the renderer's pixels."""
+    from torch.utils.tensorboard.summary import image
+
+    from attnlab.tensorboard import HeatmapRenderer, encode_image, image_summary
+
+    losses, snaps = write_run(tmp_path)
+    render = HeatmapRenderer(tuple(TOKENS))
+    events = accumulate(tmp_path).Images("attention/weights")
+    for snap, event in zip(snaps, events):
+        pixels = render(snap.weights, f"step={snap.step}  loss={snap.loss:.4f}")
+        torch_summary = image("attention/weights", pixels, dataformats="HWC")
+        assert image_summary("attention/weights", encode_image(pixels)).SerializeToString() == \
+            torch_summary.SerializeToString()
+        assert event.encoded_image_string == torch_summary.value[0].image.encoded_image_string
+        assert (event.height, event.width) == pixels.shape[:2]
+
+
 class _FailingLast:
     """A render child whose heatmap of the last snapshot fails (``TypeError: no ink``)."""
 
