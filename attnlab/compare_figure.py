@@ -34,6 +34,7 @@ def comparison_figure(rows: Sequence[dict[str, Any]], path: Path) -> Path:
     from matplotlib.figure import Figure
 
     from attnlab import artifacts
+    from attnlab.config import loss_axis_label
     from attnlab.errors import AttnlabError, RunDirError
     from attnlab.swept import run_labels, short_names, wrap
 
@@ -49,7 +50,7 @@ def comparison_figure(rows: Sequence[dict[str, Any]], path: Path) -> Path:
         lines = wrap(legend_name(r), TITLE_CHARS, MAX_TITLE_LINES, measure=lambda s: len(drawable(s)))
         return "\n".join(drawable(line) for line in [*lines, what])
 
-    curves, maps = [], []
+    curves, maps, objectives = [], [], []
     for r in rows:
         run_dir = Path(r["path"])
         if (run_dir / artifacts.METRICS).is_file():
@@ -57,6 +58,7 @@ def comparison_figure(rows: Sequence[dict[str, Any]], path: Path) -> Path:
                 steps, losses = artifacts.read_metrics(run_dir)
                 if losses.size:
                     curves.append((legend_name(r), steps, losses))
+                    objectives.append(r.get("objective"))
             except AttnlabError:
                 pass
         w, labels, what = _last_weights(run_dir, r)
@@ -76,10 +78,11 @@ def comparison_figure(rows: Sequence[dict[str, Any]], path: Path) -> Path:
         # for, so no panel title runs into it), then the heatmaps
         grid = fig.add_gridspec(2 + grid_rows, cols, height_ratios=[4.3, 0.01] + [row_in] * grid_rows)
         ax = fig.add_subplot(grid[0, :])
+        ylabel = loss_axis_label(objectives)
         for name, steps, losses in curves:
-            plot_loss(ax, steps, losses, label=drawable(name), lw=1.4)
+            plot_loss(ax, steps, losses, ylabel, label=drawable(name), lw=1.4)
         if not curves:
-            plot_loss(ax, np.zeros(0), np.zeros(0))
+            plot_loss(ax, np.zeros(0), np.zeros(0), ylabel)
         ax.set_title("loss" if curves else "loss (no training runs)")
         if curves:
             ax.legend(fontsize=7, loc="best")

@@ -43,6 +43,26 @@ class Objective(str, Enum):
     next_token = "next_token"  # cross-entropy of the next token id through a linear head (GPT's objective)
 
 
+# what each objective's loss is, as loss axes and pages name it (attnlab.model.mse, next_token_cross_entropy)
+LOSS_NAMES = {Objective.mse.value: "MSE", Objective.next_token.value: "cross-entropy, nats"}
+
+
+def loss_name(objectives: Any) -> str | None:
+    """The name of the loss of runs trained with ``objectives`` (``train.objective`` values as
+    read from configs; a missing one, None, is the default ``mse`` of runs made before the
+    option existed): "MSE", "cross-entropy, nats", or None when they differ or one is not an
+    objective attnlab has."""
+    names = {LOSS_NAMES.get(Objective.mse.value if o is None else o) if isinstance(o, (str, type(None))) else None
+             for o in objectives}
+    return names.pop() if len(names) == 1 else None
+
+
+def loss_axis_label(objectives: Any) -> str:
+    """``loss (MSE)``, ``loss (cross-entropy, nats)`` or ``loss`` (:func:`loss_name`)."""
+    name = loss_name(objectives)
+    return f"loss ({name})" if name else "loss"
+
+
 class SpecialTokens(str, Enum):
     special = "special"  # "<|endoftext|>" becomes the special token (50256 in GPT-2)
     text = "text"  # "<|endoftext|>" is encoded as ordinary text

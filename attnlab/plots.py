@@ -286,7 +286,10 @@ def attention_evolution(snapshots: Sequence[Snapshot], tokens: Sequence[str], pa
     return write_figure_file(evolution_png(snapshots, tokens, title, max_panels, total, _format_of(path)), path)
 
 
-def loss_png(losses: np.ndarray, title: str = "loss", fmt: str = "png") -> bytes | None:
+MSE_LABEL = "loss (MSE)"  # the tutorial's objective (attnlab.config.loss_axis_label names the others)
+
+
+def loss_png(losses: np.ndarray, title: str = "loss", fmt: str = "png", ylabel: str = MSE_LABEL) -> bytes | None:
     """``loss.png``'s bytes (see :func:`loss_curve`); None when there is no finite loss."""
     import matplotlib
 
@@ -294,18 +297,23 @@ def loss_png(losses: np.ndarray, title: str = "loss", fmt: str = "png") -> bytes
     if not np.isfinite(y).any():
         return None
     with matplotlib.rc_context(rc()):
-        return figure_bytes(_cached_layout(("loss",), LossLayout).draw(y, drawable(title)), fmt)
+        return figure_bytes(_loss_layout(ylabel).draw(y, drawable(title)), fmt)
 
 
-def loss_curve(losses: np.ndarray, path: Path, title: str = "loss") -> Path | None:
-    """Write ``loss.png``: loss ``(steps,)`` against step on a log y axis.
+def _loss_layout(ylabel: str) -> "LossLayout":
+    return _cached_layout(("loss", ylabel), lambda: LossLayout(ylabel))
+
+
+def loss_curve(losses: np.ndarray, path: Path, title: str = "loss", ylabel: str = MSE_LABEL) -> Path | None:
+    """Write ``loss.png``: loss ``(steps,)`` against step on a log y axis labelled ``ylabel``
+    (``loss (MSE)``, the tutorial's objective; :func:`attnlab.config.loss_axis_label`).
 
     Zeros are clipped to the smallest positive loss (1e-12 if there is none) so the log axis
     stays finite; non-finite losses (a diverged run) are left out. Returns None (no file)
     when there is no finite loss. The figure is made once per thread and redrawn with each
     run's curve (:class:`LossLayout`, :func:`_cached_layout`).
     """
-    data = loss_png(losses, title, _format_of(path))
+    data = loss_png(losses, title, _format_of(path), ylabel)
     return None if data is None else write_figure_file(data, path)
 
 
@@ -315,7 +323,7 @@ class LossLayout:
     (autoscaled again) and the title; the ticks follow the limits at each draw. Every figure,
     the first too, is drawn this way, so a reused one gives the pixels a fresh one gives."""
 
-    def __init__(self):
+    def __init__(self, ylabel: str = MSE_LABEL):
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
 
@@ -325,7 +333,7 @@ class LossLayout:
         self.ax = self.fig.add_subplot()
         self.ax.set_yscale("log")
         self.ax.set_xlabel("step")
-        self.ax.set_ylabel("loss (MSE)")
+        self.ax.set_ylabel(ylabel)
         self.ax.grid(True, which="both", alpha=0.3)
         [self.line] = self.ax.plot([], [], lw=1.5)
 
@@ -362,16 +370,16 @@ def finite_losses(steps: np.ndarray, losses: np.ndarray) -> tuple[np.ndarray, np
     return np.asarray(steps)[ok], np.clip(y[ok], positive.min() if positive.size else 1e-12, None)
 
 
-def plot_loss(ax, steps: np.ndarray, losses: np.ndarray, **line_kw) -> bool:
+def plot_loss(ax, steps: np.ndarray, losses: np.ndarray, ylabel: str = MSE_LABEL, **line_kw) -> bool:
     """Draw one loss curve (``steps`` (n,), ``losses`` (n,)) on ``ax`` with a log y axis, labels
-    and grid. Zeros are clipped to the smallest positive loss (1e-12 if none) so the log axis
+    (``ylabel`` on the y axis) and grid. Zeros are clipped to the smallest positive loss (1e-12 if none) so the log axis
     stays finite; non-finite losses (a diverged run) are left out. False when nothing was drawn."""
     x, y = finite_losses(steps, losses)
     if x.size:
         ax.plot(x, y, **{"lw": 1.5, **line_kw})
     ax.set_yscale("log")
     ax.set_xlabel("step")
-    ax.set_ylabel("loss (MSE)")
+    ax.set_ylabel(ylabel)
     ax.grid(True, which="both", alpha=0.3)
     return bool(x.size)
 
@@ -399,10 +407,15 @@ class FigureSink(Sink):
         self._shown: set[int] | None = None  # steps the figure will show, known at on_start
         self._latest: Snapshot | None = None
         self._received = 0  # snapshots the run took
+        self._ylabel = MSE_LABEL  # loss.png's y axis: the run's objective
 
     def on_start(self, info: RunInfo) -> None:
+        from attnlab.config import loss_axis_label
+
         self.tokens = list(info.tokens)
         self._shown = set(pick_snapshots(list(info.snapshot_steps)))
+        train = info.config.get("train") if isinstance(info.config, dict) else None
+        self._ylabel = loss_axis_label([train.get("objective") if isinstance(train, dict) else None])
 
     def on_losses(self, steps: np.ndarray, losses: np.ndarray) -> None:
         self._losses.append(np.asarray(losses, dtype=np.float64))
@@ -439,7 +452,7 @@ class FigureSink(Sink):
             # written here (this process holds the run dir)
             evolution = request(self.render, "evolution", snapshots, self.tokens, None, MAX_PANELS, self._received)
         if losses.size:
-            loss = request(self.render, "loss", losses)
+            loss = request(self.render, "loss", losses, self._ylabel)
         if evolution is not None:
             write_figure_file(evolution.result(), self.run_dir / self.EVOLUTION)
         if loss is not None and (data := loss.result()) is not None:

@@ -76,29 +76,31 @@ def _evolution(snapshots: list[Snapshot], tokens: list[str], title: str | None, 
     return evolution_png(snapshots, tokens, title, max_panels, total)
 
 
-def _loss(losses: np.ndarray) -> bytes | None:
-    from attnlab.plots import loss_png
+def _loss(losses: np.ndarray, ylabel: str | None = None) -> bytes | None:
+    from attnlab.plots import MSE_LABEL, loss_png
 
-    return loss_png(losses)
+    return loss_png(losses, ylabel=ylabel or MSE_LABEL)
 
 
 _prepared: dict[tuple, None] = {}  # the runs _prepare drew for, oldest first
 
 
-def _prepare(labels: list[str], steps: list[int], shape: tuple[int, int, int], figures: bool, heatmaps: bool) -> None:
+def _prepare(labels: list[str], steps: list[int], shape: tuple[int, int, int], figures: bool, heatmaps: bool,
+             loss_label: str) -> None:
     """Lay out, with placeholder data, the figures of a run of ``labels`` whose snapshots at
     ``steps`` have weights of ``shape`` (H, T, T): TensorBoard's heatmap (``heatmaps``; drawn
     once, which saves its unchanging background), the evolution figure and the loss curve
-    (``figures``). The figures are kept per process (:func:`attnlab.plots._cached_layout`,
-    :func:`attnlab.tensorboard.shared_renderer`), and a kept figure draws the pixels of a new
-    one, so the run's own draws only change data. No more work than the run's process would do
-    at its first draw: when the child is behind (a busy machine), the run waits no longer."""
+    (``figures``, its y axis labelled ``loss_label``). The figures are kept per process
+    (:func:`attnlab.plots._cached_layout`, :func:`attnlab.tensorboard.shared_renderer`), and a
+    kept figure draws the pixels of a new one, so the run's own draws only change data. No more
+    work than the run's process would do at its first draw: when the child is behind (a busy
+    machine), the run waits no longer."""
     import matplotlib
 
     from attnlab.fonts import rc
-    from attnlab.plots import MAX_LAYOUTS, LossLayout, _cached_layout, evolution_figure
+    from attnlab.plots import MAX_LAYOUTS, _loss_layout, evolution_figure
 
-    if (key := (tuple(labels), tuple(steps), tuple(shape), figures, heatmaps)) in _prepared:
+    if (key := (tuple(labels), tuple(steps), tuple(shape), figures, heatmaps, loss_label)) in _prepared:
         return  # a sweep's next job over the same text: its figures are ready
     _prepared[key] = None
     while len(_prepared) > MAX_LAYOUTS:  # as many as attnlab.plots keeps
@@ -109,17 +111,18 @@ def _prepare(labels: list[str], steps: list[int], shape: tuple[int, int, int], f
     if figures:  # laid out only: what drawing in the run's process would do too, no more
         with matplotlib.rc_context(rc()):
             evolution_figure([Snapshot(s, 0.0, blank) for s in steps], labels, total=len(steps), reuse=True)
-            _cached_layout(("loss",), LossLayout)
+            _loss_layout(loss_label)
 
 
 def prepare(render: "RenderPool | RenderProcess", cfg: "DictConfig", labels: list[str]) -> None:
     """Have ``render`` lay out the figures of ``cfg``'s run of tokens ``labels`` now
     (:func:`_prepare`), while this process imports torch and builds the model."""
-    from attnlab.config import snapshot_steps
+    from attnlab.config import loss_axis_label, snapshot_steps
 
     t = len(labels)
     render.submit("prepare", list(labels), snapshot_steps(cfg.train), (int(cfg.model.n_heads), t, t),
-                  bool(cfg.logging.figures), bool(cfg.logging.tensorboard and cfg.logging.images))
+                  bool(cfg.logging.figures), bool(cfg.logging.tensorboard and cfg.logging.images),
+                  loss_axis_label([cfg.train.objective]))
 
 
 def _warm() -> None:

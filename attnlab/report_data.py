@@ -35,6 +35,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from attnlab import runs, safe_read
+from attnlab.config import loss_name
 from attnlab.safe_read import ATTENTION, METRICS, WALKTHROUGH, RunFileError, printable
 
 WEIGHT_BUDGET = 18_000_000  # bytes of weights JSON on one page, shared by its runs
@@ -220,8 +221,9 @@ def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int
     as ``tokenizer.token_labels``), ``token_ids`` [T], ``steps`` [k] (the snapshot steps shown),
     ``snapshots_total`` (n, all snapshots of the run), ``weights`` k × H × T × T (attention
     weights at those steps, rounded to 4 decimals, None where not finite), ``heads`` (H),
-    ``snapshot_loss`` [k] (the loss at each shown step), ``loss`` {``steps``, ``values`` (MSE,
-    None where not finite), ``total`` (points in metrics.csv)}, ``loss_threshold``,
+    ``snapshot_loss`` [k] (the loss at each shown step), ``loss`` {``steps``, ``values`` (the
+    loss, None where not finite), ``total`` (points in metrics.csv)}, ``loss_name`` (what the loss
+    is: "MSE", "cross-entropy, nats", None when unknown; attnlab.config.loss_name), ``loss_threshold``,
     ``steps_to_threshold``, ``final_loss``, ``steps_run``, ``wall_time_s`` (seconds),
     ``focus_token`` (position or None), ``focus`` {``token``, ``target``, ``weight``, ``step``}
     at the last snapshot (heads averaged; as attnlab-compare), ``config`` (``.hydra/config.yaml``
@@ -238,7 +240,8 @@ def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int
         "name": printable(name if name is not None else run_dir.name, MAX_STR), "run_dir": printable(run_dir, MAX_STR),
         "status": None, "error": None, "problems": [], "kind": None, "tokens": [], "token_ids": [], "steps": [],
         "snapshots_total": 0, "weights": [], "heads": 0, "snapshot_loss": [],
-        "loss": {"steps": [], "values": [], "total": 0}, "loss_threshold": None, "steps_to_threshold": None,
+        "loss": {"steps": [], "values": [], "total": 0}, "loss_name": None, "loss_threshold": None,
+        "steps_to_threshold": None,
         "final_loss": None, "steps_run": None, "wall_time_s": None, "focus_token": None, "focus": None,
         "config": {}, "overrides": [], "versions": {}, "recorded": {},
     }
@@ -255,6 +258,7 @@ def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int
     rec["recorded"] = _jsonable({k: v for k, v in summary.items() if k not in _KNOWN_SUMMARY})
     kind = summary.get("task") or safe_read.select(cfg, "task")
     rec["kind"] = kind if kind in ("train", "walkthrough") else None
+    rec["loss_name"] = loss_name([safe_read.select(cfg, "train.objective")])  # "MSE", "cross-entropy, nats"
     threshold = safe_read.select(cfg, "train.loss_threshold")
     usable = isinstance(threshold, (int, float)) and not isinstance(threshold, bool)
     rec["loss_threshold"] = float(threshold) if usable and math.isfinite(threshold) and threshold > 0 else None

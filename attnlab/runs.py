@@ -308,6 +308,7 @@ def _fill_row(row: dict[str, Any], files: RunFiles, sweep_end: bool) -> None:
     row["overrides"] = " ".join(files.overrides)
     threshold = _setting(config, "train.loss_threshold", (int, float), None)
     row["loss_threshold"] = threshold
+    row["objective"] = _setting(config, "train.objective", str, None)  # names the loss axes (not a column)
     for key in ("final_loss", "steps_run", "steps_to_threshold", "wall_time_s"):
         row[key] = summary.get(key)
     if safe_read.exists(run_dir, METRICS):

@@ -49,7 +49,7 @@ def test_the_child_draws_the_pixels_drawn_here(shared_child, tmp_path, tokens):
     t = len(tokens)
     snaps = snapshots(5, t=t, seed=3)
     # laid out first with placeholder data, as a run has it done while torch loads
-    child.submit("prepare", list(tokens), [s.step for s in snaps], (1, t, t), True, True)
+    child.submit("prepare", list(tokens), [s.step for s in snaps], (1, t, t), True, True, "loss (MSE)")
     (tmp_path / "evo.png").write_bytes(child.call("evolution", snaps, list(tokens), None, plots.MAX_PANELS, 5))
     (tmp_path / "loss.png").write_bytes(child.call("loss", LOSSES))
     want = fresh_evolution_png(snaps, tokens, tmp_path / "ref.png", plots.default_title())

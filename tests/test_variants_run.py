@@ -171,3 +171,46 @@ def test_heads_get_their_own_tensorboard_tags_and_figure_row(tmp_path):
     png = (tmp_path / "attention_evolution.png").read_bytes()
     width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
     assert (width, height) == (2 * 340 + 90, 3 * 360 + 50)  # a row of 2 heads for each of the 3 snapshots
+
+
+def test_the_loss_is_named_by_the_objective_in_every_figure_and_page(tmp_path):
+    """``train.objective=next_token`` trains on cross-entropy (nats): loss.png's axis, the
+    compare figure's and the report's loss cards say so; MSE runs keep "loss (MSE)", a mix (or
+    an objective attnlab does not have) says only "loss"."""
+    from attnlab import compare_figure, plots, report_data, runs
+    from attnlab.config import loss_axis_label, loss_name
+
+    assert [loss_name(o) for o in (["mse"], [None], ["next_token"], ["mse", None], ["mse", "next_token"],
+                                   ["evil"], [3], [])] == \
+        ["MSE", "MSE", "cross-entropy, nats", "MSE", None, None, None, None]
+    assert loss_axis_label(["next_token"]) == "loss (cross-entropy, nats)" and loss_axis_label(["x"]) == "loss"
+    runs_made = {}
+    for objective in ("mse", "next_token"):
+        run = tmp_path / objective
+        cfg = compose_cfg("train.steps=30", "train.snapshot_steps=[0,10,29]", f"train.objective={objective}",
+                          "logging.tensorboard=false", "logging.report=false", "logging.console=false")
+        assert run_job(cfg, run).status == "completed"
+        runs_made[objective] = run
+    losses = {o: np.loadtxt(r / "metrics.csv", delimiter=",", skiprows=1)[:, 1] for o, r in runs_made.items()}
+    ce = plots.loss_png(losses["next_token"], ylabel="loss (cross-entropy, nats)")
+    assert (runs_made["next_token"] / "loss.png").read_bytes() == ce
+    assert (runs_made["mse"] / "loss.png").read_bytes() == plots.loss_png(losses["mse"])
+    assert ce != plots.loss_png(losses["next_token"])  # the label is drawn
+    fresh = plots.LossLayout("loss (cross-entropy, nats)").draw(losses["next_token"], "loss")
+    assert plots.figure_bytes(fresh) == ce  # a reused layout with another label draws a fresh one's pixels
+
+    rows = {o: runs.job_row(r) for o, r in runs_made.items()}
+    assert (rows["mse"]["objective"], rows["next_token"]["objective"]) == ("mse", "next_token")
+    labels = []
+    real = compare_figure.plot_loss
+    compare_figure.plot_loss = lambda ax, steps, values, ylabel, **kw: labels.append(ylabel) or real(
+        ax, steps, values, ylabel, **kw)
+    try:
+        for chosen in (["mse"], ["next_token"], ["mse", "next_token"]):
+            labels.clear()
+            compare_figure.comparison_figure([rows[o] for o in chosen], tmp_path / "cmp.png")
+            assert set(labels) == {loss_axis_label(chosen)}, chosen
+    finally:
+        compare_figure.plot_loss = real
+    records = {o: report_data.load_run(r) for o, r in runs_made.items()}
+    assert (records["mse"]["loss_name"], records["next_token"]["loss_name"]) == ("MSE", "cross-entropy, nats")
