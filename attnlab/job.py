@@ -116,7 +116,8 @@ def _job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None, job_num: i
         artifacts.write_summary(run_dir, status="running", task=None,
                                 started_at=_dt.datetime.now().astimezone().isoformat(timespec="seconds"),
                                 final_loss=None, steps_run=0, wall_time_s=None, error=None,
-                                overrides=list(overrides or []), config=None, job_num=job_num)
+                                overrides=list(overrides or []), config=None,
+                                **({} if job_num is None else {"job_num": job_num}))  # a sweep's job
     except WriteError as err:
         return JobResult("failed", str(err), exception=err, unrecorded=str(err))
     try:

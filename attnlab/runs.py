@@ -190,7 +190,7 @@ def _link_below(root: Path, run_dir: Path) -> str | None:
 
 
 def _job_num(run_dir: Path, root: Path | None = None) -> int | None:
-    """The sweep job's number: ``job_num`` of ``summary.json`` (recorded since 2026-11-30; reading
+    """The sweep job's number: ``job_num`` of ``summary.json`` (a sweep's jobs, since 2026-11-30; reading
     it takes ~0.2 ms), else ``hydra.job.num`` of ``.hydra/hydra.yaml`` (~19 ms), else the number
     a job folder's name starts with; only orders the rows, so a file that cannot be read is no
     problem of the row."""
