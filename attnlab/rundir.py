@@ -8,8 +8,10 @@ dir (``hydra.sweep.dir``) are *claimed* before anything is written into them:
   process ends, however it ends (``kill -9`` included). The file holds the process id and, while
   the run goes, a reserve of disk space (:data:`RESERVE_BYTES`, ``posix_fallocate``) that
   :func:`release_reserve` gives back when a write fails, so a full disk still leaves room to
-  record the failure. :func:`release` deletes the file when the run has written its final
-  ``summary.json``: a finished run dir holds no lock file. A second attnlab process asking for
+  record the failure, and when the run's last writes begin (``RunDirSink.on_end``), so they
+  have that room however they are made (TensorBoard writes from its own thread).
+  :func:`release` deletes the file when the run has written its final ``summary.json``: a
+  finished run dir holds no lock file. A second attnlab process asking for
   the same folder is refused while the first holds it.
 - **New or empty.** The folder must not exist, be empty, or hold only what Hydra itself writes
   for this run (``.hydra/config.yaml``, ``hydra.yaml``, ``overrides.yaml``; only when the

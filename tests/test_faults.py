@@ -331,6 +331,29 @@ def test_disk_full_at_the_end_the_figures_use_the_runs_reserve(tmp_path):
         assert not [f for f in files(run) if f.rsplit("/", 1)[-1].startswith(".") and not f.startswith(".hydra/")]
 
 
+def test_disk_full_at_the_end_tensorboards_own_writes_use_the_reserve_too(tmp_path):
+    """The same with TensorBoard's last images and hparams as the only large writes (no figures):
+    TensorBoard writes from its own thread and cannot give the reserve back and try again, so the
+    run gives it back when its last writes begin; the event file is whole."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    with tmpfs(tmp_path / "disk", size="4m") as d:
+        run = d / "run"
+        paused = Paused(tmp_path, "finishing", f"hydra.run.dir={run}", "logging.console=false",
+                        "logging.figures=false", "logging.report=false")
+        fill(d)
+        filler = d / "filler"
+        os.truncate(filler, filler.stat().st_size - 12 * 1024)  # 12 KB: less than the last images
+        paused.resume()
+        rc, out, err = paused.finish()
+        assert (rc, err) == (0, "")
+        assert summary(run)["status"] == "completed"
+        (events,) = run.glob("events.out.tfevents.*")
+        acc = EventAccumulator(str(events), size_guidance={"images": 0, "scalars": 0}).Reload()
+        assert [e.step for e in acc.Images("attention/weights")] == [0, 20, 50, 100, 200]
+        assert acc.Scalars("hparam/final_loss")[0].step == 200
+
+
 def test_read_only_folder_is_refused_in_one_line(tmp_path, finished_run):
     with tmpfs(tmp_path / "ro", size="64k", read_only=True) as ro:
         run = attnlab(f"hydra.run.dir={ro / 'run'}", *QUIET)
