@@ -32,6 +32,7 @@ import json
 import locale
 import os
 import selectors
+import shutil
 import signal
 import socket
 import struct
@@ -123,28 +124,31 @@ def _start() -> str | None:
 
 def _spawn(env: dict[str, str]) -> str | None:
     folder = tempfile.mkdtemp(prefix="attnlab-forkserver-")
-    path = os.path.join(folder, "socket")
-    log = open(os.path.join(folder, "log"), "w+b")
-    proc = subprocess.Popen([sys.executable, __file__, path, str(os.getpid())], cwd=folder, env=env,
-                            stdin=subprocess.DEVNULL, stdout=log, stderr=log)
-    _server["proc"] = proc
+    path, log_path = os.path.join(folder, "socket"), os.path.join(folder, "log")
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([sys.executable, __file__, path, str(os.getpid())], cwd=folder, env=env,
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+    _server["proc"], _server["folder"] = proc, folder
     atexit.register(_stop)
     end = time.monotonic() + 120
     while not os.path.exists(path + ".ready"):
         if proc.poll() is not None or time.monotonic() > end:
-            log.seek(0)
-            sys.stderr.write(f"tests/forkserver: not used ({log.read().decode(errors='replace')[-400:]})\n")
             proc.kill()
+            proc.wait()
+            with open(log_path, "rb") as log:
+                sys.stderr.write(f"tests/forkserver: not used ({log.read().decode(errors='replace')[-400:]})\n")
             return None
         time.sleep(0.02)
     return path
 
 
 def _stop() -> None:
+    """End this process's server and remove its folder (socket, log)."""
     proc = _server.get("proc")
     if proc is not None and _server.get("pid") == os.getpid():
         proc.kill()
         proc.wait()
+        shutil.rmtree(_server["folder"], ignore_errors=True)
 
 
 def run(cmd: list[str], *, cwd: Path | str | None = None, env: dict[str, str] | None = None,
@@ -155,12 +159,22 @@ def run(cmd: list[str], *, cwd: Path | str | None = None, env: dict[str, str] | 
     env = dict(os.environ if env is None else env)
     why = _fresh_because(cmd, cwd, env, preexec_fn)
     path = _start() if why is None else None
-    why = why or ("" if path else "no server")
-    COUNTS[f"fresh ({why})" if why else "forked"] = COUNTS.get(f"fresh ({why})" if why else "forked", 0) + 1
-    if path is None:
-        return subprocess.run(cmd, cwd=cwd, env=env, timeout=timeout, preexec_fn=preexec_fn,
-                              capture_output=True, text=True)
-    return _forked(path, cmd, cwd, env, timeout)
+    if path is not None:
+        try:
+            result = _forked(path, cmd, cwd, env, timeout)
+            COUNTS["forked"] = COUNTS.get("forked", 0) + 1
+            return result
+        except _NoServer:  # the server is gone (killed): fresh from now on
+            with _lock:
+                _server["socket"] = None
+    why = f"fresh ({why or 'no server'})"
+    COUNTS[why] = COUNTS.get(why, 0) + 1
+    return subprocess.run(cmd, cwd=cwd, env=env, timeout=timeout, preexec_fn=preexec_fn,
+                          capture_output=True, text=True)
+
+
+class _NoServer(Exception):
+    """The server's socket refused the connection: nothing was started."""
 
 
 def _forked(path: str, cmd: list[str], cwd: Path, env: dict[str, str], timeout: float | None):
@@ -169,13 +183,19 @@ def _forked(path: str, cmd: list[str], cwd: Path, env: dict[str, str], timeout: 
     devnull = os.open(os.devnull, os.O_RDONLY)
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
-        conn.connect(path)
+        try:
+            conn.connect(path)
+        except OSError as err:
+            conn.close()
+            os.close(out_r)
+            os.close(err_r)
+            raise _NoServer(path) from err
         request = json.dumps({"module": cmd[2], "argv": cmd[3:], "orig_argv": cmd, "cwd": str(cwd), "env": env})
         socket.send_fds(conn, [request.encode()], [devnull, out_w, err_w])
     finally:
         for fd in (devnull, out_w, err_w):
             os.close(fd)
-    pid = STATUS.unpack(conn.recv(STATUS.size))[0]
+    pid = _unpack(conn.recv(STATUS.size))
     chunks: dict[int, list[bytes]] = {out_r: [], err_r: []}
     sel = selectors.DefaultSelector()
     for fd in chunks:
@@ -204,8 +224,14 @@ def _forked(path: str, cmd: list[str], cwd: Path, env: dict[str, str], timeout: 
         os.close(out_r)
         os.close(err_r)
         conn.close()
-    code = os.waitstatus_to_exitcode(STATUS.unpack(reply)[0])
+    code = os.waitstatus_to_exitcode(_unpack(reply))
     return subprocess.CompletedProcess(cmd, code, _text(b"".join(chunks[out_r])), _text(b"".join(chunks[err_r])))
+
+
+def _unpack(reply: bytes) -> int:
+    if len(reply) != STATUS.size:
+        raise RuntimeError("tests/forkserver: the server ended before it answered (see its log)")
+    return STATUS.unpack(reply)[0]
 
 
 def _kill(pid: int) -> None:

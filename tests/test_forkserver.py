@@ -126,3 +126,21 @@ def test_the_server_holds_no_thread_and_none_of_the_modules_a_run_never_imports(
     assert path is not None, "the fork server did not start: see its log beside the socket"
     assert forkserver._server["proc"].poll() is None
     assert os.path.exists(path + ".ready")
+
+
+def test_a_killed_server_means_fresh_processes_from_then_on(tmp_path, monkeypatch):
+    """The server is one process per test process; when it is gone, commands run as real
+    subprocesses (nothing is run twice, nothing hangs) and the folder it used is removed at exit."""
+    monkeypatch.setattr(forkserver, "_server", {})
+    monkeypatch.setattr(forkserver, "COUNTS", {})
+    path = forkserver._start()
+    folder = forkserver._server["folder"]
+    forkserver._server["proc"].kill()
+    forkserver._server["proc"].wait()
+    cmd = [sys.executable, "-m", "attnlab.cli", "model.d_k=-1"]
+    proc = forkserver.run(cmd, cwd=tmp_path, env=ENV, timeout=120)
+    assert (proc.returncode, proc.stderr) == (2, "error: model.d_k=-1: must be a positive integer\n")
+    assert forkserver.COUNTS == {"fresh (no server)": 1} and forkserver._server["socket"] is None
+    assert os.path.exists(path)  # left by the killed server; _stop removes the folder
+    forkserver._stop()
+    assert not os.path.exists(folder)
