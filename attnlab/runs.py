@@ -17,7 +17,8 @@ Row keys (:data:`COLUMNS`, then the exercise observations a row has, :data:`attn
   too large, not JSON, a field of the wrong type); ``error``: the one-line message of a run
   that did not complete, then one line per file that cannot be read (``; ``-joined, each
   ``<file>: <what is wrong>``, e.g. ``attention.npz: damaged archive (BadZipFile: ...)``);
-- ``final_loss`` (MSE, no unit), ``steps_run``, ``steps_to_threshold`` (first step whose loss
+- ``final_loss`` (the run's objective: MSE, no unit, or with ``train.objective=next_token``
+  cross-entropy in nats), ``steps_run``, ``steps_to_threshold`` (first step whose loss
   is below ``loss_threshold`` = the run's ``train.loss_threshold``; empty if never);
 - ``focus_token``, ``focus_target``, ``focus_weight``, ``snapshot_step``: at the last attention
   snapshot, the token the focus token (``train.focus_token``) attends to most and that weight
