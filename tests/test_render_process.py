@@ -83,7 +83,7 @@ def _weights(n: int, t: int = 6) -> list[np.ndarray]:
 
 
 def test_many_drawings_asked_at_once_come_back_in_order(shared_child):
-    """More requests than MAX_PENDING, each answered with a ~15 KB PNG (together several times
+    """More requests than MAX_PENDING, each answered with a ~26–31 KB PNG (together several times
     the 64 KB the pipe holds): the run takes replies in while it asks, so neither side waits on
     the other, and each result is its own drawing."""
     n = render_process.MAX_PENDING + 4
