@@ -345,10 +345,10 @@ class RunDirSink(Sink):
         from attnlab.interrupts import pause_point
 
         pause_point("finishing")  # a test hook: the run's last writes begin
-        # the reserve's room goes to those last writes now, before any of them fails: TensorBoard's
+        # part of the reserve goes to those last writes now, before any of them fails: TensorBoard's
         # writer thread writes the events buffered so far whenever it runs, and cannot give the
-        # reserve back and try again as the run's own writes do (artifacts._with_reserve)
-        rundir.release_reserve(self.run_dir)
+        # reserve back and try again as the run's own writes do (_with_reserve: the rest is theirs)
+        rundir.release_part_of_reserve(self.run_dir)
         failure = self.failure
         rows, _, last_loss = self._last
         n = result.steps_run  # a later sink may have failed on a batch this one wrote: cut it off

@@ -96,6 +96,10 @@ class Sink:
     def on_snapshot(self, snapshot: Snapshot) -> None:
         """One attention snapshot, after the losses up to its step were sent."""
 
+    def flush(self) -> None:
+        """Put what is buffered on disk: once, after the last step, before any sink's
+        :meth:`on_end` (the run's last writes then have the disk reserve to themselves)."""
+
     def on_end(self, result: RunResult) -> None:
         """Once, with the final status (``result.losses`` holds every loss)."""
 

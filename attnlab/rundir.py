@@ -8,8 +8,9 @@ dir (``hydra.sweep.dir``) are *claimed* before anything is written into them:
   process ends, however it ends (``kill -9`` included). The file holds the process id and, while
   the run goes, a reserve of disk space (:data:`RESERVE_BYTES`, ``posix_fallocate``) that
   :func:`release_reserve` gives back when a write fails, so a full disk still leaves room to
-  record the failure, and when the run's last writes begin (``RunDirSink.on_end``), so they
-  have that room however they are made (TensorBoard writes from its own thread).
+  record the failure; when the run's last writes begin (``RunDirSink.on_end``) it gives back half
+  of it (at most :data:`LAST_WRITES_BYTES`) already, for the writes that cannot give it back and
+  try again (TensorBoard writes from its own thread), and keeps the rest for its own.
   :func:`release` deletes the file when the run has written its final ``summary.json``: a
   finished run dir holds no lock file. A second attnlab process asking for
   the same folder is refused while the first holds it.
@@ -46,6 +47,7 @@ except ImportError:  # Windows: no flock
 LOCK = ".attnlab.lock"
 HYDRA_FILES = frozenset({"config.yaml", "hydra.yaml", "overrides.yaml"})  # what Hydra saves in .hydra/
 RESERVE_BYTES = 1 << 20  # disk space held in the lock file while a run goes, freed when a write fails
+LAST_WRITES_BYTES = 128 << 10  # of it, freed when the last writes begin: TensorBoard's thread cannot retry
 LOCK_WAIT_S = 0.25  # a lock busy this long belongs to another writer (a reader holds it for microseconds)
 MAX_LISTED = 4  # names shown in a refusal
 MAX_SCANNED = 1000  # entries of a folder looked at to decide and to name what is there
@@ -311,17 +313,35 @@ def mark_started(path: Path) -> None:
         held.started = True
 
 
-def release_reserve(path: Path) -> None:
+def release_reserve(path: Path, keep: int = 0) -> None:
     """Give back the disk space reserved in ``path``'s lock file (after a write failed, so the
-    failure can still be recorded); a no-op when this process holds no claim on it."""
+    failure can still be recorded); with ``keep`` (bytes), only what exceeds it, the rest still
+    reserved for the next failed write. A no-op when this process holds no claim on it."""
     held = claimed(path)
     if held is None or not held.reserve or held.fd is None:
         return
-    held.reserve = False
+    pid_bytes = len(f"{os.getpid()}\n")
     try:
-        os.ftruncate(held.fd, len(f"{os.getpid()}\n"))
+        if keep > 0 and os.fstat(held.fd).st_size <= pid_bytes + keep:
+            return  # holds no more than that already
+        held.reserve = keep > 0
+        os.ftruncate(held.fd, pid_bytes + keep)
     except OSError:
-        pass
+        held.reserve = False
+
+
+def release_part_of_reserve(path: Path) -> None:
+    """Give back half of ``path``'s reserve, at most :data:`LAST_WRITES_BYTES` (when the run's
+    last writes begin: room for TensorBoard's thread, which cannot give the reserve back and
+    try again); the rest stays reserved for the run's own writes (:func:`release_reserve`)."""
+    held = claimed(path)
+    if held is None or not held.reserve or held.fd is None:
+        return
+    try:
+        reserved = os.fstat(held.fd).st_size - len(f"{os.getpid()}\n")
+    except OSError:
+        return
+    release_reserve(path, keep=reserved - min(reserved // 2, LAST_WRITES_BYTES))
 
 
 def _drop(claim_: Claim, unlink: bool) -> None:

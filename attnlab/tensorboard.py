@@ -190,6 +190,11 @@ class TensorBoardSink(Sink):
             tag, step, pending = self._images.popleft()
             self.writer.file_writer.add_summary(image_summary(tag, pending.result()), step)
 
+    def flush(self) -> None:
+        """Have TensorBoard's writer thread put every event queued so far in the event file."""
+        if self._writer is not None:
+            self._writer.flush()
+
     def on_end(self, result: RunResult) -> None:
         import dataclasses
 

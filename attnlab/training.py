@@ -313,6 +313,8 @@ def _finish(sinks: list[Sink], result: RunResult) -> None:
                 result = dataclasses.replace(result, status="failed", error=describe(err))
 
     with interrupts.shielded():
+        for sink in sinks:  # what TensorBoard's thread still holds, written while the disk reserve is held
+            call(sink.flush)
         for sink in sinks:
             call(sink.on_end, result)
             call(sink.close)

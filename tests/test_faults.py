@@ -346,12 +346,29 @@ def test_disk_full_at_the_end_tensorboards_own_writes_use_the_reserve_too(tmp_pa
         os.truncate(filler, filler.stat().st_size - 12 * 1024)  # 12 KB: less than the last images
         paused.resume()
         rc, out, err = paused.finish()
-        assert (rc, err) == (0, "")
+        assert (rc, err) == (0, ""), err
         assert summary(run)["status"] == "completed"
         (events,) = run.glob("events.out.tfevents.*")
         acc = EventAccumulator(str(events), size_guidance={"images": 0, "scalars": 0}).Reload()
         assert [e.step for e in acc.Images("attention/weights")] == [0, 20, 50, 100, 200]
         assert acc.Scalars("hparam/final_loss")[0].step == 200
+
+
+def test_disk_full_while_the_figures_are_drawn_the_rest_of_the_reserve_holds_them(tmp_path):
+    """The disk is filled to its last byte while the run draws its figures, after the run gave
+    part of its reserve to TensorBoard's last writes (RunDirSink.on_end): the part it kept holds
+    the figures, TensorBoard's last image and session, the summary and the report (an adversary
+    found the run left saying ``running`` when the whole reserve had been given back)."""
+    with tmpfs(tmp_path / "disk", size="4m") as d:
+        run = d / "run"
+        paused = Paused(tmp_path, "drawing", f"hydra.run.dir={run}", "logging.console=false")
+        fill(d)
+        paused.resume()
+        rc, out, err = paused.finish()
+        assert (rc, err) == (0, ""), err
+        assert summary(run)["status"] == "completed"
+        assert {"attention_evolution.png", "loss.png", "report.html"} <= files(run)
+        assert_agrees(run, 201, [0, 20, 50, 100, 200])
 
 
 def test_read_only_folder_is_refused_in_one_line(tmp_path, finished_run):
