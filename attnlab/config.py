@@ -47,6 +47,13 @@ class Objective(str, Enum):
 LOSS_NAMES = {Objective.mse.value: "MSE", Objective.next_token.value: "cross-entropy, nats"}
 
 
+def objective_of(config: Any) -> Any:
+    """``train.objective`` of a config read from a run dir (plain data, maybe edited): the value
+    itself, None when absent (runs made before the option: the default ``mse``)."""
+    train = config.get("train") if isinstance(config, dict) else None
+    return train.get("objective") if isinstance(train, dict) else None
+
+
 def loss_name(objectives: Any) -> str | None:
     """The name of the loss of runs trained with ``objectives`` (``train.objective`` values as
     read from configs; a missing one, None, is the default ``mse`` of runs made before the

@@ -410,12 +410,11 @@ class FigureSink(Sink):
         self._ylabel = MSE_LABEL  # loss.png's y axis: the run's objective
 
     def on_start(self, info: RunInfo) -> None:
-        from attnlab.config import loss_axis_label
+        from attnlab.config import loss_axis_label, objective_of
 
         self.tokens = list(info.tokens)
         self._shown = set(pick_snapshots(list(info.snapshot_steps)))
-        train = info.config.get("train") if isinstance(info.config, dict) else None
-        self._ylabel = loss_axis_label([train.get("objective") if isinstance(train, dict) else None])
+        self._ylabel = loss_axis_label([objective_of(info.config)])
 
     def on_losses(self, steps: np.ndarray, losses: np.ndarray) -> None:
         self._losses.append(np.asarray(losses, dtype=np.float64))

@@ -38,6 +38,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from attnlab import exercises, rundir, safe_read
+from attnlab.config import objective_of
 from attnlab.errors import RunDirError
 from attnlab.records import head_mean
 from attnlab.safe_read import ATTENTION, CONFIG, METRICS, WALKTHROUGH, MissingRunFile, RunFileError
@@ -309,7 +310,9 @@ def _fill_row(row: dict[str, Any], files: RunFiles, sweep_end: bool) -> None:
     row["overrides"] = " ".join(files.overrides)
     threshold = _setting(config, "train.loss_threshold", (int, float), None)
     row["loss_threshold"] = threshold
-    row["objective"] = _setting(config, "train.objective", str, None)  # names the loss axes (not a column)
+    # names the loss axes (not a column): the config the run recorded, as attnlab-report reads it
+    recorded = files.summary.get("config")
+    row["objective"] = objective_of(recorded if isinstance(recorded, dict) else config)
     for key in ("final_loss", "steps_run", "steps_to_threshold", "wall_time_s"):
         row[key] = summary.get(key)
     if safe_read.exists(run_dir, METRICS):

@@ -214,3 +214,13 @@ def test_the_loss_is_named_by_the_objective_in_every_figure_and_page(tmp_path):
         compare_figure.plot_loss = real
     records = {o: report_data.load_run(r) for o, r in runs_made.items()}
     assert (records["mse"]["loss_name"], records["next_token"]["loss_name"]) == ("MSE", "cross-entropy, nats")
+
+    # a run dir edited by someone: summary.json's config decides for both tools (the config the run
+    # used; .hydra/config.yaml still says mse), and a value that is no objective names nothing
+    run = runs_made["mse"]
+    summary = json.loads((run / "summary.json").read_text())
+    for value, name in (("next_token", "cross-entropy, nats"), (5, None), (["next_token"], None), ("evil", None)):
+        summary["config"]["train"]["objective"] = value
+        (run / "summary.json").write_text(json.dumps(summary))
+        assert loss_name([runs.job_row(run)["objective"]]) == name, value
+        assert report_data.load_run(run)["loss_name"] == name, value
