@@ -18,16 +18,23 @@ import time, so :func:`run` starts a real subprocess instead whenever that could
   (``ATTNLAB_*``, ``HYDRA_FULL_ERROR``, ``PYTEST_CURRENT_TEST``, ``TORCHINDUCTOR_*``: read when
   used, never at import) - e.g. PYTHONPATH,
   PYTHONIOENCODING, OMP_NUM_THREADS, LANG;
-- the working directory holds Python code (a ``*.py`` file or a package) that could shadow a
-  module (the server has imported those modules already);
+- the working directory holds Python code (a module file, a package, a namespace package: one
+  could shadow a module the server imported, or be imported where the server found nothing),
+  unless it is attnlab's own checkout;
+- the request does not fit one message (~128 KB of argv and environment), or the server is gone;
 - the server is unusable (it printed a warning while importing, started a thread, imported
   matplotlib or torch's compiler, or failed): ``ATTNLAB_TEST_FORKSERVER=0`` forces subprocesses.
 Tests about a process's start itself (imports, signals to a process group, closed descriptors,
-resource limits) start their own subprocesses and never come here.
+resource limits) start their own subprocesses and never come here. The copy gets the caller's
+umask; it does not get resource limits or signal dispositions the caller set after the server
+started (a test that sets them passes a ``preexec_fn`` or starts its own process), its string hash
+seed is the server's, and a traceback it prints shows two frames of this file above the module's.
+A timeout, a Ctrl-C or any other exception in the caller kills the copy, as subprocess.run does.
 """
 from __future__ import annotations
 
 import atexit
+import errno
 import json
 import locale
 import os
@@ -61,6 +68,7 @@ PRELOAD = ("torch", "numpy", "tiktoken", "hydra", "omegaconf", "attnlab.argv", "
            "hydra._internal.utils", "hydra.core.override_parser.overrides_parser")
 NOT_PRELOADED = ("matplotlib", "torch._dynamo", "torch._inductor")  # a default run never imports them
 STATUS = struct.Struct("!i")  # a wait status
+MAX_REQUEST = 1 << 17  # bytes of one request (argv and environment); a larger one runs fresh
 
 _server: dict = {}
 COUNTS: dict[str, int] = {}  # commands forked, and started fresh by reason, in this process
@@ -72,28 +80,31 @@ BASE_ENV = {**{k: v for k, v in os.environ.items() if k not in RUNTIME_ENV and n
 
 
 def _shadows(cwd: Path) -> bool:
-    """Whether ``cwd`` (sys.path[0] of ``python -m``) holds a module or package that a fresh
-    process would import instead of one the server imported from elsewhere (a ``numpy.py``, an
-    ``attnlab/`` copy); attnlab's own checkout is the code the server imported."""
+    """Whether ``cwd`` (sys.path[0] of ``python -m``) holds Python code a fresh process could
+    import instead of what the server imported, or import where the server found nothing (an
+    optional dependency a library tries): any module file (``.py``, ``.pyc``, ``.so``, ``.pth``)
+    or folder holding one (a package, a namespace package). attnlab's own checkout, the code the
+    server imported, is the exception."""
     import importlib.util
 
+    spec = importlib.util.find_spec("attnlab")
+    checkout = Path(spec.origin).resolve().parent.parent if spec is not None and spec.origin else None
     try:
+        if cwd.resolve() == checkout:
+            return False
         entries = list(cwd.iterdir())
     except OSError:
         return True
-    for entry in entries:
-        name = entry.name.split(".")[0]
-        if entry.suffix in (".py", ".pyc", ".so") or (entry / "__init__.py").exists():
-            if name in sys.stdlib_module_names:
-                return True
-            try:
-                spec = importlib.util.find_spec(name)
-            except (ImportError, ValueError):
-                return True
-            origin = Path(spec.origin).resolve() if spec is not None and spec.origin else None
-            if spec is not None and origin not in (entry.resolve(), (entry / "__init__.py").resolve()):
-                return True
-    return False
+
+    def code(path: Path, depth: int) -> bool:  # a module file, or a folder holding one (3 levels)
+        if path.suffix in (".py", ".pyc", ".so", ".pth") or path.name == "__pycache__":
+            return True
+        return depth > 0 and path.is_dir() and any(code(p, depth - 1) for p in path.iterdir())
+
+    try:
+        return any(code(entry, 3) for entry in entries)
+    except OSError:
+        return True
 
 
 def _fresh_because(cmd: list[str], cwd: Path, env: dict[str, str], preexec_fn) -> str | None:
@@ -164,9 +175,11 @@ def run(cmd: list[str], *, cwd: Path | str | None = None, env: dict[str, str] | 
             result = _forked(path, cmd, cwd, env, timeout)
             COUNTS["forked"] = COUNTS.get("forked", 0) + 1
             return result
-        except _NoServer:  # the server is gone (killed): fresh from now on
-            with _lock:
-                _server["socket"] = None
+        except _NoServer as err:  # fresh: this command, or from now on when the server is gone (killed)
+            why = err.why
+            if err.gone:
+                with _lock:
+                    _server["socket"] = None
     why = f"fresh ({why or 'no server'})"
     COUNTS[why] = COUNTS.get(why, 0) + 1
     return subprocess.run(cmd, cwd=cwd, env=env, timeout=timeout, preexec_fn=preexec_fn,
@@ -174,10 +187,21 @@ def run(cmd: list[str], *, cwd: Path | str | None = None, env: dict[str, str] | 
 
 
 class _NoServer(Exception):
-    """The server's socket refused the connection: nothing was started."""
+    """Nothing was started: the request did not fit one message, or the server is ``gone``."""
+
+    def __init__(self, why: str, gone: bool) -> None:
+        super().__init__(why)
+        self.why, self.gone = why, gone
 
 
 def _forked(path: str, cmd: list[str], cwd: Path, env: dict[str, str], timeout: float | None):
+    umask = os.umask(0)
+    os.umask(umask)
+    argv = [os.fsdecode(a) for a in cmd]  # str, bytes or a path, as subprocess takes them
+    request = json.dumps({"module": argv[2], "argv": argv[3:], "orig_argv": argv, "cwd": str(cwd), "env": env,
+                          "umask": umask}).encode()
+    if len(request) > MAX_REQUEST:
+        raise _NoServer("the request does not fit one message", gone=False)
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     devnull = os.open(os.devnull, os.O_RDONLY)
@@ -189,13 +213,26 @@ def _forked(path: str, cmd: list[str], cwd: Path, env: dict[str, str], timeout: 
             conn.close()
             os.close(out_r)
             os.close(err_r)
-            raise _NoServer(path) from err
-        request = json.dumps({"module": cmd[2], "argv": cmd[3:], "orig_argv": cmd, "cwd": str(cwd), "env": env})
-        socket.send_fds(conn, [request.encode()], [devnull, out_w, err_w])
+            raise _NoServer("no server", gone=True) from err
+        try:
+            socket.send_fds(conn, [request], [devnull, out_w, err_w])
+        except OSError as err:  # nothing was started
+            conn.close()
+            os.close(out_r)
+            os.close(err_r)
+            raise _NoServer("the request does not fit one message" if err.errno == errno.EMSGSIZE
+                            else "no server", gone=err.errno != errno.EMSGSIZE) from err
     finally:
         for fd in (devnull, out_w, err_w):
             os.close(fd)
-    pid = _unpack(conn.recv(STATUS.size))
+    conn.settimeout(60)
+    try:
+        pid = _unpack(conn.recv(STATUS.size))
+    except BaseException:
+        conn.close()
+        os.close(out_r)
+        os.close(err_r)
+        raise
     chunks: dict[int, list[bytes]] = {out_r: [], err_r: []}
     sel = selectors.DefaultSelector()
     for fd in chunks:
@@ -205,7 +242,6 @@ def _forked(path: str, cmd: list[str], cwd: Path, env: dict[str, str], timeout: 
         while sel.get_map():
             left = None if end is None else end - time.monotonic()
             if left is not None and left <= 0:
-                _kill(pid)
                 raise subprocess.TimeoutExpired(cmd, timeout, b"".join(chunks[out_r]), b"".join(chunks[err_r]))
             for key, _ in sel.select(left):
                 data = os.read(key.fd, 1 << 16)
@@ -217,8 +253,10 @@ def _forked(path: str, cmd: list[str], cwd: Path, env: dict[str, str], timeout: 
         try:
             reply = conn.recv(STATUS.size)
         except socket.timeout:
-            _kill(pid)
             raise subprocess.TimeoutExpired(cmd, timeout) from None
+    except BaseException:  # a timeout, a Ctrl-C, anything: the process ends with its caller, as with subprocess.run
+        _kill(pid)
+        raise
     finally:
         sel.close()
         os.close(out_r)
@@ -276,23 +314,36 @@ def _serve(path: str, owner: int) -> dict:
         except socket.timeout:
             conn = None
         if conn is not None:
-            conn.settimeout(None)
-            msg, fds, _flags, _addr = socket.recv_fds(conn, 1 << 22, 3)
+            fds: list[int] = []
+            try:  # a request that is incomplete or not ours is dropped; the server goes on
+                conn.settimeout(10)
+                msg, fds, _flags, _addr = socket.recv_fds(conn, MAX_REQUEST, 3)
+                request = json.loads(msg)
+                if len(fds) != 3 or not isinstance(request, dict):
+                    raise ValueError("not a request")
+            except (OSError, ValueError):
+                for fd in fds:
+                    os.close(fd)
+                conn.close()
+                continue
             pid = os.fork()
             if pid == 0:
                 listener.close()
                 for other in waiting.values():
                     other.close()
                 conn.close()
-                request = json.loads(msg)
                 for target, fd in enumerate(fds):
                     os.dup2(fd, target)
                     os.close(fd)
                 return request
             for fd in fds:
                 os.close(fd)
-            conn.sendall(STATUS.pack(pid))
-            waiting[pid] = conn
+            try:
+                conn.sendall(STATUS.pack(pid))
+                waiting[pid] = conn
+            except OSError:  # the caller is gone: so is what it asked for
+                _kill(pid)
+                conn.close()
         while waiting:
             pid, status = os.waitpid(-1, os.WNOHANG)
             if pid == 0:
@@ -309,12 +360,15 @@ def _serve(path: str, owner: int) -> dict:
 def _become(request: dict) -> None:
     """In the forked copy: the request's process, as ``python -m MODULE ARGV`` would start."""
     import runpy
+    import types
 
     import numpy as np
 
     os.chdir(request["cwd"])
+    os.umask(request["umask"])
     os.environ.clear()
     os.environ.update(request["env"])
+    sys.modules["__main__"] = types.ModuleType("__main__")  # the module runs in a namespace of its own
     sys.argv = [request["orig_argv"][0], *request["argv"]]
     sys.orig_argv = list(request["orig_argv"])
     sys.path.insert(0, os.getcwd())

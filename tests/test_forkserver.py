@@ -144,3 +144,47 @@ def test_a_killed_server_means_fresh_processes_from_then_on(tmp_path, monkeypatc
     assert os.path.exists(path)  # left by the killed server; _stop removes the folder
     forkserver._stop()
     assert not os.path.exists(folder)
+
+
+def test_code_in_the_working_directory_that_nothing_imported_yet_runs_fresh_too(tmp_path):
+    """Optional modules a library tries (found nowhere when the server imported it) and namespace
+    packages are Python code in the cwd as well (adversary: tensorflow.py, hydra_plugins/x/)."""
+    cmd = [sys.executable, "-m", "attnlab.cli", "logging=off"]
+    optional = tmp_path / "optional"
+    optional.mkdir()
+    (optional / "tensorflow.py").write_text("print('imported from the working directory')\n")
+    namespace = tmp_path / "namespace" / "hydra_plugins" / "attnlab_sweeper"
+    namespace.mkdir(parents=True)
+    (namespace / "__init__.py").write_text("")
+    runs = tmp_path / "runs" / "run" / ".hydra"  # run dirs are data, not code
+    runs.mkdir(parents=True)
+    (runs / "config.yaml").write_text("a: 1\n")
+    why = forkserver._fresh_because
+    assert why(cmd, optional, ENV, None) == why(cmd, tmp_path / "namespace", ENV, None) == \
+        "the working directory holds Python code"
+    assert why(cmd, tmp_path / "runs", ENV, None) is None
+
+
+def test_paths_in_argv_huge_requests_and_the_umask_are_as_with_subprocess(tmp_path):
+    old = os.umask(0o077)
+    try:
+        cmd = [sys.executable, "-m", "attnlab.cli", f"hydra.run.dir={tmp_path / 'run'}", "logging=off",
+               "train.steps=2", "train.snapshot_steps=[0,1]"]
+        assert forkserver.run(cmd, cwd=tmp_path, env=ENV).returncode == 0
+        assert oct((tmp_path / "run" / "summary.json").stat().st_mode & 0o777) == oct(0o600)
+    finally:
+        os.umask(old)
+    missing = tmp_path / "nope"  # a Path, as subprocess takes it
+    forked = forkserver.run([sys.executable, "-m", "attnlab.reproduce", missing], cwd=tmp_path, env=ENV)
+    fresh = subprocess.run([sys.executable, "-m", "attnlab.reproduce", missing], cwd=tmp_path, env=ENV,
+                           capture_output=True, text=True)
+    assert (forked.returncode, forked.stderr) == (fresh.returncode, fresh.stderr) and forked.returncode == 2
+    counts = dict(forkserver.COUNTS)
+    huge = forkserver.run([sys.executable, "-m", "attnlab.cli", "--help", *["x" * 60_000] * 5], cwd=tmp_path, env=ENV)
+    too_large = "fresh (the request does not fit one message)"
+    assert forkserver.COUNTS.get(too_large, 0) == counts.get(too_large, 0) + 1
+    assert forkserver.run([sys.executable, "-m", "attnlab.cli", "model.d_k=-1"], cwd=tmp_path,
+                          env=ENV).returncode == 2
+    assert forkserver.COUNTS["forked"] == counts["forked"] + 1  # the server still serves
+    assert huge.returncode == subprocess.run([sys.executable, "-m", "attnlab.cli", "--help", *["x" * 60_000] * 5],
+                                             cwd=tmp_path, env=ENV, capture_output=True).returncode
