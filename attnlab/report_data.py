@@ -35,7 +35,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from attnlab import runs, safe_read
-from attnlab.config import loss_name, objective_of
+from attnlab.config import loss_name
 from attnlab.safe_read import ATTENTION, METRICS, WALKTHROUGH, RunFileError, printable
 
 WEIGHT_BUDGET = 18_000_000  # bytes of weights JSON on one page, shared by its runs
@@ -258,8 +258,7 @@ def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int
     rec["recorded"] = _jsonable({k: v for k, v in summary.items() if k not in _KNOWN_SUMMARY})
     kind = summary.get("task") or safe_read.select(cfg, "task")
     rec["kind"] = kind if kind in ("train", "walkthrough") else None
-    recorded = summary.get("config")  # the config the run used (attnlab-compare names the loss from it too)
-    rec["loss_name"] = loss_name([objective_of(recorded if isinstance(recorded, dict) else cfg)])
+    rec["loss_name"] = loss_name([files.objective])
     threshold = safe_read.select(cfg, "train.loss_threshold")
     usable = isinstance(threshold, (int, float)) and not isinstance(threshold, bool)
     rec["loss_threshold"] = float(threshold) if usable and math.isfinite(threshold) and threshold > 0 else None

@@ -114,6 +114,14 @@ class RunFiles:
     problems: list[str] = field(default_factory=list)
     linked: bool = False  # reached through a symbolic link below ``root``: nothing in it is read
 
+    @property
+    def objective(self) -> Any:
+        """``train.objective`` of the config the run used (summary.json's), else of the saved
+        one (:func:`attnlab.config.objective_of`): what attnlab-compare and attnlab-report name
+        the loss from, whichever config they show."""
+        recorded = self.summary.get("config")
+        return objective_of(recorded if isinstance(recorded, dict) else self.config)
+
     def attempt(self, read: Callable[..., Any], *args: Any, missing_ok: bool = False, **kwargs: Any) -> Any:
         """``read(*args, **kwargs)``, or None with its RunFileError added to :attr:`problems`
         (a missing file too, unless ``missing_ok``)."""
@@ -310,9 +318,7 @@ def _fill_row(row: dict[str, Any], files: RunFiles, sweep_end: bool) -> None:
     row["overrides"] = " ".join(files.overrides)
     threshold = _setting(config, "train.loss_threshold", (int, float), None)
     row["loss_threshold"] = threshold
-    # names the loss axes (not a column): the config the run recorded, as attnlab-report reads it
-    recorded = files.summary.get("config")
-    row["objective"] = objective_of(recorded if isinstance(recorded, dict) else config)
+    row["objective"] = files.objective  # names the loss axes (not a column)
     for key in ("final_loss", "steps_run", "steps_to_threshold", "wall_time_s"):
         row[key] = summary.get(key)
     if safe_read.exists(run_dir, METRICS):
