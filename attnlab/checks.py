@@ -109,7 +109,12 @@ def _optimizer(cfg: DictConfig) -> None:
 
 
 def _gib(n_bytes: float) -> str:
-    return f"{n_bytes / 2**30:.1f} GiB"
+    """``n_bytes`` for a message: GiB, MiB or KiB with one decimal, whichever is the largest unit
+    it reaches ("0.0 GiB" said nothing of a 40 MB part), else bytes."""
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n_bytes >= size:
+            return f"{n_bytes / size:.1f} {unit}"
+    return f"{int(n_bytes)} bytes"
 
 
 def available_memory() -> int | None:

@@ -137,10 +137,10 @@ CASES = [
          "optimizer.nesterov=True: needs optimizer.momentum > 0 and optimizer.dampening=0 (momentum=0.0, dampening=0.0)"),
     Case("memory", "a model that cannot fit in memory", ("model.d_model=100000",), "ours",
          "model.d_model=100000: the run needs about 167.8 GiB of memory (token_embedding 18.7 GiB, attention "
-         "149.0 GiB, activations 0.0 GiB), more than the", cli=True),
+         "149.0 GiB, activations 18.3 MiB), more than the", cli=True),
     Case("disk", "a run whose files cannot fit on the disk", ("train.steps=10000000000000",), "ours",
          "train.steps=10000000000000: the run would write about 260770.3 GiB (metrics.csv 260770.3 GiB, "
-         "attention.npz 0.0 GiB), more than the"),
+         "attention.npz 720 bytes), more than the"),
     # issue 10: text as typed, keys that exist
     Case("chinese_unquoted", "Chinese text without Hydra quoting", ("sentence=你的旅程从一步开始",), "ok",
          "[19526, 254, 21410, 33768, 227, 163, 101, 233, 20015, 236, 31660, 29826, 98, 28156, 222, 34650, 233]"),
