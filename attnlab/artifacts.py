@@ -348,7 +348,7 @@ class RunDirSink(Sink):
         # part of the reserve goes to those last writes now, before any of them fails: TensorBoard's
         # writer thread writes the events buffered so far whenever it runs, and cannot give the
         # reserve back and try again as the run's own writes do (_with_reserve: the rest is theirs)
-        rundir.release_part_of_reserve(self.run_dir)
+        rundir.release_reserve(self.run_dir, last_writes=True)
         failure = self.failure
         rows, _, last_loss = self._last
         n = result.steps_run  # a later sink may have failed on a batch this one wrote: cut it off

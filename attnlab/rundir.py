@@ -313,35 +313,25 @@ def mark_started(path: Path) -> None:
         held.started = True
 
 
-def release_reserve(path: Path, keep: int = 0) -> None:
+def release_reserve(path: Path, last_writes: bool = False) -> None:
     """Give back the disk space reserved in ``path``'s lock file (after a write failed, so the
-    failure can still be recorded); with ``keep`` (bytes), only what exceeds it, the rest still
-    reserved for the next failed write. A no-op when this process holds no claim on it."""
+    failure can still be recorded); with ``last_writes`` (when the run's last writes begin) only
+    half of it, at most :data:`LAST_WRITES_BYTES`: room for TensorBoard's thread, which cannot
+    give the reserve back and try again, the rest still reserved for the run's own writes. A
+    no-op when this process holds no claim on it."""
     held = claimed(path)
     if held is None or not held.reserve or held.fd is None:
         return
     pid_bytes = len(f"{os.getpid()}\n")
     try:
-        if keep > 0 and os.fstat(held.fd).st_size <= pid_bytes + keep:
-            return  # holds no more than that already
+        keep = 0
+        if last_writes:
+            reserved = os.fstat(held.fd).st_size - pid_bytes
+            keep = reserved - min(reserved // 2, LAST_WRITES_BYTES)
         held.reserve = keep > 0
         os.ftruncate(held.fd, pid_bytes + keep)
     except OSError:
         held.reserve = False
-
-
-def release_part_of_reserve(path: Path) -> None:
-    """Give back half of ``path``'s reserve, at most :data:`LAST_WRITES_BYTES` (when the run's
-    last writes begin: room for TensorBoard's thread, which cannot give the reserve back and
-    try again); the rest stays reserved for the run's own writes (:func:`release_reserve`)."""
-    held = claimed(path)
-    if held is None or not held.reserve or held.fd is None:
-        return
-    try:
-        reserved = os.fstat(held.fd).st_size - len(f"{os.getpid()}\n")
-    except OSError:
-        return
-    release_reserve(path, keep=reserved - min(reserved // 2, LAST_WRITES_BYTES))
 
 
 def _drop(claim_: Claim, unlink: bool) -> None:
