@@ -9,7 +9,10 @@ runs the module as ``python -m`` would (``runpy``; sys.path[0] the working direc
 exits through Python's normal shutdown (atexit, flushing). The server reports the exit status
 (a signal death as a negative code, as subprocess does); :func:`run` returns a
 ``subprocess.CompletedProcess`` with text output decoded as ``subprocess.run(text=True)`` does,
-and kills the process at ``timeout`` (``subprocess.TimeoutExpired``).
+and kills the process at ``timeout`` (``subprocess.TimeoutExpired``). :func:`Popen` is
+``subprocess.Popen`` the same way, for tests that signal, read or kill a running command (a
+:class:`Forked`: pid, pipes, poll/wait/communicate, signals); ``rlimits=`` sets resource limits
+in the command's process (forked: before the module runs; fresh: before Python starts).
 
 A forked copy differs from a fresh process in what was already imported and in anything read at
 import time, so :func:`run` starts a real subprocess instead whenever that could matter:
@@ -27,7 +30,7 @@ import time, so :func:`run` starts a real subprocess instead whenever that could
 Tests about a process's start itself (imports, signals to a process group, closed descriptors,
 resource limits) start their own subprocesses and never come here. The copy gets the caller's
 umask; it does not get resource limits or signal dispositions the caller set after the server
-started (a test that sets them passes a ``preexec_fn`` or starts its own process), its string hash
+started (a test passes ``rlimits=``, a ``preexec_fn`` or starts its own process), its string hash
 seed is the server's, and a traceback it prints shows two frames of this file above the module's.
 A timeout, a Ctrl-C or any other exception in the caller kills the copy, as subprocess.run does.
 """
@@ -163,18 +166,39 @@ def _stop() -> None:
 
 
 def run(cmd: list[str], *, cwd: Path | str | None = None, env: dict[str, str] | None = None,
-        timeout: float | None = None, preexec_fn=None) -> subprocess.CompletedProcess:
+        timeout: float | None = None, preexec_fn=None, rlimits: dict[int, tuple[int, int]] | None = None
+        ) -> subprocess.CompletedProcess:
     """``subprocess.run(cmd, cwd=, env=, timeout=, preexec_fn=, capture_output=True, text=True)``,
-    forked from the server when that gives the same result (module docstring), else exactly that."""
+    forked from the server when that gives the same result (module docstring), else exactly that.
+    ``rlimits`` ({resource.RLIMIT_*: (soft, hard)}) are set in the process before the module runs
+    (a fresh one: before Python starts)."""
+    with Popen(cmd, cwd=cwd, env=env, preexec_fn=preexec_fn, rlimits=rlimits, stdout=subprocess.PIPE,
+               stderr=subprocess.PIPE, text=True) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except BaseException:  # a timeout, a Ctrl-C, anything: the process ends with its caller, as with subprocess.run
+            proc.kill()
+            proc.wait()
+            raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def Popen(cmd: list[str], *, cwd: Path | str | None = None, env: dict[str, str] | None = None, preexec_fn=None,
+          rlimits: dict[int, tuple[int, int]] | None = None, stdout=None, stderr=None, text: bool = False):
+    """``subprocess.Popen(cmd, cwd=, env=, preexec_fn=, stdout=, stderr=, text=)`` (stdin: /dev/null),
+    forked from the server when that gives the same process (module docstring; ``stdout`` and
+    ``stderr`` each PIPE, DEVNULL, None or a file), else exactly that. A forked one is a
+    :class:`Forked`: the same ``pid``, ``stdout``/``stderr`` pipes, ``poll``/``wait``/
+    ``communicate``/``send_signal``/``terminate``/``kill`` and ``returncode``."""
     cwd = Path(cwd or os.getcwd())
     env = dict(os.environ if env is None else env)
     why = _fresh_because(cmd, cwd, env, preexec_fn)
     path = _start() if why is None else None
     if path is not None:
         try:
-            result = _forked(path, cmd, cwd, env, timeout)
+            proc = Forked(path, cmd, cwd, env, rlimits or {}, stdout, stderr, text)
             COUNTS["forked"] = COUNTS.get("forked", 0) + 1
-            return result
+            return proc
         except _NoServer as err:  # fresh: this command, or from now on when the server is gone (killed)
             why = err.why
             if err.gone:
@@ -182,8 +206,21 @@ def run(cmd: list[str], *, cwd: Path | str | None = None, env: dict[str, str] | 
                     _server["socket"] = None
     why = f"fresh ({why or 'no server'})"
     COUNTS[why] = COUNTS.get(why, 0) + 1
-    return subprocess.run(cmd, cwd=cwd, env=env, timeout=timeout, preexec_fn=preexec_fn,
-                          capture_output=True, text=True)
+    if rlimits:
+        preexec_fn = _setting(rlimits, preexec_fn)
+    return subprocess.Popen(cmd, cwd=cwd, env=env, preexec_fn=preexec_fn, stdin=subprocess.DEVNULL, stdout=stdout,
+                            stderr=stderr, text=text)
+
+
+def _setting(rlimits: dict[int, tuple[int, int]], then=None):
+    def preexec() -> None:
+        import resource
+
+        for which, limits in rlimits.items():
+            resource.setrlimit(which, limits)
+        if then is not None:
+            then()
+    return preexec
 
 
 class _NoServer(Exception):
@@ -194,76 +231,133 @@ class _NoServer(Exception):
         self.why, self.gone = why, gone
 
 
-def _forked(path: str, cmd: list[str], cwd: Path, env: dict[str, str], timeout: float | None):
-    umask = os.umask(0)
-    os.umask(umask)
-    argv = [os.fsdecode(a) for a in cmd]  # str, bytes or a path, as subprocess takes them
-    request = json.dumps({"module": argv[2], "argv": argv[3:], "orig_argv": argv, "cwd": str(cwd), "env": env,
-                          "umask": umask}).encode()
-    if len(request) > MAX_REQUEST:
-        raise _NoServer("the request does not fit one message", gone=False)
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    try:
+class Forked:
+    """A command forked from the server (see :func:`Popen`): its exit status comes from the
+    server, which is its parent, over the request's socket."""
+
+    def __init__(self, path: str, cmd: list[str], cwd: Path, env: dict[str, str], rlimits: dict, stdout, stderr,
+                 text: bool) -> None:
+        self.args, self.returncode, self.text = cmd, None, text
+        umask = os.umask(0)
+        os.umask(umask)
+        argv = [os.fsdecode(a) for a in cmd]  # str, bytes or a path, as subprocess takes them
+        request = json.dumps({"module": argv[2], "argv": argv[3:], "orig_argv": argv, "cwd": str(cwd), "env": env,
+                              "umask": umask, "rlimits": [[k, *v] for k, v in rlimits.items()]}).encode()
+        if len(request) > MAX_REQUEST:
+            raise _NoServer("the request does not fit one message", gone=False)
+        ours: list[int] = []  # the read ends of PIPEs (kept), then what only the child needs (closed)
+        theirs: list[int] = [os.open(os.devnull, os.O_RDONLY)]
         try:
-            conn.connect(path)
-        except OSError as err:
-            conn.close()
-            os.close(out_r)
-            os.close(err_r)
-            raise _NoServer("no server", gone=True) from err
-        try:
-            socket.send_fds(conn, [request], [devnull, out_w, err_w])
-        except OSError as err:  # nothing was started
-            conn.close()
-            os.close(out_r)
-            os.close(err_r)
-            raise _NoServer("the request does not fit one message" if err.errno == errno.EMSGSIZE
-                            else "no server", gone=err.errno != errno.EMSGSIZE) from err
-    finally:
-        for fd in (devnull, out_w, err_w):
-            os.close(fd)
-    conn.settimeout(60)
-    try:
-        pid = _unpack(conn.recv(STATUS.size))
-    except BaseException:
-        conn.close()
-        os.close(out_r)
-        os.close(err_r)
-        raise
-    chunks: dict[int, list[bytes]] = {out_r: [], err_r: []}
-    sel = selectors.DefaultSelector()
-    for fd in chunks:
-        sel.register(fd, selectors.EVENT_READ)
-    end = None if timeout is None else time.monotonic() + timeout
-    try:
-        while sel.get_map():
-            left = None if end is None else end - time.monotonic()
-            if left is not None and left <= 0:
-                raise subprocess.TimeoutExpired(cmd, timeout, b"".join(chunks[out_r]), b"".join(chunks[err_r]))
-            for key, _ in sel.select(left):
-                data = os.read(key.fd, 1 << 16)
-                if data:
-                    chunks[key.fd].append(data)
+            for target, stream in ((1, stdout), (2, stderr)):
+                if stream == subprocess.PIPE:
+                    r, w = os.pipe()
+                    ours.append(r)
+                    theirs.append(w)
+                elif stream == subprocess.DEVNULL:
+                    ours.append(-1)
+                    theirs.append(os.open(os.devnull, os.O_WRONLY))
                 else:
-                    sel.unregister(key.fd)
-        conn.settimeout(None if end is None else max(end - time.monotonic(), 1.0))
+                    ours.append(-1)
+                    theirs.append(os.dup(target if stream is None else stream if isinstance(stream, int)
+                                         else stream.fileno()))  # None: this process's, as subprocess
+            conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            try:
+                conn.connect(path)
+                socket.send_fds(conn, [request], theirs)
+            except OSError as err:  # nothing was started
+                conn.close()
+                raise _NoServer("the request does not fit one message" if err.errno == errno.EMSGSIZE
+                                else "no server", gone=err.errno != errno.EMSGSIZE) from err
+        except BaseException:
+            for fd in ours:
+                if fd >= 0:
+                    os.close(fd)
+            raise
+        finally:
+            for fd in theirs:
+                os.close(fd)
+        conn.settimeout(60)
         try:
-            reply = conn.recv(STATUS.size)
-        except socket.timeout:
-            raise subprocess.TimeoutExpired(cmd, timeout) from None
-    except BaseException:  # a timeout, a Ctrl-C, anything: the process ends with its caller, as with subprocess.run
-        _kill(pid)
-        raise
-    finally:
-        sel.close()
-        os.close(out_r)
-        os.close(err_r)
-        conn.close()
-    code = os.waitstatus_to_exitcode(_unpack(reply))
-    return subprocess.CompletedProcess(cmd, code, _text(b"".join(chunks[out_r])), _text(b"".join(chunks[err_r])))
+            self.pid = _unpack(conn.recv(STATUS.size))
+        except BaseException:
+            conn.close()
+            for fd in ours:
+                if fd >= 0:
+                    os.close(fd)
+            raise
+        self._conn = conn
+        self.stdin = None
+        self.stdout, self.stderr = (None if fd < 0 else
+                                    open(fd, "r", encoding=locale.getpreferredencoding(False)) if text else
+                                    open(fd, "rb") for fd in ours)
+
+    def __enter__(self) -> "Forked":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for stream in (self.stdout, self.stderr):
+            if stream is not None:
+                stream.close()
+        self.wait()
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self._conn.setblocking(False)
+            try:
+                self._status(self._conn.recv(STATUS.size))
+            except BlockingIOError:
+                pass
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            self._conn.settimeout(timeout)
+            try:
+                self._status(self._conn.recv(STATUS.size))
+            except socket.timeout:
+                raise subprocess.TimeoutExpired(self.args, timeout) from None
+        return self.returncode
+
+    def _status(self, reply: bytes) -> None:
+        self.returncode = os.waitstatus_to_exitcode(_unpack(reply))
+        self._conn.close()
+
+    def communicate(self, timeout: float | None = None):
+        """Read stdout and stderr to their ends and wait (``subprocess.TimeoutExpired`` at
+        ``timeout``; the process goes on, as with subprocess)."""
+        end = None if timeout is None else time.monotonic() + timeout
+        streams = [s for s in (self.stdout, self.stderr) if s is not None and not s.closed]
+        chunks: dict[int, list[bytes]] = {s.fileno(): [] for s in streams}
+        with selectors.DefaultSelector() as sel:
+            for s in streams:
+                sel.register(s.fileno(), selectors.EVENT_READ)
+            while sel.get_map():
+                left = None if end is None else end - time.monotonic()
+                if left is not None and left <= 0:
+                    raise subprocess.TimeoutExpired(self.args, timeout, *(
+                        b"".join(chunks[s.fileno()]) if s in streams else None for s in (self.stdout, self.stderr)))
+                for key, _ in sel.select(left):
+                    data = os.read(key.fd, 1 << 16)
+                    if data:
+                        chunks[key.fd].append(data)
+                    else:
+                        sel.unregister(key.fd)
+        out = [None if s is None or s.fileno() not in chunks else b"".join(chunks[s.fileno()])
+               for s in (self.stdout, self.stderr)]
+        for s in streams:
+            s.close()
+        self.wait(None if end is None else max(end - time.monotonic(), 1.0))
+        return tuple(_text(data) if self.text and data is not None else data for data in out)
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None:
+            _kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
 
 
 def _unpack(reply: bytes) -> int:
@@ -272,9 +366,9 @@ def _unpack(reply: bytes) -> int:
     return STATUS.unpack(reply)[0]
 
 
-def _kill(pid: int) -> None:
+def _kill(pid: int, sig: int = signal.SIGKILL) -> None:
     try:
-        os.kill(pid, signal.SIGKILL)
+        os.kill(pid, sig)
     except ProcessLookupError:
         pass
 
@@ -359,6 +453,7 @@ def _serve(path: str, owner: int) -> dict:
 
 def _become(request: dict) -> None:
     """In the forked copy: the request's process, as ``python -m MODULE ARGV`` would start."""
+    import resource
     import runpy
     import types
 
@@ -375,6 +470,8 @@ def _become(request: dict) -> None:
     for name in MODULES:
         assert name not in sys.modules, name
     np.random.seed()  # a fresh process's numpy seeds itself from the OS (random reseeds itself at fork)
+    for which, soft, hard in request.get("rlimits", []):
+        resource.setrlimit(which, (soft, hard))
     runpy._run_module_as_main(request["module"], alter_argv=True)
 
 

@@ -41,15 +41,21 @@ def child_env(**extra: str) -> dict[str, str]:
     return {**env, "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1", **extra}
 
 
-def fsize_limit(limit: int):
-    """preexec_fn: the child may not write any file beyond ``limit`` bytes (EFBIG)."""
-    return lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+def fsize_limit(limit: int) -> dict[int, tuple[int, int]]:
+    """rlimits: the process may not write any file beyond ``limit`` bytes (EFBIG)."""
+    return {resource.RLIMIT_FSIZE: (limit, limit)}
 
 
-def attnlab(*args: str, cwd: Path | None = None, env: dict | None = None, preexec=None,
+def attnlab(*args: str, cwd: Path | None = None, env: dict | None = None, rlimits=None,
             module: str = "attnlab.launch", timeout: float = 300) -> subprocess.CompletedProcess:
     return forkserver.run([sys.executable, "-m", module, *args], cwd=cwd or ROOT, env=env or child_env(),
-                          preexec_fn=preexec, timeout=timeout)
+                          rlimits=rlimits, timeout=timeout)
+
+
+def started(*args: str, env: dict | None = None, stdout=subprocess.PIPE):
+    """``attnlab ARGS`` started (forkserver.Popen: forked when that is the same process), text pipes."""
+    return forkserver.Popen([sys.executable, "-m", "attnlab.launch", *args], cwd=ROOT, env=env or child_env(),
+                            stdout=stdout, stderr=subprocess.PIPE, text=True)
 
 
 def summary(run: Path) -> dict:
@@ -102,10 +108,12 @@ class Paused:
 
     def __init__(self, tmp: Path, phase: str, *args: str, env: dict | None = None, stdout=subprocess.PIPE) -> None:
         self.flag = tmp / f"paused-{phase}"
-        self.proc = subprocess.Popen([sys.executable, "-m", "attnlab.launch", *args], cwd=ROOT,
-                                     env={**(env or child_env()), "ATTNLAB_TEST_PAUSE_AT": phase,
-                                          "ATTNLAB_TEST_PAUSE_FILE": str(self.flag)},
-                                     stdout=stdout, stderr=subprocess.PIPE, text=True)
+        env = {**(env or child_env()), "ATTNLAB_TEST_PAUSE_AT": phase, "ATTNLAB_TEST_PAUSE_FILE": str(self.flag)}
+        if phase == "startup":  # a pause while Python imports: a process that really starts
+            self.proc = subprocess.Popen([sys.executable, "-m", "attnlab.launch", *args], cwd=ROOT, env=env,
+                                         stdout=stdout, stderr=subprocess.PIPE, text=True)
+        else:
+            self.proc = started(*args, env=env, stdout=stdout)
         poll(self.flag.exists, self.proc)
 
     def signal(self, *sigs: int) -> None:
@@ -194,7 +202,7 @@ def test_file_size_limit_stops_at_the_batch_and_every_file_agrees(tmp_path):
     limit, snaps, steps = 20_000, [0, 100, 1000, 2000], 3000
     run = tmp_path / "run"
     proc = attnlab(f"hydra.run.dir={run}", *QUIET, f"train.steps={steps}", f"train.snapshot_steps={snaps}",
-                   preexec=fsize_limit(limit))
+                   rlimits=fsize_limit(limit))
     # the first batch of rows that would take metrics.csv past the limit is the step it stops at
     losses = train(compose_cfg(*QUIET, f"train.steps={steps}", f"train.snapshot_steps={snaps}")).losses.tolist()
     size = len("step,loss\n")
@@ -223,7 +231,7 @@ def test_file_size_limit_on_the_snapshots_keeps_the_frames_that_fit(tmp_path):
     limit = HEAD + 6 * frame + 100  # room for six snapshots (the seventh fails, step 6), not for the archive's end
     run = tmp_path / "run"
     proc = attnlab(f"hydra.run.dir={run}", *QUIET, f"sentence={sentence}", "train.steps=20",
-                   f"train.snapshot_steps={list(range(20))}", preexec=fsize_limit(limit))
+                   f"train.snapshot_steps={list(range(20))}", rlimits=fsize_limit(limit))
     assert proc.returncode == 1
     assert proc.stderr == f"failed: file too large while writing attention.npz at step 6; records kept in {run}\n"
     s = summary(run)
@@ -241,7 +249,7 @@ def test_tensorboard_that_cannot_write_fails_the_run_at_that_step(tmp_path):
     run = tmp_path / "run"
     # TensorBoard's event file grows ~2x faster than metrics.csv: it reaches the limit first
     proc = attnlab(f"hydra.run.dir={run}", "logging.images=false", "logging.figures=false", "logging.report=false",
-                   "logging.console=false", "train.steps=2000", "train.snapshot_steps=[0]", preexec=fsize_limit(20_000))
+                   "logging.console=false", "train.steps=2000", "train.snapshot_steps=[0]", rlimits=fsize_limit(20_000))
     assert proc.returncode == 1
     n = summary(run)["steps_run"]
     assert 0 < n < 2000
@@ -260,7 +268,7 @@ def test_walkthrough_that_cannot_write_its_archive_fails_with_the_reason(tmp_pat
     run = tmp_path / "run"
     sentence = " ".join(["Your journey starts with one step"] * 5)
     proc = attnlab(f"hydra.run.dir={run}", "experiment=tutorial_walkthrough", "logging.console=false",
-                   "model.d_model=200", f"sentence={sentence}", preexec=fsize_limit(20_000))  # walkthrough.npz ~100 KB
+                   "model.d_model=200", f"sentence={sentence}", rlimits=fsize_limit(20_000))  # walkthrough.npz ~100 KB
     assert (proc.returncode, proc.stderr) == (1, f"failed: file too large while writing walkthrough.npz; records kept in {run}\n")
     assert (summary(run)["status"], summary(run)["error"]) == ("failed", "file too large while writing walkthrough.npz")
     assert files(run) == {"summary.json"} | hydra_files()  # no temporary archive left
@@ -275,7 +283,7 @@ def test_walkthrough_that_cannot_write_its_archive_fails_with_the_reason(tmp_pat
 def test_summary_json_that_cannot_be_written_is_said_on_stderr(tmp_path, limit, expected_rc, expected_stderr, left):
     run = tmp_path / "run"
     proc = attnlab(f"hydra.run.dir={run}", "hydra.output_subdir=null", *QUIET, "train.steps=5",
-                   preexec=fsize_limit(limit))
+                   rlimits=fsize_limit(limit))
     assert (proc.returncode, proc.stderr) == (expected_rc, expected_stderr.format(run=run))
     assert files(run) == left
     if left:
@@ -284,7 +292,7 @@ def test_summary_json_that_cannot_be_written_is_said_on_stderr(tmp_path, limit, 
 
 def test_hydra_cannot_save_its_config_one_line_and_nothing_left(tmp_path):
     run = tmp_path / "out" / "run"
-    proc = attnlab(f"hydra.run.dir={run}", *QUIET, preexec=fsize_limit(1000))  # .hydra/hydra.yaml is ~5 KB
+    proc = attnlab(f"hydra.run.dir={run}", *QUIET, rlimits=fsize_limit(1000))  # .hydra/hydra.yaml is ~5 KB
     assert proc.returncode == 2
     assert proc.stderr == (f"error: hydra.run.dir='{run}': cannot write Hydra's config there (file too large); "
                            "choose another hydra.run.dir\n")
@@ -411,9 +419,8 @@ def test_kill_9_while_the_last_figures_are_drawn_leaves_a_killed_run_not_a_compl
 def test_kill_9_leaves_a_killed_run_that_keeps_its_snapshots_and_is_refused(tmp_path):
     run = tmp_path / "run"
     snaps = [0, 20, 50, 100, 200]
-    proc = subprocess.Popen([sys.executable, "-m", "attnlab.launch", f"hydra.run.dir={run}", *QUIET,
-                             "logging.console=false", "train.steps=2000000", f"train.snapshot_steps={snaps}"],
-                            cwd=ROOT, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = started(f"hydra.run.dir={run}", *QUIET, "logging.console=false", "train.steps=2000000",
+                   f"train.snapshot_steps={snaps}")
     partial = run / ".metrics.csv.partial"
     poll(lambda: partial.is_file() and partial.read_bytes().count(b"\n") > 300, proc)
     assert artifacts.run_is_live(run)
@@ -450,10 +457,9 @@ def test_kill_9_leaves_a_killed_run_that_keeps_its_snapshots_and_is_refused(tmp_
 
 def test_two_runs_started_together_one_runs_the_other_is_refused(tmp_path):
     run = tmp_path / "run"
-    args = [sys.executable, "-m", "attnlab.launch", f"hydra.run.dir={run}", "logging.images=false",
-            "logging.figures=false", "logging.report=false", "logging.console=false", "train.steps=3000"]
-    procs = [subprocess.Popen(args, cwd=ROOT, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) for _ in range(2)]
+    args = [f"hydra.run.dir={run}", "logging.images=false", "logging.figures=false", "logging.report=false",
+            "logging.console=false", "train.steps=3000"]
+    procs = [started(*args) for _ in range(2)]
     results = sorted((p.communicate(timeout=300)[1], p.returncode) for p in procs)
     codes = sorted(rc for _, rc in results)
     assert codes == [0, 2], results
@@ -544,9 +550,7 @@ def test_ctrl_c_twice_after_the_last_step_keeps_the_run_completed(tmp_path):
 def test_closed_pipe_silences_the_console_and_the_run_completes(tmp_path):
     run = tmp_path / "run"
     snaps = list(range(0, 400, 10))
-    proc = subprocess.Popen([sys.executable, "-m", "attnlab.launch", f"hydra.run.dir={run}", *QUIET, "train.steps=400",
-                             f"train.snapshot_steps={snaps}"], cwd=ROOT, env=child_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = started(f"hydra.run.dir={run}", *QUIET, "train.steps=400", f"train.snapshot_steps={snaps}")
     lines = [proc.stdout.readline(), proc.stdout.readline()]  # `attnlab ... | head -2`
     proc.stdout.close()
     err = proc.stderr.read()

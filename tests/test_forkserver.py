@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -188,3 +189,64 @@ def test_paths_in_argv_huge_requests_and_the_umask_are_as_with_subprocess(tmp_pa
     assert forkserver.COUNTS["forked"] == counts["forked"] + 1  # the server still serves
     assert huge.returncode == subprocess.run([sys.executable, "-m", "attnlab.cli", "--help", *["x" * 60_000] * 5],
                                              cwd=tmp_path, env=ENV, capture_output=True).returncode
+
+
+def test_rlimits_reach_the_forked_process_as_a_preexec_fn_reaches_a_fresh_one(tmp_path):
+    import resource
+
+    limits = {resource.RLIMIT_FSIZE: (1000, 1000)}  # .hydra/hydra.yaml (~5 KB) cannot be written
+    out = []
+    for how in ("forked", "fresh"):
+        cmd = [sys.executable, "-m", "attnlab.cli", f"hydra.run.dir={tmp_path / how}", "logging=off"]
+        if how == "forked":
+            out.append(forkserver.run(cmd, cwd=tmp_path, env=ENV, rlimits=limits, timeout=300))
+        else:
+            out.append(subprocess.run(cmd, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300,
+                                      preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (1000, 1000))))
+    forked, fresh = out
+    assert (forked.returncode, fresh.returncode) == (2, 2)
+    same_text(forked.stderr, fresh.stderr, tmp_path)
+    assert "cannot write Hydra's config there (file too large)" in forked.stderr
+    assert resource.getrlimit(resource.RLIMIT_FSIZE) != (1000, 1000)  # only the command's process
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["SIGINT", "SIGKILL"])
+def test_popen_forked_streams_polls_and_takes_signals_as_subprocess_popen(tmp_path, sig):
+    """forkserver.Popen: the run's pid (in its lock file), a line read from its stdout pipe,
+    poll() None while it runs, a signal, then communicate(): status and text as subprocess's."""
+    out = []
+    for how in ("forked", "fresh"):
+        cmd = [sys.executable, "-m", "attnlab.cli", f"hydra.run.dir={tmp_path / how}", "logging=off",
+               "train.steps=2000000", "train.snapshot_steps=[0]"]
+        start = forkserver.Popen if how == "forked" else subprocess.Popen
+        proc = start(cmd, cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert isinstance(proc, forkserver.Forked) == (how == "forked")
+        first = proc.stdout.readline()  # the first snapshot's line: the steps have begun
+        assert proc.poll() is None and proc.returncode is None
+        lock = tmp_path / how / ".attnlab.lock"
+        assert lock.read_bytes().split(b"\n")[0] == str(proc.pid).encode()
+        proc.send_signal(sig)
+        rest, err = proc.communicate(timeout=120)
+        out.append((proc.returncode, first, err))
+        assert proc.poll() == proc.returncode and proc.wait() == proc.returncode
+    (code, first, err), (fresh_code, fresh_first, fresh_err) = out
+    assert code == fresh_code == (1 if sig == signal.SIGINT else -signal.SIGKILL)
+    assert first == fresh_first and first.startswith("step   0  loss=2.3566")
+    steps = re.compile(r"\b\d+ (steps?)\b|step \d+")  # where the signal landed differs
+    same_text(steps.sub("N", err), steps.sub("N", fresh_err), tmp_path)
+    if sig == signal.SIGINT:
+        assert re.fullmatch(r"interrupted at step (\d+); \1 steps? recorded; records kept in .*\n", err), err
+
+
+def test_popen_forked_timeouts_leave_the_process_running_as_subprocess_does(tmp_path):
+    cmd = [sys.executable, "-m", "attnlab.cli", f"hydra.run.dir={tmp_path / 'run'}", "logging=off",
+           "train.steps=2000000", "logging.console=false"]
+    proc = forkserver.Popen(cmd, cwd=tmp_path, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    assert isinstance(proc, forkserver.Forked) and proc.stdout is None
+    with pytest.raises(subprocess.TimeoutExpired):
+        proc.wait(timeout=0.5)
+    with pytest.raises(subprocess.TimeoutExpired):
+        proc.communicate(timeout=0.5)
+    assert proc.poll() is None
+    proc.kill()
+    assert proc.wait(timeout=60) == -signal.SIGKILL

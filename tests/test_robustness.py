@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import forkserver
 import numpy as np
 import pytest
 
@@ -166,7 +167,7 @@ def _wait_for(pred, timeout: float, proc: subprocess.Popen) -> None:
 def test_signal_mid_run_records_interrupted_and_flushes_everything(tmp_path, sig):
     run = tmp_path / "run"
     env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
-    proc = subprocess.Popen([sys.executable, "-m", "attnlab.cli", f"hydra.run.dir={run}", "train.steps=2000000",
+    proc = forkserver.Popen([sys.executable, "-m", "attnlab.cli", f"hydra.run.dir={run}", "train.steps=2000000",
                              "train.snapshot_steps=[0,20,50,100,200]",
                              "logging.tensorboard=true", "logging.images=true", "logging.figures=false",
                              "logging.console=false"],
@@ -213,7 +214,7 @@ def test_same_config_is_bitwise_identical_in_one_process():
 
 def test_same_config_is_bitwise_identical_across_parallel_processes(tmp_path):
     env = {**{k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}, "MPLBACKEND": "Agg"}
-    procs = [subprocess.Popen([sys.executable, "-m", "attnlab.cli", f"hydra.run.dir={tmp_path / name}", "logging=off"],
+    procs = [forkserver.Popen([sys.executable, "-m", "attnlab.cli", f"hydra.run.dir={tmp_path / name}", "logging=off"],
                               cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
              for name in ("p1", "p2")]  # started together: they run in parallel
     for p in procs:
