@@ -9,6 +9,7 @@ it through a session fixture made once for all workers (:func:`shared_once`).
 """
 from __future__ import annotations
 
+import copy
 import csv
 import json
 import os
@@ -45,12 +46,20 @@ GOLDEN_EMBEDDING_ROWS = [
 ]
 
 
+_COMPOSED: dict[tuple[str, ...], object] = {}
+
+
 def compose_cfg(*overrides: str):
     """The config ``attnlab OVERRIDES`` would run (no Hydra runtime, no run dir; free text
-    made Hydra syntax as the command does, attnlab.argv.prepare)."""
-    register_configs()
-    with initialize_config_module("attnlab.conf", version_base="1.3"):
-        return compose("config", overrides=prepare(overrides))
+    made Hydra syntax as the command does, attnlab.argv.prepare). Composed once per overrides in
+    a test process (~180 ms each: the suite asks for the same few configs ~150 times); each call
+    returns a copy of its own (a test may change it). Interpolations stay unresolved, as composed."""
+    key = tuple(overrides)
+    if key not in _COMPOSED:
+        register_configs()
+        with initialize_config_module("attnlab.conf", version_base="1.3"):
+            _COMPOSED[key] = compose("config", overrides=prepare(overrides))
+    return copy.deepcopy(_COMPOSED[key])
 
 
 @pytest.fixture

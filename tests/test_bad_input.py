@@ -199,10 +199,20 @@ REPRODUCE_CASES = [
 
 # --- in-process: every case of ours -----------------------------------------------------------
 
+_OURS: dict[str, tuple] = {}  # case id: (run_job's result, its run dir), run once per process
+
+
+def ours(case: Case, tmp_path_factory) -> tuple:
+    """``case`` (one of ours) run in-process, once for the tests that look at it."""
+    if case.id not in _OURS:
+        run = tmp_path_factory.mktemp(case.id)
+        _OURS[case.id] = (run_job(compose_cfg(*case.args, *QUIET), run), run)
+    return _OURS[case.id]
+
+
 @pytest.mark.parametrize("case", [c for c in CASES if c.kind == "ours"], ids=lambda c: c.id)
-def test_our_errors_name_key_value_and_allowed(case, tmp_path):
-    cfg = compose_cfg(*case.args, *QUIET)
-    result = run_job(cfg, tmp_path)
+def test_our_errors_name_key_value_and_allowed(case, tmp_path_factory):
+    result, tmp_path = ours(case, tmp_path_factory)
     assert result.status == "failed"
     assert result.bad_input
     message = result.error
@@ -347,14 +357,12 @@ def cell(text: str) -> str:
     return "<br>".join(f"`{line}`" if line.strip() else "" for line in lines) or "(nothing)"
 
 
-def test_doc_is_current():
+def test_doc_is_current(tmp_path_factory):
     doc = DOC.read_text(encoding="utf-8")
     for case in CASES:
         assert f"| {case.id} |" in doc, f"{case.id} missing from {DOC}: run python tests/test_bad_input.py"
         if case.kind == "ours":
-            cfg = compose_cfg(*case.args, *QUIET)
-            with tempfile.TemporaryDirectory() as tmp:
-                result = run_job(cfg, Path(tmp))
+            result, _ = ours(case, tmp_path_factory)
             assert result.bad_input, case.id
             if case.id in MACHINE_DEPENDENT:  # the memory or disk this machine has ends the line
                 assert cell(f"error: {case.expect}")[:-1] in doc, case.id
