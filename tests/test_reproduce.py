@@ -245,7 +245,7 @@ def test_a_run_made_with_an_environment_variable_reproduces_after_it_changes(tmp
 @pytest.mark.parametrize("make, expected", [
     (lambda d: d / "missing", "not a directory"),
     (lambda d: d, ".hydra/config.yaml: missing"),
-    (lambda d: write_config(d / "r", "model: [unclosed\n"), "config.yaml: not valid YAML (line 2: expected ',' or ']'"),
+    (lambda d: write_config(d / "r", "model: [unclosed\n"), ("config.yaml: not valid YAML (line 2: ", "expected ',' or ']'")),  # libyaml: "did not find expected"
     (lambda d: write_config(d / "r", "- a list\n"), "config.yaml: not a config"),
     (lambda d: write_config(d / "r", "optimizer:\n  _target_: torch.optim.Adam\nmodel:\n  n_layers: 2\n"),
      "model.n_layers=2: is not a key of attnlab's config schema"),
@@ -262,7 +262,8 @@ def test_not_a_reproducible_run_exits_2_with_one_line(tmp_path, capsys, make, ex
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1
     assert err.startswith("error: ")
-    assert expected in err
+    for part in expected if isinstance(expected, tuple) else (expected,):
+        assert part in err
     assert not [p for p in tmp_path.iterdir() if "-repro-" in p.name]
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import hostile_runs as H
 import numpy as np
 import pytest
+import yaml
 
 from attnlab import artifacts
 from attnlab import safe_read as S
@@ -272,3 +273,57 @@ def test_a_job_folder_that_is_a_link_is_refused_when_read_from_its_sweep(healthy
     with pytest.raises(S.RunFileError, match=r"0_job/summary.json: its folder 0_job is a symbolic link"):
         S.read_summary(sweep / "0_job", root=sweep)
     assert S.read_summary(sweep / "0_job")["status"] == "completed"  # the path a user typed may be a link
+
+
+def _outcome(text: str, c_events: bool):
+    try:
+        return ("data", S.yaml_data.parse_yaml_data(text, "t.yaml", c_events=c_events))
+    except S.RunFileError as err:
+        return ("refused", str(err))
+
+
+BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{k}: &{k} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n" for p, k in zip("abcdefg", "bcdefgh"))
+YAML_TEXTS = {  # what a run's .hydra files hold, and what a damaged or hostile one may
+    "empty": "", "comment": "# nothing\n", "scalar": "3\n", "null": "~\n",
+    "types": "a: 1e-3\nb: .inf\nc: -.nan\nd: 0x1F\ne: 2001-12-14\nf: yes\ng: 'x'\nh: ${model.d_model}\ni: 1_000\n",
+    "unicode": "sentence: 你的旅程从一步开始 😀\nq: \"\\u00e9\\t\\x01\"\n",
+    "nested_ok": "a: " + "[" * 30 + "]" * 30 + "\n",
+    "too_deep_ours": "a: " + "[" * 40 + "]" * 40 + "\n",
+    "too_deep_flow": "[" * 3000 + "]" * 3000 + "\n",
+    "too_deep_block": "".join("  " * i + f"k{i}:\n" for i in range(60)) + "  " * 60 + "v: 1\n",
+    "bomb": BOMB, "recursive": "a: &a [*a]\n", "many": "[" + ", ".join(["1"] * 6000) + "]\n",
+    "python_tag": "x: !!python/object/apply:os.system ['true']\n", "custom_tag": "x: !env HOME\n",
+    "binary": "x: !!binary aGVsbG8=\n", "set": "x: !!set {a, b}\n", "merge": "a: &a {x: 1}\nb:\n  <<: *a\n",
+    "duplicate": "seed: 1\nseed: 2\n", "null_key": "null: 1\n", "bool_key": "yes: 1\n", "int_key": "3: x\n",
+    "complex_key": "? [a, b]\n: 1\n", "two_docs": "a: 1\n---\nb: 2\n", "unclosed": "model: [unclosed\n",
+    "tab": "a:\n\tb: 1\n", "control": "a: b\x07c\n", "bom": "\ufeffa: 1\n", "huge_int": "a: " + "9" * 5000 + "\n",
+    "bad_indent": "a:\n  b: 1\n c: 2\n", "colon": "a: b: c\n", "anchor_only": "a: &x\n", "undefined_alias": "a: *nope\n",
+}
+
+
+@pytest.mark.skipif(not yaml.__with_libyaml__, reason="PyYAML without libyaml: one parser only")
+@pytest.mark.parametrize("name", list(YAML_TEXTS))
+def test_libyaml_events_read_what_the_pure_python_parser_reads(name):
+    """The same data from libyaml's events as from PyYAML's pure-Python parser, and the same
+    refusal of a hostile text (ours word for word; a syntax error both call not valid YAML, in
+    their own words: libyaml says "did not find expected ',' or ']'")."""
+    text = YAML_TEXTS[name]
+    fast, slow = _outcome(text, True), _outcome(text, False)
+    assert fast[0] == slow[0], (fast, slow)
+    if fast[0] == "data":
+        assert json.dumps(fast[1], sort_keys=True) == json.dumps(slow[1], sort_keys=True)
+    elif "refused YAML" in slow[1] or "refused YAML" in fast[1]:
+        assert fast[1] == slow[1]
+    else:
+        assert fast[1].startswith("t.yaml: not valid YAML (") and slow[1].startswith("t.yaml: not valid YAML ("), fast
+
+
+def test_libyaml_events_read_a_runs_hydra_files_as_the_pure_python_parser(healthy):
+    files = [p for p in healthy["train"].joinpath(".hydra").iterdir()]
+    assert len(files) == 3
+    for path in files:
+        text = path.read_text(encoding="utf-8")
+        fast = S.yaml_data.parse_yaml_data(text, path)
+        assert isinstance(fast, (dict, list)) and fast
+        assert fast == S.yaml_data.parse_yaml_data(text, path, c_events=False)

