@@ -286,6 +286,7 @@ class Forked:
                     os.close(fd)
             raise
         self._conn = conn
+        self._chunks: tuple[list[bytes], list[bytes]] = ([], [])
         self.stdin = None
         self.stdout, self.stderr = (None if fd < 0 else
                                     open(fd, "r", encoding=locale.getpreferredencoding(False)) if text else
@@ -326,28 +327,27 @@ class Forked:
         """Read stdout and stderr to their ends and wait (``subprocess.TimeoutExpired`` at
         ``timeout``; the process goes on, as with subprocess)."""
         end = None if timeout is None else time.monotonic() + timeout
-        streams = [s for s in (self.stdout, self.stderr) if s is not None and not s.closed]
-        chunks: dict[int, list[bytes]] = {s.fileno(): [] for s in streams}
+        open_fds = {s.fileno(): i for i, s in enumerate((self.stdout, self.stderr)) if s is not None and not s.closed}
+        chunks = self._chunks  # [stdout's, stderr's]: what an earlier call read before its timeout is kept
         with selectors.DefaultSelector() as sel:
-            for s in streams:
-                sel.register(s.fileno(), selectors.EVENT_READ)
+            for fd in open_fds:
+                sel.register(fd, selectors.EVENT_READ)
             while sel.get_map():
                 left = None if end is None else end - time.monotonic()
                 if left is not None and left <= 0:
-                    raise subprocess.TimeoutExpired(self.args, timeout, *(
-                        b"".join(chunks[s.fileno()]) if s in streams else None for s in (self.stdout, self.stderr)))
+                    raise subprocess.TimeoutExpired(self.args, timeout, *(b"".join(c) for c in chunks))
                 for key, _ in sel.select(left):
                     data = os.read(key.fd, 1 << 16)
                     if data:
-                        chunks[key.fd].append(data)
+                        chunks[open_fds[key.fd]].append(data)
                     else:
                         sel.unregister(key.fd)
-        out = [None if s is None or s.fileno() not in chunks else b"".join(chunks[s.fileno()])
-               for s in (self.stdout, self.stderr)]
-        for s in streams:
-            s.close()
+        for s in (self.stdout, self.stderr):
+            if s is not None:
+                s.close()
         self.wait(None if end is None else max(end - time.monotonic(), 1.0))
-        return tuple(_text(data) if self.text and data is not None else data for data in out)
+        return tuple(None if s is None else _text(b"".join(c)) if self.text else b"".join(c)
+                     for s, c in zip((self.stdout, self.stderr), chunks))
 
     def send_signal(self, sig: int) -> None:
         if self.returncode is None:

@@ -622,7 +622,16 @@ CASES: list[Case] = [
     Case("config_empty", "damaged", put(CONFIG, ""), "config",
          Raises(CONFIG, "not a config (a YAML mapping is expected, found null)"), reproduce="not a config"),
     Case("config_huge_int", "bomb", edit(CONFIG, "seed: 42", "seed: " + "9" * 5000), "config",
-         Raises(CONFIG, "refused YAML value (Exceeds the limit (4300 digits)"), reproduce="refused YAML value"),
+         Raises(CONFIG, "refused YAML: a number of 5000 characters (line "), reproduce="a number of 5000 characters"),
+    # YAML 1.1 base 60: 80,000 parts took ~5 CPU s and made an int too long to print (a traceback later)
+    Case("config_sexagesimal_int", "bomb", edit(CONFIG, "seed: 42", "seed: 1" + ":59" * 80_000), "config",
+         Raises(CONFIG, "refused YAML: a number of 240001 characters (line "), reproduce="a number of 240001"),
+    Case("config_hex_int_too_long_to_print", "bomb", edit(CONFIG, "seed: 42", "seed: 0x" + "f" * 4000), "config",
+         Raises(CONFIG, "refused YAML: an integer of 16000 bits (line "), reproduce="an integer of 16000 bits"),
+    Case("config_bool_tag_not_a_bool", "damaged", edit(CONFIG, "seed: 42", 'seed: !!bool "maybe"'), "config",
+         Raises(CONFIG, "refused YAML: not a bool: 'maybe' (line "), reproduce="not a bool"),  # was a KeyError traceback
+    Case("config_int_tag_empty", "damaged", edit(CONFIG, "seed: 42", 'seed: !!int ""'), "config",
+         Raises(CONFIG, "refused YAML: not an int: '' (line "), reproduce="not an int"),  # was an IndexError traceback
     Case("null_key", "damaged", prepend(CONFIG, "null: x\n"), "config",
          Raises(CONFIG, "refused YAML: a mapping key that is not a string (None, line 1)"), reproduce="not a string"),
     Case("yaml_11_bool_key", "damaged", prepend(CONFIG, "yes: x\n"), "config",

@@ -298,6 +298,9 @@ YAML_TEXTS = {  # what a run's .hydra files hold, and what a damaged or hostile 
     "duplicate": "seed: 1\nseed: 2\n", "null_key": "null: 1\n", "bool_key": "yes: 1\n", "int_key": "3: x\n",
     "complex_key": "? [a, b]\n: 1\n", "two_docs": "a: 1\n---\nb: 2\n", "unclosed": "model: [unclosed\n",
     "tab": "a:\n\tb: 1\n", "control": "a: b\x07c\n", "bom": "\ufeffa: 1\n", "huge_int": "a: " + "9" * 5000 + "\n",
+    "bool_tag_maybe": 'a: !!bool "maybe"\n', "int_tag_empty": 'a: !!int ""\n', "float_tag_dash": 'a: !!float "-"\n',
+    "sexagesimal": "a: 1" + ":59" * 5000 + "\n", "base60_ok": "a: 1:20\n", "hex_huge": "a: 0x" + "f" * 4000 + "\n",
+    "int_4300_digits": "a: " + "9" * 4300 + "\n", "surrogate_escape": 'a: "\\ud800"\n',
     "bad_indent": "a:\n  b: 1\n c: 2\n", "colon": "a: b: c\n", "anchor_only": "a: &x\n", "undefined_alias": "a: *nope\n",
 }
 
@@ -313,8 +316,11 @@ def test_libyaml_events_read_what_the_pure_python_parser_reads(name):
     assert fast[0] == slow[0], (fast, slow)
     if fast[0] == "data":
         assert json.dumps(fast[1], sort_keys=True) == json.dumps(slow[1], sort_keys=True)
-    elif "refused YAML" in slow[1] or "refused YAML" in fast[1]:
+    elif "refused YAML" in slow[1] and "refused YAML" in fast[1]:
         assert fast[1] == slow[1]
+    elif name == "surrogate_escape":  # libyaml refuses the escape itself; the Python parser makes the surrogate
+        assert (fast[1], slow[1]) == ("t.yaml: not valid YAML (line 1: found invalid Unicode character escape code)",
+                                      "t.yaml: refused YAML: a lone surrogate in a string (line 1)")
     else:
         assert fast[1].startswith("t.yaml: not valid YAML (") and slow[1].startswith("t.yaml: not valid YAML ("), fast
 

@@ -27,9 +27,10 @@ What every reader guarantees (limits: :mod:`~attnlab.safe_read.limits`; docs/sec
   link (a hard link is a second name for a file that may live outside the run dir).
 - **Size checked before reading** (``fstat``), and never more than that size read, even if the
   file grows meanwhile (:func:`counters` tallies every byte read and decompressed).
-- **YAML** becomes plain data (dict/list/str/int/float/bool/None) through PyYAML's pure-Python
-  parser with a bounded number of nodes *after alias expansion* (billion laughs), a bounded
-  depth, no tags but the YAML core ones, no merge keys, no duplicate keys. ``${...}`` stays text:
+- **YAML** becomes plain data (dict/list/str/int/float/bool/None) from libyaml's events (or
+  PyYAML's pure-Python parser) composed in Python with a bounded number of nodes *after alias
+  expansion* (billion laughs), a bounded depth, no tags but the YAML core ones, no merge keys, no
+  duplicate keys, numbers of at most 4,300 characters, no lone surrogates. ``${...}`` stays text:
   :func:`interpolations` lists it, :func:`resolve_references` resolves only a whole-string plain
   reference to another scalar key (``d_v: ${model.d_model}``, which Hydra saves unresolved in
   every run) and refuses everything else (``${oc.env:..}``, ``${oc.decode:..}``, any resolver,

@@ -93,6 +93,9 @@ class _Refused(Exception):
 LIBYAML_TOO_DEEP = "exceeded maximum nesting depth"  # libyaml >= 0.2.5 refuses more than 1000 levels
 
 
+MAX_NUMBER_CHARS = 4300  # Python's own limit on the digits of an int it converts to or from text
+MAX_INT_BITS = 14_284  # 2**14284 < 10**4300: an int this size prints (str, JSON) within Python's limit
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _CORE = "tag:yaml.org,2002:"
 _SCALAR_TAGS = {_CORE + t for t in ("null", "bool", "int", "float", "str")}
 
@@ -184,9 +187,24 @@ def _construct(node, loader) -> Any:
         if node.tag not in _SCALAR_TAGS:
             raise _Refused(f"tag {printable(node.tag, 60)} (line {node.start_mark.line + 1}); "
                            "allowed: null, bool, int, float, str, seq, map")
-        return {"null": loader.construct_yaml_null, "bool": loader.construct_yaml_bool,
-                "int": loader.construct_yaml_int, "float": loader.construct_yaml_float,
-                "str": loader.construct_yaml_str}[node.tag[len(_CORE):]](node)
+        kind = node.tag[len(_CORE):]
+        line = node.start_mark.line + 1
+        if kind in ("int", "float") and len(node.value) > MAX_NUMBER_CHARS:  # 1:59:59:... costs quadratic time
+            raise _Refused(f"a number of {len(node.value)} characters (line {line}; at most {MAX_NUMBER_CHARS})")
+        try:
+            value = {"null": loader.construct_yaml_null, "bool": loader.construct_yaml_bool,
+                     "int": loader.construct_yaml_int, "float": loader.construct_yaml_float,
+                     "str": loader.construct_yaml_str}[kind](node)
+        except (LookupError, ValueError, TypeError, ArithmeticError) as err:  # !!bool "maybe", !!int ""
+            article = "an" if kind == "int" else "a"
+            raise _Refused(f"not {article} {kind}: {printable(repr(node.value), 40)} (line {line}; "
+                           f"{type(err).__name__})") from None
+        if isinstance(value, str) and _SURROGATE.search(value):  # "\ud800": no file or console can take it
+            raise _Refused(f"a lone surrogate in a string (line {line})")
+        if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > MAX_INT_BITS:
+            raise _Refused(f"an integer of {value.bit_length()} bits (line {line}; at most {MAX_INT_BITS}: "
+                           f"Python prints at most {MAX_NUMBER_CHARS} digits)")
+        return value
     if isinstance(node, yaml.SequenceNode):
         if node.tag != _CORE + "seq":
             raise _Refused(f"tag {printable(node.tag, 60)} (line {node.start_mark.line + 1}); allowed: seq")
