@@ -32,7 +32,9 @@ resource limits) start their own subprocesses and never come here. The copy gets
 umask; it does not get resource limits or signal dispositions the caller set after the server
 started (a test passes ``rlimits=``, a ``preexec_fn`` or starts its own process), its string hash
 seed is the server's, and a traceback it prints shows two frames of this file above the module's.
-A timeout, a Ctrl-C or any other exception in the caller kills the copy, as subprocess.run does.
+A timeout, a Ctrl-C or any other exception in the caller kills the copy, as subprocess.run does;
+a copy also ends with its server (``PR_SET_PDEATHSIG``: a server killed mid-command leaves no
+orphan, and the caller's wait() raises RuntimeError, as it cannot know the status).
 """
 from __future__ import annotations
 
@@ -238,6 +240,11 @@ class Forked:
     def __init__(self, path: str, cmd: list[str], cwd: Path, env: dict[str, str], rlimits: dict, stdout, stderr,
                  text: bool) -> None:
         self.args, self.returncode, self.text = cmd, None, text
+        import resource
+
+        for which, (soft, hard) in rlimits.items():  # what setrlimit would refuse, refused here as it would be
+            if hard != resource.RLIM_INFINITY and (soft == resource.RLIM_INFINITY or soft > hard):
+                raise ValueError(f"rlimits: soft limit {soft} of {which} above its hard limit {hard}")
         umask = os.umask(0)
         os.umask(umask)
         argv = [os.fsdecode(a) for a in cmd]  # str, bytes or a path, as subprocess takes them
@@ -315,7 +322,7 @@ class Forked:
             self._conn.settimeout(timeout)
             try:
                 self._status(self._conn.recv(STATUS.size))
-            except socket.timeout:
+            except (socket.timeout, BlockingIOError):  # timeout 0 makes the socket non-blocking
                 raise subprocess.TimeoutExpired(self.args, timeout) from None
         return self.returncode
 
@@ -327,6 +334,12 @@ class Forked:
         """Read stdout and stderr to their ends and wait (``subprocess.TimeoutExpired`` at
         ``timeout``; the process goes on, as with subprocess)."""
         end = None if timeout is None else time.monotonic() + timeout
+        piped = [s for s in (self.stdout, self.stderr) if s is not None and not s.closed]
+        if timeout is None and len(piped) == 1 and not any(self._chunks):  # as subprocess: the file's read()
+            data = piped[0].read()
+            piped[0].close()
+            self.wait()
+            return tuple(data if s is piped[0] else None for s in (self.stdout, self.stderr))
         open_fds = {s.fileno(): i for i, s in enumerate((self.stdout, self.stderr)) if s is not None and not s.closed}
         chunks = self._chunks  # [stdout's, stderr's]: what an earlier call read before its timeout is kept
         with selectors.DefaultSelector() as sel:
@@ -350,7 +363,7 @@ class Forked:
                      for s, c in zip((self.stdout, self.stderr), chunks))
 
     def send_signal(self, sig: int) -> None:
-        if self.returncode is None:
+        if self.poll() is None:  # as subprocess: never a signal to a pid the server has reaped
             _kill(self.pid, sig)
 
     def terminate(self) -> None:
@@ -420,8 +433,14 @@ def _serve(path: str, owner: int) -> dict:
                     os.close(fd)
                 conn.close()
                 continue
+            server = os.getpid()
             pid = os.fork()
             if pid == 0:
+                import ctypes
+
+                ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG: ends with the server
+                if os.getppid() != server:  # the server ended before that
+                    os._exit(1)
                 listener.close()
                 for other in waiting.values():
                     other.close()

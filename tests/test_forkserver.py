@@ -250,3 +250,50 @@ def test_popen_forked_timeouts_leave_the_process_running_as_subprocess_does(tmp_
     assert proc.poll() is None
     proc.kill()
     assert proc.wait(timeout=60) == -signal.SIGKILL
+
+
+def test_popen_forked_edges_are_subprocess_popens(tmp_path):
+    """(adversary F4-F9) wait(timeout=0), one pipe read after a readline, a communicate() after a
+    timed-out one, a closed pipe, an impossible rlimit, and the server gone mid-command."""
+    import resource
+
+    helpcmd = [sys.executable, "-m", "attnlab.cli", "--help"]
+    outs = []
+    for start in (forkserver.Popen, subprocess.Popen):
+        proc = start(helpcmd, cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, text=True)
+        first = proc.stdout.readline()
+        outs.append((first, proc.communicate()[0], proc.returncode))
+    assert outs[0] == outs[1] and len(outs[0][1]) > 1000
+    long_run = [sys.executable, "-m", "attnlab.cli", f"hydra.run.dir={tmp_path / 'run'}", "logging=off",
+                "train.steps=2000000", "train.snapshot_steps=[0]"]
+    proc = forkserver.Popen(long_run, cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert isinstance(proc, forkserver.Forked)
+    with pytest.raises(subprocess.TimeoutExpired):
+        proc.wait(timeout=0)
+    while not (tmp_path / "run" / ".metrics.csv.partial").exists():
+        time.sleep(0.05)
+    with pytest.raises(subprocess.TimeoutExpired):
+        proc.communicate(timeout=1)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert out.startswith("step   0  loss=2.3566") and err.startswith("interrupted at step ")  # nothing lost
+    assert proc.returncode == 1
+    closed = forkserver.Popen(helpcmd, cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    closed.stdout.close()
+    assert closed.communicate(timeout=60) == (b"", b"") and closed.returncode == 0  # as subprocess
+    with pytest.raises(ValueError, match="above its hard limit"):
+        forkserver.Popen(helpcmd, cwd=tmp_path, env=ENV, rlimits={resource.RLIMIT_NOFILE: (10, 5)})
+    # the server killed while a command runs: the command ends with it, and the caller is told
+    proc = forkserver.Popen([*long_run[:3], f"hydra.run.dir={tmp_path / 'run2'}", *long_run[4:]], cwd=tmp_path,
+                            env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    assert isinstance(proc, forkserver.Forked)
+    forkserver._server["proc"].kill()
+    forkserver._server["proc"].wait()
+    with pytest.raises(RuntimeError, match="the server ended"):
+        proc.wait(timeout=60)
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{proc.pid}").exists() and Path(f"/proc/{proc.pid}/stat").read_text().split()[2] != "Z":
+        assert time.monotonic() < deadline, "the command outlived its server"
+        time.sleep(0.05)
+    forkserver._stop()
+    forkserver._server.clear()  # the next command starts a new server
