@@ -4,7 +4,9 @@ gives the same numbers.
 RUN_DIR may come from someone else, so it is read as data only, through :mod:`attnlab.safe_read`
 (bounded reads, regular files only, no symlinks, no YAML tags or alias bombs):
 
-- ``RUN_DIR/.hydra/config.yaml`` becomes plain data. A Hydra ``_target_`` (or ``_args_``,
+- The config ``RUN_DIR/summary.json`` recorded (else ``RUN_DIR/.hydra/config.yaml``; a Hydra
+  file that says other values is named in a warning and not copied: :func:`read_saved_config`)
+  becomes plain data. A Hydra ``_target_`` (or ``_args_``,
   ``_partial_``, ...) anywhere but ``optimizer._target_`` is refused; a ``${...}`` interpolation is
   refused unless it is a plain whole-string reference to another key (``d_v: ${model.d_model}``,
   as Hydra saves it), which is resolved by copying that value: no OmegaConf resolver
@@ -101,10 +103,13 @@ def _recorded_config(run_dir: Path) -> dict[str, Any] | None:
     return config if isinstance(config, dict) else None
 
 
-def read_saved_config(run_dir: Path, text_file: Path | None = None) -> tuple[dict[str, Any], bytes]:
-    """The run's config as checked plain data (see the module docstring) and the bytes it was
-    parsed from: the resolved config recorded in ``summary.json`` (the values the run used,
-    whatever the environment says now), else ``RUN_DIR/.hydra/config.yaml``. Raises RunDirError
+def read_saved_config(run_dir: Path, text_file: Path | None = None) -> tuple[dict[str, Any], bytes, str | None]:
+    """The run's config as checked plain data (see the module docstring), the bytes for the
+    reproduction's ``.hydra/config.yaml`` and a warning (or None): the resolved config recorded in
+    ``summary.json`` (the values the run used, whatever the environment says now), else
+    ``RUN_DIR/.hydra/config.yaml``. With a recorded config, Hydra's file is copied when it says the
+    same values; when it is missing, unreadable or says other values (an edited or damaged copy),
+    the recorded config is written instead, and the warning names the difference. Raises RunDirError
     (missing, a sweep folder, unsafe or unreadable, not a mapping, an interpolation) or
     ConfigError (a refused ``_target_``, a ``text_file`` without ``--text-file``), one line each."""
     run_dir = Path(run_dir)
@@ -114,11 +119,19 @@ def read_saved_config(run_dir: Path, text_file: Path | None = None) -> tuple[dic
         import yaml
 
         data = _checked(recorded, run_dir / safe_read.SUMMARY, text_file, references=False)
-        try:  # Hydra's own file goes into the reproduction's .hydra/ as it is (it is data there too)
+        try:  # Hydra's own file goes into the reproduction's .hydra/ as it is when it says what was recorded
             raw = safe_read.read_bytes(path, safe_read.CONFIG_LIMIT, root=run_dir)
-        except RunDirError:
+            saved = _checked(safe_read.parse_yaml_data(safe_read.decode_utf8(raw, path), path), path, text_file,
+                             references=True)
+            why = _differences(saved, data)
+        except (RunDirError, ConfigError) as err:
+            raw, why = None, (str(err) if not isinstance(err, safe_read.MissingRunFile) else None)
+        if why is not None or raw is None:
             raw = yaml.safe_dump(recorded, sort_keys=False, allow_unicode=True).encode("utf-8")
-        return data, raw
+        warning = None if why is None else (
+            f"warning: {printable(str(path), 300)} is not the config summary.json recorded ({printable(why, 300)}); "
+            "the recorded one runs and is saved as the reproduction's .hydra/config.yaml")
+        return data, raw, warning
     try:
         raw = safe_read.read_bytes(path, safe_read.CONFIG_LIMIT, root=run_dir)
     except safe_read.MissingRunFile:
@@ -131,7 +144,21 @@ def read_saved_config(run_dir: Path, text_file: Path | None = None) -> tuple[dic
         raise safe_read.MissingRunFile(path, "missing (RUN_DIR must be a run or sweep-job folder made by "
                                        "attnlab)") from None
     data = safe_read.parse_yaml_data(safe_read.decode_utf8(raw, path), path)
-    return _checked(data, path, text_file, references=True), raw
+    return _checked(data, path, text_file, references=True), raw, None
+
+
+def _differences(saved: dict[str, Any], recorded: dict[str, Any]) -> str | None:
+    """Which keys of a run's ``.hydra/config.yaml`` (``saved``) differ from the config its
+    ``summary.json`` recorded (at most 3 named), or None when they agree."""
+    def leaves(data: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in safe_read.walk(data) if not isinstance(v, (dict, list)) or not v}
+
+    a, b = leaves(saved), leaves(recorded)
+    keys = [k for k in dict.fromkeys([*a, *b]) if a.get(k, ...) != b.get(k, ...)]
+    if not keys:
+        return None
+    shown = ", ".join(f"{k}: {a.get(k, '(none)')!r} there, {b.get(k, '(none)')!r} recorded" for k in keys[:3])
+    return shown + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
 
 
 def _checked(data: Any, path: Path, text_file: Path | None, references: bool) -> dict[str, Any]:
@@ -238,7 +265,7 @@ def reproduce(run_dir: Path, out: Path | None = None, stderr=None,
     if not given.is_dir():
         raise RunDirError(f"{printable(str(given), 300)}: not a directory")
     run_dir = given.resolve()
-    data, raw = read_saved_config(run_dir, text_file)
+    data, raw, warning = read_saved_config(run_dir, text_file)
     cfg = _typed(data, run_dir)
     summary = check_original(run_dir, plain(cfg.task))
     status = summary["status"]
@@ -266,7 +293,7 @@ def reproduce(run_dir: Path, out: Path | None = None, stderr=None,
     now = artifacts.environment(str(cfg.device))
     if recorded_threads is not None:
         now = {**now, "torch_threads": recorded_threads}
-    for line in environment_differences(versions, now):
+    for line in [*environment_differences(versions, now), *([warning] if warning else [])]:
         print(line, file=stderr)
     if cfg.model.dropout > 0:
         print(f"note: model.dropout={cfg.model.dropout}: the dropout masks are drawn from seed={cfg.seed}, so "
@@ -296,7 +323,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Console entry point; returns the exit status (0 same, 1 different, 2 not a run)."""
     parser = argparse.ArgumentParser(
         prog="attnlab-reproduce",
-        description="Re-run a saved attnlab run from RUN_DIR/.hydra/config.yaml into a new folder "
+        description="Re-run a saved attnlab run from the config its summary.json recorded (else "
+                    "RUN_DIR/.hydra/config.yaml) into a new folder "
                     "and check metrics.csv and attention.npz are bitwise identical. RUN_DIR is read "
                     "as data: nothing in it is instantiated, resolved or printed raw.")
     parser.add_argument("run_dir", metavar="RUN_DIR", type=Path, help="a run folder or a sweep job folder")

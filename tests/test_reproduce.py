@@ -460,3 +460,36 @@ def test_text_file_is_read_only_when_the_user_names_it(tmp_path, capsys):
     assert main([str(H.make_healthy_run(tmp_path / "plain")), "--out", str(tmp_path / "r3"),
                  "--text-file", str(text)]) == 2
     assert "--text-file=" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("edit, why", [
+    (lambda text: text.replace("seed: 42\n", "seed: 7\n"), "(seed: 7 there, 42 recorded)"),
+    (lambda text: text + "seed: 42\x07\n", "not valid YAML (unacceptable character #x0007"),
+    (lambda text: text + "seed: 1\n", "refused YAML: duplicate key seed"),
+], ids=["edited", "control_character", "duplicate_key"])
+def test_a_hydra_config_that_is_not_the_recorded_one_is_named_and_not_copied(fresh_run, tmp_path, capsys, edit, why):
+    """(newcomer) The recorded config (summary.json) is what runs; a .hydra/config.yaml saying
+    other values, or unreadable, was copied as it was into the reproduction, which then recorded a
+    config it did not run: now a warning names it and the recorded config is saved instead."""
+    import yaml
+
+    run = copy_run(fresh_run, tmp_path / "run")
+    path = run / ".hydra" / "config.yaml"
+    path.write_text(edit(path.read_text(encoding="utf-8")), encoding="utf-8")
+    out = tmp_path / "repro"
+    assert main([str(run), "--out", str(out)]) == 0
+    seen = capsys.readouterr()
+    assert seen.out.splitlines()[0] == "reproduced exactly"
+    (warning,) = [line for line in seen.err.splitlines() if line.startswith("warning: ")]
+    assert warning.startswith(f"warning: {path} is not the config summary.json recorded (") and why in warning
+    assert warning.endswith("the recorded one runs and is saved as the reproduction's .hydra/config.yaml")
+    recorded = json.loads((run / "summary.json").read_text())["config"]
+    assert yaml.safe_load((out / ".hydra" / "config.yaml").read_text(encoding="utf-8")) == recorded
+    assert recorded["seed"] == 42
+
+
+def test_the_hydra_config_of_a_healthy_run_is_copied_byte_for_byte_without_a_warning(fresh_run, tmp_path, capsys):
+    out = tmp_path / "repro"
+    assert main([str(fresh_run), "--out", str(out)]) == 0
+    assert "warning: " not in capsys.readouterr().err
+    assert (out / ".hydra" / "config.yaml").read_bytes() == (fresh_run / ".hydra" / "config.yaml").read_bytes()
