@@ -79,8 +79,8 @@ def comparison_figure(rows: Sequence[dict[str, Any]], path: Path) -> Path:
         grid = fig.add_gridspec(2 + grid_rows, cols, height_ratios=[4.3, 0.01] + [row_in] * grid_rows)
         ax = fig.add_subplot(grid[0, :])
         ylabel = loss_axis_label(objectives)
-        for name, steps, losses in curves:
-            plot_loss(ax, steps, losses, ylabel, label=drawable(name), lw=1.4)
+        for (name, steps, losses), style in zip(curves, curve_styles(len(curves))):
+            plot_loss(ax, steps, losses, ylabel, label=drawable(name), lw=1.4, **style)
         if not curves:
             plot_loss(ax, np.zeros(0), np.zeros(0), ylabel)
         ax.set_title("loss" if curves else "loss (no training runs)")
@@ -103,6 +103,20 @@ def comparison_figure(rows: Sequence[dict[str, Any]], path: Path) -> Path:
         if path.parent and not path.parent.exists():
             raise RunDirError(f"--plot {path}: folder {path.parent} does not exist")
         return save_figure(fig, path)
+
+
+LINESTYLES = ("-", "--", ":", "-.")
+
+
+def curve_styles(n: int) -> list[dict[str, str]]:
+    """Colour and line style of ``n`` loss curves: matplotlib's colour cycle (10 colours), then
+    the same colours dashed, dotted, dash-dotted, so up to 40 curves are told apart in the legend
+    (an 11th curve in the 11th colour of a 10-colour cycle looked like the first)."""
+    import matplotlib
+
+    colors = matplotlib.rcParams["axes.prop_cycle"].by_key().get("color") or ["C0"]
+    return [{"color": colors[i % len(colors)], "linestyle": LINESTYLES[i // len(colors) % len(LINESTYLES)]}
+            for i in range(n)]
 
 
 def _last_weights(run_dir: Path, row: dict[str, Any]):

@@ -177,3 +177,17 @@ def test_overrides_are_read_as_bounded_data(tmp_path):
     rows = [{"job": "0_seed=1", "path": str(tmp_path)}]
     f.write_text("- seed=1\n")
     assert swept.run_labels(rows, swept.short_names(["0_seed=1"])) == [("0", "seed=1")]
+
+
+def test_more_curves_than_colours_differ_in_line_style(ex4, tmp_path, monkeypatch):
+    """(newcomer) 12 runs on one loss axes: the 11th and 12th took the 1st and 2nd colour again,
+    the same line; now each (colour, line style) pair is one run's."""
+    import shutil
+
+    copy = shutil.copytree(ex4, tmp_path / "again")
+    fig = draw([ex4, copy], tmp_path / "twelve.png", monkeypatch)
+    lines = [line for line in fig.axes[0].get_lines() if not line.get_label().startswith("_")]
+    styles = [(line.get_color(), line.get_linestyle()) for line in lines]
+    assert len(lines) == 12 and len(set(styles)) == 12
+    assert styles[10] == (styles[0][0], "--") and styles[0][1] == "-"
+    assert len({tuple(sorted(s.items())) for s in compare_figure.curve_styles(40)}) == 40
