@@ -549,9 +549,13 @@ CASES: list[Case] = [
          edit(CONFIG, "  encoding: gpt2", "  encoding: ${oc.select:model.x,${oc.env:ATTNLAB_CANARY_SECRET}}"), "config",
          Raises(CONFIG, f"tokenizer.encoding holds an interpolation (${{oc.select:model.x,${{oc.env:{SECRET_ENV}}}}}); "
                 f"{RESOLVER}"), reproduce=RESOLVER),
-    Case("escaped_interpolation_is_refused_too", "secret",
+    # OmegaConf's escape: text, as Hydra saves `attnlab 'sentence=costs ${price} today'`; nothing is resolved
+    Case("escaped_interpolation_is_text", "secret",
          edit(CONFIG, "sentence: Your journey starts with one step", "sentence: \\${oc.env:HOME}"), "config",
-         Raises(CONFIG, f"sentence holds an interpolation (\\${{oc.env:HOME}}); {RESOLVER}"), reproduce=RESOLVER),
+         Gives(lambda d: d["sentence"], "${oc.env:HOME}")),
+    Case("escaped_backslash_then_interpolation", "secret",
+         edit(CONFIG, "sentence: Your journey starts with one step", "sentence: \\\\${oc.env:HOME}"), "config",
+         Raises(CONFIG, f"sentence holds an interpolation (\\\\${{oc.env:HOME}}); {RESOLVER}"), reproduce=RESOLVER),
     Case("text_around_a_reference", "secret",
          edit(CONFIG, "sentence: Your journey starts with one step", "sentence: 'x ${model.d_model}'"), "config",
          Raises(CONFIG, f"sentence holds an interpolation (x ${{model.d_model}}); {WHOLE}"), reproduce=WHOLE),

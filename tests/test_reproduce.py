@@ -493,3 +493,23 @@ def test_the_hydra_config_of_a_healthy_run_is_copied_byte_for_byte_without_a_war
     assert main([str(fresh_run), "--out", str(out)]) == 0
     assert "warning: " not in capsys.readouterr().err
     assert (out / ".hydra" / "config.yaml").read_bytes() == (fresh_run / ".hydra" / "config.yaml").read_bytes()
+
+
+def test_a_sentence_with_a_dollar_brace_reproduces_from_hydras_escaped_text(tmp_path, capsys):
+    """``attnlab 'sentence=costs ${price} today'``: Hydra saves ``costs \\${price} today``
+    (OmegaConf's escape). That is text: no warning, Hydra's file copied as it is; and a run of an
+    older attnlab (no config in summary.json) reproduces from it instead of being refused."""
+    run = tmp_path / "run"
+    proc = run_cli(f"hydra.run.dir={run}", *SMALL, "sentence=costs ${price} today")
+    assert proc.returncode == 0, proc.stderr
+    assert "sentence: costs \\${price} today\n" in (run / ".hydra" / "config.yaml").read_text(encoding="utf-8")
+    assert main([str(run), "--out", str(tmp_path / "a")]) == 0
+    seen = capsys.readouterr()
+    assert seen.out.splitlines()[0] == "reproduced exactly" and "warning: " not in seen.err
+    assert (tmp_path / "a" / ".hydra" / "config.yaml").read_bytes() == (run / ".hydra" / "config.yaml").read_bytes()
+    summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
+    assert summary["config"]["sentence"] == "costs ${price} today"
+    del summary["config"]  # as an older attnlab wrote it
+    (run / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
+    assert main([str(run), "--out", str(tmp_path / "b")]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "reproduced exactly"

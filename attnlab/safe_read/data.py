@@ -52,6 +52,18 @@ def special_keys(data: Any) -> list[tuple[str, Any]]:
 
 
 _REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)\}")
+_BACKSLASHES_THEN_INTERPOLATION = re.compile(r"(\\*)\$\{")
+
+
+def escaped_text(value: str) -> str | None:
+    r"""The text of a string whose every ``${`` is escaped as OmegaConf escapes it, ``\${``
+    (what Hydra saves for ``attnlab 'sentence=costs ${price} today'``): ``costs ${price} today``;
+    None when any ``${`` is an interpolation (no backslash before it, or ``\\${``: an escaped
+    backslash, then an interpolation) or is preceded by more backslashes."""
+    marks = [len(m.group(1)) for m in _BACKSLASHES_THEN_INTERPOLATION.finditer(value)]
+    if not marks or any(n != 1 for n in marks):
+        return None
+    return value.replace("\\${", "${")
 
 
 def _lookup(data: Any, dotted: str) -> tuple[bool, Any]:
@@ -64,9 +76,10 @@ def _lookup(data: Any, dotted: str) -> tuple[bool, Any]:
 
 
 def resolve_references(data: Any, label: Any = "config.yaml") -> Any:
-    """A copy of ``data`` with every plain reference resolved: a string that is exactly
+    r"""A copy of ``data`` with every plain reference resolved: a string that is exactly
     ``${a.b.c}`` (an absolute key path, no resolver, nothing around it) whose key holds a
-    scalar is replaced by that scalar (chains followed up to :data:`REFERENCE_CHAIN`). Hydra
+    scalar is replaced by that scalar (chains followed up to :data:`REFERENCE_CHAIN`), and a
+    string whose every ``${`` is escaped (``\${``) becomes its text (:func:`escaped_text`). Hydra
     saves ``d_v: ${model.d_model}`` this way in every run. Any other ``${`` is refused with
     RunFileError naming ``label`` and the key (value shown escaped and cut): resolvers
     (``${oc.env:X}``, ``${oc.decode:..}``, ``${now:..}``), text around an interpolation, relative
@@ -80,6 +93,10 @@ def resolve_references(data: Any, label: Any = "config.yaml") -> Any:
         seen = [key]
         current = value
         for _ in range(REFERENCE_CHAIN + 1):
+            text = escaped_text(current)
+            if text is not None:  # text, not an interpolation
+                resolved[key] = text
+                break
             m = _REFERENCE.fullmatch(current)
             if m is None:
                 why = ("resolvers never run on a shared config" if ":" in current
