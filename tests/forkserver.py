@@ -254,6 +254,7 @@ class Forked:
             raise _NoServer("the request does not fit one message", gone=False)
         ours: list[int] = []  # the read ends of PIPEs (kept), then what only the child needs (closed)
         theirs: list[int] = [os.open(os.devnull, os.O_RDONLY)]
+        conn = None
         try:
             for target, stream in ((1, stdout), (2, stderr)):
                 if stream == subprocess.PIPE:
@@ -272,23 +273,17 @@ class Forked:
                 conn.connect(path)
                 socket.send_fds(conn, [request], theirs)
             except OSError as err:  # nothing was started
-                conn.close()
                 raise _NoServer("the request does not fit one message" if err.errno == errno.EMSGSIZE
                                 else "no server", gone=err.errno != errno.EMSGSIZE) from err
-        except BaseException:
-            for fd in ours:
-                if fd >= 0:
-                    os.close(fd)
-            raise
-        finally:
-            for fd in theirs:
+            for fd in theirs:  # the copy has its own: a pipe ends when the copy's end closes
                 os.close(fd)
-        conn.settimeout(60)
-        try:
+            theirs = []
+            conn.settimeout(60)
             self.pid = _unpack(conn.recv(STATUS.size))
         except BaseException:
-            conn.close()
-            for fd in ours:
+            if conn is not None:
+                conn.close()
+            for fd in [*ours, *theirs]:
                 if fd >= 0:
                     os.close(fd)
             raise
