@@ -230,7 +230,8 @@ def train(cfg: DictConfig, sinks: Iterable[Sink] = (), run_dir: Path | None = No
             for step in range(steps):
                 interrupts.check()  # Ctrl-C / SIGTERM during the previous step: stop here
                 # forward: Q, K, V → scaled scores → softmax weights → Z (§4)
-                out = attention(X, need_weights=is_snapshot(step))  # Z (T, d_model); weights (H, T, T) or None
+                snapshot_now = is_snapshot(step)
+                out = attention(X, need_weights=snapshot_now)  # Z (T, d_model); weights (H, T, T) or None
                 loss = mse(out.Z, target) if head is None else next_token_cross_entropy(head(out.Z), ids)
                 # backward and update (§5's four steps)
                 optimizer.zero_grad()
@@ -243,7 +244,7 @@ def train(cfg: DictConfig, sinks: Iterable[Sink] = (), run_dir: Path | None = No
                     overflow = f"the update after step {step} overflowed ({err}; optimizer.lr={cfg.optimizer.lr})"
                 # record
                 recorder.append(loss)
-                if is_snapshot(step):
+                if snapshot_now:
                     if not recorder.flush():
                         break
                     snap = Snapshot(step, recorder.final_loss, out.weights.detach().cpu().numpy().astype(np.float32))

@@ -65,6 +65,35 @@ def test_every_tensor_is_the_torch_optim_class_bit_for_bit(name, kwargs):
     assert losses[-1] < losses[0]  # the updates did something
 
 
+@pytest.mark.parametrize("name,kwargs", CASES, ids=[f"{n}-{i}" for i, (n, _) in enumerate(CASES)])
+def test_parameters_that_get_a_gradient_only_on_some_steps(name, kwargs):
+    """Which parameters have a gradient may change from step to step (a parameter left out of
+    a loss): each step updates those that have one, as the class does, and a parameter's state
+    starts at its first gradient (attnlab.optim keeps the state lists between steps)."""
+    ours_p, theirs_p = params(11), params(11)
+    ours_kwargs = dict(kwargs, decoupled_weight_decay=True) if name == "AdamW" else kwargs
+    ours = optim.OPTIMIZERS[name](ours_p, **ours_kwargs)
+    theirs = getattr(torch.optim, name)(theirs_p, **kwargs)
+    for step in range(30):
+        for opt, ps in ((ours, ours_p), (theirs, theirs_p)):
+            opt.zero_grad()
+            X, Wq, Wk, Wv, extra = ps
+            V = X[:, :4] if step % 5 == 2 else X @ Wv  # W_v without a gradient on some steps
+            loss = ((torch.softmax((X @ Wq) @ (X @ Wk).T, dim=-1) @ V) - X[:, :4]).pow(2).mean()
+            if step >= 7 and step % 3 == 0:  # a parameter whose first gradient comes late
+                loss = loss + extra.pow(2).sum()
+            loss.backward()
+            opt.step()
+        for k, (a, b) in enumerate(zip(ours_p, theirs_p)):
+            assert torch.equal(a, b), f"{name} step {step}: parameter {k} differs"
+    for a, b in zip(ours_p, theirs_p):
+        assert set(ours.state.get(a, {})) == set(theirs.state.get(b, {}))
+        for key, value in theirs.state.get(b, {}).items():
+            assert torch.equal(ours.state[a][key], value), key
+    if name != "SGD":  # Adam counts a parameter's own steps: the late one's 7 gradients
+        assert int(ours.state[ours_p[-1]]["step"]) == 7
+
+
 def test_zero_grad_sets_gradients_to_none():
     ps = params(1)
     opt = optim.Adam(ps, lr=0.1)
