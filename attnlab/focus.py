@@ -22,24 +22,33 @@ class Focus(NamedTuple):
     weight: np.ndarray
 
 
-def _as_weights(weights: np.ndarray) -> np.ndarray:
-    w = np.asarray(weights, dtype=np.float64)
+def _as_weights(weights: np.ndarray, dtype: type | None = np.float64) -> np.ndarray:
+    w = np.asarray(weights, dtype=dtype)
     if w.ndim < 2 or w.shape[-1] != w.shape[-2]:
         raise ValueError(f"attention weights must be (..., T, T), got shape {w.shape}")
     return w
+
+
+def _query_row(weights: np.ndarray, query: int) -> np.ndarray:
+    """Row ``query`` of every (T, T) of ``weights`` (..., T, T) as float64 (..., T), converting
+    only that row. Raises ValueError as :func:`focus` does."""
+    w = _as_weights(weights, dtype=None)
+    T = w.shape[-1]
+    if not 0 <= query < T:
+        raise ValueError(f"query={query}: must be a position in [0, {T})")
+    return np.asarray(w[..., query, :], dtype=np.float64)
+
+
+def _strongest(row: np.ndarray) -> Focus:
+    key = row.argmax(axis=-1)
+    return Focus(key.astype(np.int64), np.take_along_axis(row, key[..., None], axis=-1)[..., 0])
 
 
 def focus(weights: np.ndarray, query: int) -> Focus:
     """Where query ``query`` (the focus token, ``train.focus_token``) attends most, per head:
     ``weights`` (..., H, T, T) → :class:`Focus` of shape (..., H). Raises ValueError when
     ``weights`` is not (..., T, T) or ``query`` is not in [0, T)."""
-    w = _as_weights(weights)
-    T = w.shape[-1]
-    if not 0 <= query < T:
-        raise ValueError(f"query={query}: must be a position in [0, {T})")
-    row = w[..., query, :]  # (..., H, T)
-    key = row.argmax(axis=-1)
-    return Focus(key.astype(np.int64), np.take_along_axis(row, key[..., None], axis=-1)[..., 0])
+    return _strongest(_query_row(weights, query))
 
 
 def row_entropy(weights: np.ndarray) -> np.ndarray:
@@ -68,13 +77,20 @@ def first_step_above(steps: Sequence[int], values: Sequence[float], threshold: f
 FOCUS_THRESHOLD = 0.9  # "focused": the focus token gives its strongest key more than this weight
 
 
+def _with_mean(w: np.ndarray) -> np.ndarray:
+    """``w`` (H, ...) float64 with the mean over heads after the heads: (H + 1, ...)."""
+    return np.concatenate([w, w.mean(axis=0, keepdims=True)])
+
+
 class FocusSink(Sink):
     """Collects the focus metrics of a run, snapshot by snapshot, for ``summary.json``
     (:meth:`summary`): per head and for the head mean, where the focus token
     (``train.focus_token``) attends most at the last snapshot and with what weight, and the
     first snapshot step at which that weight exceeds :data:`FOCUS_THRESHOLD`; every query's row
     entropy (nats) at the last snapshot; and the largest weight above the diagonal (exactly 0
-    with ``model.causal``). Memory: H + 1 numbers per snapshot and the last (H, T, T) weights."""
+    with ``model.causal``). Memory: H + 1 numbers per snapshot and the last snapshot's (H, T, T)
+    weights (the snapshot's own array, not a copy). A snapshot converts only the focus token's
+    row (H, T); the whole last snapshot is read in :meth:`summary`."""
 
     def __init__(self, threshold: float = FOCUS_THRESHOLD) -> None:
         self.threshold = threshold
@@ -88,11 +104,10 @@ class FocusSink(Sink):
         self.query, self.tokens = info.focus_token, list(info.tokens)
 
     def on_snapshot(self, snapshot: Snapshot) -> None:
-        w = np.asarray(snapshot.weights, dtype=np.float64)  # (H, T, T)
-        heads_and_mean = np.concatenate([w, w.mean(axis=0, keepdims=True)])
+        row = _query_row(snapshot.weights, self.query)  # (H, T): the focus token's row of each head
+        self.series.append(_strongest(_with_mean(row)).weight)  # (H + 1,)
         self.steps.append(snapshot.step)
-        self.series.append(focus(heads_and_mean, self.query).weight)
-        self.last = heads_and_mean
+        self.last = snapshot.weights
 
     def summary(self) -> dict[str, Any]:
         """``{"focus": {...}}`` for summary.json ({} before the first snapshot): ``query`` and
@@ -101,14 +116,15 @@ class FocusSink(Sink):
         head mean), ``entropy_nats`` (per head, the T row entropies) and ``upper_triangle_max``."""
         if self.last is None:
             return {}
-        last = focus(self.last, self.query)  # (H + 1,)
+        heads_and_mean = _with_mean(_as_weights(self.last))  # (H + 1, T, T)
+        last = focus(heads_and_mean, self.query)  # (H + 1,)
         series = np.stack(self.series)  # (S, H + 1)
         entries = []
-        for h in range(self.last.shape[0]):
+        for h in range(heads_and_mean.shape[0]):
             key = int(last.key[h])
             entries.append({"key": key, "token": self._label(key), "weight": float(last.weight[h]),
                             "first_step_above": first_step_above(self.steps, series[:, h], self.threshold)})
-        heads = self.last[:-1]
+        heads = heads_and_mean[:-1]
         above = np.triu(np.ones(heads.shape[-2:], dtype=bool), k=1)
         return {"focus": {
             "query": self.query, "token": self._label(self.query), "threshold": self.threshold,

@@ -224,3 +224,53 @@ def test_the_loss_is_named_by_the_objective_in_every_figure_and_page(tmp_path):
         (run / "summary.json").write_text(json.dumps(summary))
         assert loss_name([runs.job_row(run)["objective"]]) == name, value
         assert report_data.load_run(run)["loss_name"] == name, value
+
+
+def _focus_summary_as_before(snapshots, query, tokens, threshold=0.9):
+    """FocusSink's summary as it was computed before it converted only the focus token's row:
+    each snapshot's whole (H, T, T) as float64 with the head mean appended (an independent
+    restatement, numpy only)."""
+    series, last = [], None
+    for s in snapshots:
+        w = np.asarray(s.weights, dtype=np.float64)
+        last = np.concatenate([w, w.mean(axis=0, keepdims=True)])
+        row = last[:, query, :]
+        series.append(row[np.arange(row.shape[0]), row.argmax(-1)])
+    series = np.stack(series)
+    row = last[:, query, :]
+    keys = row.argmax(-1)
+    entries = []
+    for h, key in enumerate(keys):
+        above = [s.step for s, v in zip(snapshots, series[:, h]) if v > threshold]
+        entries.append({"key": int(key), "token": tokens[key], "weight": float(row[h, key]),
+                        "first_step_above": above[0] if above else None})
+    heads = last[:-1]
+    entropy = -(heads * np.log(np.where(heads > 0, heads, 1.0))).sum(-1)
+    upper = np.triu(np.ones(heads.shape[-2:], dtype=bool), k=1)
+    return {"query": query, "token": tokens[query], "threshold": threshold, "step": snapshots[-1].step,
+            "heads": entries[:-1], "mean": entries[-1], "entropy_nats": np.round(entropy, 6).tolist(),
+            "upper_triangle_max": float(heads[:, upper].max()) if upper.any() else 0.0}
+
+
+@pytest.mark.parametrize("heads, T", [(1, 1), (1, 6), (2, 5), (3, 7), (8, 9), (16, 4), (4, 64)])
+def test_focus_sink_reads_the_focus_row_as_the_whole_weights_gave(heads, T):
+    """FocusSink converts only the focus token's row of each snapshot (a (1024, 1024) snapshot
+    is 8 MB as float64): its summary is, value for value, what the whole weights gave."""
+    from attnlab.records import RunInfo, Snapshot
+
+    rng = np.random.default_rng(heads * 1000 + T)
+    tokens = [f"t{i}" for i in range(T)]
+    for query in sorted({0, T // 2, T - 1}):
+        snaps = [Snapshot(step, 1.0 / (step + 1), rng.dirichlet(np.full(T, 0.3), size=(heads, T)).astype(np.float32))
+                 for step in (0, 3, 10, 40)]
+        sink = FocusSink()
+        sink.on_start(RunInfo(config={}, token_ids=list(range(T)), tokens=tokens, snapshot_steps=[s.step for s in snaps],
+                              steps=41, focus_token=query))
+        for snap in snaps:
+            sink.on_snapshot(snap)
+        assert sink.summary()["focus"] == _focus_summary_as_before(snaps, query, tokens)
+    outside = FocusSink()  # a focus token past the text: the error focus() gives
+    outside.on_start(RunInfo(config={}, token_ids=list(range(T)), tokens=tokens, snapshot_steps=[0], steps=1,
+                             focus_token=T))
+    with pytest.raises(ValueError, match=rf"^query={T}: must be a position in \[0, {T}\)$"):
+        outside.on_snapshot(snaps[0])
