@@ -184,9 +184,8 @@ class MultiHeadSelfAttention(nn.Module):
                 all_scores.append(s)
                 all_weights.append(w)
             Z = torch.cat(heads, dim=-1) if len(heads) > 1 else heads[0]  # (T, H·d_v); one head: no copy
-            if need_weights:  # (H, T, T); one head: a view, no copy
-                scores, weights = ((torch.stack(all_scores), torch.stack(all_weights)) if len(heads) > 1 else
-                                   (all_scores[0].unsqueeze(0), all_weights[0].unsqueeze(0)))
+            if need_weights:
+                scores, weights = torch.stack(all_scores), torch.stack(all_weights)  # (H, T, T)
         else:
             p = self.dropout if self.training else 0.0
             heads = F.scaled_dot_product_attention(split_heads(Q_all, self.n_heads), split_heads(K_all, self.n_heads),

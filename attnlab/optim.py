@@ -42,10 +42,10 @@ class _Optimizer:
             p.grad = None
 
     def _with_grad(self) -> list[torch.nn.Parameter]:
-        params = [p for p in self.params if p.grad is not None]
-        if any(p.grad.is_sparse for p in params):
-            raise RuntimeError(f"{type(self).__name__} does not support sparse gradients")
-        return params
+        for p in self.params:
+            if p.grad is not None and p.grad.is_sparse:
+                raise RuntimeError(f"{type(self).__name__} does not support sparse gradients")
+        return [p for p in self.params if p.grad is not None]
 
 
 class Adam(_Optimizer):
@@ -59,29 +59,23 @@ class Adam(_Optimizer):
         super().__init__(params)
         self.lr, self.betas, self.eps = lr, tuple(betas), eps
         self.weight_decay, self.decoupled_weight_decay = weight_decay, decoupled_weight_decay
-        self._group: tuple | None = None  # (ids of the parameters updated, their state's lists, has_complex)
 
     @torch.no_grad()
     def step(self) -> None:
         """One update of every parameter that has a gradient (Adam.step / Adam._init_group)."""
         params = self._with_grad()
-        ids = tuple(map(id, params))
-        if self._group is None or self._group[0] != ids:  # the first step, or other parameters have gradients
-            for p in params:
-                if p not in self.state:
-                    self.state[p] = {
-                        "step": torch.tensor(0.0, dtype=_scalar_dtype(), device="cpu"),
-                        "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
-                        "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format),
-                    }
-            states = [self.state[p] for p in params]
-            # the state's tensors are updated in place: the lists hold for the next steps
-            self._group = (ids, [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states],
-                           [s["step"] for s in states], any(torch.is_complex(p) for p in params))
-        _, exp_avgs, exp_avg_sqs, steps, has_complex = self._group
-        adam_update(params, [p.grad for p in params], exp_avgs, exp_avg_sqs, [], steps,
+        for p in params:
+            if p not in self.state:
+                self.state[p] = {
+                    "step": torch.tensor(0.0, dtype=_scalar_dtype(), device="cpu"),
+                    "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
+                    "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format),
+                }
+        states = [self.state[p] for p in params]
+        adam_update(params, [p.grad for p in params], [s["exp_avg"] for s in states],
+                    [s["exp_avg_sq"] for s in states], [], [s["step"] for s in states],
                     foreach=None, capturable=False, differentiable=False, fused=None, grad_scale=None,
-                    found_inf=None, has_complex=has_complex,
+                    found_inf=None, has_complex=any(torch.is_complex(p) for p in params),
                     decoupled_weight_decay=self.decoupled_weight_decay, amsgrad=False,
                     beta1=self.betas[0], beta2=self.betas[1], lr=self.lr, weight_decay=self.weight_decay,
                     eps=self.eps, maximize=False)
