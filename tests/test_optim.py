@@ -69,7 +69,7 @@ def test_every_tensor_is_the_torch_optim_class_bit_for_bit(name, kwargs):
 def test_parameters_that_get_a_gradient_only_on_some_steps(name, kwargs):
     """Which parameters have a gradient may change from step to step (a parameter left out of
     a loss): each step updates those that have one, as the class does, and a parameter's state
-    starts at its first gradient (attnlab.optim keeps the state lists between steps)."""
+    starts at its first gradient."""
     ours_p, theirs_p = params(11), params(11)
     ours_kwargs = dict(kwargs, decoupled_weight_decay=True) if name == "AdamW" else kwargs
     ours = optim.OPTIMIZERS[name](ours_p, **ours_kwargs)
