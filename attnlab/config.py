@@ -213,8 +213,26 @@ def snapshot_steps(train: Any) -> list[int]:
     ``round(f · (steps - 1))`` for f in 0, 0.1, 0.25, 0.5, 1 (201 steps: 0, 20, 50, 100, 200)."""
     if train.snapshot_steps is not None:
         return sorted(set(train.snapshot_steps))
-    last = train.steps - 1
+    return automatic_snapshot_steps(train.steps)
+
+
+def automatic_snapshot_steps(steps: int) -> list[int]:
+    """``train.snapshot_steps: null`` for a run of ``steps`` steps: the tutorial's pattern,
+    ``round(f · (steps - 1))`` for f in 0, 0.1, 0.25, 0.5, 1, sorted and unique."""
+    last = steps - 1
     return sorted({int(f * last + 0.5) for f in SNAPSHOT_FRACTIONS})
+
+
+def with_recorded_snapshot_steps(data: dict) -> dict:
+    """Plain config ``data`` as ``summary.json`` records it: a null ``train.snapshot_steps`` (automatic)
+    replaced, in place, by the steps a run of ``train.steps`` takes (:func:`automatic_snapshot_steps`);
+    anything else (a list, steps that are not a positive int) left as it is. Returns ``data``."""
+    train = data.get("train")
+    if isinstance(train, dict) and train.get("snapshot_steps") is None:
+        steps = train.get("steps")
+        if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0:
+            train["snapshot_steps"] = automatic_snapshot_steps(steps)
+    return data
 
 
 def _dotted_keys(data: dict, prefix: str = "") -> list[str]:
@@ -281,11 +299,7 @@ def resolve(cfg: DictConfig) -> dict:
         key = err.full_key or "<config>"
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ConfigError(key, _raw(raw, key), f"cannot be resolved: {reason}") from None
-    train = data.get("train", {})
-    steps = train.get("steps")
-    if train.get("snapshot_steps") is None and isinstance(steps, int) and not isinstance(steps, bool) and steps > 0:
-        train["snapshot_steps"] = snapshot_steps(cfg.train)  # the steps this run takes (null = automatic)
-    return data
+    return with_recorded_snapshot_steps(data)  # the steps this run takes (null = automatic)
 
 
 def plain(value: Any) -> Any:

@@ -88,9 +88,9 @@ class FocusSink(Sink):
     (``train.focus_token``) attends most at the last snapshot and with what weight, and the
     first snapshot step at which that weight exceeds :data:`FOCUS_THRESHOLD`; every query's row
     entropy (nats) at the last snapshot; and the largest weight above the diagonal (exactly 0
-    with ``model.causal``). Memory: H + 1 numbers per snapshot and the last snapshot's (H, T, T)
-    weights (the snapshot's own array, not a copy). A snapshot converts only the focus token's
-    row (H, T); the whole last snapshot is read in :meth:`summary`."""
+    with ``model.causal``). Memory: H + 1 numbers per snapshot and a copy of the last snapshot's
+    (H, T, T) weights in their own dtype. A snapshot converts only the focus token's row (H, T) to
+    float64; the whole last snapshot is read in :meth:`summary`."""
 
     def __init__(self, threshold: float = FOCUS_THRESHOLD) -> None:
         self.threshold = threshold
@@ -104,10 +104,15 @@ class FocusSink(Sink):
         self.query, self.tokens = info.focus_token, list(info.tokens)
 
     def on_snapshot(self, snapshot: Snapshot) -> None:
-        row = _query_row(snapshot.weights, self.query)  # (H, T): the focus token's row of each head
+        """Record ``snapshot`` (weights (H, T, T)). Raises ValueError for weights of another shape
+        or a focus token outside [0, T)."""
+        w = np.asarray(snapshot.weights)
+        if w.ndim != 3:
+            raise ValueError(f"snapshot weights must be (H, T, T), got shape {w.shape}")
+        row = _query_row(w, self.query)  # (H, T): the focus token's row of each head
         self.series.append(_strongest(_with_mean(row)).weight)  # (H + 1,)
         self.steps.append(snapshot.step)
-        self.last = snapshot.weights
+        self.last = np.array(w)  # a copy: the summary is of the snapshot as taken, whatever its owner does later
 
     def summary(self) -> dict[str, Any]:
         """``{"focus": {...}}`` for summary.json ({} before the first snapshot): ``query`` and

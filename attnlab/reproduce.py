@@ -41,6 +41,7 @@ config to ``JOB/.hydra/config.yaml``), whatever launcher made it.
 from __future__ import annotations
 
 import argparse
+import copy
 import datetime as _dt
 import itertools
 import os
@@ -147,18 +148,32 @@ def read_saved_config(run_dir: Path, text_file: Path | None = None) -> tuple[dic
     return _checked(data, path, text_file, references=True), raw, None
 
 
+_ABSENT = "(none)"
+
+
 def _differences(saved: dict[str, Any], recorded: dict[str, Any]) -> str | None:
     """Which keys of a run's ``.hydra/config.yaml`` (``saved``) differ from the config its
-    ``summary.json`` recorded (at most 3 named), or None when they agree."""
-    def leaves(data: dict[str, Any]) -> dict[str, Any]:
-        return {k: v for k, v in safe_read.walk(data) if not isinstance(v, (dict, list)) or not v}
+    ``summary.json`` recorded (at most 3 named, each with both values), or None when they agree.
+    ``saved`` is read as summary.json records a config (:func:`attnlab.config.with_recorded_snapshot_steps`:
+    Hydra keeps ``train.snapshot_steps: null``, the record the steps it meant)."""
+    from attnlab.config import with_recorded_snapshot_steps
 
-    a, b = leaves(saved), leaves(recorded)
-    keys = [k for k in dict.fromkeys([*a, *b]) if a.get(k, ...) != b.get(k, ...)]
-    if not keys:
+    found: list[str] = []
+
+    def diff(a: Any, b: Any, key: str) -> None:
+        if isinstance(a, dict) and isinstance(b, dict):
+            for k in dict.fromkeys([*a, *b]):
+                diff(a.get(k, _ABSENT), b.get(k, _ABSENT), f"{key}.{k}" if key else str(k))
+        elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+            for i, (x, y) in enumerate(zip(a, b)):
+                diff(x, y, f"{key}[{i}]")
+        elif a != b:  # a value, or a list / mapping against something else: shown whole
+            found.append(f"{key}: {a!r} there, {b!r} recorded")
+
+    diff(with_recorded_snapshot_steps(copy.deepcopy(saved)), recorded, "")
+    if not found:
         return None
-    shown = ", ".join(f"{k}: {a.get(k, '(none)')!r} there, {b.get(k, '(none)')!r} recorded" for k in keys[:3])
-    return shown + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
+    return ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
 
 
 def _checked(data: Any, path: Path, text_file: Path | None, references: bool) -> dict[str, Any]:

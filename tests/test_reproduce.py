@@ -495,6 +495,29 @@ def test_the_hydra_config_of_a_healthy_run_is_copied_byte_for_byte_without_a_war
     assert (out / ".hydra" / "config.yaml").read_bytes() == (fresh_run / ".hydra" / "config.yaml").read_bytes()
 
 
+def test_automatic_snapshot_steps_are_the_recorded_ones_not_a_difference(tmp_path, capsys):
+    """(adversary) Without ``train.snapshot_steps`` (the default, null: the tutorial's pattern)
+    Hydra's file says null and summary.json records the steps the run took: every such run
+    reproduced with a warning and lost Hydra's file. Now no warning, the file copied as it is;
+    an edited list is named with both values, whole."""
+    run = tmp_path / "run"
+    proc = run_cli(f"hydra.run.dir={run}", "logging=off", "train.steps=41")
+    assert proc.returncode == 0, proc.stderr
+    hydra_config = run / ".hydra" / "config.yaml"
+    assert "  snapshot_steps: null\n" in hydra_config.read_text(encoding="utf-8")
+    recorded = json.loads((run / "summary.json").read_text(encoding="utf-8"))["config"]
+    assert recorded["train"]["snapshot_steps"] == [0, 4, 10, 20, 40]
+    assert main([str(run), "--out", str(tmp_path / "a")]) == 0
+    seen = capsys.readouterr()
+    assert seen.out.splitlines()[0] == "reproduced exactly" and "warning: " not in seen.err, seen.err
+    assert (tmp_path / "a" / ".hydra" / "config.yaml").read_bytes() == hydra_config.read_bytes()
+    hydra_config.write_text(hydra_config.read_text(encoding="utf-8").replace(
+        "  snapshot_steps: null\n", "  snapshot_steps:\n  - 0\n  - 7\n"), encoding="utf-8")
+    assert main([str(run), "--out", str(tmp_path / "b")]) == 0
+    (warning,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning: ")]
+    assert "(train.snapshot_steps: [0, 7] there, [0, 4, 10, 20, 40] recorded)" in warning
+
+
 def test_a_sentence_with_a_dollar_brace_reproduces_from_hydras_escaped_text(tmp_path, capsys):
     """``attnlab 'sentence=costs ${price} today'``: Hydra saves ``costs \\${price} today``
     (OmegaConf's escape). That is text: no warning, Hydra's file copied as it is; and a run of an

@@ -269,6 +269,11 @@ def test_focus_sink_reads_the_focus_row_as_the_whole_weights_gave(heads, T):
         for snap in snaps:
             sink.on_snapshot(snap)
         assert sink.summary()["focus"] == _focus_summary_as_before(snaps, query, tokens)
+        before = sink.summary()
+        snaps[-1].weights[...] = 0.5  # (adversary) the caller's array changed afterwards: the summary keeps its copy
+        assert sink.summary() == before
+    with pytest.raises(ValueError, match=r"^snapshot weights must be \(H, T, T\), got shape \(" + f"{T}, {T}" + r"\)$"):
+        FocusSink().on_snapshot(Snapshot(0, 1.0, np.full((T, T), 1.0 / T)))  # a (T, T) without its head axis
     outside = FocusSink()  # a focus token past the text: the error focus() gives
     outside.on_start(RunInfo(config={}, token_ids=list(range(T)), tokens=tokens, snapshot_steps=[0], steps=1,
                              focus_token=T))
