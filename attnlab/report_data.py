@@ -36,6 +36,7 @@ import numpy as np
 
 from attnlab import runs, safe_read
 from attnlab.config import loss_name
+from attnlab.records import head_mean
 from attnlab.safe_read import ATTENTION, METRICS, WALKTHROUGH, RunFileError, printable
 
 WEIGHT_BUDGET = 18_000_000  # bytes of weights JSON on one page, shared by its runs
@@ -297,8 +298,8 @@ def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int
 
     T = len(rec["tokens"])
     rec["focus_token"] = focus if focus is not None and 0 <= focus < T else None
-    if rec["weights"] and rec["focus_token"] is not None:
-        last = np.asarray(rec["weights"][-1], dtype=np.float64).mean(axis=0)  # None -> nan; heads averaged
+    last = rec.pop(_LAST_MEAN, None)  # the last snapshot, heads averaged, before rounding (as attnlab-compare)
+    if rec["weights"] and rec["focus_token"] is not None and last is not None and last.shape == (T, T):
         row = last[rec["focus_token"]]
         if np.isfinite(row).all():
             j = int(np.argmax(row))
@@ -310,6 +311,11 @@ def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int
     return rec
 
 
+# where the loaders leave the last snapshot's (T, T) head mean, unrounded, for load_run's focus
+# (taken out of the record before it is returned: never on the page)
+_LAST_MEAN = "_last_mean"
+
+
 def _load_attention(rec: dict[str, Any], run_dir: Path, root: Path, max_weight_bytes: int) -> None:
     with safe_read.open_attention(run_dir, NPZ_LIMIT, root=root) as npz:
         steps = npz.read("steps")
@@ -319,8 +325,10 @@ def _load_attention(rec: dict[str, Any], run_dir: Path, root: Path, max_weight_b
         rec["snapshots_total"], rec["heads"] = S, H
         idx = pick_frames(S, max_weight_bytes, frame_bytes(H, T))
         if idx:
-            rec["weights"] = _rounded(npz.read_frames("weights", idx))
+            frames = npz.read_frames("weights", idx)  # the last snapshot among them (pick_frames keeps it)
+            rec["weights"] = _rounded(frames)
             rec["steps"] = [int(steps[i]) for i in idx]
+            rec[_LAST_MEAN] = head_mean(frames[-1])
 
 
 def _load_walkthrough(rec: dict[str, Any], run_dir: Path, root: Path, encoding: Any) -> None:
@@ -331,6 +339,7 @@ def _load_walkthrough(rec: dict[str, Any], run_dir: Path, root: Path, encoding: 
     rec["snapshots_total"], rec["heads"] = 1, 1
     rec["steps"] = [0]
     rec["weights"] = _rounded(walk["weights"][None, None])
+    rec[_LAST_MEAN] = head_mean(walk["weights"])
 
 
 # ============================================================================ many runs

@@ -105,8 +105,27 @@ def test_sweep_report_matches_attnlab_compare(report_sweep):
         assert run["wall_time_s"] == row["wall_time_s"] and run["error"] == row["error"]
         assert (run["focus"]["token"], run["focus"]["target"], run["focus"]["step"]) == \
             (row["focus_token"], row["focus_target"], row["snapshot_step"])
-        assert run["focus"]["weight"] == pytest.approx(row["focus_weight"], abs=5.0001e-5)
+        assert run["focus"]["weight"] == round(row["focus_weight"], report_data.DECIMALS)
     assert runs[0]["config"]["optimizer"]["lr"] == 0.01 and runs[1]["config"]["optimizer"]["lr"] == 0.05
+
+
+def test_the_focus_weight_of_several_heads_is_the_runs_not_a_mean_of_rounded_weights(tmp_path):
+    """(newcomer) With several heads the page averaged the heads' weights after rounding them to
+    4 decimals: 0.6056 on the page where summary.json and attnlab-compare say 0.605540. The focus
+    is now read from the last snapshot before rounding, as attnlab-compare reads it."""
+    from conftest import run_cli
+
+    run = tmp_path / "h2"
+    proc = run_cli(f"hydra.run.dir={run}", "logging=off", "model.n_heads=2", "model.d_k=2", "model.d_v=3")
+    assert proc.returncode == 0, proc.stderr
+    mean = json.loads((run / "summary.json").read_text(encoding="utf-8"))["focus"]["mean"]
+    (row,) = collect_rows([run])
+    record = report_data.load_run(run)
+    assert record["heads"] == 2
+    assert record["focus"]["target"] == row["focus_target"] == mean["token"]
+    assert record["focus"]["weight"] == round(row["focus_weight"], 4) == round(mean["weight"], 4)
+    rounded_mean = np.asarray(record["weights"][-1], dtype=np.float64).mean(axis=0)[record["focus_token"]].max()
+    assert round(float(rounded_mean), 4) != record["focus"]["weight"]  # what the page showed before
 
 
 def test_cli_writes_comparison_and_refuses_non_runs(default_run, report_sweep, tmp_path, capsys):
