@@ -158,7 +158,7 @@ def _differences(saved: dict[str, Any], recorded: dict[str, Any]) -> str | None:
     Hydra keeps ``train.snapshot_steps: null``, the record the steps it meant)."""
     from attnlab.config import with_recorded_snapshot_steps
 
-    found: list[str] = []
+    found: list[tuple[str, Any, Any]] = []
 
     def diff(a: Any, b: Any, key: str) -> None:
         if isinstance(a, dict) and isinstance(b, dict):
@@ -167,13 +167,15 @@ def _differences(saved: dict[str, Any], recorded: dict[str, Any]) -> str | None:
         elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
             for i, (x, y) in enumerate(zip(a, b)):
                 diff(x, y, f"{key}[{i}]")
-        elif a != b:  # a value, or a list / mapping against something else: shown whole
-            found.append(f"{key}: {a!r} there, {b!r} recorded")
+        elif a != b:  # a value, or a list / mapping against something else: shown whole (shortened)
+            found.append((key, a, b))
 
     diff(with_recorded_snapshot_steps(copy.deepcopy(saved)), recorded, "")
     if not found:
         return None
-    return ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
+    shown = ", ".join(f"{printable(key, 100)}: {printable(repr(a), 80)} there, {printable(repr(b), 80)} recorded"
+                      for key, a, b in found[:3])
+    return shown + (f" and {len(found) - 3} more" if len(found) > 3 else "")
 
 
 def _checked(data: Any, path: Path, text_file: Path | None, references: bool) -> dict[str, Any]:
