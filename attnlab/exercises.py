@@ -128,6 +128,12 @@ def observe(cfg: DictConfig, token_ids: Sequence[int], labels: Sequence[str],
     return out
 
 
+def _two_decimals(value: Any) -> str:
+    """A weight from a summary.json (someone else's data) as ``0.97``; ``?`` for anything that
+    is not a number (a string there made attnlab-compare's row unreadable and the report fail)."""
+    return f"{value:.2f}" if isinstance(value, (int, float)) and not isinstance(value, bool) else "?"
+
+
 def columns(summary: dict[str, Any]) -> dict[str, Any]:
     """The observations a job's ``summary.json`` holds, flattened into table cells
     (:data:`COLUMNS`; only those present)."""
@@ -140,7 +146,7 @@ def columns(summary: dict[str, Any]) -> dict[str, Any]:
         if isinstance(mean, dict):
             out["focus_step"] = mean.get("first_step_above")
         if isinstance(heads, list) and len(heads) > 1:
-            out["heads_focus"] = " ".join(f"{h}:{show(str(e.get('token')).strip())}={e.get('weight', 0):.2f}"
+            out["heads_focus"] = " ".join(f"{h}:{show(str(e.get('token')).strip())}={_two_decimals(e.get('weight', 0))}"
                                           for h, e in enumerate(heads) if isinstance(e, dict))
         config = summary.get("config")
         causal = isinstance(config, dict) and isinstance(config.get("model"), dict) and config["model"].get("causal")

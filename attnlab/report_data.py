@@ -34,7 +34,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from attnlab import runs, safe_read
+from attnlab import exercises, runs, safe_read
 from attnlab.config import loss_name
 from attnlab.records import head_mean
 from attnlab.safe_read import ATTENTION, METRICS, WALKTHROUGH, RunFileError, printable
@@ -231,7 +231,9 @@ def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int
     as Hydra saved it, else the config summary.json recorded; plain data, plain ``${a.b}``
     references looked up),
     ``overrides`` [str], ``versions`` {...}, ``recorded`` (other summary.json fields, e.g. the
-    exercise observations). Every string is :func:`~attnlab.safe_read.printable`.
+    exercise observations), ``observations`` (the observation cells of attnlab-compare's table,
+    :func:`attnlab.exercises.columns`: ``focus_step``, ``heads_focus``, ...). Every string is
+    :func:`~attnlab.safe_read.printable`.
 
     ``max_weight_bytes``: JSON bytes the weights may take (see :func:`pick_frames`). ``root``:
     the folder from which no symbolic link is followed (default ``run_dir``). Never raises for
@@ -244,7 +246,7 @@ def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int
         "loss": {"steps": [], "values": [], "total": 0}, "loss_name": None, "loss_threshold": None,
         "steps_to_threshold": None,
         "final_loss": None, "steps_run": None, "wall_time_s": None, "focus_token": None, "focus": None,
-        "config": {}, "overrides": [], "versions": {}, "recorded": {},
+        "config": {}, "overrides": [], "versions": {}, "recorded": {}, "observations": {},
     }
     files = runs.read_run(run_dir, root, prefer_saved=True)
     if files.linked:  # nothing read through a link
@@ -257,6 +259,7 @@ def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int
         rec[key] = _jsonable(summary.get(key))
     rec["versions"] = _jsonable(summary.get("versions") or {})
     rec["recorded"] = _jsonable({k: v for k, v in summary.items() if k not in _KNOWN_SUMMARY})
+    rec["observations"] = _jsonable(exercises.columns(summary))  # attnlab-compare's observation cells
     kind = summary.get("task") or safe_read.select(cfg, "task")
     rec["kind"] = kind if kind in ("train", "walkthrough") else None
     rec["loss_name"] = loss_name([files.objective])

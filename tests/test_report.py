@@ -126,6 +126,19 @@ def test_the_focus_weight_of_several_heads_is_the_runs_not_a_mean_of_rounded_wei
     assert record["focus"]["weight"] == round(row["focus_weight"], 4) == round(mean["weight"], 4)
     rounded_mean = np.asarray(record["weights"][-1], dtype=np.float64).mean(axis=0)[record["focus_token"]].max()
     assert round(float(rounded_mean), 4) != record["focus"]["weight"]  # what the page showed before
+    # (newcomer) the page has attnlab-compare's observation cells too: "heads: strongest key", "focus>0.9 at"
+    assert record["observations"]["heads_focus"] == row["heads_focus"] and "0:" in row["heads_focus"]
+    assert record["observations"]["focus_step"] == row["focus_step"] == mean["first_step_above"]
+    # a head weight that is not a number (someone else's summary.json): a "?" cell, the row and page still made
+    summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
+    summary["focus"]["heads"][0]["weight"] = "high"
+    (run / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
+    (row,) = collect_rows([run])
+    assert row["error"] is None and row["heads_focus"].startswith("0:") and "=?" in row["heads_focus"]
+    assert report_data.load_run(run)["observations"]["heads_focus"] == row["heads_focus"]
+    page = report.write_page([report_data.load_run(run)], tmp_path / "page.html")
+    assert page_data(page)["observation_columns"][0] == {"key": "focus_step", "title": "focus>0.9 at",
+                                                          "same_hidden": False}
 
 
 def test_cli_writes_comparison_and_refuses_non_runs(default_run, report_sweep, tmp_path, capsys):
