@@ -226,7 +226,7 @@ def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int
     loss, None where not finite), ``total`` (points in metrics.csv)}, ``loss_name`` (what the loss
     is: "MSE", "cross-entropy, nats", None when unknown; attnlab.config.loss_name), ``loss_threshold``,
     ``steps_to_threshold``, ``final_loss``, ``steps_run``, ``wall_time_s`` (seconds),
-    ``focus_token`` (position or None), ``focus`` {``token``, ``target``, ``weight``, ``step``}
+    ``focus_token`` (position or None), ``focus`` {``token``, ``target``, ``weight`` (not rounded), ``step``}
     at the last snapshot (heads averaged; as attnlab-compare), ``config`` (``.hydra/config.yaml``
     as Hydra saved it, else the config summary.json recorded; plain data, plain ``${a.b}``
     references looked up),
@@ -307,7 +307,7 @@ def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int
         if np.isfinite(row).all():
             j = int(np.argmax(row))
             rec["focus"] = {"token": rec["tokens"][rec["focus_token"]], "target": rec["tokens"][j],
-                            "weight": round(float(row[j]), DECIMALS),
+                            "weight": float(row[j]),  # unrounded: the page rounds once, as attnlab-compare
                             "step": rec["steps"][-1] if rec["kind"] != "walkthrough" else None}
     rec["problems"] = [printable(p, MAX_STR) for p in files.problems]
     rec["error"] = _jsonable("; ".join(x for x in [summary.get("error"), *files.problems] if x) or None)

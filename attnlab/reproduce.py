@@ -110,7 +110,9 @@ def read_saved_config(run_dir: Path, text_file: Path | None = None) -> tuple[dic
     ``summary.json`` (the values the run used, whatever the environment says now), else
     ``RUN_DIR/.hydra/config.yaml``. With a recorded config, Hydra's file is copied when it says the
     same values; when it is missing, unreadable or says other values (an edited or damaged copy),
-    the recorded config is written instead, and the warning names the difference. Raises RunDirError
+    the recorded config is written instead, and the warning names the difference (none for a
+    missing file or one holding resolver interpolations, as a preset's ``${attnlab.per_head:...}``:
+    those cannot be compared without running a resolver). Raises RunDirError
     (missing, a sweep folder, unsafe or unreadable, not a mapping, an interpolation) or
     ConfigError (a refused ``_target_``, a ``text_file`` without ``--text-file``), one line each."""
     run_dir = Path(run_dir)
@@ -126,11 +128,14 @@ def read_saved_config(run_dir: Path, text_file: Path | None = None) -> tuple[dic
                              references=True)
             why = _differences(saved, data)
         except (RunDirError, ConfigError) as err:
-            raw, why = None, (str(err) if not isinstance(err, safe_read.MissingRunFile) else None)
+            # missing, or holding what attnlab never resolves (a preset's ${attnlab.per_head:...}): it cannot be
+            # compared, so the recorded config is saved, silently; anything else unreadable is named
+            quiet = (safe_read.MissingRunFile, safe_read.ResolverInterpolation)
+            raw, why = None, (str(err) if not isinstance(err, quiet) else None)
         if why is not None or raw is None:
             raw = yaml.safe_dump(recorded, sort_keys=False, allow_unicode=True).encode("utf-8")
         warning = None if why is None else (
-            f"warning: {printable(str(path), 300)} is not the config summary.json recorded ({printable(why, 300)}); "
+            f"warning: {printable(str(path), 300)} is not the config summary.json recorded ({printable(why, 1000)}); "
             "the recorded one runs and is saved as the reproduction's .hydra/config.yaml")
         return data, raw, warning
     try:
@@ -148,7 +153,20 @@ def read_saved_config(run_dir: Path, text_file: Path | None = None) -> tuple[dic
     return _checked(data, path, text_file, references=True), raw, None
 
 
-_ABSENT = "(none)"
+class _Absent:
+    """A key one config has and the other has not (never equal to a config value)."""
+
+    def __repr__(self) -> str:
+        return "(no such key)"
+
+
+_ABSENT = _Absent()
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal values of the same kind: 0 is not False, nor 6 the same as 6.0, in a config."""
+    numbers = (bool, int, float)
+    return a == b and (type(a) is type(b) or not isinstance(a, numbers) or not isinstance(b, numbers))
 
 
 def _differences(saved: dict[str, Any], recorded: dict[str, Any]) -> str | None:
@@ -167,7 +185,7 @@ def _differences(saved: dict[str, Any], recorded: dict[str, Any]) -> str | None:
         elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
             for i, (x, y) in enumerate(zip(a, b)):
                 diff(x, y, f"{key}[{i}]")
-        elif a != b:  # a value, or a list / mapping against something else: shown whole (shortened)
+        elif not _same(a, b):  # a value, or a list / mapping against something else: shown whole (shortened)
             found.append((key, a, b))
 
     diff(with_recorded_snapshot_steps(copy.deepcopy(saved)), recorded, "")

@@ -466,7 +466,14 @@ def test_text_file_is_read_only_when_the_user_names_it(tmp_path, capsys):
     (lambda text: text.replace("seed: 42\n", "seed: 7\n"), "(seed: 7 there, 42 recorded)"),
     (lambda text: text + "seed: 42\x07\n", "not valid YAML (unacceptable character #x0007"),
     (lambda text: text + "seed: 1\n", "refused YAML: duplicate key seed"),
-], ids=["edited", "control_character", "duplicate_key"])
+    # (adversary) a key left out; a value of another kind that Python calls equal (0 == False, 42 == 42.0)
+    (lambda text: text.replace("seed: 42\n", ""), "(seed: (no such key) there, 42 recorded)"),
+    (lambda text: text.replace("seed: 42\n", "seed: 42.0\n"), "(seed: 42.0 there, 42 recorded)"),
+    (lambda text: text.replace("  causal: false\n", "  causal: 0\n"), "(model.causal: 0 there, False recorded)"),
+    # three differences named whole (each value cut to 80 characters) and the count of the rest
+    (lambda text: text + "".join(f"{c * 100}: {'v' * 200}\n" for c in "abcd"),
+     f"{'c' * 100}: '{'v' * 79}…[+122 chars] there, (no such key) recorded and 1 more)"),
+], ids=["edited", "control_character", "duplicate_key", "key_left_out", "int_as_float", "bool_as_int", "long_keys"])
 def test_a_hydra_config_that_is_not_the_recorded_one_is_named_and_not_copied(fresh_run, tmp_path, capsys, edit, why):
     """(newcomer) The recorded config (summary.json) is what runs; a .hydra/config.yaml saying
     other values, or unreadable, was copied as it was into the reproduction, which then recorded a
@@ -516,6 +523,25 @@ def test_automatic_snapshot_steps_are_the_recorded_ones_not_a_difference(tmp_pat
     assert main([str(run), "--out", str(tmp_path / "b")]) == 0
     (warning,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning: ")]
     assert "(train.snapshot_steps: [0, 7] there, [0, 4, 10, 20, 40] recorded)" in warning
+
+
+def test_a_hydra_config_with_a_presets_resolver_is_not_compared_nor_warned_about(fresh_run, tmp_path, capsys):
+    """(adversary) The heads preset's ``d_k: ${attnlab.per_head:4,${model.n_heads}}`` stays in Hydra's
+    file; attnlab never runs a resolver on a shared config, so the file cannot be compared: every
+    reproduction of such a run warned that the file was not the recorded config. Now the recorded
+    config is saved without a warning (nothing resolved); an edited value next to it is still named."""
+    import yaml
+
+    run = copy_run(fresh_run, tmp_path / "run")
+    path = run / ".hydra" / "config.yaml"
+    text = path.read_text(encoding="utf-8")
+    assert "  d_k: 4\n" in text
+    path.write_text(text.replace("  d_k: 4\n", "  d_k: ${attnlab.per_head:4,${model.n_heads}}\n"), encoding="utf-8")
+    assert main([str(run), "--out", str(tmp_path / "a")]) == 0
+    seen = capsys.readouterr()
+    assert seen.out.splitlines()[0] == "reproduced exactly" and "warning: " not in seen.err, seen.err
+    recorded = json.loads((run / "summary.json").read_text(encoding="utf-8"))["config"]
+    assert yaml.safe_load((tmp_path / "a" / ".hydra" / "config.yaml").read_text(encoding="utf-8")) == recorded
 
 
 def test_a_sentence_with_a_dollar_brace_reproduces_from_hydras_escaped_text(tmp_path, capsys):

@@ -109,14 +109,15 @@ from attnlab.safe_read.run_dir import (
                                     read_summary,
                                     read_walkthrough,
 )
-from attnlab.safe_read.text import MissingRunFile, RunFileError, printable
+from attnlab.safe_read.text import MissingRunFile, ResolverInterpolation, RunFileError, printable
 from attnlab.safe_read.yaml_data import parse_yaml_data, read_yaml_data
 
 __all__ = [
     "ATTENTION", "ATTENTION_MEMBERS", "CHUNK", "CONFIG", "CONFIG_LIMIT", "HYDRA", "HYDRA_DIR", "HYDRA_SPECIAL",
     "INTEGER", "JSON_MAX_DEPTH", "METRICS", "METRICS_LIMIT", "METRICS_LINE_LIMIT", "Member", "MemberInfo",
     "MissingRunFile", "NPY_HEADER_LIMIT", "NPZ_DIRECTORY_LIMIT", "NPZ_LIMIT", "NPZ_MAX_MEMBERS", "NUMBER",
-    "NpzArchive", "OVERRIDES", "REFERENCE_CHAIN", "RunFileError", "SUMMARY", "SUMMARY_LIMIT", "SUMMARY_TYPES",
+    "NpzArchive", "OVERRIDES", "REFERENCE_CHAIN", "ResolverInterpolation", "RunFileError", "SUMMARY", "SUMMARY_LIMIT",
+    "SUMMARY_TYPES",
     "TEXT_LIMIT", "TOKEN_CHARS", "WALKTHROUGH", "WALKTHROUGH_MEMBERS", "YAML_MAX_DEPTH", "YAML_MAX_NODES",
     "counters", "decode_utf8", "exists", "file_problem", "interpolations", "open_attention", "open_run_file",
     "parse_yaml_data", "printable", "read_attention", "read_bytes", "read_config", "read_job_num",

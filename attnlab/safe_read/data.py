@@ -10,7 +10,7 @@ from typing import Any, Iterator, Mapping
 
 from attnlab.safe_read.files import read_text
 from attnlab.safe_read.limits import JSON_MAX_DEPTH, REFERENCE_CHAIN, SUMMARY_LIMIT
-from attnlab.safe_read.text import RunFileError, printable
+from attnlab.safe_read.text import ResolverInterpolation, RunFileError, printable
 
 
 def walk(data: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
@@ -101,7 +101,7 @@ def resolve_references(data: Any, label: Any = "config.yaml") -> Any:
             if m is None:
                 why = ("resolvers never run on a shared config" if ":" in current
                        else "only a whole-string ${key.path} reference to another key is allowed")
-                raise RunFileError(label, f"{key} holds an interpolation ({printable(value, 60)}); {why}")
+                raise ResolverInterpolation(label, f"{key} holds an interpolation ({printable(value, 60)}); {why}")
             target = m.group(1)
             ok, hit = _lookup(data, target)
             if not ok:
