@@ -283,10 +283,12 @@ def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int
         below = np.flatnonzero(losses < rec["loss_threshold"])
         rec["steps_to_threshold"] = int(steps[below[0]]) if below.size else None
 
+    last = None  # the last snapshot (T, T), heads averaged, before rounding: the focus as attnlab-compare reads it
     if safe_read.exists(run_dir, ATTENTION):
-        files.attempt(_load_attention, rec, run_dir, files.root, max_weight_bytes)
+        last = files.attempt(_load_attention, rec, run_dir, files.root, max_weight_bytes)
     elif safe_read.exists(run_dir, WALKTHROUGH):
-        files.attempt(_load_walkthrough, rec, run_dir, files.root, safe_read.select(cfg, "tokenizer.encoding", "gpt2"))
+        last = files.attempt(_load_walkthrough, rec, run_dir, files.root,
+                             safe_read.select(cfg, "tokenizer.encoding", "gpt2"))
     files.problems.extend(f"{f}: missing" for f in files.expected_files() if not safe_read.exists(run_dir, f))
 
     if steps is not None and steps.size:
@@ -301,7 +303,6 @@ def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int
 
     T = len(rec["tokens"])
     rec["focus_token"] = focus if focus is not None and 0 <= focus < T else None
-    last = rec.pop(_LAST_MEAN, None)  # the last snapshot, heads averaged, before rounding (as attnlab-compare)
     if rec["weights"] and rec["focus_token"] is not None and last is not None and last.shape == (T, T):
         row = last[rec["focus_token"]]
         if np.isfinite(row).all():
@@ -314,12 +315,9 @@ def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int
     return rec
 
 
-# where the loaders leave the last snapshot's (T, T) head mean, unrounded, for load_run's focus
-# (taken out of the record before it is returned: never on the page)
-_LAST_MEAN = "_last_mean"
-
-
-def _load_attention(rec: dict[str, Any], run_dir: Path, root: Path, max_weight_bytes: int) -> None:
+def _load_attention(rec: dict[str, Any], run_dir: Path, root: Path, max_weight_bytes: int) -> np.ndarray | None:
+    """Fill ``rec``'s snapshots from attention.npz; returns the last snapshot's (T, T) head mean,
+    unrounded (None without snapshots)."""
     with safe_read.open_attention(run_dir, NPZ_LIMIT, root=root) as npz:
         steps = npz.read("steps")
         rec["tokens"] = [printable(t, MAX_STR) for t in npz.read("tokens").tolist()]
@@ -331,10 +329,12 @@ def _load_attention(rec: dict[str, Any], run_dir: Path, root: Path, max_weight_b
             frames = npz.read_frames("weights", idx)  # the last snapshot among them (pick_frames keeps it)
             rec["weights"] = _rounded(frames)
             rec["steps"] = [int(steps[i]) for i in idx]
-            rec[_LAST_MEAN] = head_mean(frames[-1])
+            return head_mean(frames[-1])
+    return None
 
 
-def _load_walkthrough(rec: dict[str, Any], run_dir: Path, root: Path, encoding: Any) -> None:
+def _load_walkthrough(rec: dict[str, Any], run_dir: Path, root: Path, encoding: Any) -> np.ndarray:
+    """Fill ``rec`` from walkthrough.npz; returns its (T, T) weights, unrounded."""
     walk = safe_read.read_walkthrough(run_dir, NPZ_LIMIT, root=root, keys=("weights", "token_ids"))
     rec["kind"] = "walkthrough"
     rec["token_ids"] = [int(i) for i in walk["token_ids"].tolist()]
@@ -342,7 +342,7 @@ def _load_walkthrough(rec: dict[str, Any], run_dir: Path, root: Path, encoding: 
     rec["snapshots_total"], rec["heads"] = 1, 1
     rec["steps"] = [0]
     rec["weights"] = _rounded(walk["weights"][None, None])
-    rec[_LAST_MEAN] = head_mean(walk["weights"])
+    return head_mean(walk["weights"])
 
 
 # ============================================================================ many runs
