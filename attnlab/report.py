@@ -99,11 +99,11 @@ def render(records: Sequence[dict[str, Any]], title: str | None = None) -> str:
     """The page for ``records`` (one run: detail view; two or more: comparison) as HTML text."""
     if title is None:
         title = (f"attnlab · {records[0]['name']}" if len(records) == 1 else f"attnlab · {len(records)} runs")
-    from attnlab import exercises
+    from attnlab.table import page_columns
 
     data = {"runs": list(records), "title": printable(title, MAX_STR),
-            "observation_columns": [{"key": k, "title": exercises.HEADERS.get(k, k),
-                                     "same_hidden": k in exercises.SAME_HIDDEN} for k in exercises.COLUMNS],
+            # attnlab-compare's printed table: its columns for these runs (each run's cells: rec["table"])
+            "table_columns": page_columns([rec.get("table") or {} for rec in records]),
             "generator": {"attnlab": __version__, "weight_budget_bytes": WEIGHT_BUDGET,
                           "bytes_per_weight": BYTES_PER_WEIGHT, "decimals": DECIMALS}}
     template = _PageTemplate(TEMPLATE.read_text(encoding="utf-8"))

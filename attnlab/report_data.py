@@ -34,7 +34,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from attnlab import exercises, runs, safe_read
+from attnlab import runs, safe_read, table
 from attnlab.config import loss_name
 from attnlab.records import head_mean
 from attnlab.safe_read import ATTENTION, METRICS, WALKTHROUGH, RunFileError, printable
@@ -226,13 +226,14 @@ def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int
     loss, None where not finite), ``total`` (points in metrics.csv)}, ``loss_name`` (what the loss
     is: "MSE", "cross-entropy, nats", None when unknown; attnlab.config.loss_name), ``loss_threshold``,
     ``steps_to_threshold``, ``final_loss``, ``steps_run``, ``wall_time_s`` (seconds),
-    ``focus_token`` (position or None), ``focus`` {``token``, ``target``, ``weight`` (not rounded), ``step``}
-    at the last snapshot (heads averaged; as attnlab-compare), ``config`` (``.hydra/config.yaml``
-    as Hydra saved it, else the config summary.json recorded; plain data, plain ``${a.b}``
-    references looked up),
+    ``focus_token`` (position or None), ``focus`` {``token``, ``target``, ``weight`` (not rounded;
+    "nan" for a row of NaN), ``step``} at the last snapshot (heads averaged; attnlab-compare's
+    cells), ``config`` (``.hydra/config.yaml`` as Hydra saved it, else the config summary.json
+    recorded; plain data, plain ``${a.b}`` references looked up),
     ``overrides`` [str], ``versions`` {...}, ``recorded`` (other summary.json fields, e.g. the
-    exercise observations), ``observations`` (the observation cells of attnlab-compare's table,
-    :func:`attnlab.exercises.columns`: ``focus_step``, ``heads_focus``, ...). Every string is
+    exercise observations), ``table`` (the run's row of attnlab-compare's table, built by the same
+    :func:`attnlab.runs.row_from` from the files read here: every cell as
+    :func:`attnlab.table.page_cells` gives it, e.g. ``table["focus_step"]["text"]``). Every string is
     :func:`~attnlab.safe_read.printable`.
 
     ``max_weight_bytes``: JSON bytes the weights may take (see :func:`pick_frames`). ``root``:
@@ -246,11 +247,13 @@ def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int
         "loss": {"steps": [], "values": [], "total": 0}, "loss_name": None, "loss_threshold": None,
         "steps_to_threshold": None,
         "final_loss": None, "steps_run": None, "wall_time_s": None, "focus_token": None, "focus": None,
-        "config": {}, "overrides": [], "versions": {}, "recorded": {}, "observations": {},
+        "config": {}, "overrides": [], "versions": {}, "recorded": {}, "table": {},
     }
     files = runs.read_run(run_dir, root, prefer_saved=True)
     if files.linked:  # nothing read through a link
-        return {**rec, "status": "unreadable", "error": files.problems[0], "problems": files.problems}
+        row = runs.row_from(files, name, metrics=None, last=None)
+        return {**rec, "status": "unreadable", "error": files.problems[0], "problems": files.problems,
+                "table": table.page_cells(row)}
     summary, cfg = files.summary, files.config
     rec["status"] = _jsonable(files.status)
     rec["config"] = resolve_refs(_jsonable(cfg))  # bounded first, then looked up
@@ -259,7 +262,6 @@ def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int
         rec[key] = _jsonable(summary.get(key))
     rec["versions"] = _jsonable(summary.get("versions") or {})
     rec["recorded"] = _jsonable({k: v for k, v in summary.items() if k not in _KNOWN_SUMMARY})
-    rec["observations"] = _jsonable(exercises.columns(summary))  # attnlab-compare's observation cells
     kind = summary.get("task") or safe_read.select(cfg, "task")
     rec["kind"] = kind if kind in ("train", "walkthrough") else None
     rec["loss_name"] = loss_name([files.objective])
@@ -269,11 +271,11 @@ def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int
     focus = safe_read.select(cfg, "train.focus_token", 1)
     focus = focus if isinstance(focus, int) and not isinstance(focus, bool) else None
 
-    steps = losses = None
+    steps = losses = metrics = None
     if safe_read.exists(run_dir, METRICS):
-        got = files.attempt(safe_read.read_run_metrics, run_dir, root=files.root)
-        if got is not None:
-            steps, losses = got
+        metrics = files.attempt(safe_read.read_run_metrics, run_dir, root=files.root)
+        if metrics is not None:
+            steps, losses = metrics
     if steps is not None:
         rec["loss"]["total"] = int(steps.size)
     stt = summary.get("steps_to_threshold")
@@ -283,13 +285,15 @@ def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int
         below = np.flatnonzero(losses < rec["loss_threshold"])
         rec["steps_to_threshold"] = int(steps[below[0]]) if below.size else None
 
-    last = None  # the last snapshot (T, T), heads averaged, before rounding: the focus as attnlab-compare reads it
+    last = None  # the last snapshot as attnlab-compare reads it (runs.last_attention), from the frames read here
     if safe_read.exists(run_dir, ATTENTION):
         last = files.attempt(_load_attention, rec, run_dir, files.root, max_weight_bytes)
     elif safe_read.exists(run_dir, WALKTHROUGH):
         last = files.attempt(_load_walkthrough, rec, run_dir, files.root,
-                             safe_read.select(cfg, "tokenizer.encoding", "gpt2"))
-    files.problems.extend(f"{f}: missing" for f in files.expected_files() if not safe_read.exists(run_dir, f))
+                             runs.setting(files.used_config, "tokenizer.encoding", str, "gpt2"))
+    # attnlab-compare's row from the files read above (it adds the expected files that are missing)
+    row = runs.row_from(files, name, metrics=metrics, last=last)
+    rec["table"] = table.page_cells(row)
 
     if steps is not None and steps.size:
         at = {int(s): i for i, s in enumerate(steps.tolist())}
@@ -303,24 +307,24 @@ def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int
 
     T = len(rec["tokens"])
     rec["focus_token"] = focus if focus is not None and 0 <= focus < T else None
-    if rec["weights"] and rec["focus_token"] is not None and last is not None and last.shape == (T, T):
-        row = last[rec["focus_token"]]
-        if np.isfinite(row).all():
-            j = int(np.argmax(row))
-            rec["focus"] = {"token": rec["tokens"][rec["focus_token"]], "target": rec["tokens"][j],
-                            "weight": float(row[j]),  # unrounded: the page rounds once, as attnlab-compare
-                            "step": rec["steps"][-1] if rec["kind"] != "walkthrough" else None}
+    if row.get("focus_token") is not None:  # the row's focus cells: attnlab-compare's, weight unrounded
+        rec["focus"] = {"token": printable(row["focus_token"], MAX_STR),
+                        "target": printable(row["focus_target"], MAX_STR),
+                        "weight": _jsonable(row["focus_weight"]), "step": row["snapshot_step"]}
     rec["problems"] = [printable(p, MAX_STR) for p in files.problems]
-    rec["error"] = _jsonable("; ".join(x for x in [summary.get("error"), *files.problems] if x) or None)
+    rec["error"] = _jsonable(row["error"])
     return rec
 
 
-def _load_attention(rec: dict[str, Any], run_dir: Path, root: Path, max_weight_bytes: int) -> np.ndarray | None:
-    """Fill ``rec``'s snapshots from attention.npz; returns the last snapshot's (T, T) head mean,
-    unrounded (None without snapshots)."""
+def _load_attention(rec: dict[str, Any], run_dir: Path, root: Path,
+                    max_weight_bytes: int) -> tuple[np.ndarray, list[str], int] | None:
+    """Fill ``rec``'s snapshots from attention.npz; returns the last snapshot as
+    :func:`attnlab.runs.last_attention` does (its (T, T) head mean unrounded, the token labels
+    as read, its step), None without snapshots."""
     with safe_read.open_attention(run_dir, NPZ_LIMIT, root=root) as npz:
         steps = npz.read("steps")
-        rec["tokens"] = [printable(t, MAX_STR) for t in npz.read("tokens").tolist()]
+        labels = [str(t) for t in npz.read("tokens").tolist()]
+        rec["tokens"] = [printable(t, MAX_STR) for t in labels]
         rec["token_ids"] = [int(i) for i in npz.read("token_ids").tolist()]
         S, H, T, _ = npz.infos["weights"].shape
         rec["snapshots_total"], rec["heads"] = S, H
@@ -329,20 +333,23 @@ def _load_attention(rec: dict[str, Any], run_dir: Path, root: Path, max_weight_b
             frames = npz.read_frames("weights", idx)  # the last snapshot among them (pick_frames keeps it)
             rec["weights"] = _rounded(frames)
             rec["steps"] = [int(steps[i]) for i in idx]
-            return head_mean(frames[-1])
+            return head_mean(frames[-1]), labels, int(steps[-1])
     return None
 
 
-def _load_walkthrough(rec: dict[str, Any], run_dir: Path, root: Path, encoding: Any) -> np.ndarray:
-    """Fill ``rec`` from walkthrough.npz; returns its (T, T) weights, unrounded."""
+def _load_walkthrough(rec: dict[str, Any], run_dir: Path, root: Path,
+                      encoding: Any) -> tuple[np.ndarray, list[str], None]:
+    """Fill ``rec`` from walkthrough.npz; returns it as :func:`attnlab.runs.last_attention` does
+    (its (T, T) weights unrounded, the token labels, step None)."""
     walk = safe_read.read_walkthrough(run_dir, NPZ_LIMIT, root=root, keys=("weights", "token_ids"))
     rec["kind"] = "walkthrough"
     rec["token_ids"] = [int(i) for i in walk["token_ids"].tolist()]
-    rec["tokens"] = [printable(t, MAX_STR) for t in runs.token_labels_for(rec["token_ids"], encoding)]
+    labels = runs.token_labels_for(rec["token_ids"], encoding)
+    rec["tokens"] = [printable(t, MAX_STR) for t in labels]
     rec["snapshots_total"], rec["heads"] = 1, 1
     rec["steps"] = [0]
     rec["weights"] = _rounded(walk["weights"][None, None])
-    return head_mean(walk["weights"])
+    return head_mean(walk["weights"]), labels, None
 
 
 # ============================================================================ many runs

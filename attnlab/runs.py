@@ -115,12 +115,19 @@ class RunFiles:
     linked: bool = False  # reached through a symbolic link below ``root``: nothing in it is read
 
     @property
+    def used_config(self) -> dict[str, Any]:
+        """The config the run used: summary.json's (resolved) when it has one, else :attr:`config`
+        (``.hydra/config.yaml`` as plain data); what a row's settings (threshold, focus token,
+        encoding) are read from, whichever config the caller shows."""
+        recorded = self.summary.get("config")
+        return recorded if isinstance(recorded, dict) else self.config
+
+    @property
     def objective(self) -> Any:
         """``train.objective`` of the config the run used (summary.json's), else of the saved
         one (:func:`attnlab.config.objective_of`): what attnlab-compare and attnlab-report name
         the loss from, whichever config they show."""
-        recorded = self.summary.get("config")
-        return objective_of(recorded if isinstance(recorded, dict) else self.config)
+        return objective_of(self.used_config)
 
     def attempt(self, read: Callable[..., Any], *args: Any, missing_ok: bool = False, **kwargs: Any) -> Any:
         """``read(*args, **kwargs)``, or None with its RunFileError added to :attr:`problems`
@@ -274,8 +281,8 @@ def focus_at_last_snapshot(run_dir: Path, focus: int, encoding: str = "gpt2", *,
     return _focus(last_attention(run_dir, encoding, root=root), focus)
 
 
-def _setting(config: Any, key: str, kind: type | tuple[type, ...], default: Any) -> Any:
-    """``config[key]`` (dotted) when it is plain data of type ``kind``, else ``default``."""
+def setting(config: Any, key: str, kind: type | tuple[type, ...], default: Any) -> Any:
+    """``config[key]`` (dotted) when it is plain data of type ``kind`` (not a bool), else ``default``."""
     value = safe_read.select(config, key, default)
     return value if isinstance(value, kind) and not isinstance(value, bool) else default
 
@@ -283,6 +290,9 @@ def _setting(config: Any, key: str, kind: type | tuple[type, ...], default: Any)
 def broken(row: dict[str, Any]) -> bool:
     """Whether some file of the row's run cannot be read (``row["problems"]``)."""
     return bool(row.get("problems"))
+
+
+UNREAD: Any = object()  # row_from's ``metrics`` / ``last`` not read by the caller: the row reads them
 
 
 def job_row(run_dir: Path, job: str | None = None, sweep_end: bool = False, *,
@@ -297,39 +307,65 @@ def job_row(run_dir: Path, job: str | None = None, sweep_end: bool = False, *,
     for runs of older attnlab versions, from ``.hydra/`` read as plain YAML data: nothing in
     them is resolved or interpolated."""
     run_dir = Path(run_dir)
-    row: dict[str, Any] = {c: None for c in COLUMNS}
-    row["job"] = job if job is not None else run_dir.name
-    row["path"] = str(run_dir)
     try:
-        _fill_row(row, read_run(run_dir, root), sweep_end)
+        files = read_run(run_dir, root)
     except Exception as err:  # a defect of attnlab's, not of the run: still a row, naming it
-        row["status"] = row["status"] or "unreadable"
-        row["problems"] = [f"cannot be read ({type(err).__name__}: {safe_read.printable(str(err), 300)})"]
-        row["error"] = row["problems"][0]
+        return _unreadable(_empty_row(run_dir, job), err)
+    return row_from(files, job, sweep_end=sweep_end)
+
+
+def row_from(files: RunFiles, job: str | None = None, *, sweep_end: bool = False, metrics: Any = UNREAD,
+             last: Any = UNREAD) -> dict[str, Any]:
+    """:func:`job_row`'s row from a :func:`read_run` the caller made (attnlab-report's: the
+    same cells as attnlab-compare's, from files read once). ``metrics``: ``(steps, losses)``
+    as :func:`attnlab.safe_read.read_run_metrics` gives them, or None (no usable metrics.csv);
+    ``last``: what :func:`last_attention` gives, or None; either one :data:`UNREAD` (default):
+    read here. Adds the missing expected files to ``files.problems``. Never raises."""
+    row = _empty_row(files.run_dir, job)
+    try:
+        _fill_row(row, files, sweep_end, metrics, last)
+    except Exception as err:  # a defect of attnlab's, not of the run: still a row, naming it
+        _unreadable(row, err)
     return row
 
 
-def _fill_row(row: dict[str, Any], files: RunFiles, sweep_end: bool) -> None:
-    run_dir, summary, config = files.run_dir, files.summary, files.config
+def _empty_row(run_dir: Path, job: str | None) -> dict[str, Any]:
+    row: dict[str, Any] = {c: None for c in COLUMNS}
+    row["job"] = job if job is not None else run_dir.name
+    row["path"] = str(run_dir)
+    return row
+
+
+def _unreadable(row: dict[str, Any], err: Exception) -> dict[str, Any]:
+    row["status"] = row["status"] or "unreadable"
+    row["problems"] = [f"cannot be read ({type(err).__name__}: {safe_read.printable(str(err), 300)})"]
+    row["error"] = row["problems"][0]
+    return row
+
+
+def _fill_row(row: dict[str, Any], files: RunFiles, sweep_end: bool, metrics: Any, last: Any) -> None:
+    run_dir, summary, config = files.run_dir, files.summary, files.used_config
     row["status"] = files.status
     if files.linked:
         row["error"], row["problems"] = files.problems[0], files.problems
         return
     row["overrides"] = " ".join(files.overrides)
-    threshold = _setting(config, "train.loss_threshold", (int, float), None)
+    threshold = setting(config, "train.loss_threshold", (int, float), None)
     row["loss_threshold"] = threshold
     row["objective"] = files.objective  # names the loss axes (not a column)
     for key in ("final_loss", "steps_run", "steps_to_threshold", "wall_time_s"):
         row[key] = summary.get(key)
-    if safe_read.exists(run_dir, METRICS):
-        got = files.attempt(safe_read.read_run_metrics, run_dir, root=files.root)
-        if got is not None and row["steps_to_threshold"] is None and threshold:
-            steps, losses = got
-            below = np.flatnonzero(losses < float(threshold))
-            row["steps_to_threshold"] = int(steps[below[0]]) if below.size else None
-    encoding = _setting(config, "tokenizer.encoding", str, "gpt2")
-    last = files.attempt(last_attention, run_dir, encoding, root=files.root)
-    row.update(_focus(last, _setting(config, "train.focus_token", int, 1)))
+    if metrics is UNREAD:
+        metrics = (files.attempt(safe_read.read_run_metrics, run_dir, root=files.root)
+                   if safe_read.exists(run_dir, METRICS) else None)
+    if metrics is not None and row["steps_to_threshold"] is None and threshold:
+        steps, losses = metrics
+        below = np.flatnonzero(losses < float(threshold))
+        row["steps_to_threshold"] = int(steps[below[0]]) if below.size else None
+    if last is UNREAD:
+        last = files.attempt(last_attention, run_dir, setting(config, "tokenizer.encoding", str, "gpt2"),
+                             root=files.root)
+    row.update(_focus(last, setting(config, "train.focus_token", int, 1)))
     files.problems.extend(f"{name}: missing" for name in files.expected_files()
                           if not safe_read.exists(run_dir, name))
     row.update(exercises.columns(summary))

@@ -12,8 +12,10 @@ with a leading ``'``; numbers are written as numbers.
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import math
+import sys
 import unicodedata
 from pathlib import Path
 from typing import Any, Sequence
@@ -29,6 +31,7 @@ MAX_JOB = 100  # characters of the job column in the printed table
 MAX_CELL = 48  # characters of a cell in the printed table (the CSV keeps everything)
 WIDE = {"job": MAX_JOB, "heads_focus": 100}  # columns allowed more (a name; one entry per head)
 CSV_TEXT_LIMIT = 10_000  # characters of one CSV text cell, escapes included (a summary.json holds at most 1 MiB)
+SORT_TEXT = 200  # characters of a text cell the page sorts by
 FORMULA_START = ("=", "+", "-", "@")  # a spreadsheet reads a cell starting with one of these as a formula
 
 
@@ -47,24 +50,25 @@ def columns_of(rows: Sequence[dict[str, Any]], table: bool = False) -> list[str]
     return cols
 
 
+def sort_key(v: Any) -> tuple[int, float, str]:
+    """How :func:`sort_rows` orders a cell: numbers numerically, then text (``str``), then empty
+    cells (None, NaN)."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return (2, 0, "")
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return (0, v, "")
+    return (1, 0, str(v))
+
+
 def sort_rows(rows: list[dict[str, Any]], column: str, reverse: bool = False) -> list[dict[str, Any]]:
-    """``rows`` sorted by ``column`` (numbers numerically, text as text, empty cells last).
-    Raises KeyError with the allowed columns when ``column`` is not one."""
+    """``rows`` sorted by ``column`` (numbers numerically, text as text, empty cells last:
+    :func:`sort_key`). Raises KeyError with the allowed columns when ``column`` is not one."""
     allowed = columns_of(rows)
     if column not in allowed:
         raise KeyError(f"--sort {column!r}: unknown column; one of {', '.join(allowed)}")
-
-    def key(row: dict[str, Any]):
-        v = row.get(column)
-        if v is None or (isinstance(v, float) and math.isnan(v)):
-            return (2, 0, "")
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
-            return (0, v, "")
-        return (1, 0, str(v))
-
-    present = [r for r in rows if key(r)[0] < 2]
-    empty = [r for r in rows if key(r)[0] == 2]
-    return sorted(present, key=key, reverse=reverse) + empty
+    present = [r for r in rows if sort_key(r.get(column))[0] < 2]
+    empty = [r for r in rows if sort_key(r.get(column))[0] == 2]
+    return sorted(present, key=lambda r: sort_key(r.get(column)), reverse=reverse) + empty
 
 
 def _csv_value(v: Any) -> Any:
@@ -118,6 +122,55 @@ def _cell(col: str, v: Any) -> str:
     return printable(v, MAX_JOB + 1 if col == "job" else MAX_CELL + 1)  # clip() then cuts it to its width
 
 
+def _right_aligned(v: Any) -> bool:
+    """A cell of a column that is right-aligned when all its cells are: a number or empty (None)."""
+    return v is None or isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def cell_text(col: str, v: Any) -> str:
+    """A cell as :func:`format_table` prints it (formatted, printable, one line, cut with ``…``)."""
+    return clip(_cell(col, v), WIDE.get(col, MAX_CELL))
+
+
+def page_cells(row: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """One row's cells for attnlab-report's runs table, so the page shows attnlab-compare's
+    table: for every column the printed table can have (:func:`columns_of` less the CSV-only
+    ones), ``text`` (:func:`cell_text`), ``full`` (the whole printable text, up to
+    :data:`CSV_TEXT_LIMIT` characters, when ``text`` is cut), ``sort`` (what :func:`sort_key`
+    orders by: a number, text, or None for an empty cell), ``right`` (number or empty: the
+    column is right-aligned when every cell is) and ``shown`` (None for an empty cell, else
+    a digest of the value: :func:`page_columns` hides the columns every run has the same
+    value in, as :func:`columns_of` does, without the value in the page twice). JSON-ready."""
+    out: dict[str, dict[str, Any]] = {}
+    for c in columns_of([row]):
+        if c in TABLE_SKIP:
+            continue
+        v = row.get(c)
+        rank, number, text = sort_key(v)
+        if rank == 0 and not math.isfinite(number):  # JSON has no infinity: the largest float sorts the same
+            number = math.copysign(sys.float_info.max, number)
+        sort = None if rank == 2 else number if rank == 0 else printable(text, SORT_TEXT)
+        cell = {"text": cell_text(c, v), "sort": sort,
+                "right": _right_aligned(v), "shown": None if v is None or v == "" else _digest(v)}
+        if cell["text"].endswith("…") and rank == 1:
+            cell["full"] = printable(show(text) if c in ("focus_token", "focus_target") else text, CSV_TEXT_LIMIT)
+        out[c] = cell
+    return out
+
+
+def _digest(v: Any) -> str:
+    return hashlib.sha256(str(v).encode("utf-8", "replace")).hexdigest()[:16]
+
+
+def page_columns(tables: Sequence[dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The columns of attnlab-report's runs table for the runs' :func:`page_cells`: those
+    :func:`columns_of` shows in the printed table for the same rows, in its order, each
+    ``{"key", "title" (the printed header), "right" (right-aligned, sorted as numbers)}``."""
+    rows = [{c: cell["shown"] for c, cell in t.items()} for t in tables]
+    return [{"key": c, "title": HEADERS.get(c, c), "right": all(t[c]["right"] if c in t else True for t in tables)}
+            for c in columns_of(rows, table=True)]
+
+
 def _width(text: str) -> int:
     return sum(2 if unicodedata.east_asian_width(ch) in ("W", "F") else 0 if unicodedata.combining(ch) else 1
                for ch in text)
@@ -149,8 +202,7 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
     head = [HEADERS.get(c, c) for c in cols]
     body = [[clip(_cell(c, r.get(c)), WIDE.get(c, MAX_CELL)) for c in cols] for r in rows]
     widths = [max(_width(x) for x in [h] + [b[i] for b in body]) for i, h in enumerate(head)]
-    numeric = {c for c in cols if all(isinstance(r.get(c), (int, float)) and not isinstance(r.get(c), bool)
-                                      or r.get(c) is None for r in rows)}
+    numeric = {c for c in cols if all(_right_aligned(r.get(c)) for r in rows)}
 
     def line(cells: Sequence[str]) -> str:
         parts = []

@@ -166,7 +166,15 @@ def test_a_damaged_run_is_one_row_and_one_record_beside_a_healthy_one(case, base
     code = report.main([str(folder), "-o", str(page)])
     seen = capsys.readouterr()
     assert code == (1 if broken else 0), seen.err
-    assert [r["name"] for r in page_data(page)["runs"]] == ["0_healthy", f"1_{case.name}"]
+    data = page_data(page)
+    assert [r["name"] for r in data["runs"]] == ["0_healthy", f"1_{case.name}"]
+    # the page's runs table is attnlab-compare's printed table: its columns, headers and cells
+    cols = table.columns_of(rows, table=True)
+    assert [(c["key"], c["title"]) for c in data["table_columns"]] == [(c, table.HEADERS.get(c, c)) for c in cols]
+    for rec, row, line in zip(data["runs"], rows, lines[2:4]):
+        cells = {c: rec["table"][c]["text"] if c in rec["table"] else "-" for c in cols}
+        assert cells == {c: table.cell_text(c, row.get(c)) for c in cols}
+        assert all(cells[c] in line for c in cols if c != "job")
     text = page.read_text(encoding="utf-8")
     assert not RAW_CONTROL.search(text.replace("\n", "").replace("\t", ""))
     assert not RAW_CONTROL.search(seen.out + seen.err)

@@ -15,7 +15,7 @@ import pytest
 import yaml
 from report_helpers import DATA_OPEN, network_refs, page_data, scripts_of, write_synthetic_run
 
-from attnlab import artifacts, report, report_data, safe_read
+from attnlab import artifacts, report, report_data, safe_read, table
 from attnlab.job import run_job
 from attnlab.runs import collect_rows
 
@@ -127,18 +127,22 @@ def test_the_focus_weight_of_several_heads_is_the_runs_not_a_mean_of_rounded_wei
     rounded_mean = np.asarray(record["weights"][-1], dtype=np.float64).mean(axis=0)[record["focus_token"]].max()
     assert round(float(rounded_mean), 4) != round(record["focus"]["weight"], 4)  # what the page showed before
     # (newcomer) the page has attnlab-compare's observation cells too: "heads: strongest key", "focus>0.9 at"
-    assert record["observations"]["heads_focus"] == row["heads_focus"] and "0:" in row["heads_focus"]
-    assert record["observations"]["focus_step"] == row["focus_step"] == mean["first_step_above"]
+    assert record["table"]["heads_focus"]["text"] == table.cell_text("heads_focus", row["heads_focus"])
+    assert "0:" in row["heads_focus"] and row["heads_focus"].startswith(record["table"]["heads_focus"]["text"][:20])
+    assert row["focus_step"] == mean["first_step_above"]
+    assert record["table"].get("focus_step", {"text": "-"})["text"] == table.cell_text("focus_step", row["focus_step"])
+    assert record["table"]["focus_weight"]["text"] == f"{mean['weight']:.3f}"
     # a head weight that is not a number (someone else's summary.json): a "?" cell, the row and page still made
     summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
     summary["focus"]["heads"][0]["weight"] = "high"
     (run / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
     (row,) = collect_rows([run])
     assert row["error"] is None and row["heads_focus"].startswith("0:") and "=?" in row["heads_focus"]
-    assert report_data.load_run(run)["observations"]["heads_focus"] == row["heads_focus"]
+    assert report_data.load_run(run)["table"]["heads_focus"]["text"] == table.cell_text("heads_focus", row["heads_focus"])
     page = report.write_page([report_data.load_run(run)], tmp_path / "page.html")
-    assert page_data(page)["observation_columns"][0] == {"key": "focus_step", "title": "focus>0.9 at",
-                                                          "same_hidden": False}
+    columns = page_data(page)["table_columns"]
+    assert [c["key"] for c in columns] == table.columns_of([row], table=True)
+    assert {"key": "heads_focus", "title": "heads: strongest key", "right": False} in columns
 
 
 def test_cli_writes_comparison_and_refuses_non_runs(default_run, report_sweep, tmp_path, capsys):
@@ -405,3 +409,41 @@ def test_every_run_and_sweep_writes_its_report(default_run, tmp_path, cli):
     quiet = tmp_path / "quiet"
     assert cli(f"hydra.run.dir={quiet}", "train.steps=20", "logging=off").returncode == 0
     assert not (quiet / "report.html").exists()
+
+
+def test_the_runs_table_shows_attnlab_compares_cells(tmp_path):
+    """(third helper, sixth session) The page formatted the table itself and differed from
+    attnlab-compare: 0.0 shown `0`, 4.94e-06 as `4.94e-6`, an object cell as `[object Object]`,
+    a last snapshot of NaN as no focus at all, columns compare hides kept. Its columns, headers,
+    cells and sort values are now compare's, made by the same functions from the same rows."""
+    sweep = tmp_path / "sweep"
+    tokens = ["Your", " journey", " starts"]
+    for i in range(3):
+        write_synthetic_run(sweep / f"{i}_run{i}", tokens, [0, 5], seed=i)
+    edit = sweep / "1_run1" / "summary.json"
+    summary = json.loads(edit.read_text(encoding="utf-8"))
+    summary["config"] = {"model": {"causal": True}, "train": {"focus_token": 1}}
+    summary.update(final_loss=4.94e-06, focus={"upper_triangle_max": 0.0},
+                   permutation_check={"tokens_are_permutation": {"x": 1}, "z_max_abs_diff": float("nan")})
+    edit.write_text(json.dumps(summary), encoding="utf-8")
+    npz = sweep / "2_run2" / "attention.npz"
+    with np.load(npz) as f:
+        arrays = {k: f[k] for k in f.files}
+    arrays["weights"][-1, 0, 1] = np.nan  # the focus token's row of the last snapshot
+    np.savez(npz, **arrays)
+
+    rows = collect_rows([sweep])
+    data = page_data(report.write_page(report_data.collect_records([sweep]), tmp_path / "page.html"))
+    cols = table.columns_of(rows, table=True)
+    assert [c["key"] for c in data["table_columns"]] == cols
+    assert [c["key"] for c in data["table_columns"] if c["right"]] == [
+        "final_loss", "focus_weight", "snapshot_step", "wall_time_s", "upper_max", "perm_z_max_abs_diff"]
+    shown = [{c: rec["table"][c]["text"] if c in rec["table"] else "-" for c in cols} for rec in data["runs"]]
+    assert shown == [{c: table.cell_text(c, row.get(c)) for c in cols} for row in rows]
+    assert (shown[1]["final_loss"], shown[1]["upper_max"], shown[1]["perm_tokens_match"]) == \
+        ("4.94e-06", "0.0000", "{'x': 1}")
+    assert (shown[2]["focus_target"], shown[2]["focus_weight"]) == ("'Your'", "nan")  # numpy's argmax of NaN
+    assert data["runs"][2]["focus"]["weight"] == "nan"
+    assert data["runs"][1]["table"]["perm_z_max_abs_diff"]["sort"] is None  # NaN sorts last, as --sort does
+    sorts = [rec["table"]["final_loss"]["sort"] for rec in data["runs"]]
+    assert sorts == [row["final_loss"] for row in rows]

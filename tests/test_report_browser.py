@@ -255,16 +255,21 @@ def test_sweep_report_table_slider_and_detail(browser, report_sweep, shots):
     assert jobs() == ["1: lr=0.05", "0: lr=0.01"]  # the run that never reached it: last
     page.click("#runs-table th[data-col='steps_to_threshold']")
     assert jobs() == ["1: lr=0.05", "0: lr=0.01"]  # ... in either direction
-    # attnlab-compare's observation columns follow (newcomer: the page had none): here "focus>0.9 at"
+    # the table is attnlab-compare's printed one: its headers and, row by row, its cells (observation
+    # columns included, newcomer: the page had none; here "focus>0.9 at")
+    from attnlab import table
     from attnlab.runs import collect_rows
 
-    rows = {r["job"]: r for r in collect_rows([report_sweep])}
+    rows = collect_rows([report_sweep])
+    cols = table.columns_of(rows, table=True)
     heads = [t.rstrip(" ▲▼") for t in page.locator("#runs-table thead th").all_text_contents()]
-    assert heads[-3:] == ["wall_s", "focus>0.9 at", "error"]
-    page.click("#runs-table th[data-col='obs:focus_step']")
-    cells = page.locator("#runs-table tbody td:nth-child(10)").all_text_contents()
-    want = sorted((r["focus_step"] for r in rows.values()), key=lambda v: (v is None, v))
-    assert cells == [("–" if v is None else str(v)) for v in want] and want[0] == 100
+    assert heads == [table.HEADERS.get(c, c) for c in cols] and heads[-2:] == ["wall_s", "focus>0.9 at"]  # no error: no column
+    page.click("#runs-table th[data-col='focus_step']")
+    want = table.sort_rows(rows, "focus_step")
+    assert want[0]["focus_step"] == 100
+    for tr, row in zip(page.locator("#runs-table tbody tr").all(), want):
+        cells = tr.locator("td").all_text_contents()
+        assert cells[1:] == [table.cell_text(c, row.get(c)) for c in cols[1:]]  # the job cell: the legend name
     # small multiples on the shared slider: at step 0 both runs are the tutorial's untrained start
     assert page.locator(".mcard").count() == 2 and p.text("#step-label") == "step 200"
     page.locator("h1").click()
