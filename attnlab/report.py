@@ -99,11 +99,12 @@ def render(records: Sequence[dict[str, Any]], title: str | None = None) -> str:
     """The page for ``records`` (one run: detail view; two or more: comparison) as HTML text."""
     if title is None:
         title = (f"attnlab · {records[0]['name']}" if len(records) == 1 else f"attnlab · {len(records)} runs")
-    from attnlab.table import page_columns
+    from attnlab.table import page_table
 
-    data = {"runs": list(records), "title": printable(title, MAX_STR),
-            # attnlab-compare's printed table: its columns for these runs (each run's cells: rec["table"])
-            "table_columns": page_columns([rec.get("table") or {} for rec in records]),
+    # attnlab-compare's printed table: its columns for these runs, each run's cells with its place in each order
+    columns, tables = page_table([rec.get("table") or {} for rec in records])
+    data = {"runs": [{**rec, "table": t} for rec, t in zip(records, tables)], "title": printable(title, MAX_STR),
+            "table_columns": columns,
             "generator": {"attnlab": __version__, "weight_budget_bytes": WEIGHT_BUDGET,
                           "bytes_per_weight": BYTES_PER_WEIGHT, "decimals": DECIMALS}}
     template = _PageTemplate(TEMPLATE.read_text(encoding="utf-8"))

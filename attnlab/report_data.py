@@ -249,12 +249,13 @@ def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int
         "final_loss": None, "steps_run": None, "wall_time_s": None, "focus_token": None, "focus": None,
         "config": {}, "overrides": [], "versions": {}, "recorded": {}, "table": {},
     }
-    files = runs.read_run(run_dir, root, prefer_saved=True)
+    files = runs.read_run(run_dir, root)  # as attnlab-compare reads it: the row below is its row
     if files.linked:  # nothing read through a link
         row = runs.row_from(files, name, metrics=None, last=None)
         return {**rec, "status": "unreadable", "error": files.problems[0], "problems": files.problems,
                 "table": table.page_cells(row)}
-    summary, cfg = files.summary, files.config
+    summary, used = files.summary, files.used_config  # the settings: those of the config the run used
+    cfg, config_problems = runs.saved_config(files)  # shown: the config as Hydra saved it
     rec["status"] = _jsonable(files.status)
     rec["config"] = resolve_refs(_jsonable(cfg))  # bounded first, then looked up
     rec["overrides"] = _jsonable(files.overrides)
@@ -262,14 +263,13 @@ def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int
         rec[key] = _jsonable(summary.get(key))
     rec["versions"] = _jsonable(summary.get("versions") or {})
     rec["recorded"] = _jsonable({k: v for k, v in summary.items() if k not in _KNOWN_SUMMARY})
-    kind = summary.get("task") or safe_read.select(cfg, "task")
+    kind = summary.get("task") or safe_read.select(used, "task")
     rec["kind"] = kind if kind in ("train", "walkthrough") else None
     rec["loss_name"] = loss_name([files.objective])
-    threshold = safe_read.select(cfg, "train.loss_threshold")
+    threshold = safe_read.select(used, "train.loss_threshold")
     usable = isinstance(threshold, (int, float)) and not isinstance(threshold, bool)
     rec["loss_threshold"] = float(threshold) if usable and math.isfinite(threshold) and threshold > 0 else None
-    focus = safe_read.select(cfg, "train.focus_token", 1)
-    focus = focus if isinstance(focus, int) and not isinstance(focus, bool) else None
+    focus = runs.setting(used, "train.focus_token", int, 1)
 
     steps = losses = metrics = None
     if safe_read.exists(run_dir, METRICS):
@@ -290,7 +290,7 @@ def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int
         last = files.attempt(_load_attention, rec, run_dir, files.root, max_weight_bytes)
     elif safe_read.exists(run_dir, WALKTHROUGH):
         last = files.attempt(_load_walkthrough, rec, run_dir, files.root,
-                             runs.setting(files.used_config, "tokenizer.encoding", str, "gpt2"))
+                             runs.setting(used, "tokenizer.encoding", str, "gpt2"))
     # attnlab-compare's row from the files read above (it adds the expected files that are missing)
     row = runs.row_from(files, name, metrics=metrics, last=last)
     rec["table"] = table.page_cells(row)
@@ -311,8 +311,8 @@ def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int
         rec["focus"] = {"token": printable(row["focus_token"], MAX_STR),
                         "target": printable(row["focus_target"], MAX_STR),
                         "weight": _jsonable(row["focus_weight"]), "step": row["snapshot_step"]}
-    rec["problems"] = [printable(p, MAX_STR) for p in files.problems]
-    rec["error"] = _jsonable(row["error"])
+    rec["problems"] = [printable(p, MAX_STR) for p in [*files.problems, *config_problems]]
+    rec["error"] = _jsonable("; ".join(x for x in [row["error"], *config_problems] if x) or None)
     return rec
 
 

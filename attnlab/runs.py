@@ -98,9 +98,9 @@ class RunFiles:
 
     ``summary``: summary.json ({} when missing or unreadable); ``status``: its status,
     ``killed`` (it says running and no process holds the lock), ``missing`` or ``unreadable``;
-    ``config``: the resolved config summary.json recorded, else
-    ``.hydra/config.yaml`` as plain data, or the other way round (:func:`read_run`'s
-    ``prefer_saved``); {} when neither can be read; nothing in it resolved;
+    ``config``: the resolved config summary.json recorded, else ``.hydra/config.yaml`` as plain
+    data ({} when neither can be read; nothing in it resolved; :func:`saved_config` reads
+    Hydra's file whatever summary.json has);
     ``overrides``: summary.json's, else ``.hydra/overrides.yaml``'s; ``problems``: one line per
     file that cannot be read (``<file>: <what is wrong>``, the file relative to ``run_dir``).
     ``root``: the folder from which no symbolic link is followed."""
@@ -142,7 +142,7 @@ class RunFiles:
     @property
     def task(self) -> str:
         """``train`` or ``walkthrough``: summary.json's ``task``, else the config's."""
-        task = self.summary.get("task") or self.config.get("task")
+        task = self.summary.get("task") or safe_read.select(self.used_config, "task")
         return task if task in ("train", "walkthrough") else "train"
 
     def expected_files(self) -> list[str]:
@@ -154,10 +154,9 @@ class RunFiles:
         return [METRICS, ATTENTION] if self.status in RAN and isinstance(steps, int) and steps > 0 else []
 
 
-def read_run(run_dir: Path, root: Path | None = None, prefer_saved: bool = False) -> RunFiles:
+def read_run(run_dir: Path, root: Path | None = None) -> RunFiles:
     """summary.json, the config and the overrides of ``run_dir`` (see :class:`RunFiles`);
-    never raises: what cannot be read is a line of ``problems``. ``prefer_saved``: the config
-    as Hydra saved it (``.hydra/config.yaml``) when there is one, else the recorded one."""
+    never raises: what cannot be read is a line of ``problems``."""
     run_dir = Path(run_dir)
     files = RunFiles(run_dir, Path(root) if root is not None else run_dir)
     link = _link_below(files.root, run_dir)
@@ -182,15 +181,32 @@ def read_run(run_dir: Path, root: Path | None = None, prefer_saved: bool = False
         files.status = "unreadable"
         files.problems.append(safe_read.file_problem(err, run_dir))
     recorded = files.summary.get("config") if isinstance(files.summary.get("config"), dict) else None
-    config = None if prefer_saved else recorded
+    config = recorded
     if config is None:
         config = files.attempt(safe_read.read_config, run_dir, root=files.root, resolve=False, missing_ok=True)
-    files.config = config if config is not None else recorded or {}
+    files.config = config if config is not None else {}
     overrides = files.summary.get("overrides")
     if not isinstance(overrides, list):
         overrides = files.attempt(safe_read.read_overrides, run_dir, root=files.root, missing_ok=True)
     files.overrides = overrides or []
     return files
+
+
+def saved_config(files: RunFiles) -> tuple[dict[str, Any], list[str]]:
+    """The config as Hydra saved it (``.hydra/config.yaml`` as plain data, nothing resolved),
+    else the one the run recorded (:attr:`RunFiles.used_config`), and the problem reading it
+    (``[]`` or one line): what attnlab-report shows. Read apart from ``files`` so that a
+    damaged ``.hydra/config.yaml``, which attnlab-compare does not read when summary.json has
+    the config, is not a problem of the run's row. Never raises."""
+    if not isinstance(files.summary.get("config"), dict) or files.linked:  # read_run read it (or nothing is read)
+        return files.config, []
+    try:
+        saved = safe_read.read_config(files.run_dir, root=files.root, resolve=False)
+    except MissingRunFile:
+        return files.config, []
+    except RunFileError as err:
+        return files.config, [safe_read.file_problem(err, files.run_dir)]
+    return (saved if isinstance(saved, dict) else files.config), []
 
 
 def _link_below(root: Path, run_dir: Path) -> str | None:

@@ -15,7 +15,6 @@ import csv
 import hashlib
 import io
 import math
-import sys
 import unicodedata
 from pathlib import Path
 from typing import Any, Sequence
@@ -31,7 +30,7 @@ MAX_JOB = 100  # characters of the job column in the printed table
 MAX_CELL = 48  # characters of a cell in the printed table (the CSV keeps everything)
 WIDE = {"job": MAX_JOB, "heads_focus": 100}  # columns allowed more (a name; one entry per head)
 CSV_TEXT_LIMIT = 10_000  # characters of one CSV text cell, escapes included (a summary.json holds at most 1 MiB)
-SORT_TEXT = 200  # characters of a text cell the page sorts by
+SORT_TEXT = 2_000  # characters of a text cell the page sorts by (two texts alike that far are equal there)
 FORMULA_START = ("=", "+", "-", "@")  # a spreadsheet reads a cell starting with one of these as a formula
 
 
@@ -136,22 +135,21 @@ def page_cells(row: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """One row's cells for attnlab-report's runs table, so the page shows attnlab-compare's
     table: for every column the printed table can have (:func:`columns_of` less the CSV-only
     ones), ``text`` (:func:`cell_text`), ``full`` (the whole printable text, up to
-    :data:`CSV_TEXT_LIMIT` characters, when ``text`` is cut), ``sort`` (what :func:`sort_key`
-    orders by: a number, text, or None for an empty cell), ``right`` (number or empty: the
-    column is right-aligned when every cell is) and ``shown`` (None for an empty cell, else
-    a digest of the value: :func:`page_columns` hides the columns every run has the same
-    value in, as :func:`columns_of` does, without the value in the page twice). JSON-ready."""
+    :data:`CSV_TEXT_LIMIT` characters, when ``text`` is cut), ``key`` (:func:`sort_key` as
+    JSON data without the text itself: a number's ``repr``, a text's code points, up to
+    :data:`SORT_TEXT`; None for an empty cell), ``right`` (a number or empty: the column is
+    right-aligned when every cell is) and ``shown`` (None for None, "" for "", else a digest of
+    the value: :func:`page_table` hides the columns :func:`columns_of` hides, without the value
+    in the page twice). JSON-ready; :func:`page_table` turns ``key`` into each run's place."""
     out: dict[str, dict[str, Any]] = {}
     for c in columns_of([row]):
         if c in TABLE_SKIP:
             continue
         v = row.get(c)
         rank, number, text = sort_key(v)
-        if rank == 0 and not math.isfinite(number):  # JSON has no infinity: the largest float sorts the same
-            number = math.copysign(sys.float_info.max, number)
-        sort = None if rank == 2 else number if rank == 0 else printable(text, SORT_TEXT)
-        cell = {"text": cell_text(c, v), "sort": sort,
-                "right": _right_aligned(v), "shown": None if v is None or v == "" else _digest(v)}
+        cell = {"text": cell_text(c, v), "key": None if rank == 2 else [0, repr(number)] if rank == 0
+                else [1, [ord(ch) for ch in text[:SORT_TEXT]]],
+                "right": _right_aligned(v), "shown": v if v is None or v == "" else _digest(v)}
         if cell["text"].endswith("…") and rank == 1:
             cell["full"] = printable(show(text) if c in ("focus_token", "focus_target") else text, CSV_TEXT_LIMIT)
         out[c] = cell
@@ -159,16 +157,41 @@ def page_cells(row: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def _digest(v: Any) -> str:
-    return hashlib.sha256(str(v).encode("utf-8", "replace")).hexdigest()[:16]
+    return hashlib.sha256(str(v).encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
-def page_columns(tables: Sequence[dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
-    """The columns of attnlab-report's runs table for the runs' :func:`page_cells`: those
+def _exact(key: list) -> tuple:
+    """A cell's ``key`` back as what :func:`sort_key` compares (a number exactly: ``repr`` of an
+    int or a float reads back as the same value)."""
+    if key[0] == 0:
+        text = key[1]
+        return (0, float(text) if any(ch in text for ch in ".eEn") else int(text))
+    return (1, tuple(key[1]))
+
+
+Cells = dict[str, dict[str, Any]]  # column -> cell (page_cells)
+
+
+def page_table(tables: Sequence[Cells]) -> tuple[list[dict[str, Any]], list[Cells]]:
+    """The runs table of attnlab-report for the runs' :func:`page_cells`: its columns, those
     :func:`columns_of` shows in the printed table for the same rows, in its order, each
-    ``{"key", "title" (the printed header), "right" (right-aligned, sorted as numbers)}``."""
+    ``{"key", "title" (the printed header), "right" (right-aligned)}``; and each run's cells of
+    those columns with ``sort`` (the run's place in :func:`sort_rows`' order by that column: 0,
+    1, ...; runs with equal cells share one; None for an empty cell) in place of ``key``, so a
+    click on a header in the page orders the runs exactly as ``attnlab-compare --sort`` does."""
     rows = [{c: cell["shown"] for c, cell in t.items()} for t in tables]
-    return [{"key": c, "title": HEADERS.get(c, c), "right": all(t[c]["right"] if c in t else True for t in tables)}
-            for c in columns_of(rows, table=True)]
+    cols = columns_of(rows, table=True)
+    columns = [{"key": c, "title": HEADERS.get(c, c), "right": all(t[c]["right"] if c in t else True for t in tables)}
+               for c in cols]
+    ranked: list[Cells] = [{} for _ in tables]
+    for c in cols:
+        keys = [_exact(t[c]["key"]) if c in t and t[c]["key"] is not None else None for t in tables]
+        place = {k: i for i, k in enumerate(sorted({k for k in keys if k is not None}))}
+        for out, t, k in zip(ranked, tables, keys):
+            if c in t:
+                out[c] = {**{n: v for n, v in t[c].items() if n not in ("key", "shown", "right")},
+                          "sort": None if k is None else place[k]}
+    return columns, ranked
 
 
 def _width(text: str) -> int:

@@ -445,5 +445,81 @@ def test_the_runs_table_shows_attnlab_compares_cells(tmp_path):
     assert (shown[2]["focus_target"], shown[2]["focus_weight"]) == ("'Your'", "nan")  # numpy's argmax of NaN
     assert data["runs"][2]["focus"]["weight"] == "nan"
     assert data["runs"][1]["table"]["perm_z_max_abs_diff"]["sort"] is None  # NaN sorts last, as --sort does
-    sorts = [rec["table"]["final_loss"]["sort"] for rec in data["runs"]]
-    assert sorts == [row["final_loss"] for row in rows]
+    places = [rec["table"]["final_loss"]["sort"] for rec in data["runs"]]
+    assert places == [1, 0, 1]  # 4.94e-06 first; the two equal losses share a place
+
+
+def _page_order(records: list, column: str, reverse: bool = False) -> list[int]:
+    """The runs in the order a click on ``column``'s header gives (a second click: ``reverse``):
+    by the cell's place, ties in page order, empty cells last (report_template.html's sort)."""
+    place = [rec["table"][column]["sort"] if column in rec["table"] else None for rec in records]
+    present = [i for i, p in enumerate(place) if p is not None]
+    present.sort(key=lambda i: -place[i] if reverse else place[i])  # stable: ties keep page order
+    return present + [i for i, p in enumerate(place) if p is None]
+
+
+def test_odd_cells_sort_and_hide_as_attnlab_compare_does(tmp_path):
+    """(adversary, seventh session) What the page's own sort values got wrong, and what crashed
+    it: an integer too large for a float (OverflowError: the report failed where compare prints
+    the number), integers above 2**53 and inf against the largest float (tied), control
+    characters (sorted by their escapes), emoji against wide characters (UTF-16 order), texts
+    alike for 250 characters (cut at 200); a shapes cell "" hid the column compare shows, a lone
+    surrogate was hashed as "?"; the status badge was not cut. The page now sorts by each run's
+    place in attnlab-compare --sort's order."""
+    sweep = tmp_path / "sweep"
+    values = [  # final_loss, error, shapes
+        (2 ** 53 + 1, "B", {"X": [1]}), (2 ** 53, "\x01", {"X": ["\ud800"]}), (2 ** 53 + 2, "A", {"X": ["?"]}),
+        (10 ** 400, "😀", {}), (float("inf"), "！", {"X": [1]}), (1.7976931348623157e308, "a" * 250 + "b", {"X": [1]}),
+        (float("-inf"), "a" * 250 + "a", {"X": [1]}), (-1.7976931348623157e308, None, {"X": [1]}),
+        (float("nan"), "x" * 60, {"X": [1]}), (-0.0, "", {"X": [1]}),
+    ]
+    for i, (loss, error, shapes) in enumerate(values):
+        run = write_synthetic_run(sweep / f"{i}_r", ["a", "b", "c"], [0, 2], seed=i)
+        summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
+        summary.update(final_loss=loss, error=error, shapes=shapes, status="x" * 300 if i == 3 else "failed")
+        (run / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
+    rows = collect_rows([sweep])
+    records = report_data.collect_records([sweep])
+    data = page_data(report.write_page(records, tmp_path / "page.html"))  # no OverflowError
+    cols = table.columns_of(rows, table=True)
+    assert [c["key"] for c in data["table_columns"]] == cols and "shapes" in cols
+    shown = [{c: rec["table"][c]["text"] if c in rec["table"] else "-" for c in cols} for rec in data["runs"]]
+    assert shown == [{c: table.cell_text(c, row.get(c)) for c in cols} for row in rows]
+    assert shown[3]["status"] == "x" * 47 + "…" and data["runs"][3]["table"]["status"]["full"] == "x" * 300
+    index = {id(row): i for i, row in enumerate(rows)}
+    for c in cols:
+        for reverse in (False, True):
+            want = [index[id(r)] for r in table.sort_rows(rows, c, reverse=reverse)]
+            assert _page_order(data["runs"], c, reverse) == want, (c, reverse)
+
+
+def test_the_row_and_the_settings_are_the_recorded_configs_whatever_hydras_file_says(tmp_path):
+    """(adversary, seventh session) load_run read a run with Hydra's saved config first, where
+    attnlab-compare reads the config summary.json recorded: a damaged .hydra/config.yaml (which
+    compare never reads then) became an error in the page's table; a summary.json without
+    ``task`` took it from Hydra's file (so another file was expected); the page's focus row came
+    from Hydra's file while its focus line came from the recorded config. The page still shows
+    Hydra's file as the config, and says when it cannot be read."""
+    sweep = tmp_path / "sweep"
+    tokens = ["Your", " journey", " starts"]
+    runs_ = [write_synthetic_run(sweep / f"{i}_r", tokens, [0, 4], seed=i) for i in range(3)]
+    for i, run in enumerate(runs_):
+        summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
+        summary["config"] = {"task": "train", "train": {"focus_token": 1, "loss_threshold": 0.001}}
+        summary.pop("task", None)  # attnlab's own writer (RunDirSink) may not write it; the runs' own say
+        (run / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
+    (runs_[0] / ".hydra" / "config.yaml").write_text("a: [unclosed\n", encoding="utf-8")
+    (runs_[1] / ".hydra" / "config.yaml").write_text("task: walkthrough\n", encoding="utf-8")
+    (runs_[2] / ".hydra" / "config.yaml").write_text("train:\n  focus_token: 2\n", encoding="utf-8")
+    rows = collect_rows([sweep])
+    assert [r["error"] for r in rows] == [None, None, None]
+    records = report_data.collect_records([sweep])
+    data = page_data(report.write_page(records, tmp_path / "page.html"))
+    cols = table.columns_of(rows, table=True)
+    assert [c["key"] for c in data["table_columns"]] == cols and "error" not in cols
+    # the report itself still names the file it could not show
+    assert records[0]["problems"] == [".hydra/config.yaml: not valid YAML (line 2: did not find expected ',' or ']')"]
+    assert records[0]["error"] == records[0]["problems"][0] and records[0]["config"] == summary["config"]
+    assert records[1]["kind"] == "train" and records[1]["problems"] == [] and records[1]["config"] == {"task": "walkthrough"}
+    assert records[2]["focus_token"] == 1 and records[2]["focus"]["token"] == " journey"
+    assert records[2]["config"]["train"]["focus_token"] == 2  # shown as Hydra saved it
