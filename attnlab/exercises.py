@@ -131,7 +131,12 @@ def observe(cfg: DictConfig, token_ids: Sequence[int], labels: Sequence[str],
 def _two_decimals(value: Any) -> str:
     """A weight from a summary.json (someone else's data) as ``0.97``; ``?`` for anything that
     is not a number (a string there made attnlab-compare's row unreadable and the report fail)."""
-    return f"{value:.2f}" if isinstance(value, (int, float)) and not isinstance(value, bool) else "?"
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            return f"{value:.2f}"
+        except OverflowError:  # an integer too large for a float
+            pass
+    return "?"
 
 
 def columns(summary: dict[str, Any]) -> dict[str, Any]:

@@ -268,7 +268,8 @@ def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int
     rec["loss_name"] = loss_name([files.objective])
     threshold = safe_read.select(used, "train.loss_threshold")
     usable = isinstance(threshold, (int, float)) and not isinstance(threshold, bool)
-    rec["loss_threshold"] = float(threshold) if usable and math.isfinite(threshold) and threshold > 0 else None
+    threshold = runs.as_float(threshold) if usable else math.nan
+    rec["loss_threshold"] = threshold if math.isfinite(threshold) and threshold > 0 else None
     focus = runs.setting(used, "train.focus_token", int, 1)
 
     steps = losses = metrics = None

@@ -303,6 +303,15 @@ def setting(config: Any, key: str, kind: type | tuple[type, ...], default: Any) 
     return value if isinstance(value, kind) and not isinstance(value, bool) else default
 
 
+def as_float(value: int | float) -> float:
+    """A number read from a run dir as a float: an integer too large for one (summary.json may
+    hold 10**400) as ±inf, where ``float()`` raises OverflowError."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
 def broken(row: dict[str, Any]) -> bool:
     """Whether some file of the row's run cannot be read (``row["problems"]``)."""
     return bool(row.get("problems"))
@@ -376,7 +385,7 @@ def _fill_row(row: dict[str, Any], files: RunFiles, sweep_end: bool, metrics: An
                    if safe_read.exists(run_dir, METRICS) else None)
     if metrics is not None and row["steps_to_threshold"] is None and threshold:
         steps, losses = metrics
-        below = np.flatnonzero(losses < float(threshold))
+        below = np.flatnonzero(losses < as_float(threshold))
         row["steps_to_threshold"] = int(steps[below[0]]) if below.size else None
     if last is UNREAD:
         last = files.attempt(last_attention, run_dir, setting(config, "tokenizer.encoding", str, "gpt2"),

@@ -523,3 +523,25 @@ def test_the_row_and_the_settings_are_the_recorded_configs_whatever_hydras_file_
     assert records[1]["kind"] == "train" and records[1]["problems"] == [] and records[1]["config"] == {"task": "walkthrough"}
     assert records[2]["focus_token"] == 1 and records[2]["focus"]["token"] == " journey"
     assert records[2]["config"]["train"]["focus_token"] == 2  # shown as Hydra saved it
+
+
+def test_integers_too_large_for_a_float_are_cells_in_compare_and_the_report(tmp_path):
+    """(adversary, seventh session, the kind of its OverflowError) A summary.json may hold 10**400
+    where a number is expected: as a loss threshold (the report crashed, float() overflows), a
+    head's weight (compare's row was lost to its last resort), a wall time. Each is a cell."""
+    sweep = tmp_path / "sweep"
+    for i in range(2):
+        run = write_synthetic_run(sweep / f"{i}_r", ["Your", " journey", " starts"], [0, 4], seed=i)
+        summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
+        summary.update(config={"train": {"loss_threshold": 10 ** 400, "focus_token": 1}}, steps_to_threshold=None,
+                       wall_time_s=-(10 ** 400) if i else 10 ** 400,
+                       focus={"heads": [{"token": "Your", "weight": 10 ** 400}, {"token": " starts", "weight": 0.5}]})
+        (run / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
+    rows = collect_rows([sweep])
+    assert [(r["error"], r["steps_to_threshold"], r["heads_focus"]) for r in rows] == [(None, 0, "0:'Your'=? 1:'starts'=0.50")] * 2
+    assert report.main([str(sweep), "-o", str(tmp_path / "page.html")]) == 0
+    data = page_data(tmp_path / "page.html")
+    cols = table.columns_of(rows, table=True)
+    assert [{c: rec["table"][c]["text"] for c in cols} for rec in data["runs"]] == \
+        [{c: table.cell_text(c, row.get(c)) for c in cols} for row in rows]
+    assert [rec["table"]["wall_time_s"]["sort"] for rec in data["runs"]] == [1, 0]
