@@ -208,6 +208,24 @@ def resolve_refs(cfg: Any) -> Any:
     return walk(cfg)
 
 
+def _recorded_where_unresolved(shown: Any, recorded: Any) -> Any:
+    """``shown`` (a config as Hydra saved it, plain references looked up) with each text that
+    still holds a ``${`` replaced by the value at the same place in ``recorded`` (the config the
+    run recorded, resolved when it ran), where it has one."""
+    if isinstance(shown, dict):
+        rec = recorded if isinstance(recorded, dict) else {}
+        return {k: _recorded_where_unresolved(v, rec.get(k, _NOTHING)) for k, v in shown.items()}
+    if isinstance(shown, list):
+        rec = recorded if isinstance(recorded, list) and len(recorded) == len(shown) else [_NOTHING] * len(shown)
+        return [_recorded_where_unresolved(v, r) for v, r in zip(shown, rec)]
+    if isinstance(shown, str) and "${" in shown and recorded is not _NOTHING:
+        return recorded
+    return shown
+
+
+_NOTHING = object()
+
+
 # ============================================================================ one run
 def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int = WEIGHT_BUDGET, *,
              root: Path | None = None) -> dict[str, Any]:
@@ -257,7 +275,9 @@ def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int
     summary, used = files.summary, files.used_config  # the settings: those of the config the run used
     cfg, config_problems = runs.saved_config(files)  # shown: the config as Hydra saved it
     rec["status"] = _jsonable(files.status)
-    rec["config"] = resolve_refs(_jsonable(cfg))  # bounded first, then looked up
+    # bounded first, then looked up; what only a resolver gives (the heads preset's ${attnlab.per_head:...}) is
+    # the value the run recorded
+    rec["config"] = _recorded_where_unresolved(resolve_refs(_jsonable(cfg)), _jsonable(used))
     rec["overrides"] = _jsonable(files.overrides)
     for key in ("final_loss", "steps_run", "wall_time_s"):
         rec[key] = _jsonable(summary.get(key))

@@ -118,7 +118,7 @@ def _cell(col: str, v: Any) -> str:
         return f"{v:.4f}"
     if isinstance(v, int):
         return str(v)
-    return printable(v, MAX_JOB + 1 if col == "job" else MAX_CELL + 1)  # clip() then cuts it to its width
+    return printable(v, WIDE.get(col, MAX_CELL) + 1)  # clip() then cuts it to its width
 
 
 def _right_aligned(v: Any) -> bool:
@@ -150,8 +150,10 @@ def page_cells(row: dict[str, Any]) -> dict[str, dict[str, Any]]:
         cell = {"text": cell_text(c, v), "key": None if rank == 2 else [0, repr(number)] if rank == 0
                 else [1, [ord(ch) for ch in text[:SORT_TEXT]]],
                 "right": _right_aligned(v), "shown": v if v is None or v == "" else _digest(v)}
-        if cell["text"].endswith("…") and rank == 1:
-            cell["full"] = printable(show(text) if c in ("focus_token", "focus_target") else text, CSV_TEXT_LIMIT)
+        if rank == 1:  # a cut text (clip's … or printable's …[+N chars]): whole on hover
+            full = printable(show(text) if c in ("focus_token", "focus_target") else text, CSV_TEXT_LIMIT)
+            if full != cell["text"]:
+                cell["full"] = full
         out[c] = cell
     return out
 

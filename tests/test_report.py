@@ -545,3 +545,33 @@ def test_integers_too_large_for_a_float_are_cells_in_compare_and_the_report(tmp_
     assert [{c: rec["table"][c]["text"] for c in cols} for rec in data["runs"]] == \
         [{c: table.cell_text(c, row.get(c)) for c in cols} for row in rows]
     assert [rec["table"]["wall_time_s"]["sort"] for rec in data["runs"]] == [1, 0]
+
+
+def test_a_cut_cell_is_whole_on_hover_and_heads_get_their_wider_column():
+    """(adversary, seventh session) The heads column was cut at 48 characters by printable's own
+    marker (``…[+10 chars]``) although it is allowed 100, and the page's hover text was given
+    only to cells ending in clip's ``…``: four heads lost their last entry in both tools."""
+    four = " ".join(f"{h}:' journey'=0.99" for h in range(4))  # 71 characters
+    eight = " ".join(f"{h}:' journey'=0.99" for h in range(8))  # 143
+    assert table.cell_text("heads_focus", four) == four
+    assert table.cell_text("heads_focus", eight) == eight[:99] + "…"
+    cells = table.page_cells({"job": "0", "status": "completed", "heads_focus": eight, "error": "e\x1b" * 40})
+    assert (cells["heads_focus"]["text"], cells["heads_focus"]["full"]) == (eight[:99] + "…", eight)
+    assert cells["error"]["text"] == table.cell_text("error", "e\x1b" * 40) and len(cells["error"]["text"]) == 48
+    assert cells["error"]["full"] == "e\\x1b" * 40  # escaped, whole
+    assert "full" not in table.page_cells({"job": "0", "status": "completed", "heads_focus": four})["heads_focus"]
+
+
+def test_a_value_only_a_resolver_gives_is_shown_as_the_run_recorded_it(tmp_path):
+    """(newcomer, seventh session) The heads preset's Hydra file keeps
+    ``d_k: ${attnlab.per_head:4,${model.n_heads}}``; the page showed that text (and "Config
+    differences" listed it) where the run used d_k 2. It shows the value summary.json recorded;
+    plain references are looked up as before, and text with no recorded value stays text."""
+    cfg = {"task": "train", "model": {"d_model": 6, "n_heads": 2, "d_k": "${attnlab.per_head:4,${model.n_heads}}",
+                                      "d_v": "${model.d_model}", "note": "${oc.env:HOME}"}}
+    run = write_synthetic_run(tmp_path / "run", ["a", "b", "c"], [0, 2], config=cfg)
+    summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
+    summary["config"] = {"task": "train", "model": {"d_model": 6, "n_heads": 2, "d_k": 2, "d_v": 6}}
+    (run / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
+    assert report_data.load_run(run)["config"]["model"] == {"d_model": 6, "n_heads": 2, "d_k": 2, "d_v": 6,
+                                                            "note": "${oc.env:HOME}"}

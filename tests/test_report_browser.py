@@ -13,6 +13,7 @@ Screenshots are saved (and their paths printed) under pytest's temporary folder,
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -235,7 +236,11 @@ def test_long_text_uses_position_ticks_and_says_what_is_shown(browser, large_run
     assert p.text("#tooltip").startswith("' journey' → ' one'\nweight ")  # positions 7 and 10 of Your journey ...
     assert "(query 7, key 10)" in p.text("#tooltip")
     assert page.locator(".hm").first.get_attribute("data-highlight-row") == "7"
-    assert p.text("#tutorial-line").endswith("(12 strongest of 256)")
+    line = p.text("#tutorial-line")
+    assert line.endswith("(12 strongest of 256)")
+    # (newcomer) in position order, as the console prints them (the page listed them by weight)
+    positions = [int(x) for x in re.findall(r"@(\d+)=", line)]
+    assert len(positions) >= 6 and positions == sorted(positions), line
     p.shot(shots, "large-T256")
     p.close_clean()
 
@@ -245,16 +250,17 @@ def test_sweep_report_table_slider_and_detail(browser, report_sweep, shots):
     p = Page(browser, report.write_sweep_report(report_sweep))
     page = p.page
     jobs = lambda: page.locator("#runs-table tbody td.job .txt").all_text_contents()  # noqa: E731
-    assert jobs() == ["0: lr=0.01", "1: lr=0.05"]
+    a, b = "0_logging=off,optimizer.lr=0.01", "1_logging=off,optimizer.lr=0.05"  # attnlab-compare's job cells
+    assert jobs() == [a, b]
     page.click("#runs-table th[data-col='final_loss']")
-    assert jobs() == ["1: lr=0.05", "0: lr=0.01"]  # 4.94e-06 < 0.0483
+    assert jobs() == [b, a]  # 4.94e-06 < 0.0483
     assert page.locator("#runs-table th[data-col='final_loss']").get_attribute("aria-sort") == "ascending"
     page.click("#runs-table th[data-col='final_loss']")
-    assert jobs() == ["0: lr=0.01", "1: lr=0.05"]
+    assert jobs() == [a, b]
     page.click("#runs-table th[data-col='steps_to_threshold']")
-    assert jobs() == ["1: lr=0.05", "0: lr=0.01"]  # the run that never reached it: last
+    assert jobs() == [b, a]  # the run that never reached it: last
     page.click("#runs-table th[data-col='steps_to_threshold']")
-    assert jobs() == ["1: lr=0.05", "0: lr=0.01"]  # ... in either direction
+    assert jobs() == [b, a]  # ... in either direction
     # the table is attnlab-compare's printed one: its headers and, row by row, its cells (observation
     # columns included, newcomer: the page had none; here "focus>0.9 at")
     from attnlab import table
@@ -269,7 +275,10 @@ def test_sweep_report_table_slider_and_detail(browser, report_sweep, shots):
     assert want[0]["focus_step"] == 100
     for tr, row in zip(page.locator("#runs-table tbody tr").all(), want):
         cells = tr.locator("td").all_text_contents()
-        assert cells[1:] == [table.cell_text(c, row.get(c)) for c in cols[1:]]  # the job cell: the legend name
+        assert cells == [table.cell_text(c, row.get(c)) for c in cols]
+    first = want[0]["job"]  # its legend name and folder on hover
+    assert page.locator("#runs-table tbody td.job .txt").first.get_attribute("title") == \
+        f"{first[0]}: lr={first.rsplit('=', 1)[1]}  ·  {first}"
     # small multiples on the shared slider: at step 0 both runs are the tutorial's untrained start
     assert page.locator(".mcard").count() == 2 and p.text("#step-label") == "step 200"
     page.locator("h1").click()
