@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from attnlab import artifacts, runs, safe_read
+from attnlab.console import display_path
 from attnlab.errors import AttnlabError, ConfigError, RunDirError
 from attnlab.safe_read import printable
 from attnlab.verdict import Difference, compare_runs, environment_differences, format_verdict
@@ -377,7 +378,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {printable(str(err), ERROR_LIMIT)}", file=sys.stderr)
         return EXIT_NOT_A_RUN
     print(format_verdict(diffs))
-    print(f"reproduction: {printable(str(out), 300)}")
+    print(f"reproduction: {printable(display_path(out), 300)}")  # relative below the working folder
     return code
 
 

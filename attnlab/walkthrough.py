@@ -63,7 +63,7 @@ def walkthrough(cfg: DictConfig, run_dir: Path | None = None, file=None) -> dict
         pos_emb = embedding.position_embedding(torch.arange(len(ids), device=device))
         X = embedding(id_tensor)
         p("\n== 3. Positional embedding ==")
-        p("shape:", tuple(pos_emb.shape), (" (left out: model.positional=none)" if not embedding.positional else ""))
+        p("shape:", tuple(pos_emb.shape), *([" (left out: model.positional=none)"] if not embedding.positional else []))
         p("X shape:", tuple(X.shape))
         p("X[0] == token_embeddings[0] + pos_embeddings[0]?",
           torch.equal(X[0], tok_emb[0] + (pos_emb[0] if embedding.positional else 0)))

@@ -403,7 +403,11 @@ def test_reproduce_dot_from_inside_the_run_dir(fresh_run, tmp_path, capsys, monk
     stdout = capsys.readouterr().out.splitlines()
     assert stdout[0] == "reproduced exactly"
     [beside] = [p for p in tmp_path.iterdir() if p.name.startswith("myrun-repro-")]
-    assert stdout[1] == f"reproduction: {beside}"
+    assert stdout[1] == f"reproduction: {beside}"  # not below the working folder: absolute
+    monkeypatch.chdir(tmp_path)  # (newcomer) below it: relative, as the README shows it
+    assert main(["myrun"]) == 0
+    again = capsys.readouterr().out.splitlines()[1]
+    assert again.startswith("reproduction: myrun-repro-") and (tmp_path / again.split(": ", 1)[1]).is_dir()
     assert artifacts.read_summary(beside)["reproduced_from"] == str(run)
     assert sorted(p.name for p in run.iterdir()) == sorted(p.name for p in fresh_run.iterdir())
 
