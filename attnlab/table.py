@@ -181,13 +181,13 @@ def page_table(tables: Sequence[Cells]) -> tuple[list[dict[str, Any]], list[Cell
     those columns with ``sort`` (the run's place in :func:`sort_rows`' order by that column: 0,
     1, ...; runs with equal cells share one; None for an empty cell) in place of ``key``, so a
     click on a header in the page orders the runs exactly as ``attnlab-compare --sort`` does."""
-    rows = [{c: cell["shown"] for c, cell in t.items()} for t in tables]
+    rows = [{c: cell.get("shown") for c, cell in t.items()} for t in tables]
     cols = columns_of(rows, table=True)
-    columns = [{"key": c, "title": HEADERS.get(c, c), "right": all(t[c]["right"] if c in t else True for t in tables)}
+    columns = [{"key": c, "title": HEADERS.get(c, c), "right": all(t.get(c, {}).get("right", True) for t in tables)}
                for c in cols]
     ranked: list[Cells] = [{} for _ in tables]
     for c in cols:
-        keys = [_exact(t[c]["key"]) if c in t and t[c]["key"] is not None else None for t in tables]
+        keys = [_exact(t[c]["key"]) if c in t and t[c].get("key") is not None else None for t in tables]
         place = {k: i for i, k in enumerate(sorted({k for k in keys if k is not None}))}
         for out, t, k in zip(ranked, tables, keys):
             if c in t:
