@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import sys
+from collections import Counter
 
 import numpy as np
 
@@ -57,13 +58,16 @@ def snapshot_line(step: int, loss: float, row: np.ndarray, tokens: list[str], fo
     ``step   0  loss=2.3566  |  ' journey' attends: 'Your'=0.22 'journey'=0.12 ...``.
 
     ``row`` (T,) is the focus token's attention weights; with more than 12 tokens only the 12
-    strongest are shown, in position order, and the line says so.
+    strongest are shown, in position order, and the line says so. A token the text holds more
+    than once is named with its position, ``'the'@7=0.12`` (as attnlab-report's line names it).
     """
     shown, more = range(len(tokens)), ""
     if len(tokens) > MAX_TARGETS_SHOWN:
         shown = sorted(np.argsort(-row, kind="stable")[:MAX_TARGETS_SHOWN].tolist())
         more = f"  ({MAX_TARGETS_SHOWN} strongest of {len(tokens)})"
-    targets = " ".join(f"{show(tokens[j].strip())}={row[j]:.2f}" for j in shown) + more
+    counts = Counter(tokens)
+    targets = " ".join(f"{show(tokens[j].strip())}{f'@{j}' if counts[tokens[j]] > 1 else ''}={row[j]:.2f}"
+                       for j in shown) + more
     return f"step {step:3d}  loss={loss:.4f}  |  {show(tokens[focus])} attends: {targets}"
 
 

@@ -23,3 +23,17 @@ def test_text_file_final_line_break_is_not_a_token(tmp_path):
     assert tokenize(compose(f"text_file={path}")).token_ids == TUTORIAL_IDS
     path.write_text("Your journey starts with one step\n\n", encoding="utf-8")  # a blank line is text
     assert tokenize(compose(f"text_file={path}")).token_ids[-1] == 198
+
+
+def test_a_repeated_token_is_named_with_its_position():
+    """(newcomer, seventh session) A long text's line listed `'turns'=0.00` eleven times: a
+    token the text holds more than once is named with its position, as attnlab-report's line."""
+    tokens = ["the", " cat", " saw", " the", " cat"] + [f" t{i}" for i in range(10)]
+    row = np.full(15, 0.01, dtype=np.float32)
+    row[[0, 1, 3, 4]] = [0.3, 0.2, 0.25, 0.1]
+    line = snapshot_line(5, 1.0, row, tokens, focus=2)
+    assert line.startswith("step   5  loss=1.0000  |  ' saw' attends: 'the'=0.30 'cat'@1=0.20 'saw'=0.01 "
+                           "'the'=0.25 'cat'@4=0.10 ")
+    assert line.endswith("  (12 strongest of 15)")
+    short = snapshot_line(0, 1.0, np.full(3, 1 / 3, np.float32), ["a", " b", " b"], focus=0)
+    assert short == "step   0  loss=1.0000  |  'a' attends: 'a'=0.33 'b'@1=0.33 'b'@2=0.33"  # " b" twice, "a" once
