@@ -49,10 +49,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(format_table(rows))
         if args.csv:
             write_csv(rows, args.csv)
-            print(f"csv: {args.csv}")
+            print(f"csv: {printable(str(args.csv), 300)}")
         if args.plot:
             comparison_figure(rows, args.plot)
-            print(f"figure: {args.plot}")
+            print(f"figure: {printable(str(args.plot), 300)}")
     except KeyError as err:
         print(f"attnlab-compare: error: {err.args[0]}", file=sys.stderr)
         return 2

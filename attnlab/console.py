@@ -46,11 +46,13 @@ def display_path(path) -> str:
     """``path`` relative to the working directory when it lies below it, else absolute."""
     from pathlib import Path
 
-    path = Path(path).resolve()
     try:
+        path = Path(path).resolve()
         return str(path.relative_to(Path.cwd()))
     except ValueError:
         return str(path)
+    except OSError:  # the working folder is gone (deleted while the command ran)
+        return str(Path(path).absolute()) if Path(path).is_absolute() else str(path)
 
 
 def snapshot_line(step: int, loss: float, row: np.ndarray, tokens: list[str], focus: int) -> str:

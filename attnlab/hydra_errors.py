@@ -107,6 +107,27 @@ def hydra_error_line(report: str, argv: list[str] | None = None) -> str:
     return "error: " + "; ".join(details[:2])
 
 
+def traceback_line(report: str, argv: list[str]) -> str | None:
+    """Hydra's report of an exception it did not expect while it set a config key from an
+    override (a Python traceback ending in OmegaConf's ``full_key: KEY`` lines, e.g. an integer
+    too large for a float key) as one line naming the argument and what went wrong, e.g.
+    ``error: train.loss_threshold=1000…: too large for a float (at most 1.8e308)``; None for any
+    other report."""
+    if "Traceback (most recent call last)" not in report:
+        return None
+    key = re.search(r"^\s*full_key: (\S+)\s*$", report, re.M)
+    raised = re.findall(r"^(\w+(?:Error|Exception)): (.+)$", report, re.M)
+    if not key or not raised:
+        return None
+    given = next((a for a in argv if a.split("=", 1)[0].lstrip("+~") == key.group(1)), key.group(1))
+    name, message = raised[-1]
+    if name == "OverflowError":
+        message = "too large for a float (at most 1.8e308)"
+    from attnlab.safe_read import printable
+
+    return f"error: {printable(given, 120)}: {printable(message, 300)}"
+
+
 # Hydra's options that take the next argument as their value (not an override)
 _FLAGS_WITH_VALUE = {"-cp", "--config-path", "-cn", "--config-name", "-cd", "--config-dir", "-c", "--cfg",
                      "-p", "--package", "--info", "--experimental-rerun", "-sc", "--shell-completion"}
@@ -179,9 +200,10 @@ def one_line_errors(argv: list[str], on_error: Callable[[str], str | None] | Non
             print("error: " + last.split(": error: ", 1)[-1] + " (`attnlab --help` lists the options)",
                   file=gate.stream)
             raise SystemExit(EXIT_BAD_INPUT) from None
-        if exit_.code == 1 and HYDRA_ERROR_HINT in report:
+        line = traceback_line(report, argv) if exit_.code == 1 else None
+        if line is not None or (exit_.code == 1 and HYDRA_ERROR_HINT in report):
             gate.discard()
-            line = hydra_error_line(report, argv)
+            line = line or hydra_error_line(report, argv)
             if on_error is not None:
                 line = on_error(line) or line
             print(line, file=gate.stream)

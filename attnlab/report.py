@@ -169,7 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     shown = sum(len(r["steps"]) for r in records)
     total = sum(r["snapshots_total"] for r in records)
     more = f", showing {shown} of {total} snapshots" if shown < total else ""
-    print(f"report: {out} ({len(records)} run{'s' if len(records) != 1 else ''}{more}, "
+    print(f"report: {printable(str(out), 300)} ({len(records)} run{'s' if len(records) != 1 else ''}{more}, "
           f"{out.stat().st_size / 1e6:.2f} MB)")
     return 1 if any(rec["problems"] for rec in records) else 0
 

@@ -150,9 +150,10 @@ def page_cells(row: dict[str, Any]) -> dict[str, dict[str, Any]]:
         cell = {"text": cell_text(c, v), "key": None if rank == 2 else [0, repr(number)] if rank == 0
                 else [1, [ord(ch) for ch in text[:SORT_TEXT]]],
                 "right": _right_aligned(v), "shown": v if v is None or v == "" else _digest(v)}
-        if rank == 1:  # a cut text (clip's … or printable's …[+N chars]): whole on hover
-            full = printable(show(text) if c in ("focus_token", "focus_target") else text, CSV_TEXT_LIMIT)
-            if full != cell["text"]:
+        if rank < 2:  # a cut cell (clip's … or printable's …[+N chars]; a 400-digit number too): whole on hover
+            full = printable(show(text) if c in ("focus_token", "focus_target") else text if rank else repr(v),
+                             CSV_TEXT_LIMIT)
+            if cell["text"].endswith(("…", " chars]")) and full != cell["text"]:
                 cell["full"] = full
         out[c] = cell
     return out

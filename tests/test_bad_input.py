@@ -122,6 +122,8 @@ CASES = [
          "model.d_k=9223372036854775808: must be a positive integer"),
     Case("focus_overflow", "a focus position beyond int64", ("train.focus_token=9223372036854775808",), "ours",
          "train.focus_token=9223372036854775808: must be a token position"),
+    Case("float_overflow", "an integer too large for a float key (any of them: lr, init_std, dropout, ...)",
+         ("train.loss_threshold=1" + "0" * 400,), "hydra", "too large for a float (at most 1.8e308)", cli=True),
     Case("betas_out_of_range", "Adam betas outside [0, 1)", ("optimizer.betas=[2.0,2.0]",), "ours",
          "optimizer.betas=[2.0, 2.0]: must be two numbers in [0, 1), e.g. [0.9,0.999]", cli=True),
     Case("betas_one", "one Adam beta", ("optimizer.betas=[0.9]",), "ours",

@@ -37,3 +37,22 @@ def test_a_repeated_token_is_named_with_its_position():
     assert line.endswith("  (12 strongest of 15)")
     short = snapshot_line(0, 1.0, np.full(3, 1 / 3, np.float32), ["a", " b", " b"], focus=0)
     assert short == "step   0  loss=1.0000  |  'a' attends: 'a'=0.33 'b'@1=0.33 'b'@2=0.33"  # " b" twice, "a" once
+
+
+def test_display_path_when_the_working_folder_is_gone(tmp_path, monkeypatch):
+    """(adversary, seventh session) attnlab-reproduce printed "reproduced exactly" and then a
+    FileNotFoundError traceback with exit 1 when its working folder was deleted meanwhile:
+    Path.cwd() raises. The path is shown as given (absolute stays absolute)."""
+    from attnlab.console import display_path
+
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    (tmp_path / "run").mkdir()
+    monkeypatch.chdir(gone)
+    assert display_path(tmp_path / "run") == str(tmp_path / "run")
+    monkeypatch.chdir(tmp_path)
+    assert display_path(tmp_path / "run") == "run"
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    assert display_path(tmp_path / "run") == str(tmp_path / "run")
+    assert display_path("run") == "run"

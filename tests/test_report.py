@@ -560,6 +560,20 @@ def test_a_cut_cell_is_whole_on_hover_and_heads_get_their_wider_column():
     assert cells["error"]["text"] == table.cell_text("error", "e\x1b" * 40) and len(cells["error"]["text"]) == 48
     assert cells["error"]["full"] == "e\\x1b" * 40  # escaped, whole
     assert "full" not in table.page_cells({"job": "0", "status": "completed", "heads_focus": four})["heads_focus"]
+    big = table.page_cells({"job": "0", "status": "completed", "final_loss": 10 ** 400})["final_loss"]
+    assert (big["text"], big["full"]) == ("1" + "0" * 46 + "…", "1" + "0" * 400)  # a cut number too
+
+
+def test_paths_the_commands_print_are_printable(default_run, tmp_path, capsys):
+    """(adversary, seventh session) attnlab-report printed `report: PATH` and attnlab-compare
+    `csv: PATH` / `figure: PATH` with the user's path raw: an ESC in it reached the terminal."""
+    from attnlab import compare
+
+    out = tmp_path / "a\x1b[31mb.html"
+    assert report.main([str(default_run), "-o", str(out)]) == 0
+    assert compare.main([str(default_run), "--csv", str(tmp_path / "c\x1b[31m.csv")]) == 0
+    printed = capsys.readouterr().out
+    assert "\x1b" not in printed and "a\\x1b[31mb.html (1 run" in printed and "c\\x1b[31m.csv" in printed
 
 
 def test_a_value_only_a_resolver_gives_is_shown_as_the_run_recorded_it(tmp_path):
