@@ -222,6 +222,21 @@ def test_tokens_in_chinese_emoji_and_markup_are_text(browser, tmp_path, shots):
     p.close_clean()
 
 
+def test_tokens_are_shown_as_the_console_shows_them(browser, tmp_path):
+    """(third adversary, seventh session) The page's tokens are attnlab's printable text (a
+    newline as \\n, U+202E as \\u202e); quoting that again doubled the backslash: a newline token
+    showed '\\\\n' where the console prints '\\n'. The page's token names are the console's
+    (attnlab.tokenizer.show), a real backslash still doubled."""
+    from attnlab.tokenizer import show
+
+    tokens = ["a", "\n", " \u202eevil", "a\\b", "\x1b[31m", " step"]
+    p = Page(browser, report.write_run_report(write_synthetic_run(tmp_path / "esc", tokens, steps=[0, 30])))
+    p.page.hover(".hm .rl[data-row='1']")
+    assert p.text("#attends-title") == "'\\n' (position 1) attends to"
+    assert set(p.page.locator("#attends-list .tok").all_text_contents()) == {show(t) for t in tokens}
+    p.close_clean()
+
+
 def test_long_text_uses_position_ticks_and_says_what_is_shown(browser, large_run, tmp_path, shots):
     p = Page(browser, report.write_report([large_run], tmp_path / "large.html"))
     page = p.page
