@@ -49,10 +49,8 @@ def display_path(path) -> str:
     try:
         path = Path(path).resolve()
         return str(path.relative_to(Path.cwd()))
-    except ValueError:
+    except (ValueError, OSError):  # not below it, or the working folder is gone (deleted meanwhile)
         return str(path)
-    except OSError:  # the working folder is gone (deleted while the command ran)
-        return str(Path(path).absolute()) if Path(path).is_absolute() else str(path)
 
 
 def snapshot_line(step: int, loss: float, row: np.ndarray, tokens: list[str], focus: int) -> str:
