@@ -6,7 +6,7 @@
     python -m benchmarks.child plain   --text-file F --d-model D --steps N --snapshots K --report OUT.json
 
 ``attnlab`` composes the config with Hydra's compose API (``conf/`` + the overrides below) and
-runs :func:`attnlab.job.run_job`, the job function the ``attnlab`` command runs, into
+runs :func:`attnlab.commands.job.run_job`, the job function the ``attnlab`` command runs, into
 ``--run-dir``: ``--sinks rundir`` is ``logging=off`` (run-dir artifacts only: metrics.csv,
 attention.npz, summary.json); ``--sinks cli`` keeps the default ``logging`` group, so it gets
 whatever ``job.make_sinks`` wires; ``--sinks all`` calls ``training.train`` with the run-dir,
@@ -41,8 +41,8 @@ def snapshot_steps(steps: int, spec: str) -> list[int]:
 def run_attnlab(a: argparse.Namespace, snaps: list[int]) -> dict:
     from hydra import compose, initialize_config_module
 
-    from attnlab import artifacts
-    from attnlab.config import register_configs
+    from attnlab.core.config import register_configs
+    from attnlab.outputs import artifacts
 
     register_configs()
     overrides = [f"text_file={a.text_file}", f"model.d_model={a.d_model}", f"model.d_k={a.d_model}",
@@ -55,10 +55,10 @@ def run_attnlab(a: argparse.Namespace, snaps: list[int]) -> dict:
     run_dir = Path(a.run_dir)
     t0 = time.perf_counter()
     if a.sinks == "all":
-        from attnlab import training
-        from attnlab.config import apply_schema
-        from attnlab.plots import FigureSink
-        from attnlab.tensorboard import TensorBoardSink
+        from attnlab.core import training
+        from attnlab.core.config import apply_schema
+        from attnlab.outputs.plots import FigureSink
+        from attnlab.outputs.tensorboard import TensorBoardSink
 
         run_dir.mkdir(parents=True, exist_ok=True)
         cfg = apply_schema(cfg)
@@ -66,7 +66,7 @@ def run_attnlab(a: argparse.Namespace, snaps: list[int]) -> dict:
         result = training.train(cfg, sinks, run_dir=run_dir, keep_snapshots=False)
         status, loop_s = result.status, result.wall_time_s
     else:
-        from attnlab.job import run_job
+        from attnlab.commands.job import run_job
 
         status = run_job(cfg, run_dir).status
         loop_s = artifacts.read_summary(run_dir)["wall_time_s"]

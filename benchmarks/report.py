@@ -5,7 +5,7 @@
 
 What it measures (targets from issue 13):
 
-- ``write``: seconds to write the default run's ``report.html`` with :func:`attnlab.report.write_run_report`
+- ``write``: seconds to write the default run's ``report.html`` with :func:`attnlab.saved.report.write_run_report`
   in a process that has attnlab imported (what a training job pays at its end), median of
   ``--reps`` writes; and the wall time of a fresh ``attnlab-report RUN_DIR`` process (Python
   start and imports included). Target <= 0.3 s.
@@ -42,7 +42,7 @@ WRITE_MAX_S, SIZE_MAX, LARGE_MAX, REDRAW_MAX_MS = 0.3, 1_000_000, 20_000_000, 50
 def make_default_run(run_dir: Path) -> Path:
     """The tutorial's default run (``attnlab hydra.run.dir=RUN_DIR``, default logging) in a subprocess."""
     env = {**os.environ, "MPLBACKEND": "Agg"}
-    proc = subprocess.run([sys.executable, "-m", "attnlab.cli", f"hydra.run.dir={run_dir}"], cwd=ROOT, env=env,
+    proc = subprocess.run([sys.executable, "-m", "attnlab.commands.cli", f"hydra.run.dir={run_dir}"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
         raise RuntimeError(f"default run failed:\n{proc.stderr}")
@@ -52,13 +52,13 @@ def make_default_run(run_dir: Path) -> Path:
 def make_large_run(run_dir: Path, snapshots: int = 1000, T: int = 256) -> Path:
     """A real training run of ``snapshots`` steps with a snapshot at every step on a text of
     exactly ``T`` GPT-2 tokens (d_model 6 as the tutorial, ``logging=off``), written by
-    :func:`attnlab.job.run_job` into ``run_dir``, plus ``.hydra/config.yaml`` as Hydra would
+    :func:`attnlab.commands.job.run_job` into ``run_dir``, plus ``.hydra/config.yaml`` as Hydra would
     save it. ``attention.npz`` holds (snapshots, 1, T, T) float32: 262 MB for 1,000 x 256."""
     from hydra import compose, initialize_config_module
     from omegaconf import OmegaConf
 
-    from attnlab.config import register_configs
-    from attnlab.job import run_job
+    from attnlab.commands.job import run_job
+    from attnlab.core.config import register_configs
     from benchmarks.run import text_with_tokens
 
     run_dir = Path(run_dir)
@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         work = args.work
         work.mkdir(parents=True, exist_ok=True)
     try:
-        from attnlab import report
+        from attnlab.saved import report
 
         default = work / "default"
         if not (default / "summary.json").exists():

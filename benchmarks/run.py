@@ -26,7 +26,7 @@ repetition, so a noisy neighbour hits every variant alike; tables quote medians 
   growing?), run-dir size.
 - ``threads``: training steps/s with 1 vs 2 torch threads over a grid of (T, d_model) up to
   (1024, 768), idle and with two busy processes (``benchmarks/threads_grid.py``): the
-  measurement behind ``threads=auto`` (:mod:`attnlab.threads`).
+  measurement behind ``threads=auto`` (:mod:`attnlab.core.threads`).
 
 Results go between the ``<!-- bench:begin -->`` / ``<!-- bench:end -->`` markers of ``--out``
 (text outside them, e.g. analysis notes, is kept), plus the raw samples as JSON (``--json``).
@@ -111,7 +111,7 @@ def child_env(threads: int | None) -> dict:
 
 def adopt_orphans() -> bool:
     """Make this process the Linux "child subreaper" of what it starts: a process a measured
-    child leaves behind (attnlab's render child, :mod:`attnlab.render_process`) is re-parented
+    child leaves behind (attnlab's render child, :mod:`attnlab.outputs.render_process`) is re-parented
     here when the child ends, so :func:`measure` can reap it and count its CPU and memory.
     False where that is not possible (not Linux)."""
     try:
@@ -236,7 +236,7 @@ def ratio_row(name: str, samples: list[Sample], base: list[Sample]) -> dict:
 # ------------------------------------------------------------------------------------ text
 def text_with_tokens(n: int) -> str:
     """A text of exactly ``n`` GPT-2 tokens: the tutorial sentence, repeated."""
-    from attnlab import tokenizer
+    from attnlab.core import tokenizer
 
     words = [" journey", " starts", " with", " one", " step", " Your"]
     text = "Your" + "".join(words[i % len(words)] for i in range(n - 1))
@@ -712,13 +712,13 @@ def render(results: dict) -> str:
             "attnlab's §5 step (`MultiHeadSelfAttention`, one head, MSE, Adam; d_k = d_v = d_model) "
             "in one process per condition, "
             "`torch.set_num_threads` between runs, the two counts interleaved; *same bits* = the losses of every "
-            "count are bitwise identical. Multiply-adds per step as `attnlab.threads.work_per_step`.",
+            "count are bitwise identical. Multiply-adds per step as `attnlab.core.threads.work_per_step`.",
             "",
             "| T | d_model | multiply-adds per step | condition | 1 thread steps/s | 2 threads steps/s "
             "| 2 vs 1 (paired) | same bits |",
             "| ---: | ---: | ---: | --- | ---: | ---: | ---: | :---: |",
         ]
-        from attnlab.threads import work_per_step
+        from attnlab.core.threads import work_per_step
 
         for condition, data in results["threads"]["conditions"].items():
             for row in data["rows"]:

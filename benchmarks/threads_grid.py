@@ -1,6 +1,6 @@
 """Training steps per second with 1 vs N torch intra-op threads over a grid of (T, d_model),
 in one process (``torch.set_num_threads`` between runs), for ``threads=auto``'s policy
-(:mod:`attnlab.threads`) and the ``threads`` case of ``benchmarks/run.py``.
+(:mod:`attnlab.core.threads`) and the ``threads`` case of ``benchmarks/run.py``.
 
     python -m benchmarks.threads_grid --sizes 6x6,64x64,256x256,1024x768 --threads 1,2 --reps 3 --out grid.json
 
@@ -20,9 +20,9 @@ from pathlib import Path
 
 import torch
 
-from attnlab import optim
-from attnlab.model import MultiHeadSelfAttention, mse, next_token_targets
-from attnlab.training import deterministic_algorithms
+from attnlab.core import optim
+from attnlab.core.model import MultiHeadSelfAttention, mse, next_token_targets
+from attnlab.core.training import deterministic_algorithms
 
 
 def timed_steps(T: int, d_model: int, threads: int, steps: int, seed: int = 0) -> tuple[float, bytes]:

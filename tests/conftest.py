@@ -20,13 +20,12 @@ from typing import Callable
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch is imported here or in a child process
 
-import forkserver  # noqa: E402
 import pytest  # noqa: E402
 from hydra import compose, initialize_config_module  # noqa: E402
 
-import attnlab.sweep  # noqa: E402, F401  (registers attnlab's resolvers, as the command does)
-from attnlab.argv import prepare  # noqa: E402
-from attnlab.config import register_configs  # noqa: E402
+import attnlab.commands.sweep  # noqa: E402, F401  (registers attnlab's resolvers, as the command does)
+from attnlab.commands.argv import prepare  # noqa: E402
+from attnlab.core.config import register_configs  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 # Tutorial §5 (seed 42, std 1.0, Adam lr 0.05): printed loss and ' journey' row at each snapshot.
@@ -51,7 +50,7 @@ _COMPOSED: dict[tuple[str, ...], object] = {}
 
 def compose_cfg(*overrides: str):
     """The config ``attnlab OVERRIDES`` would run (no Hydra runtime, no run dir; free text
-    made Hydra syntax as the command does, attnlab.argv.prepare). Composed once per overrides in
+    made Hydra syntax as the command does, attnlab.commands.argv.prepare). Composed once per overrides in
     a test process (~180 ms each: the suite asks for the same few configs ~150 times); each call
     returns a copy of its own (a test may change it). Interpolations stay unresolved, as composed."""
     key = tuple(overrides)
@@ -68,11 +67,11 @@ def cfg_of():
 
 
 def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    """``attnlab ARGS`` in a subprocess (the installed entry point's module), text output; forked
-    from tests/forkserver.py's server when that gives what a fresh process would."""
+    """``attnlab ARGS`` in a subprocess (the installed entry point's module), text output."""
     full_env = {**os.environ, "MPLBACKEND": "Agg", **(env or {})}
     full_env.pop("HYDRA_FULL_ERROR", None)
-    return forkserver.run([sys.executable, "-m", "attnlab.cli", *args], cwd=cwd or ROOT, env=full_env, timeout=timeout)
+    return subprocess.run([sys.executable, "-m", "attnlab.commands.cli", *args], cwd=cwd or ROOT, env=full_env,
+                          timeout=timeout, capture_output=True, text=True, stdin=subprocess.DEVNULL)
 
 
 @pytest.fixture
@@ -169,10 +168,3 @@ def outside(tmp_path_factory):
     import hostile_runs
 
     return hostile_runs.outside_folder(tmp_path_factory)
-
-
-def pytest_sessionfinish(session):
-    """How many ``attnlab`` commands this process forked from tests/forkserver.py's server and
-    how many it started fresh (written to the terminal by pytest-xdist's controller or alone)."""
-    if sum(forkserver.COUNTS.values()):
-        print(f"\ntests/forkserver ({os.environ.get('PYTEST_XDIST_WORKER', 'main')}): {forkserver.COUNTS}", file=sys.stderr)

@@ -2,7 +2,7 @@
 
 Every case starts from a copy of a real run made by attnlab's own runner (``run_job``; a small
 training run, or the walkthrough) and damages one thing. Each :class:`Case` declares its exact
-outcome: which reader of :mod:`attnlab.safe_read` raises and with which message fragment
+outcome: which reader of :mod:`attnlab.saved.safe_read` raises and with which message fragment
 (:class:`Raises`), or which value comes out, sanitised (:class:`Gives`); plus, for the files
 ``attnlab-reproduce`` reads, the fragment of its one-line error (exit 2).
 
@@ -38,7 +38,7 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-from attnlab import safe_read as S  # noqa: E402
+from attnlab.saved import safe_read as S  # noqa: E402
 
 TRAIN_OVERRIDES = ("logging=off", "train.steps=40", "train.snapshot_steps=[0,10,39]")
 WALK_OVERRIDES = ("experiment=tutorial_walkthrough", "logging=off")
@@ -57,7 +57,7 @@ class Unsupported(Exception):
 
 # ----------------------------------------------------------------------------- healthy runs
 def run_job(cfg, run_dir: Path) -> str:
-    from attnlab.job import run_job as run
+    from attnlab.commands.job import run_job as run
 
     return run(cfg, run_dir).status
 

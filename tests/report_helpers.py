@@ -11,8 +11,8 @@ from typing import Any, Sequence
 import numpy as np
 import yaml
 
-from attnlab.artifacts import RunDirSink
-from attnlab.records import RunInfo, RunResult, Snapshot
+from attnlab.core.records import RunInfo, RunResult, Snapshot
+from attnlab.outputs.artifacts import RunDirSink
 
 DATA_OPEN = '<script type="application/json" id="attnlab-data">'
 
@@ -75,7 +75,7 @@ def softmax_rows(scores: np.ndarray) -> np.ndarray:
 
 def write_synthetic_run(run_dir: Path, tokens: Sequence[str], steps: Sequence[int], heads: int = 1, seed: int = 0,
                         config: dict | None = None, status: str = "completed") -> Path:
-    """A run dir written by attnlab's own writer (:class:`attnlab.artifacts.RunDirSink`) with
+    """A run dir written by attnlab's own writer (:class:`attnlab.outputs.artifacts.RunDirSink`) with
     made-up attention: softmax of fixed random scores, sharper at later steps (rows sum to 1),
     one loss per step (``1 / (1 + step)``) and ``.hydra/config.yaml`` (``config`` or a small one)."""
     run_dir = Path(run_dir)

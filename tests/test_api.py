@@ -2,7 +2,7 @@ import os
 
 import numpy as np
 
-from attnlab.api import compose, train
+from attnlab.commands.api import compose, train
 
 
 def test_api_returns_losses_and_snapshots_without_writing(tmp_path, monkeypatch):

@@ -16,11 +16,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-import forkserver
 import pytest
 
-from attnlab import artifacts
-from attnlab.job import run_job
+from attnlab.commands.job import run_job
+from attnlab.outputs import artifacts
 
 from conftest import ROOT, compose_cfg, run_cli
 
@@ -33,7 +32,7 @@ class Case:
     id: str
     what: str  # the bad input, in words
     args: tuple[str, ...]  # `attnlab ARGS` (or `attnlab-reproduce RUN_DIR` for kind "reproduce")
-    kind: str  # ours: our one-line error, summary failed | hydra: Hydra's report made one line by attnlab.cli | ok: accepted
+    kind: str  # ours: our one-line error, summary failed | hydra: Hydra's report made one line by attnlab.commands.cli | ok: accepted
     expect: str  # must be in stderr (ours / hydra), names the key and value
     cli: bool = False  # also run through the real command in the test suite
 
@@ -235,7 +234,7 @@ def test_accepted_inputs_train_on_the_expected_tokens(case, tmp_path):
 
 
 def test_changing_only_the_steps_scales_the_snapshots(tmp_path):
-    from attnlab.config import snapshot_steps
+    from attnlab.core.config import snapshot_steps
 
     expected = {201: [0, 20, 50, 100, 200], 100: [0, 10, 25, 50, 99], 30: [0, 3, 7, 15, 29], 2: [0, 1], 1: [0]}
     for steps, snaps in expected.items():
@@ -250,7 +249,7 @@ def grammar_error(args: tuple[str, ...]) -> str | None:
     its override grammar refuses, or None."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    from attnlab.argv import prepare
+    from attnlab.commands.argv import prepare
 
     try:
         OverridesParser.create().parse_overrides(prepare(list(args)))
@@ -261,7 +260,7 @@ def grammar_error(args: tuple[str, ...]) -> str | None:
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.kind == "hydra" and grammar_error(c.args)], ids=lambda c: c.id)
 def test_override_grammar_errors_name_the_argument_and_what_to_type(case):
-    from attnlab.hydra_errors import hydra_error_line
+    from attnlab.commands.hydra_errors import hydra_error_line
 
     line = hydra_error_line(grammar_error(case.args), list(case.args))
     assert "\n" not in line
@@ -343,11 +342,11 @@ class _Canary:
 
 
 def test_hydra_full_error_shows_the_traceback(tmp_path):
-    proc = _run([sys.executable, "-m", "attnlab.cli", f"hydra.run.dir={tmp_path / 'run'}", *QUIET, "model.d_model=0"],
+    proc = _run([sys.executable, "-m", "attnlab.commands.cli", f"hydra.run.dir={tmp_path / 'run'}", *QUIET, "model.d_model=0"],
                 tmp_path, env_extra={"HYDRA_FULL_ERROR": "1"})
     assert proc.returncode != 0
     assert "Traceback (most recent call last)" in proc.stderr
-    assert "attnlab.errors.ConfigError: model.d_model=0: must be a positive integer" in proc.stderr
+    assert "attnlab.core.errors.ConfigError: model.d_model=0: must be a positive integer" in proc.stderr
     assert artifacts.read_summary(tmp_path / "run")["status"] == "failed"
 
 
@@ -379,12 +378,12 @@ def test_doc_is_current(tmp_path_factory):
 def _run(cmd: list[str], tmp: Path, env_extra: dict | None = None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
     env.update({"MPLBACKEND": "Agg", **(env_extra or {})})
-    return forkserver.run(cmd, cwd=tmp, env=env, timeout=600)
+    return subprocess.run(cmd, cwd=tmp, env=env, timeout=600, capture_output=True, text=True, stdin=subprocess.DEVNULL)
 
 
 def _attnlab_case(case: Case, tmp: Path) -> dict:
     run = tmp / case.id
-    proc = _run([sys.executable, "-m", "attnlab.cli", f"hydra.run.dir={run}", *QUIET, *case.args], tmp)
+    proc = _run([sys.executable, "-m", "attnlab.commands.cli", f"hydra.run.dir={run}", *QUIET, *case.args], tmp)
     summary = artifacts.read_summary(run) if (run / "summary.json").exists() else {}
     seen = proc.stderr.replace(str(run), "RUN_DIR")
     if case.kind == "ok":
@@ -399,7 +398,7 @@ def _reproduce_case(rid: str, tmp: Path, finished: Path) -> dict:
 
     run = tmp / rid
     if rid in ("rerun_same_dir", "killed_run", "live_run", "foreign_files"):
-        from attnlab import rundir
+        from attnlab.outputs import rundir
 
         where, cmd = tmp, "attnlab hydra.run.dir=RUN_DIR"
         if rid == "foreign_files":
@@ -415,7 +414,7 @@ def _reproduce_case(rid: str, tmp: Path, finished: Path) -> dict:
             if rid == "killed_run":
                 artifacts.write_summary(run, status="running")  # what a run killed mid-way leaves
         before = _tree(run)
-        proc = _run([sys.executable, "-m", "attnlab.cli", f"hydra.run.dir={'' if where == run else run}", *QUIET],
+        proc = _run([sys.executable, "-m", "attnlab.commands.cli", f"hydra.run.dir={'' if where == run else run}", *QUIET],
                     where)
         untouched = _tree(run) == before
         if rid == "live_run":  # then the live run ends
@@ -447,7 +446,7 @@ def _reproduce_case(rid: str, tmp: Path, finished: Path) -> dict:
         elif rid == "repro_running":
             artifacts.write_summary(run, status="running")
         before = _tree(run) if run.exists() else None
-        proc = _run([sys.executable, "-m", "attnlab.reproduce", str(run)], tmp)
+        proc = _run([sys.executable, "-m", "attnlab.commands.reproduce", str(run)], tmp)
         cmd = "attnlab-reproduce RUN_DIR"
         untouched = None if before is None else _tree(run) == before
     status = artifacts.read_summary(run).get("status", "-") if (run / "summary.json").exists() else "-"
@@ -464,7 +463,7 @@ def write_doc() -> None:
     with tempfile.TemporaryDirectory() as tmp_s:
         tmp = Path(tmp_s)
         finished = tmp / "finished"
-        assert _run([sys.executable, "-m", "attnlab.cli", f"hydra.run.dir={finished}", *QUIET,
+        assert _run([sys.executable, "-m", "attnlab.commands.cli", f"hydra.run.dir={finished}", *QUIET,
                      "train.steps=20", "train.snapshot_steps=[0]"], tmp).returncode == 0
         with ThreadPoolExecutor(max_workers=2) as pool:
             results = list(pool.map(lambda c: _attnlab_case(c, tmp), CASES))

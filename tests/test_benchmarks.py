@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from attnlab import tokenizer
+from attnlab.core import tokenizer
 
 from conftest import GOLDEN_SECTION5, ROOT, TUTORIAL_IDS
 

@@ -20,8 +20,9 @@ import numpy as np
 import pytest
 from report_helpers import page_data
 
-from attnlab import compare, report, report_data, runs, sweep, table
-from attnlab import safe_read as S
+from attnlab.commands import compare, sweep
+from attnlab.saved import report, report_data, runs, table
+from attnlab.saved import safe_read as S
 
 # read_config's checks of ${...}: compare and the report never resolve anything, so for them these stay text
 REFERENCE_CHECKS = ("holds an interpolation", "refers to", "form a cycle", "a chain of more than")

@@ -12,8 +12,10 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from attnlab import artifacts, compare, runs, table
-from attnlab.job import run_job
+from attnlab.commands import compare
+from attnlab.commands.job import run_job
+from attnlab.outputs import artifacts
+from attnlab.saved import runs, table
 
 from conftest import ROOT, run_cli
 
@@ -129,8 +131,8 @@ def test_console_script_is_installed(sweep):
 
 
 def test_last_snapshot_reads_only_the_last_frame(tmp_path):
-    from attnlab import artifacts
-    from attnlab.records import RunInfo, RunResult, Snapshot
+    from attnlab.core.records import RunInfo, RunResult, Snapshot
+    from attnlab.outputs import artifacts
 
     rng = np.random.default_rng(0)
     frames = rng.random((7, 1, 5, 5)).astype(np.float32)

@@ -1,6 +1,6 @@
 """`attnlab-compare --plot`: titles and legend name each run by its swept values with short key
 names, and the layout keeps every text inside the figure and clear of the others (2-job and
-6-job sweeps, long Chinese/emoji sentences). Also attnlab.swept on its own."""
+6-job sweeps, long Chinese/emoji sentences). Also attnlab.saved.swept on its own."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,9 +9,10 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from attnlab import compare, compare_figure, swept
-from attnlab.fonts import drawable
-from attnlab.job import run_job
+from attnlab.commands import compare
+from attnlab.commands.job import run_job
+from attnlab.outputs.fonts import drawable
+from attnlab.saved import compare_figure, swept
 
 from conftest import compose_cfg
 
@@ -140,7 +141,7 @@ def test_long_chinese_and_emoji_sentences_wrap_and_fit(tmp_path, monkeypatch):
     assert_nothing_clipped_or_overlapping(fig)
 
 
-# ------------------------------------------------------------------------------ attnlab.swept
+# ------------------------------------------------------------------------------ attnlab.saved.swept
 def test_swept_keys_are_those_that_differ():
     runs_ = [["optimizer.lr=0.005", "train.steps=30", "experiment=exercise4"],
              ["optimizer.lr=0.05", "train.steps=30", "experiment=exercise4"],

@@ -1,8 +1,8 @@
 import numpy as np
 
-from attnlab.api import compose
-from attnlab.console import snapshot_line
-from attnlab.tokenizer import tokenize
+from attnlab.commands.api import compose
+from attnlab.core.tokenizer import tokenize
+from attnlab.outputs.console import snapshot_line
 
 from conftest import TUTORIAL_IDS
 
@@ -43,7 +43,7 @@ def test_display_path_when_the_working_folder_is_gone(tmp_path, monkeypatch):
     """(adversary, seventh session) attnlab-reproduce printed "reproduced exactly" and then a
     FileNotFoundError traceback with exit 1 when its working folder was deleted meanwhile:
     Path.cwd() raises. The path is shown as given (absolute stays absolute)."""
-    from attnlab.console import display_path
+    from attnlab.outputs.console import display_path
 
     gone = tmp_path / "gone"
     gone.mkdir()

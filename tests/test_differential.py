@@ -9,8 +9,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-from attnlab.tokenizer import get_encoding
-from attnlab.training import train
+from attnlab.core.tokenizer import get_encoding
+from attnlab.core.training import train
 
 
 def plain_section5(text, seed, d_model, d_out, std, steps, snapshot_steps, make_opt, positional=True):

@@ -13,8 +13,8 @@ import pytest
 
 pytest.importorskip("torch.utils.tensorboard")
 
-from attnlab.records import RunInfo, RunResult  # noqa: E402
-from attnlab.tensorboard import TensorBoardSink  # noqa: E402
+from attnlab.core.records import RunInfo, RunResult  # noqa: E402
+from attnlab.outputs.tensorboard import TensorBoardSink  # noqa: E402
 
 from conftest import ROOT  # noqa: E402
 

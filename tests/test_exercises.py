@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attnlab import exercises
-from attnlab.tokenizer import encode
+from attnlab.core import exercises
+from attnlab.core.tokenizer import encode
 
 from conftest import read_csv
 

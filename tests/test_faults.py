@@ -4,7 +4,7 @@ goes), a read-only folder (a read-only tmpfs or bind mount), SIGKILL, two runs s
 someone else's files, Ctrl-C / SIGTERM at each phase (a test hook pauses the child at that
 exact moment: ``ATTNLAB_TEST_PAUSE_AT``), a closed pipe and a console that cannot encode Chinese.
 
-The runs go through ``python -m attnlab.launch``, the ``attnlab`` console script's own entry.
+The runs go through ``python -m attnlab.commands.launch``, the ``attnlab`` console script's own entry.
 Mounting needs root with CAP_SYS_ADMIN (this machine and CI); without it those tests skip.
 """
 from __future__ import annotations
@@ -20,14 +20,14 @@ import sys
 import time
 from pathlib import Path
 
-import forkserver
 import numpy as np
 import pytest
 
-from attnlab import artifacts, rundir, runs
-from attnlab.npz_writer import LOCAL_HEADER, GrowingNpz
-from attnlab.streams import SafeStream
-from attnlab.training import FLUSH_EVERY, train
+from attnlab.core.training import FLUSH_EVERY, train
+from attnlab.outputs import artifacts, rundir
+from attnlab.outputs.npz_writer import LOCAL_HEADER, GrowingNpz
+from attnlab.outputs.streams import SafeStream
+from attnlab.saved import runs
 
 from conftest import ROOT, compose_cfg
 
@@ -47,14 +47,15 @@ def fsize_limit(limit: int) -> dict[int, tuple[int, int]]:
 
 
 def attnlab(*args: str, cwd: Path | None = None, env: dict | None = None, rlimits=None,
-            module: str = "attnlab.launch", timeout: float = 300) -> subprocess.CompletedProcess:
-    return forkserver.run([sys.executable, "-m", module, *args], cwd=cwd or ROOT, env=env or child_env(),
-                          rlimits=rlimits, timeout=timeout)
+            module: str = "attnlab.commands.launch", timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd or ROOT, env=env or child_env(),
+                          preexec_fn=(lambda: [resource.setrlimit(k, v) for k, v in rlimits.items()]) if rlimits else None,
+                          timeout=timeout, capture_output=True, text=True, stdin=subprocess.DEVNULL)
 
 
 def started(*args: str, env: dict | None = None, stdout=subprocess.PIPE):
     """``attnlab ARGS`` started (forkserver.Popen: forked when that is the same process), text pipes."""
-    return forkserver.Popen([sys.executable, "-m", "attnlab.launch", *args], cwd=ROOT, env=env or child_env(),
+    return subprocess.Popen([sys.executable, "-m", "attnlab.commands.launch", *args], cwd=ROOT, env=env or child_env(),
                             stdout=stdout, stderr=subprocess.PIPE, text=True)
 
 
@@ -103,14 +104,14 @@ def poll(pred, proc: subprocess.Popen, timeout: float = 180.0) -> None:
 
 
 class Paused:
-    """``attnlab ARGS`` paused at ``phase`` (:func:`attnlab.interrupts.pause_point`): the test
+    """``attnlab ARGS`` paused at ``phase`` (:func:`attnlab.core.interrupts.pause_point`): the test
     makes its fault happen at that moment, then :meth:`resume` or sends signals."""
 
     def __init__(self, tmp: Path, phase: str, *args: str, env: dict | None = None, stdout=subprocess.PIPE) -> None:
         self.flag = tmp / f"paused-{phase}"
         env = {**(env or child_env()), "ATTNLAB_TEST_PAUSE_AT": phase, "ATTNLAB_TEST_PAUSE_FILE": str(self.flag)}
         if phase == "startup":  # a pause while Python imports: a process that really starts
-            self.proc = subprocess.Popen([sys.executable, "-m", "attnlab.launch", *args], cwd=ROOT, env=env,
+            self.proc = subprocess.Popen([sys.executable, "-m", "attnlab.commands.launch", *args], cwd=ROOT, env=env,
                                          stdout=stdout, stderr=subprocess.PIPE, text=True)
         else:
             self.proc = started(*args, env=env, stdout=stdout)
@@ -221,12 +222,12 @@ def test_file_size_limit_stops_at_the_batch_and_every_file_agrees(tmp_path):
 
 
 def test_file_size_limit_on_the_snapshots_keeps_the_frames_that_fit(tmp_path):
-    from attnlab import tokenizer
+    from attnlab.core import tokenizer
 
     sentence = " ".join(["Your journey starts with one step"] * 7)
     T = tokenizer.tokenize(compose_cfg(f"sentence={sentence}")).seq_len
     frame = 4 * T * T  # 6,724 bytes at T = 41: six frames are more than Hydra's files (~5 KB)
-    from attnlab.npz_writer import HEAD
+    from attnlab.outputs.npz_writer import HEAD
 
     limit = HEAD + 6 * frame + 100  # room for six snapshots (the seventh fails, step 6), not for the archive's end
     run = tmp_path / "run"
@@ -387,7 +388,7 @@ def test_read_only_folder_is_refused_in_one_line(tmp_path, finished_run):
         sweep = attnlab("-m", f"hydra.sweep.dir={ro / 'sweep'}", *QUIET, "seed=1,2")
         assert (sweep.returncode, sweep.stderr) == (2, f"error: hydra.sweep.dir='{ro / 'sweep'}': cannot write "
                                                        "there (read-only file system); choose another hydra.sweep.dir\n")
-        repro = attnlab(str(finished_run), "--out", str(ro / "repro"), module="attnlab.reproduce")
+        repro = attnlab(str(finished_run), "--out", str(ro / "repro"), module="attnlab.commands.reproduce")
         assert (repro.returncode, repro.stderr) == (2, f"error: --out='{ro / 'repro'}': cannot write there "
                                                        "(read-only file system); choose another --out\n")
         assert list(ro.iterdir()) == []
@@ -571,12 +572,12 @@ def test_closed_standard_streams_the_run_completes_and_its_files_stay_its_own(tm
             os.close(fd)
 
     run, again = tmp_path / "run", tmp_path / "again"
-    commands = [([f"hydra.run.dir={run}"], "attnlab.launch", run)]
+    commands = [([f"hydra.run.dir={run}"], "attnlab.commands.launch", run)]
     if closed == (0, 1, 2):
-        commands.append(([str(run), "--out", str(again)], "attnlab.reproduce", again))
+        commands.append(([str(run), "--out", str(again)], "attnlab.commands.reproduce", again))
     for args, module, where in commands:
         proc = subprocess.run([sys.executable, "-m", module, *args, "train.steps=30", "train.snapshot_steps=[0,29]"]
-                              if module == "attnlab.launch" else [sys.executable, "-m", module, *args],
+                              if module == "attnlab.commands.launch" else [sys.executable, "-m", module, *args],
                               cwd=ROOT, env=child_env(), preexec_fn=close, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL, timeout=300)
         assert proc.returncode == 0, module
@@ -615,7 +616,7 @@ def test_a_sweep_with_a_failed_job_exits_1_even_when_its_table_cannot_be_written
 
 
 def test_reproduce_dot_from_inside_the_run_dir(finished_run):
-    proc = attnlab(".", module="attnlab.reproduce", cwd=finished_run)
+    proc = attnlab(".", module="attnlab.commands.reproduce", cwd=finished_run)
     assert (proc.returncode, proc.stderr) == (0, "")
     assert proc.stdout.splitlines()[0] == "reproduced exactly"
     (repro,) = finished_run.parent.glob("finished-repro-*")
@@ -674,7 +675,7 @@ def test_growing_npz_is_a_standard_archive_and_its_partial_an_npy(tmp_path):
     with np.load(tmp_path / "attention.npz") as z:
         np.testing.assert_array_equal(z["weights"], frames[:3])
         assert z["steps"].tolist() == [0, 10, 20] and z["tokens"].tolist() == ["a", "旅(1/2)", "c", "d"]
-    from attnlab import safe_read
+    from attnlab.saved import safe_read
 
     assert safe_read.read_last_snapshot(tmp_path)[0] == 20
     assert not (tmp_path / ".partial").exists()

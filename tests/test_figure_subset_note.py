@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from attnlab import plots
-from attnlab.fonts import default_title
-from attnlab.records import RunInfo, RunResult, Snapshot
+from attnlab.core.records import RunInfo, RunResult, Snapshot
+from attnlab.outputs import plots
+from attnlab.outputs.fonts import default_title
 
 TOKENS = ["Your", " journey", " starts", " with", " one", " step"]
 

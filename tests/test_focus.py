@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from attnlab.focus import first_step_above, focus, row_entropy
-from attnlab.training import train
+from attnlab.core.focus import first_step_above, focus, row_entropy
+from attnlab.core.training import train
 
 from conftest import GOLDEN_SECTION5
 

@@ -4,8 +4,8 @@ import json
 import numpy as np
 import pytest
 
-from attnlab.training import train
-from attnlab.walkthrough import walkthrough
+from attnlab.core.training import train
+from attnlab.core.walkthrough import walkthrough
 
 from conftest import GOLDEN_EMBEDDING_ROWS, GOLDEN_SECTION5, TUTORIAL_IDS, compose_cfg
 
@@ -105,7 +105,7 @@ def test_cli_logging_switches(cli, tmp_path, default_cli_run):
     # the records are the same whatever is logged
     assert (on / "metrics.csv").read_bytes() == (off / "metrics.csv").read_bytes()
     # logging.images=false: TensorBoard without heatmaps (what it writes: test_tensorboard.test_no_images_option)
-    from attnlab.job import make_sinks
+    from attnlab.commands.job import make_sinks
 
     sinks = make_sinks(compose_cfg("logging.images=false"), tmp_path / "no_images")
     assert [s.images for s in sinks if type(s).__name__ == "TensorBoardSink"] == [False]

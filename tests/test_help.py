@@ -12,7 +12,7 @@ from importlib import metadata, resources
 import pytest
 from omegaconf import MISSING
 
-from attnlab.config import OPTIMIZERS, Config
+from attnlab.core.config import OPTIMIZERS, Config
 
 from conftest import ROOT, run_cli
 

@@ -6,8 +6,8 @@ import re
 
 import numpy as np
 
-from attnlab.console import ConsoleSink, prefixed
-from attnlab.records import RunInfo, RunResult, Snapshot
+from attnlab.core.records import RunInfo, RunResult, Snapshot
+from attnlab.outputs.console import ConsoleSink, prefixed
 
 SHORT = ["train.steps=21", "train.snapshot_steps=[0,20]", "logging=off"]
 PREFIX = re.compile(r"^\[job (\d+)\](?: (.*))?$")  # a blank line is "[job N]" alone

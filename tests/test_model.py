@@ -1,7 +1,7 @@
-"""attnlab.model with its defaults is the tutorial's code bit for bit; builders' orders; the switches' parameters.
+"""attnlab.core.model with its defaults is the tutorial's code bit for bit; builders' orders; the switches' parameters.
 
 The restatements below are the tutorial's own lines (§2–4 with seed 123, §5 with seed 42), written
-here from the tutorial's text, not from attnlab.model.
+here from the tutorial's text, not from attnlab.core.model.
 """
 import math
 
@@ -11,8 +11,8 @@ import torch
 import torch.nn as nn
 from test_differential import plain_section5
 
-from attnlab.errors import ConfigError
-from attnlab.model import (
+from attnlab.core.errors import ConfigError
+from attnlab.core.model import (
     GPT2_VOCAB_SIZE,
     AttentionOutput,
     ModelSpec,
@@ -24,7 +24,7 @@ from attnlab.model import (
     next_token_targets,
     resolve_out_proj,
 )
-from attnlab.training import train
+from attnlab.core.training import train
 
 from conftest import GOLDEN_EMBEDDING_ROWS, GOLDEN_SECTION5, TUTORIAL_IDS
 

@@ -1,4 +1,4 @@
-"""Multi-head, causal mask, dropout, bias and the sdpa path of attnlab.model.MultiHeadSelfAttention.
+"""Multi-head, causal mask, dropout, bias and the sdpa path of attnlab.core.model.MultiHeadSelfAttention.
 
 `reference_multi_head` is an independent restatement of multi-head causal attention following the
 maths of rasbt/LLMs-from-scratch ch03 `MultiHeadAttention` (project, split into heads, scores,
@@ -12,7 +12,14 @@ import torch
 import torch.nn as nn
 from torch.func import functional_call
 
-from attnlab.model import GPT2_VOCAB_SIZE, ModelSpec, MultiHeadSelfAttention, build_section5, mse, next_token_targets
+from attnlab.core.model import (
+    GPT2_VOCAB_SIZE,
+    ModelSpec,
+    MultiHeadSelfAttention,
+    build_section5,
+    mse,
+    next_token_targets,
+)
 
 from conftest import TUTORIAL_IDS
 

@@ -1,6 +1,6 @@
-"""attnlab.optim against the torch.optim classes it stands in for: the same parameters, the same
+"""attnlab.core.optim against the torch.optim classes it stands in for: the same parameters, the same
 gradients, every tensor bitwise equal after every step (not a tolerance: reproduce compares runs
-bit for bit, and runs made before attnlab.optim must still reproduce)."""
+bit for bit, and runs made before attnlab.core.optim must still reproduce)."""
 from __future__ import annotations
 
 import subprocess
@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from attnlab import optim
+from attnlab.core import optim
 
 CASES = [
     ("Adam", dict(lr=0.05)),
@@ -103,12 +103,12 @@ def test_zero_grad_sets_gradients_to_none():
 
 
 def test_training_does_not_import_the_compiler_stack():
-    """The point of attnlab.optim and training.deterministic_algorithms: a run (Adam, SGD with
+    """The point of attnlab.core.optim and training.deterministic_algorithms: a run (Adam, SGD with
     momentum, AdamW) never imports torch._dynamo, which the torch.optim classes and
     torch.use_deterministic_algorithms import (2 s on 2 cores)."""
     code = (
         "import sys\n"
-        "from attnlab.api import compose, train\n"
+        "from attnlab.commands.api import compose, train\n"
         "for extra in ([], ['optimizer=sgd', 'optimizer.momentum=0.9'], ['optimizer=adamw']):\n"
         "    assert train(compose('train.steps=3', *extra)).status == 'completed'\n"
         "import torch\n"

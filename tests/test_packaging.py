@@ -35,5 +35,5 @@ def test_every_python_package_of_attnlab_is_listed():
     setup = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
     found = {".".join(d.relative_to(ROOT).parts) for d in (ROOT / "attnlab").rglob("*")
              if d.is_dir() and (d / "__init__.py").is_file()}
-    assert "attnlab.safe_read" in found
+    assert "attnlab.saved.safe_read" in found
     assert found <= set(setup["packages"])

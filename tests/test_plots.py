@@ -1,4 +1,4 @@
-"""attnlab.plots: real PNGs, sizes that follow the panel count, no missing-glyph warnings."""
+"""attnlab.outputs.plots: real PNGs, sizes that follow the panel count, no missing-glyph warnings."""
 from __future__ import annotations
 
 import os
@@ -9,10 +9,10 @@ import warnings
 import numpy as np
 import pytest
 
-from attnlab import fonts as font_module
-from attnlab import plots
-from attnlab.records import RunInfo, RunResult, Snapshot
-from attnlab.tensorboard import HeatmapRenderer
+from attnlab.core.records import RunInfo, RunResult, Snapshot
+from attnlab.outputs import fonts as font_module
+from attnlab.outputs import plots
+from attnlab.outputs.tensorboard import HeatmapRenderer
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 TOKENS = ["Your", " journey", " starts", " with", " one", " step"]
@@ -170,7 +170,7 @@ def test_figure_sink_failed_early_writes_nothing(tmp_path):
 
 
 def test_import_is_cheap():
-    code = "import sys, attnlab.plots; print('matplotlib' in sys.modules)"
+    code = "import sys, attnlab.outputs.plots; print('matplotlib' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -274,8 +274,8 @@ def test_a_matplotlibrc_in_the_working_directory_changes_no_figure(tmp_path):
     import hashlib
 
     code = ("import hashlib, numpy as np\n"
-            "from attnlab import plots\n"
-            "from attnlab.records import Snapshot\n"
+            "from attnlab.outputs import plots\n"
+            "from attnlab.core.records import Snapshot\n"
             "w = np.full((1, 3, 3), 1 / 3, np.float32)\n"
             "evo = plots.evolution_png([Snapshot(0, 1.0, w), Snapshot(9, 0.5, w)], ['a', 'b', 'c'])\n"
             "loss = plots.loss_png(np.linspace(2, 0.1, 10))\n"

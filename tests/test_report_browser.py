@@ -20,7 +20,8 @@ import numpy as np
 import pytest
 from report_helpers import page_data, write_synthetic_run
 
-from attnlab import artifacts, report
+from attnlab.outputs import artifacts
+from attnlab.saved import report
 
 from conftest import GOLDEN_SECTION5
 
@@ -226,8 +227,8 @@ def test_tokens_are_shown_as_the_console_shows_them(browser, tmp_path):
     """(third adversary, seventh session) The page's tokens are attnlab's printable text (a
     newline as \\n, U+202E as \\u202e); quoting that again doubled the backslash: a newline token
     showed '\\\\n' where the console prints '\\n'. The page's token names are the console's
-    (attnlab.tokenizer.show), a real backslash still doubled."""
-    from attnlab.tokenizer import show
+    (attnlab.core.tokenizer.show), a real backslash still doubled."""
+    from attnlab.core.tokenizer import show
 
     tokens = ["a", "\n", " \u202eevil", "a\\b", "\x1b[31m", " step"]
     p = Page(browser, report.write_run_report(write_synthetic_run(tmp_path / "esc", tokens, steps=[0, 30])))
@@ -278,8 +279,8 @@ def test_sweep_report_table_slider_and_detail(browser, report_sweep, shots):
     assert jobs() == [b, a]  # ... in either direction
     # the table is attnlab-compare's printed one: its headers and, row by row, its cells (observation
     # columns included, newcomer: the page had none; here "focus>0.9 at")
-    from attnlab import table
-    from attnlab.runs import collect_rows
+    from attnlab.saved import table
+    from attnlab.saved.runs import collect_rows
 
     rows = collect_rows([report_sweep])
     cols = table.columns_of(rows, table=True)

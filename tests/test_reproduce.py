@@ -15,10 +15,10 @@ import hostile_runs as H
 import numpy as np
 import pytest
 
-from attnlab import artifacts
-from attnlab import reproduce as R
-from attnlab.reproduce import main
-from attnlab.verdict import compare_runs, environment_differences
+from attnlab.commands import reproduce as R
+from attnlab.commands.reproduce import main
+from attnlab.outputs import artifacts
+from attnlab.saved.verdict import compare_runs, environment_differences
 
 from conftest import run_cli
 
@@ -221,7 +221,7 @@ def test_recorded_config_targets_are_refused_too(fresh_run, tmp_path, capsys, ed
 def test_a_run_made_with_an_environment_variable_reproduces_after_it_changes(tmp_path, capsys, monkeypatch):
     """The run recorded the values it used: reproduction neither needs the variable nor picks up
     its new value, and the text of a ${...} in a sentence stays text."""
-    from attnlab.job import run_job
+    from attnlab.commands.job import run_job
 
     from conftest import compose_cfg
 
@@ -285,7 +285,7 @@ def test_console_script_and_full_error(tmp_path):
                           env={k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"})
     assert proc.returncode == 2
     assert proc.stderr == f"error: {tmp_path / 'nope'}: not a directory\n"
-    full = subprocess.run([sys.executable, "-m", "attnlab.reproduce", str(tmp_path / "nope")], capture_output=True,
+    full = subprocess.run([sys.executable, "-m", "attnlab.commands.reproduce", str(tmp_path / "nope")], capture_output=True,
                           text=True, env={**os.environ, "HYDRA_FULL_ERROR": "1"})
     assert full.returncode != 0
     assert "Traceback (most recent call last)" in full.stderr
@@ -315,8 +315,8 @@ def test_a_group_option_on_a_saved_config_says_to_set_keys(fresh_run, section, o
     logging=off` puts a word where a section goes; one line says so, naming the key."""
     import yaml
 
-    from attnlab.config import GROUP_HINT, apply_schema
-    from attnlab.errors import ConfigError
+    from attnlab.core.config import GROUP_HINT, apply_schema
+    from attnlab.core.errors import ConfigError
 
     data = yaml.safe_load((fresh_run / ".hydra" / "config.yaml").read_text())
     data[section] = option
@@ -330,7 +330,7 @@ def test_walkthrough_run_reproduces_and_an_edited_array_is_named(tmp_path, capsy
     composed config, interpolations kept)."""
     from omegaconf import OmegaConf
 
-    from attnlab.job import run_job
+    from attnlab.commands.job import run_job
 
     from conftest import compose_cfg
 

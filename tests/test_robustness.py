@@ -10,15 +10,15 @@ import sys
 import time
 from pathlib import Path
 
-import forkserver
 import numpy as np
 import pytest
 
-from attnlab import artifacts, interrupts
-from attnlab.errors import RunDirError
-from attnlab.job import make_sinks, run_job
-from attnlab.records import Sink
-from attnlab.training import train
+from attnlab.commands.job import make_sinks, run_job
+from attnlab.core import interrupts
+from attnlab.core.errors import RunDirError
+from attnlab.core.records import Sink
+from attnlab.core.training import train
+from attnlab.outputs import artifacts
 
 from conftest import ROOT, compose_cfg, run_cli
 
@@ -124,7 +124,7 @@ def test_keyboard_interrupt_in_process_keeps_recorded_steps(tmp_path):
 
 
 def test_interrupted_run_leaves_a_readable_tensorboard_file(tmp_path):
-    tb = pytest.importorskip("attnlab.tensorboard")
+    tb = pytest.importorskip("attnlab.outputs.tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     cfg = compose_cfg(*SMALL)
@@ -167,7 +167,7 @@ def _wait_for(pred, timeout: float, proc: subprocess.Popen) -> None:
 def test_signal_mid_run_records_interrupted_and_flushes_everything(tmp_path, sig):
     run = tmp_path / "run"
     env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
-    proc = forkserver.Popen([sys.executable, "-m", "attnlab.cli", f"hydra.run.dir={run}", "train.steps=2000000",
+    proc = subprocess.Popen([sys.executable, "-m", "attnlab.commands.cli", f"hydra.run.dir={run}", "train.steps=2000000",
                              "train.snapshot_steps=[0,20,50,100,200]",
                              "logging.tensorboard=true", "logging.images=true", "logging.figures=false",
                              "logging.console=false"],
@@ -190,7 +190,7 @@ def test_signal_mid_run_records_interrupted_and_flushes_everything(tmp_path, sig
     att = artifacts.read_attention(run)
     assert att["steps"].tolist() == [0, 20, 50, 100, 200]
     np.testing.assert_allclose(att["weights"].sum(-1), 1.0, rtol=1e-5)
-    # TensorBoard: checked when make_sinks writes it (attnlab.tensorboard wired into the CLI)
+    # TensorBoard: checked when make_sinks writes it (attnlab.outputs.tensorboard wired into the CLI)
     cfg = compose_cfg("logging.tensorboard=true", "logging.console=false")
     if any(type(s).__name__ == "TensorBoardSink" for s in make_sinks(cfg, tmp_path / "probe")):
         from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -214,7 +214,7 @@ def test_same_config_is_bitwise_identical_in_one_process():
 
 def test_same_config_is_bitwise_identical_across_parallel_processes(tmp_path):
     env = {**{k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}, "MPLBACKEND": "Agg"}
-    procs = [forkserver.Popen([sys.executable, "-m", "attnlab.cli", f"hydra.run.dir={tmp_path / name}", "logging=off"],
+    procs = [subprocess.Popen([sys.executable, "-m", "attnlab.commands.cli", f"hydra.run.dir={tmp_path / name}", "logging=off"],
                               cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
              for name in ("p1", "p2")]  # started together: they run in parallel
     for p in procs:
@@ -240,7 +240,7 @@ class CollectLosses(Sink):
 def test_loss_recorder_sends_batches_finds_the_threshold_and_stops_at_divergence():
     import torch
 
-    from attnlab.training import LossRecorder
+    from attnlab.core.training import LossRecorder
 
     sink = CollectLosses()
     recorder = LossRecorder([sink], threshold=0.1)

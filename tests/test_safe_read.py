@@ -1,4 +1,4 @@
-"""attnlab.safe_read over the corpus of broken and hostile run dirs (tests/hostile_runs.py): every
+"""attnlab.saved.safe_read over the corpus of broken and hostile run dirs (tests/hostile_runs.py): every
 case's exact outcome, nothing outside the run dir read or written, reads bounded by construction
 (bytes read and decompressed, never time), and the readers agree with numpy/json on healthy runs."""
 from __future__ import annotations
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import yaml
 
-from attnlab import artifacts
-from attnlab import safe_read as S
+from attnlab.outputs import artifacts
+from attnlab.saved import safe_read as S
 
 
 def snapshot(folder: Path) -> dict[str, tuple[str, bytes]]:

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from attnlab import render_process
+from attnlab.outputs import render_process
 
 from conftest import ROOT
 
@@ -18,12 +18,12 @@ def imported(tmp_path, *overrides: str) -> tuple[subprocess.CompletedProcess, se
     """Run ``attnlab`` (its console-script entry) with ``-X importtime``; (the process, the
     names of every module it imported)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "attnlab.launch",
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "attnlab.commands.launch",
                            f"hydra.run.dir={tmp_path / 'run'}", *overrides],
                           capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
     modules = {line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines()
                if line.startswith("import time:") and "|" in line}
-    assert "attnlab.cli" in modules  # the report is there: the checks below can fail
+    assert "attnlab.commands.cli" in modules  # the report is there: the checks below can fail
     return proc, modules
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attnlab import artifacts
-from attnlab.sweep import MAX_NAME_BYTES, job_dirname
-from attnlab.training import train
+from attnlab.commands.sweep import MAX_NAME_BYTES, job_dirname
+from attnlab.core.training import train
+from attnlab.outputs import artifacts
 
 from conftest import read_csv
 
@@ -109,7 +109,7 @@ def test_sentence_sweep_quoting_gives_flat_folders(cli, tmp_path):
         "0_logging=off,sentence=one,_step,task=walkthrough", "1_logging=off,sentence=a_b_你好_🚶,task=walkthrough",
         "multirun.yaml", "summary.csv"]
     rows = assert_csv_matches_jobs(sweep)
-    from attnlab.tokenizer import encode
+    from attnlab.core.tokenizer import encode
 
     assert [int(r["n_tokens"]) for r in rows] == [len(encode("one, step")), len(encode("a/b 你好 🚶"))] == [3, 11]
     # the same sweep again into that sweep dir: refused in one line, the finished sweep untouched
@@ -179,7 +179,7 @@ def test_an_unresolvable_sweep_member_is_a_failed_row_and_the_table_is_written(c
 
 
 def test_without_hydra_output_subdir_runs_are_still_summarized_and_compared(cli, tmp_path):
-    from attnlab import runs
+    from attnlab.saved import runs
 
     sweep = tmp_path / "sweep"
     proc = cli("-m", f"hydra.sweep.dir={sweep}", "hydra.output_subdir=null", *FAST, "seed=1,2")
@@ -209,31 +209,11 @@ def test_summary_holds_the_resolved_config_the_run_used(cli, tmp_path, monkeypat
     assert summary["overrides"][-1] == "model.d_model=${oc.env:ATTNLAB_TEST_DMODEL}"
 
 
-@pytest.mark.parametrize("launcher, logging, started", [
-    ("hydra._internal.core_plugins.basic_launcher.BasicLauncher", {"figures": True, "tensorboard": False, "images": True}, [2]),
-    ("hydra._internal.core_plugins.basic_launcher.BasicLauncher", {"figures": False, "tensorboard": True, "images": True}, [2]),
-    ("hydra._internal.core_plugins.basic_launcher.BasicLauncher", {"figures": False, "tensorboard": True, "images": False}, []),
-    ("hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher", {"figures": True, "tensorboard": True, "images": True}, []),
-], ids=["figures", "tensorboard_images", "nothing_drawn", "jobs_elsewhere"])
-def test_a_sweep_run_here_starts_its_render_children_before_composing(monkeypatch, launcher, logging, started):
-    """attnlab's sweeper starts the render children (one per core) while the batch is composed,
-    only when the jobs run in this process and draw."""
-    from omegaconf import OmegaConf
-
-    from attnlab import render_process
-    from hydra_plugins.attnlab_sweeper import _start_render_child
-
-    asked = []
-    monkeypatch.setattr(render_process, "shared", lambda children=1: asked.append(children))
-    _start_render_child(OmegaConf.create({"hydra": {"launcher": {"_target_": launcher}}, "logging": logging}))
-    assert asked == started and render_process.MAX_CHILDREN == 2
-
-
 @pytest.mark.parametrize("jobs, line", [(1, "1 job, 1 completed"), (2, "2 jobs, 2 completed")])
 def test_the_sweep_line_counts_jobs_in_words(default_run, tmp_path, capsys, jobs, line):
     import shutil
 
-    from attnlab.sweep import summarize
+    from attnlab.commands.sweep import summarize
 
     for k in range(jobs):
         shutil.copytree(default_run, tmp_path / "sweep" / f"{k}_seed={k}")
@@ -247,8 +227,8 @@ def test_jobs_are_ordered_by_the_job_number_their_summary_records(report_sweep, 
     back to hydra.yaml for runs without it (made before it was recorded, or edited)."""
     import shutil
 
-    from attnlab import runs
-    from attnlab import safe_read as S
+    from attnlab.saved import runs
+    from attnlab.saved import safe_read as S
 
     sweep = tmp_path / "sweep"
     shutil.copytree(report_sweep, sweep)

@@ -1,4 +1,4 @@
-"""attnlab.tensorboard: what the event file holds, read back with TensorBoard's own reader and
+"""attnlab.outputs.tensorboard: what the event file holds, read back with TensorBoard's own reader and
 served by a real ``tensorboard`` process over its HTTP data API."""
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ import pytest
 pytest.importorskip("tensorboard")
 pytest.importorskip("torch.utils.tensorboard")
 
-from attnlab.focus import row_entropy as entropy  # noqa: E402
-from attnlab.records import RunInfo, RunResult, Snapshot  # noqa: E402
-from attnlab.tensorboard import TensorBoardSink, flatten_config, tag_names  # noqa: E402
+from attnlab.core.focus import row_entropy as entropy  # noqa: E402
+from attnlab.core.records import RunInfo, RunResult, Snapshot  # noqa: E402
+from attnlab.outputs.tensorboard import TensorBoardSink, flatten_config, tag_names  # noqa: E402
 
 TOKENS = ["Your", " journey", " starts", " with", " one", " step"]
 TOKEN_IDS = [7120, 7002, 4940, 351, 530, 2239]
@@ -153,7 +153,7 @@ def test_event_file_contents(tmp_path):
 def test_images_drawn_by_the_render_child_while_the_run_goes_on(tmp_path):
     """With a render child the heatmaps are asked for at each snapshot and written when drawn
     (at the latest at the end): the same images at the same steps as drawn in-process."""
-    from attnlab.render_process import RenderProcess
+    from attnlab.outputs.render_process import RenderProcess
 
     render = RenderProcess()
     try:
@@ -173,7 +173,7 @@ def test_images_are_what_add_image_writes_for_the_same_pixels(tmp_path):
     and the event file's images are the renderer's pixels."""
     from torch.utils.tensorboard.summary import image
 
-    from attnlab.tensorboard import HeatmapRenderer, encode_image, image_summary
+    from attnlab.outputs.tensorboard import HeatmapRenderer, encode_image, image_summary
 
     losses, snaps = write_run(tmp_path)
     render = HeatmapRenderer(tuple(TOKENS))
@@ -191,12 +191,12 @@ class _FailingLast:
     """A render child whose heatmap of the last snapshot fails (``TypeError: no ink``)."""
 
     def __init__(self):
-        from attnlab.render_process import RenderProcess
+        from attnlab.outputs.render_process import RenderProcess
 
         self.real, self.asked = RenderProcess(), 0
 
     def request(self, kind, *args):
-        from attnlab.render_process import Pending
+        from attnlab.outputs.render_process import Pending
 
         self.asked += 1
         if self.asked < len(SNAPSHOT_STEPS):
@@ -258,7 +258,7 @@ def test_closed_before_any_record_writes_nothing(tmp_path):
 
 
 def test_import_does_not_load_tensorboard():
-    code = "import sys, attnlab.tensorboard; print(any(m.startswith(('tensorboard', " \
+    code = "import sys, attnlab.outputs.tensorboard; print(any(m.startswith(('tensorboard', " \
            "'torch.utils.tensorboard')) for m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
@@ -302,7 +302,7 @@ def http(base: str, path: str, body: dict | None = None):
 def test_real_tensorboard_server(tmp_path, default_cli_run):
     """The default experiment (tutorial section 5) run by the ``attnlab`` command, served by a
     real ``tensorboard`` process and read back over its HTTP data API."""
-    from attnlab.artifacts import read_metrics, read_summary
+    from attnlab.outputs.artifacts import read_metrics, read_summary
 
     run_dir, proc = default_cli_run
     run = run_dir.name

@@ -7,9 +7,9 @@ import json
 import pytest
 import torch
 
-from attnlab import threads
-from attnlab.job import run_job
-from attnlab.training import train
+from attnlab.commands.job import run_job
+from attnlab.core import threads
+from attnlab.core.training import train
 
 from conftest import compose_cfg
 

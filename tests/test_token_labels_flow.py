@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 from omegaconf import OmegaConf
 
-from attnlab import artifacts, compare
-from attnlab.job import run_job
+from attnlab.commands import compare
+from attnlab.commands.job import run_job
+from attnlab.outputs import artifacts
 
 from conftest import compose_cfg
 

@@ -4,8 +4,8 @@ from importlib import resources
 import pytest
 import tiktoken
 
-from attnlab import tokenizer
-from attnlab.errors import TokenizerError
+from attnlab.core import tokenizer
+from attnlab.core.errors import TokenizerError
 
 from conftest import TUTORIAL_IDS
 

@@ -9,10 +9,10 @@ import math
 import numpy as np
 import pytest
 
-from attnlab import exercises
-from attnlab.focus import FocusSink
-from attnlab.job import run_job
-from attnlab.training import train
+from attnlab.commands.job import run_job
+from attnlab.core import exercises
+from attnlab.core.focus import FocusSink
+from attnlab.core.training import train
 
 from conftest import compose_cfg
 
@@ -92,7 +92,7 @@ def test_focus_metrics_reproduce_the_tutorials_observation(tmp_path):
 
 
 def test_focus_sink_per_head_and_first_step_above():
-    from attnlab.records import RunInfo, Snapshot
+    from attnlab.core.records import RunInfo, Snapshot
 
     sink = FocusSink()
     sink.on_start(RunInfo(config={}, token_ids=[1, 2, 3], tokens=["a", "b", "c"], snapshot_steps=[0, 5],
@@ -139,7 +139,7 @@ def test_console_shows_the_head_mean_and_each_heads_strongest_key(cli, tmp_path)
 
 
 def test_a_dropout_run_reproduces_bit_for_bit_and_says_why(cli, tmp_path, capsys):
-    from attnlab.reproduce import main
+    from attnlab.commands.reproduce import main
 
     run = tmp_path / "run"
     assert cli(f"hydra.run.dir={run}", *SHORT, "model.dropout=0.2").returncode == 0
@@ -152,10 +152,10 @@ def test_a_dropout_run_reproduces_bit_for_bit_and_says_why(cli, tmp_path, capsys
 def test_heads_get_their_own_tensorboard_tags_and_figure_row(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from attnlab import artifacts
-    from attnlab.focus import focus
-    from attnlab.plots import FigureSink
-    from attnlab.tensorboard import TensorBoardSink
+    from attnlab.core.focus import focus
+    from attnlab.outputs import artifacts
+    from attnlab.outputs.plots import FigureSink
+    from attnlab.outputs.tensorboard import TensorBoardSink
 
     cfg = compose_cfg("train.steps=30", "train.snapshot_steps=[0,10,29]", "model.n_heads=2", "model.d_k=2")
     result = train(cfg, [artifacts.RunDirSink(tmp_path), TensorBoardSink(tmp_path, images=True),
@@ -177,8 +177,9 @@ def test_the_loss_is_named_by_the_objective_in_every_figure_and_page(tmp_path):
     """``train.objective=next_token`` trains on cross-entropy (nats): loss.png's axis, the
     compare figure's and the report's loss cards say so; MSE runs keep "loss (MSE)", a mix (or
     an objective attnlab does not have) says only "loss"."""
-    from attnlab import compare_figure, plots, report_data, runs
-    from attnlab.config import loss_axis_label, loss_name
+    from attnlab.core.config import loss_axis_label, loss_name
+    from attnlab.outputs import plots
+    from attnlab.saved import compare_figure, report_data, runs
 
     assert [loss_name(o) for o in (["mse"], [None], ["next_token"], ["mse", None], ["mse", "next_token"],
                                    ["evil"], [3], [])] == \
@@ -256,7 +257,7 @@ def _focus_summary_as_before(snapshots, query, tokens, threshold=0.9):
 def test_focus_sink_reads_the_focus_row_as_the_whole_weights_gave(heads, T):
     """FocusSink converts only the focus token's row of each snapshot (a (1024, 1024) snapshot
     is 8 MB as float64): its summary is, value for value, what the whole weights gave."""
-    from attnlab.records import RunInfo, Snapshot
+    from attnlab.core.records import RunInfo, Snapshot
 
     rng = np.random.default_rng(heads * 1000 + T)
     tokens = [f"t{i}" for i in range(T)]

@@ -1,0 +1,365 @@
+"""The config schema (Hydra structured configs): every key's type and default, written once.
+
+The dataclasses below are registered in Hydra's ConfigStore (``register_configs``) and back the
+YAML files in ``conf/``, which add only what differs from these defaults: a mistyped key or a
+value of the wrong type is reported by Hydra itself (``model.d_model=abc``). Value checks that a
+type cannot express (positive sizes, snapshot steps inside the run, ...) are in
+:mod:`attnlab.core.checks`.
+
+Defaults are the tutorial's section 5 (seed 42, d_model 6, d_k 4, d_v = d_model, init std 1.0,
+Adam lr 0.05, 201 steps, snapshots at 0, 20, 50, 100, 200, focus on token 1, ' journey').
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Optional
+
+from omegaconf import II, MISSING, DictConfig, OmegaConf
+
+from attnlab.core.errors import ConfigError
+
+TUTORIAL_SENTENCE = "Your journey starts with one step"
+
+
+class Task(str, Enum):
+    train = "train"
+    walkthrough = "walkthrough"
+
+
+class Positional(str, Enum):
+    learned = "learned"
+    none = "none"
+
+
+class AttentionPath(str, Enum):
+    explicit = "explicit"  # the tutorial's matmul, softmax, matmul (§4)
+    sdpa = "sdpa"  # torch.nn.functional.scaled_dot_product_attention (weights recomputed at snapshots)
+
+
+class Objective(str, Enum):
+    mse = "mse"  # tutorial §5: Z against the next token's embedding
+    next_token = "next_token"  # cross-entropy of the next token id through a linear head (GPT's objective)
+
+
+# what each objective's loss is, as loss axes and pages name it (attnlab.core.model.mse, next_token_cross_entropy)
+LOSS_NAMES = {Objective.mse.value: "MSE", Objective.next_token.value: "cross-entropy, nats"}
+
+
+def objective_of(config: Any) -> Any:
+    """``train.objective`` of a config read from a run dir (plain data, maybe edited): the value
+    itself, None when absent (runs made before the option: the default ``mse``)."""
+    train = config.get("train") if isinstance(config, dict) else None
+    return train.get("objective") if isinstance(train, dict) else None
+
+
+def loss_name(objectives: Any) -> str | None:
+    """The name of the loss of runs trained with ``objectives`` (``train.objective`` values as
+    read from configs; a missing one, None, is the default ``mse`` of runs made before the
+    option existed): "MSE", "cross-entropy, nats", or None when they differ or one is not an
+    objective attnlab has."""
+    names = {LOSS_NAMES.get(Objective.mse.value if o is None else o) if isinstance(o, (str, type(None))) else None
+             for o in objectives}
+    return names.pop() if len(names) == 1 else None
+
+
+def loss_axis_label(objectives: Any) -> str:
+    """``loss (MSE)``, ``loss (cross-entropy, nats)`` or ``loss`` (:func:`loss_name`)."""
+    name = loss_name(objectives)
+    return f"loss ({name})" if name else "loss"
+
+
+class SpecialTokens(str, Enum):
+    special = "special"  # "<|endoftext|>" becomes the special token (50256 in GPT-2)
+    text = "text"  # "<|endoftext|>" is encoded as ordinary text
+
+
+@dataclass
+class TokenizerConfig:
+    encoding: str = "gpt2"
+    special_tokens: SpecialTokens = SpecialTokens.special
+    max_tokens: int = 4096
+
+
+@dataclass
+class ModelConfig:
+    d_model: int = 6
+    d_k: int = 4  # per head
+    d_v: int = II("model.d_model")  # per head
+    init_std: float = 1.0
+    positional: Positional = Positional.learned
+    n_heads: int = 1
+    causal: bool = False  # mask future positions (weights above the diagonal are 0)
+    dropout: float = 0.0  # on the attention weights, in training only (snapshots record them without)
+    qkv_bias: bool = False  # bias in W_query, W_key, W_value
+    attention: AttentionPath = AttentionPath.explicit
+    # auto: an output projection W_out (n_heads·d_v -> d_model) when n_heads > 1, or when training
+    # needs Z in d_model columns and n_heads·d_v != d_model; true / false: always / never
+    out_proj: Any = "auto"
+
+
+@dataclass
+class OptimizerConfig:
+    _target_: str = MISSING
+    lr: float = MISSING
+
+
+@dataclass
+class AdamConfig(OptimizerConfig):
+    _target_: str = "torch.optim.Adam"
+    lr: float = 0.05
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+
+
+@dataclass
+class AdamWConfig(AdamConfig):
+    _target_: str = "torch.optim.AdamW"
+    weight_decay: float = 0.01
+
+
+@dataclass
+class SGDConfig(OptimizerConfig):
+    _target_: str = "torch.optim.SGD"
+    lr: float = 0.05
+    momentum: float = 0.0
+    dampening: float = 0.0
+    weight_decay: float = 0.0
+    nesterov: bool = False  # needs momentum > 0 and dampening 0
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 201
+    # null: at 0, 10 %, 25 %, 50 % and 100 % of the run (section 5's 0, 20, 50, 100, 200 for
+    # 201 steps), see snapshot_steps(); or a list of steps in [0, steps)
+    snapshot_steps: Optional[list[int]] = None
+    focus_token: int = 1
+    loss_threshold: float = 1e-3  # "steps to threshold" in summaries and TensorBoard hparams
+    objective: Objective = Objective.mse
+
+
+@dataclass
+class LoggingConfig:
+    console: bool = True  # the tutorial's lines at each snapshot step
+    progress: bool = True  # a progress bar (on a terminal) for runs of >= 1000 steps
+    tensorboard: bool = True  # scalars, text and hparams in the run dir's event file
+    images: bool = True  # attention heatmaps in TensorBoard (with tensorboard)
+    figures: bool = True  # attention_evolution.png and loss.png in the run dir
+    report: bool = True  # report.html in the run dir (and in a sweep dir at the sweep's end)
+
+
+@dataclass
+class AnalysisConfig:
+    # exercise 5: apply the job's parameters to this text too and report whether its context
+    # vectors are the job's rows permuted (summary.json "permutation_check"; attnlab.core.exercises)
+    compare_sentence: Optional[str] = None
+
+
+@dataclass
+class Config:
+    task: Task = Task.train
+    seed: int = 42
+    sentence: str = TUTORIAL_SENTENCE
+    text_file: Optional[str] = None
+    device: str = "cpu"
+    threads: Any = "auto"  # torch intra-op threads: auto (1 for small problems; attnlab.core.threads) or a positive int
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optimizer: Any = MISSING
+    train: TrainConfig = field(default_factory=TrainConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    analysis: AnalysisConfig = field(default_factory=AnalysisConfig)
+
+
+OPTIMIZERS = {"adam": AdamConfig, "adamw": AdamWConfig, "sgd": SGDConfig}
+
+
+def optimizer_schema(target: Any) -> type[OptimizerConfig]:
+    """The schema class of a shipped optimizer ``_target_`` (``torch.optim.Adam`` → AdamConfig).
+
+    The one allow-list of what attnlab instantiates: raises ConfigError for any other target,
+    so a shared config cannot make attnlab import arbitrary code.
+    """
+    for node in OPTIMIZERS.values():
+        if node._target_ == target:
+            return node
+    allowed = ", ".join(f"{k} ({v._target_})" for k, v in OPTIMIZERS.items())
+    raise ConfigError("optimizer._target_", target, f"must be one of the shipped optimizers: {allowed}")
+
+
+def register_configs() -> None:
+    """Register the schema nodes that ``conf/`` YAML files extend (``base_config``,
+    ``schema/optimizer/adam`` ...). Safe to call more than once."""
+    from hydra.core.config_store import ConfigStore
+
+    cs = ConfigStore.instance()
+    cs.store(name="base_config", node=Config)
+    for name, node in OPTIMIZERS.items():
+        cs.store(group="schema/optimizer", name=name, node=node)
+
+
+SNAPSHOT_FRACTIONS = (0.0, 0.1, 0.25, 0.5, 1.0)  # tutorial §5: steps 0, 20, 50, 100, 200 of 0..200
+
+
+def snapshot_steps(train: Any) -> list[int]:
+    """The snapshot steps of ``train`` (the ``train`` config node), sorted and unique: its
+    ``snapshot_steps`` list, or when that is null the tutorial's pattern scaled to the run,
+    ``round(f · (steps - 1))`` for f in 0, 0.1, 0.25, 0.5, 1 (201 steps: 0, 20, 50, 100, 200)."""
+    if train.snapshot_steps is not None:
+        return sorted(set(train.snapshot_steps))
+    return automatic_snapshot_steps(train.steps)
+
+
+def automatic_snapshot_steps(steps: int) -> list[int]:
+    """``train.snapshot_steps: null`` for a run of ``steps`` steps: the tutorial's pattern,
+    ``round(f · (steps - 1))`` for f in 0, 0.1, 0.25, 0.5, 1, sorted and unique."""
+    last = steps - 1
+    return sorted({int(f * last + 0.5) for f in SNAPSHOT_FRACTIONS})
+
+
+def with_recorded_snapshot_steps(data: dict) -> dict:
+    """Plain config ``data`` as ``summary.json`` records it: a null ``train.snapshot_steps`` (automatic)
+    replaced, in place, by the steps a run of ``train.steps`` takes (:func:`automatic_snapshot_steps`);
+    anything else (a list, steps that are not a positive int) left as it is. Returns ``data``."""
+    train = data.get("train")
+    if isinstance(train, dict) and train.get("snapshot_steps") is None:
+        steps = train.get("steps")
+        if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0:
+            train["snapshot_steps"] = automatic_snapshot_steps(steps)
+    return data
+
+
+def _dotted_keys(data: dict, prefix: str = "") -> list[str]:
+    keys = []
+    for key, value in data.items():
+        keys.append(f"{prefix}{key}")
+        if isinstance(value, dict):
+            keys += _dotted_keys(value, f"{prefix}{key}.")
+    return keys
+
+
+def _raw(data: dict, key: str) -> Any:
+    """The unresolved value at dotted ``key`` of plain ``data`` (None when absent)."""
+    for part in key.split("."):
+        if not isinstance(data, dict) or part not in data:
+            return None
+        data = data[part]
+    return data
+
+
+@functools.lru_cache(maxsize=1)
+def schema_keys() -> frozenset[str]:
+    """Every dotted key of the schema (``model.d_model``, ``optimizer.momentum`` ...), the
+    optimizer keys of all shipped optimizers together."""
+    keys = set(_dotted_keys(OmegaConf.to_container(OmegaConf.structured(Config), throw_on_missing=False)))
+    for node in OPTIMIZERS.values():
+        keys |= set(_dotted_keys(OmegaConf.to_container(OmegaConf.structured(node)), "optimizer."))
+    return frozenset(keys)
+
+
+def literal(data: Any) -> Any:
+    """Plain data (strings, numbers, lists, dicts) with every ``${`` in a string escaped, so
+    OmegaConf keeps it as text: a config that was already resolved (summary.json's ``config``)
+    can be loaded again without anything in it being interpolated or any resolver running."""
+    import re
+
+    if isinstance(data, str):
+        return re.sub(r"(\\*)\$\{", lambda m: m.group(1) * 2 + "\\${", data)
+    if isinstance(data, dict):
+        return {key: literal(value) for key, value in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [literal(value) for value in data]
+    return data
+
+
+def resolve(cfg: DictConfig) -> dict:
+    """The typed config ``cfg`` as plain, fully resolved data (enums as strings; an automatic
+    ``train.snapshot_steps`` as the steps it stands for), after checking that it holds no key
+    the schema lacks (Hydra's ``+key=value`` adds any key). Raises
+    ConfigError (one line naming the key) for an extra key, or for an interpolation or resolver
+    that cannot be resolved (a missing key, a recursive one, an unset environment variable)."""
+    from omegaconf.errors import OmegaConfBaseException
+
+    raw = OmegaConf.to_container(cfg, resolve=False, enum_to_str=True)
+    extra = sorted(set(_dotted_keys(raw)) - schema_keys())
+    if extra:
+        raise ConfigError(extra[0], _raw(raw, extra[0]),
+                          "no such config key in attnlab's schema (see `attnlab --help`)")
+    try:
+        data = to_plain(cfg)
+    except RecursionError:
+        raise ConfigError("<config>", None, "an interpolation refers to itself (recursive ${...})") from None
+    except OmegaConfBaseException as err:
+        key = err.full_key or "<config>"
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ConfigError(key, _raw(raw, key), f"cannot be resolved: {reason}") from None
+    return with_recorded_snapshot_steps(data)  # the steps this run takes (null = automatic)
+
+
+def plain(value: Any) -> Any:
+    """An Enum config value as its string (``Positional.learned`` → ``"learned"``), others as is."""
+    return value.value if isinstance(value, Enum) else value
+
+
+def to_plain(cfg: DictConfig) -> dict:
+    """The resolved config as plain Python values (enums as strings), e.g. for JSON or hparams."""
+    return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)  # type: ignore[return-value]
+
+
+GROUP_HINT = ("is a section of keys, not a value: a config group option such as logging=off or optimizer=sgd "
+              "works with attnlab's own configs, not with --config-path to a saved .hydra/config.yaml (it has "
+              "no groups); set the section's keys instead (e.g. logging.tensorboard=false, optimizer.lr=0.01)")
+
+
+def _check_sections(cfg: DictConfig) -> None:
+    """Raises ConfigError when a section of the schema (``model``, ``optimizer`` (typed ``Any``:
+    its schema follows its ``_target_``), ``logging`` ...) holds a plain value: a group option
+    given to a config that has no groups."""
+    schema = OmegaConf.structured(Config)
+    for key in cfg.keys():
+        if key == "optimizer" or (key in schema and OmegaConf.is_dict(schema._get_node(key))):
+            node = cfg._get_node(key)
+            if node is not None and not OmegaConf.is_dict(node) and not OmegaConf.is_missing(cfg, key):
+                raise ConfigError(str(key), node._value(), GROUP_HINT)
+
+
+def apply_schema(cfg: Any) -> DictConfig:
+    """``cfg`` (a composed config, e.g. a saved ``.hydra/config.yaml`` loaded as plain data)
+    merged onto the :class:`Config` schema, with ``optimizer`` merged onto the shipped
+    optimizer class its ``_target_`` names. Nothing is imported or instantiated.
+
+    Raises ConfigError (one line) for a section given a plain value (a config group option,
+    ``logging=off``, on a config without groups: :data:`GROUP_HINT`), a ``_target_`` outside the
+    shipped torch.optim classes, a key the schema does not have (``hydra``, ``defaults``,
+    ``model._target_``, keys of another attnlab version) or a value of the wrong type. A config
+    already typed by this schema (as Hydra composes it) is returned as is.
+    """
+    from omegaconf.errors import OmegaConfBaseException
+
+    if not isinstance(cfg, DictConfig):
+        cfg = OmegaConf.create(cfg)
+    if OmegaConf.get_type(cfg) is not Config:  # a typed config cannot hold a value where a section goes
+        _check_sections(cfg)
+    schema = optimizer_schema(OmegaConf.select(cfg, "optimizer._target_", default=None))
+    if OmegaConf.get_type(cfg) is Config and OmegaConf.get_type(cfg.optimizer) is schema:
+        OmegaConf.set_struct(cfg, True)  # already typed (composed by Hydra onto the schema): ~30 ms saved
+        return cfg
+    try:
+        optimizer = OmegaConf.merge(OmegaConf.structured(schema), cfg.optimizer)
+        rest = OmegaConf.masked_copy(cfg, [k for k in cfg.keys() if k != "optimizer"])
+        typed = OmegaConf.merge(OmegaConf.structured(Config), rest)
+        typed.optimizer = optimizer
+    except OmegaConfBaseException as err:
+        key = err.full_key or ""
+        if key and err.object_type in OPTIMIZERS.values() and not key.startswith("optimizer"):
+            key = f"optimizer.{key}"
+        value = OmegaConf.select(cfg, key, default=None, throw_on_missing=False) if key else None
+        msg = getattr(err, "msg", str(err)).splitlines()[0]
+        if "not in" in msg:  # ConfigKeyError: Key 'n_heads' not in 'ModelConfig'
+            msg = "is not a key of attnlab's config schema (a config from another attnlab version?)"
+        raise ConfigError(key or "<root>", value, msg) from None
+    OmegaConf.set_struct(typed, True)
+    return typed

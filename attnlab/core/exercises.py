@@ -1,0 +1,175 @@
+"""Measured answers to the tutorial's five exercises (section 8), added to each run's summary.json.
+
+:func:`observe` is called by :func:`attnlab.commands.job.run_job` after a job finished and returns the fields
+below; :func:`columns` turns them into the columns the sweep summary and ``attnlab-compare`` show
+(:data:`COLUMNS`), so a new exercise field is added in this file only.
+
+============================  ======================================================  ========
+field                         meaning                                                 exercise
+============================  ======================================================  ========
+``n_tokens``                  T, the number of tokens of the text                     2
+``token_table``               ``[[id, label], ...]`` (first :data:`MAX_TABLE` tokens)   2
+``shapes``                    ``{stage: [dims]}`` for token_embeddings, pos_embeddings, 1
+                              X, Q, K, V, scores, weights, Z (walkthrough only)
+``max_abs_weight_minus_uniform``  max over i, j of ``|weights[i, j] - 1/T|`` of the     3
+                              walkthrough's weights (0 = perfectly uniform attention)
+``permutation_check``         with ``analysis.compare_sentence`` set: the same         5
+                              parameters applied to both texts (see
+                              :func:`permutation_check`)
+============================  ======================================================  ========
+
+Exercise 4 (lr x steps) needs nothing new: ``final_loss`` and ``steps_to_threshold`` are
+already in every training run's summary.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+from omegaconf import DictConfig
+
+from attnlab.core.config import Task, plain
+
+MAX_TABLE = 256  # token_table rows kept in summary.json (n_tokens is always exact)
+STAGES = ("token_embeddings", "pos_embeddings", "X", "Q", "K", "V", "scores", "weights", "Z")
+# table columns made from the observations (see :func:`columns`), their printed headers, and
+# those the printed table shows only when they differ between rows
+COLUMNS = ["focus_step", "heads_focus", "upper_max", "n_tokens", "tokens", "shapes", "max_abs_weight_minus_uniform",
+           "perm_tokens_match", "perm_z_max_abs_diff"]
+HEADERS = {"focus_step": "focus>0.9 at", "heads_focus": "heads: strongest key", "upper_max": "max above diag",
+           "max_abs_weight_minus_uniform": "max|w-1/T|", "perm_tokens_match": "perm_tokens",
+           "perm_z_max_abs_diff": "perm_max|ΔZ|"}
+SAME_HIDDEN = {"n_tokens", "tokens", "shapes"}
+
+
+def token_table(token_ids: Sequence[int], labels: Sequence[str], limit: int = MAX_TABLE) -> list[list[Any]]:
+    """``[[id, label], ...]`` for the first ``limit`` tokens (labels as ``tokenizer.token_labels``:
+    a token that is part of a Chinese character or an emoji names it, ``[254, "你(2/2)"]``)."""
+    return [[int(i), str(t)] for i, t in zip(list(token_ids)[:limit], list(labels)[:limit])]
+
+
+def max_abs_weight_minus_uniform(weights: np.ndarray) -> float:
+    """``max |weights - 1/T|`` over all entries of ``weights`` (T, T) (or (..., T, T)): how far
+    attention is from the uniform 1/T of an untrained layer with tiny scores."""
+    w = np.asarray(weights, dtype=np.float64)
+    return float(np.max(np.abs(w - 1.0 / w.shape[-1])))
+
+
+def row_matching(ids_a: Sequence[int], ids_b: Sequence[int]) -> list[int] | None:
+    """A permutation ``perm`` with ``ids_b[i] == ids_a[perm[i]]`` for every i (repeated ids are
+    matched in order), or None when ``ids_b`` is not a reordering of ``ids_a``."""
+    if len(ids_a) != len(ids_b) or sorted(ids_a) != sorted(ids_b):
+        return None
+    free: dict[int, list[int]] = {}
+    for pos, t in enumerate(ids_a):
+        free.setdefault(int(t), []).append(pos)
+    return [free[int(t)].pop(0) for t in ids_b]
+
+
+def permutation_check(cfg: DictConfig) -> dict[str, Any]:
+    """Exercise 5: apply one set of parameters to ``sentence`` (A) and
+    ``analysis.compare_sentence`` (B) and test whether B's context vectors are A's rows permuted.
+
+    The parameters are the ones the job starts from (``training.build_model`` with the job's seed
+    and order: walkthrough order for ``task=walkthrough``, section-5 order for training), so a
+    training job reports on its initial parameters. Returns ``compare_sentence``,
+    ``token_ids_a``/``token_ids_b``, ``tokens_are_permutation`` (B's ids are a reordering of A's;
+    at a sentence start GPT-2 gives ``'one'`` and ``' one'`` different ids, so "One step" vs
+    "Step one" is not), ``permutation`` (row i of Z_B is compared with row ``permutation[i]``
+    of Z_A), ``z_max_abs_diff`` = max |Z_B - Z_A[permutation]| (None when not a reordering) and
+    ``x_max_abs_diff``, the same for the inputs X. Without positions (``model.positional=none``)
+    ``z_max_abs_diff`` is ~1e-7 (float32 rounding: self-attention is permutation-equivariant);
+    with learned positions it is of the order of the values themselves.
+    Raises ConfigError / TokenizerError when B cannot be tokenized."""
+    import torch
+
+    from attnlab.core import tokenizer
+    from attnlab.core.training import build_model
+
+    other = cfg.analysis.compare_sentence
+    prepared = tokenizer.tokenize(cfg)
+    ids_a = prepared.token_ids
+    ids_b = tokenizer.encode(other, cfg.tokenizer.encoding, plain(cfg.tokenizer.special_tokens))
+    perm = row_matching(ids_a, ids_b)
+    out: dict[str, Any] = {"compare_sentence": other, "token_ids_a": list(ids_a), "token_ids_b": list(ids_b),
+                           "tokens_are_permutation": perm is not None, "permutation": perm,
+                           "positional": plain(cfg.model.positional), "z_max_abs_diff": None,
+                           "x_max_abs_diff": None}
+    if perm is None:
+        return out
+    order = "walkthrough" if cfg.task == Task.walkthrough else "training"
+    model = build_model(cfg, prepared, order=order)
+    model.eval()
+    embedding, attention = model.embedding, model.attention
+    device = next(attention.parameters()).device
+    with torch.no_grad():
+        X_a = embedding(torch.tensor(ids_a, device=device))  # (T, d_model)
+        X_b = embedding(torch.tensor(ids_b, device=device))  # (T, d_model), same parameters
+        Z_a = attention(X_a).Z  # (T, d_v)
+        Z_b = attention(X_b).Z
+        idx = torch.tensor(perm, device=device)
+        out["z_max_abs_diff"] = float((Z_b - Z_a[idx]).abs().max())
+        out["x_max_abs_diff"] = float((X_b - X_a[idx]).abs().max())
+    return out
+
+
+def observe(cfg: DictConfig, token_ids: Sequence[int], labels: Sequence[str],
+            arrays: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
+    """The observation fields (table above) for a finished job on ``token_ids`` (T,) with their
+    ``labels``; ``arrays`` are the walkthrough's intermediates (``walkthrough.walkthrough``'s
+    return value) for ``task=walkthrough``, None for training."""
+    out: dict[str, Any] = {"n_tokens": len(token_ids), "token_table": token_table(token_ids, labels)}
+    if arrays is not None:
+        out["shapes"] = {k: list(arrays[k].shape) for k in STAGES if k in arrays}
+        out["max_abs_weight_minus_uniform"] = max_abs_weight_minus_uniform(arrays["weights"])
+    analysis = cfg.get("analysis")
+    if analysis is not None and analysis.get("compare_sentence") is not None:
+        out["permutation_check"] = permutation_check(cfg)
+    return out
+
+
+def _two_decimals(value: Any) -> str:
+    """A weight from a summary.json (someone else's data) as ``0.97``; ``?`` for anything that
+    is not a number (a string there made attnlab-compare's row unreadable and the report fail)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            return f"{value:.2f}"
+        except OverflowError:  # an integer too large for a float
+            pass
+    return "?"
+
+
+def columns(summary: dict[str, Any]) -> dict[str, Any]:
+    """The observations a job's ``summary.json`` holds, flattened into table cells
+    (:data:`COLUMNS`; only those present)."""
+    from attnlab.core.tokenizer import show
+
+    out: dict[str, Any] = {}
+    focus = summary.get("focus")
+    if isinstance(focus, dict):  # attnlab.core.focus.FocusSink: training runs
+        mean, heads = focus.get("mean"), focus.get("heads")
+        if isinstance(mean, dict):
+            out["focus_step"] = mean.get("first_step_above")
+        if isinstance(heads, list) and len(heads) > 1:
+            out["heads_focus"] = " ".join(f"{h}:{show(str(e.get('token')).strip())}={_two_decimals(e.get('weight', 0))}"
+                                          for h, e in enumerate(heads) if isinstance(e, dict))
+        config = summary.get("config")
+        causal = isinstance(config, dict) and isinstance(config.get("model"), dict) and config["model"].get("causal")
+        if causal is True:
+            out["upper_max"] = focus.get("upper_triangle_max")
+    if summary.get("n_tokens") is not None:
+        out["n_tokens"] = summary["n_tokens"]
+    table = summary.get("token_table")
+    if isinstance(table, list) and table:
+        out["tokens"] = " ".join(show(str(t[1])) for t in table if isinstance(t, list) and len(t) == 2)
+    shapes = summary.get("shapes")
+    if isinstance(shapes, dict) and shapes:
+        out["shapes"] = " ".join(f"{k}={'x'.join(str(d) for d in v)}" for k, v in shapes.items()
+                                 if k in ("X", "Q", "K", "V", "weights", "Z") and isinstance(v, list))
+    if summary.get("max_abs_weight_minus_uniform") is not None:
+        out["max_abs_weight_minus_uniform"] = summary["max_abs_weight_minus_uniform"]
+    perm = summary.get("permutation_check")
+    if isinstance(perm, dict):
+        out["perm_tokens_match"] = perm.get("tokens_are_permutation")
+        out["perm_z_max_abs_diff"] = perm.get("z_max_abs_diff")
+    return out

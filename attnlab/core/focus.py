@@ -1,0 +1,142 @@
+"""Focus metrics: how sharply attention settles on one key, as pure functions of recorded weights.
+
+They read attention weights ``(..., H, T, T)`` (a snapshot ``(H, T, T)``, or ``attention.npz``'s
+``weights`` ``(S, H, T, T)``) as numpy arrays, so the sinks, summaries and the tools that read
+saved runs use them without torch or a model. For the tutorial's run (tutorial §5) the focus
+token ' journey' ends with weight 0.99 on key 'Your'.
+"""
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Sequence
+
+import numpy as np
+
+from attnlab.core.records import RunInfo, Sink, Snapshot
+
+
+class Focus(NamedTuple):
+    """One query's strongest key per head: ``key`` (..., H) int64, the key position with the
+    largest weight (the first one on a tie), and its ``weight`` (..., H) float64."""
+
+    key: np.ndarray
+    weight: np.ndarray
+
+
+def _as_weights(weights: np.ndarray, dtype: type | None = np.float64) -> np.ndarray:
+    w = np.asarray(weights, dtype=dtype)
+    if w.ndim < 2 or w.shape[-1] != w.shape[-2]:
+        raise ValueError(f"attention weights must be (..., T, T), got shape {w.shape}")
+    return w
+
+
+def _query_row(weights: np.ndarray, query: int) -> np.ndarray:
+    """Row ``query`` of every (T, T) of ``weights`` (..., T, T) as float64 (..., T), converting
+    only that row. Raises ValueError as :func:`focus` does."""
+    w = _as_weights(weights, dtype=None)
+    T = w.shape[-1]
+    if not 0 <= query < T:
+        raise ValueError(f"query={query}: must be a position in [0, {T})")
+    return np.asarray(w[..., query, :], dtype=np.float64)
+
+
+def _strongest(row: np.ndarray) -> Focus:
+    key = row.argmax(axis=-1)
+    return Focus(key.astype(np.int64), np.take_along_axis(row, key[..., None], axis=-1)[..., 0])
+
+
+def focus(weights: np.ndarray, query: int) -> Focus:
+    """Where query ``query`` (the focus token, ``train.focus_token``) attends most, per head:
+    ``weights`` (..., H, T, T) → :class:`Focus` of shape (..., H). Raises ValueError when
+    ``weights`` is not (..., T, T) or ``query`` is not in [0, T)."""
+    return _strongest(_query_row(weights, query))
+
+
+def row_entropy(weights: np.ndarray) -> np.ndarray:
+    """The entropy in nats of every query's weights, -Σ_j w_ij ln w_ij with 0 ln 0 = 0:
+    ``weights`` (..., T, T) → (..., T). ln T for uniform attention (the untrained tutorial's
+    1/6 rows: ln 6 = 1.79), 0 for a row with all its weight on one key; a causal row i has at
+    most ln(i + 1). Raises ValueError when ``weights`` is not (..., T, T)."""
+    w = _as_weights(weights)
+    logw = np.log(np.where(w > 0, w, 1.0))
+    return -(w * logw).sum(axis=-1)
+
+
+def first_step_above(steps: Sequence[int], values: Sequence[float], threshold: float = 0.9) -> int | None:
+    """The first of ``steps`` (S,) whose value in ``values`` (S,) exceeds ``threshold``
+    (strictly), or None when none does; ``steps`` in increasing order, as recorded. With the
+    tutorial's snapshot steps and the focus weight of one head, 100 for the tutorial's run.
+    Raises ValueError when the two lengths differ or ``values`` is not 1-D."""
+    s = np.asarray(steps)
+    v = np.asarray(values, dtype=np.float64)
+    if v.ndim != 1 or s.shape != v.shape:
+        raise ValueError(f"steps {s.shape} and values {v.shape} must be two 1-D arrays of the same length")
+    above = np.flatnonzero(v > threshold)
+    return int(s[above[0]]) if above.size else None
+
+
+FOCUS_THRESHOLD = 0.9  # "focused": the focus token gives its strongest key more than this weight
+
+
+def _with_mean(w: np.ndarray) -> np.ndarray:
+    """``w`` (H, ...) float64 with the mean over heads after the heads: (H + 1, ...)."""
+    return np.concatenate([w, w.mean(axis=0, keepdims=True)])
+
+
+class FocusSink(Sink):
+    """Collects the focus metrics of a run, snapshot by snapshot, for ``summary.json``
+    (:meth:`summary`): per head and for the head mean, where the focus token
+    (``train.focus_token``) attends most at the last snapshot and with what weight, and the
+    first snapshot step at which that weight exceeds :data:`FOCUS_THRESHOLD`; every query's row
+    entropy (nats) at the last snapshot; and the largest weight above the diagonal (exactly 0
+    with ``model.causal``). Memory: H + 1 numbers per snapshot and a copy of the last snapshot's
+    (H, T, T) weights in their own dtype. A snapshot converts only the focus token's row (H, T) to
+    float64; the whole last snapshot is read in :meth:`summary`."""
+
+    def __init__(self, threshold: float = FOCUS_THRESHOLD) -> None:
+        self.threshold = threshold
+        self.query = 0
+        self.tokens: list[str] = []
+        self.steps: list[int] = []
+        self.series: list[np.ndarray] = []  # per snapshot (H + 1,): each head's focus weight, then the mean's
+        self.last: np.ndarray | None = None
+
+    def on_start(self, info: RunInfo) -> None:
+        self.query, self.tokens = info.focus_token, list(info.tokens)
+
+    def on_snapshot(self, snapshot: Snapshot) -> None:
+        """Record ``snapshot`` (weights (H, T, T)). Raises ValueError for weights of another shape
+        or a focus token outside [0, T)."""
+        w = np.asarray(snapshot.weights)
+        if w.ndim != 3:
+            raise ValueError(f"snapshot weights must be (H, T, T), got shape {w.shape}")
+        row = _query_row(w, self.query)  # (H, T): the focus token's row of each head
+        self.series.append(_strongest(_with_mean(row)).weight)  # (H + 1,)
+        self.steps.append(snapshot.step)
+        self.last = np.array(w)  # a copy: the summary is of the snapshot as taken, whatever its owner does later
+
+    def summary(self) -> dict[str, Any]:
+        """``{"focus": {...}}`` for summary.json ({} before the first snapshot): ``query`` and
+        ``token`` (the focus token), ``threshold``, ``step`` (the last snapshot), ``heads`` (one
+        ``{"key", "token", "weight", "first_step_above"}`` per head), ``mean`` (the same for the
+        head mean), ``entropy_nats`` (per head, the T row entropies) and ``upper_triangle_max``."""
+        if self.last is None:
+            return {}
+        heads_and_mean = _with_mean(_as_weights(self.last))  # (H + 1, T, T)
+        last = focus(heads_and_mean, self.query)  # (H + 1,)
+        series = np.stack(self.series)  # (S, H + 1)
+        entries = []
+        for h in range(heads_and_mean.shape[0]):
+            key = int(last.key[h])
+            entries.append({"key": key, "token": self._label(key), "weight": float(last.weight[h]),
+                            "first_step_above": first_step_above(self.steps, series[:, h], self.threshold)})
+        heads = heads_and_mean[:-1]
+        above = np.triu(np.ones(heads.shape[-2:], dtype=bool), k=1)
+        return {"focus": {
+            "query": self.query, "token": self._label(self.query), "threshold": self.threshold,
+            "step": self.steps[-1], "heads": entries[:-1], "mean": entries[-1],
+            "entropy_nats": np.round(row_entropy(heads), 6).tolist(),
+            "upper_triangle_max": float(heads[:, above].max()) if above.any() else 0.0,
+        }}
+
+    def _label(self, position: int) -> str:
+        return self.tokens[position] if 0 <= position < len(self.tokens) else str(position)

@@ -1,0 +1,184 @@
+"""Tutorial §1, text → token ids: the text to read, GPT-2 tokenization that works offline,
+readable token labels, and the checks that need the token count.
+
+``gpt2`` (alias ``r50k_base``) is built with tiktoken's public API from the ranks file shipped in
+``attnlab/data/gpt2.tiktoken`` (MIT, OpenAI; provenance in ``attnlab/data/README.md``), its
+sha256 checked at load. Other encodings load through ``tiktoken.get_encoding`` as usual, which
+downloads once and caches in ``TIKTOKEN_CACHE_DIR``.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import tiktoken
+from omegaconf import DictConfig
+
+from attnlab.core.config import plain
+from attnlab.core.errors import ConfigError, TokenizerError
+
+GPT2_RANKS_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"
+ENDOFTEXT = "<|endoftext|>"
+GPT2_VOCAB_SIZE = 50257  # tutorial §2: rows of the token-embedding table
+_PACKAGED = {"gpt2", "r50k_base"}
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """A tokenized text (tutorial §1): ``token_ids`` (T,), one readable label per token
+    (:func:`token_labels`), and ``vocab_size``, the rows of the token-embedding table
+    (at least GPT-2's 50,257)."""
+
+    token_ids: list[int]
+    labels: list[str]
+    vocab_size: int
+
+    @property
+    def seq_len(self) -> int:
+        """T, the number of tokens."""
+        return len(self.token_ids)
+
+
+@functools.lru_cache(maxsize=None)
+def get_encoding(name: str = "gpt2") -> tiktoken.Encoding:
+    """The tiktoken ``Encoding`` called ``name``; loaded once per process.
+
+    ``gpt2``/``r50k_base`` come from the packaged ranks (no network). Raises TokenizerError
+    with one line when the packaged file fails its hash, when ``name`` is unknown to tiktoken,
+    or when tiktoken cannot download it (offline: says to fill ``TIKTOKEN_CACHE_DIR``).
+    """
+    if name in _PACKAGED:
+        from tiktoken.load import load_tiktoken_bpe
+        from tiktoken_ext.openai_public import r50k_pat_str
+
+        path = resources.files("attnlab.data") / "gpt2.tiktoken"
+        try:
+            ranks = load_tiktoken_bpe(str(path), expected_hash=GPT2_RANKS_SHA256)
+        except ValueError as err:  # tiktoken's hash mismatch
+            raise TokenizerError(f"tokenizer.encoding={name!r}: packaged ranks file {path} is corrupted "
+                                 f"({err}); reinstall attnlab") from err
+        return tiktoken.Encoding(name=name, pat_str=r50k_pat_str, mergeable_ranks=ranks,
+                                 special_tokens={ENDOFTEXT: 50256}, explicit_n_vocab=50257)
+    if name not in tiktoken.list_encoding_names():
+        raise TokenizerError(f"tokenizer.encoding={name!r}: unknown encoding; allowed: "
+                             f"{', '.join(sorted(set(tiktoken.list_encoding_names()) | _PACKAGED))}")
+    try:
+        return tiktoken.get_encoding(name)
+    except Exception as err:  # network errors come in many types (requests, urllib3, OSError)
+        raise TokenizerError(
+            f"tokenizer.encoding={name!r}: tiktoken could not download its vocabulary "
+            f"({type(err).__name__}); on a machine with network run "
+            f"`python -c \"import tiktoken; tiktoken.get_encoding('{name}')\"` with "
+            f"TIKTOKEN_CACHE_DIR=DIR set, copy DIR here and set TIKTOKEN_CACHE_DIR=DIR") from err
+
+
+def encode(text: str, name: str = "gpt2", special_tokens: str = "special") -> list[int]:
+    """Token ids ``(T,)`` of ``text``. With ``special_tokens="special"`` a literal
+    ``<|endoftext|>`` becomes its special token (50256 in GPT-2); with ``"text"`` it is
+    encoded as ordinary text (several tokens)."""
+    enc = get_encoding(name)
+    if special_tokens == "special":
+        return enc.encode(text, allowed_special="all")
+    return enc.encode_ordinary(text)
+
+
+def token_labels(token_ids: list[int], name: str = "gpt2") -> list[str]:
+    """One readable label per token id ``(T,)``: its text, e.g. ``' journey'``.
+
+    A token that holds only part of a UTF-8 character (Chinese, emoji: GPT-2's byte-level BPE
+    splits them) says which character it belongs to and which part it is: 旅 (3 bytes) in two
+    tokens is ``旅(1/2)``, ``旅(2/2)``; a token holding the tail of one character and the head of
+    the next names both (``你(2/2)的(1/2)``); a character wholly inside a token is itself. The
+    whole sequence is decoded once (:func:`piece_labels`), so the labels depend on the
+    neighbouring tokens. Bytes that are no UTF-8 character even in context (a lone fragment)
+    are shown escaped, ``\\xa0``.
+    """
+    enc = get_encoding(name)
+    return piece_labels([enc.decode_single_token_bytes(t) for t in token_ids])
+
+
+def piece_labels(pieces: list[bytes]) -> list[str]:
+    """Labels for consecutive byte strings ``pieces`` (one per token), see :func:`token_labels`.
+
+    ``b"".join(pieces)`` is decoded once as UTF-8 (``surrogateescape``: each byte that starts no
+    valid character stands alone); each character (a Unicode code point) is then given to
+    every piece its bytes overlap: whole (``的``) when it lies in one piece, ``ch(k/n)`` in the
+    k-th of the n pieces it spans. Undecodable bytes are labelled ``\\xNN``.
+    """
+    text = b"".join(pieces).decode("utf-8", errors="surrogateescape")
+    ends, end = [], 0  # byte offset where each piece ends
+    for piece in pieces:
+        end += len(piece)
+        ends.append(end)
+    labels = [""] * len(pieces)
+    start, first = 0, 0  # byte offset of the character; first piece it may overlap
+    for ch in text:
+        if 0xDC80 <= ord(ch) <= 0xDCFF:  # one undecodable byte (surrogateescape)
+            size, shown = 1, f"\\x{ord(ch) - 0xDC00:02x}"
+        else:
+            size, shown = len(ch.encode("utf-8")), ch
+        stop = start + size
+        while ends[first] <= start:  # skip pieces that end before this character (and empty ones)
+            first += 1
+        last = first
+        while ends[last] < stop:
+            last += 1
+        if last == first:
+            labels[first] += shown
+        else:
+            n = last - first + 1
+            for k in range(n):
+                labels[first + k] += f"{shown}({k + 1}/{n})"
+        start = stop
+    return labels
+
+
+def show(label: str) -> str:
+    """``repr`` of a label as the tutorial prints tokens (``' journey'``, ``'旅(1/2)'``), keeping
+    the ``\\xNN`` of bytes that are no UTF-8 character single-escaped."""
+    return repr(label).replace("\\\\x", "\\x")
+
+
+def read_text(cfg: DictConfig) -> str:
+    """The text to tokenize: ``text_file`` when set (UTF-8, without the file's final line
+    break, which ends the file rather than belonging to the text), else ``sentence``.
+    Raises ConfigError when the file cannot be read as UTF-8."""
+    if not cfg.get("text_file"):
+        return cfg.sentence
+    try:
+        text = Path(cfg.text_file).expanduser().read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        reason = err.strerror if isinstance(err, OSError) else err.reason
+        raise ConfigError("text_file", cfg.text_file, f"must be a readable UTF-8 file ({reason})") from None
+    return text.removesuffix("\n").removesuffix("\r") if text.endswith("\n") else text
+
+
+def tokenize(cfg: DictConfig) -> Tokens:
+    """Tutorial §1 for a config: read the text (:func:`read_text`), encode it with
+    ``tokenizer.encoding`` and label every token. Raises TokenizerError when the encoding
+    cannot be loaded, ConfigError (one line) when the text is empty, longer than
+    ``tokenizer.max_tokens``, a single token for training (nothing to predict), or
+    ``train.focus_token`` is not a position in [0, T)."""
+    name = cfg.tokenizer.encoding
+    ids = encode(read_text(cfg), name, plain(cfg.tokenizer.special_tokens))
+    _check_length(cfg, len(ids))
+    return Tokens(ids, token_labels(ids, name), max(GPT2_VOCAB_SIZE, get_encoding(name).n_vocab))
+
+
+def _check_length(cfg: DictConfig, n_tokens: int) -> None:
+    key = "text_file" if cfg.get("text_file") else "sentence"
+    shown = cfg.text_file if key == "text_file" else cfg.sentence
+    if n_tokens == 0:
+        raise ConfigError(key, shown, "is empty: give at least 2 tokens of text")
+    if n_tokens > cfg.tokenizer.max_tokens:
+        short = shown if len(shown) <= 40 else shown[:40] + "…"
+        raise ConfigError(key, short, f"has {n_tokens} tokens, more than tokenizer.max_tokens="
+                          f"{cfg.tokenizer.max_tokens} (raise it to allow longer text)")
+    if plain(cfg.task) == "train" and n_tokens < 2:
+        raise ConfigError(key, shown, "has 1 token: training predicts the next token, give at least 2")
+    focus = cfg.train.focus_token
+    if not 0 <= focus < n_tokens:
+        raise ConfigError("train.focus_token", focus, f"must be a token position in [0, {n_tokens}) "
+                          f"(the text has {n_tokens} token{'' if n_tokens == 1 else 's'})")

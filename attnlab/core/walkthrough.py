@@ -1,0 +1,98 @@
+"""Tutorial sections 1–4 as a narrated run (``task=walkthrough``).
+
+Parameters are created in the walkthrough's order (§2: token embedding created and initialised,
+§3: position embedding, §4.1: W_query, W_key, W_value) after ``torch.manual_seed(seed)``; with
+the tutorial_walkthrough preset (seed 123, std 0.02) this prints the tutorial's numbers.
+"""
+from __future__ import annotations
+
+import io
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+from omegaconf import DictConfig
+
+from attnlab.core import checks
+from attnlab.core.tokenizer import show, tokenize
+from attnlab.core.training import build_model, one_at_a_time
+from attnlab.outputs.artifacts import WALKTHROUGH, atomic_savez
+from attnlab.outputs.console import job_prefix, prefixed
+
+
+@one_at_a_time
+def walkthrough(cfg: DictConfig, run_dir: Path | None = None, file=None) -> dict[str, np.ndarray]:
+    """Print sections 1–4 for ``cfg`` and return the intermediates as arrays: ``token_ids`` (T,),
+    ``token_embeddings``, ``pos_embeddings``, ``X`` (T, d_model), ``Q``, ``K`` (T, d_k), ``V``
+    (T, d_v), ``scores``, ``weights`` (T, T), ``Z`` (T, d_v). Also saved as ``walkthrough.npz``
+    in ``run_dir`` when given. Prints to ``file`` (default stdout; nothing with
+    ``logging.console=false``), each line prefixed ``[job N]`` in a sweep whose launcher may run
+    jobs side by side (:func:`attnlab.outputs.console.job_prefix`). Raises ConfigError / TokenizerError on bad input."""
+    out = file or (sys.stdout if cfg.logging.console else io.StringIO())
+    prefix = job_prefix()  # "[job N] " in a sweep whose jobs may run side by side
+
+    def p(*args: object) -> None:
+        print(prefixed(" ".join(str(a) for a in args), prefix), file=out)
+
+    checks.validate(cfg)
+    prepared = tokenize(cfg)  # §1
+    model = build_model(cfg, prepared, order="walkthrough")  # §2–4's order
+    model.eval()  # §4 shows the weights themselves: no dropout
+    embedding, attention = model.embedding, model.attention
+    ids, tokens = prepared.token_ids, prepared.labels
+
+    p("== 1. Tokenization ==")
+    p("text:", cfg.sentence if not cfg.get("text_file") else cfg.text_file)
+    p("token_ids:", ids)
+    for tid, tok in zip(ids, tokens):
+        p(f"  {tid:>6} -> {show(tok)}")
+
+    with torch.no_grad(), np.printoptions(precision=4, suppress=True):  # tutorial §0's print options
+        device = next(attention.parameters()).device
+        id_tensor = torch.tensor(ids, device=device)
+        tok_emb = embedding.token_embedding(id_tensor)
+        p("\n== 2. Token embedding ==")
+        p("shape:", tuple(tok_emb.shape))
+        p(tok_emb.cpu().numpy())
+        manual = embedding.token_embedding.weight[id_tensor]
+        p("lookup == Embedding call?", torch.equal(manual, tok_emb))
+        p("embedding table shape:", tuple(embedding.token_embedding.weight.shape))
+        p("input dtype:", id_tensor.dtype, " shape:", tuple(id_tensor.shape))
+
+        pos_emb = embedding.position_embedding(torch.arange(len(ids), device=device))
+        X = embedding(id_tensor)
+        p("\n== 3. Positional embedding ==")
+        p("shape:", tuple(pos_emb.shape), *([" (left out: model.positional=none)"] if not embedding.positional else []))
+        p("X shape:", tuple(X.shape))
+        p("X[0] == token_embeddings[0] + pos_embeddings[0]?",
+          torch.equal(X[0], tok_emb[0] + (pos_emb[0] if embedding.positional else 0)))
+
+        att = attention(X)  # the tutorial's one head: head 0 of Q, K, V, scores, weights
+        Z, weights, parts = att.Z, att.weights[0], {k: getattr(att, k)[0] for k in ("Q", "K", "V", "scores")}
+        p("\n== 4. Self-attention ==" + (f"  (head 0 of model.n_heads={attention.n_heads})"
+                                        if attention.n_heads > 1 else ""))
+        p("Q shape:", tuple(parts["Q"].shape), " K shape:", tuple(parts["K"].shape),
+          " V shape:", tuple(parts["V"].shape))
+        p("scores shape:", tuple(parts["scores"].shape), f" (scaled by 1/sqrt(d_k), d_k={attention.d_k})")
+        w = weights.cpu().numpy()
+        width = max(10, max(len(show(t)) for t in tokens) + 1)
+        p(" " * (width + 2) + "  ".join(f"{show(t):>{width}}" for t in tokens))
+        for i, row in enumerate(w):
+            p(f"{show(tokens[i]):>{width}}: " + "  ".join(f"{v:>{width}.3f}" for v in row))
+        p("row sums:", w.sum(axis=-1))
+        p("Z shape:", tuple(Z.shape))
+        f = cfg.train.focus_token
+        p(f"\nfocus token: {show(tokens[f])}")
+        p(f"q = {parts['Q'][f].cpu().numpy()}")
+        p("attention weights:")
+        for t, v in zip(tokens, w[f]):
+            p(f"  -> {show(t):>{width}}: {v:.4f}")
+        p(f"z = {Z[f].cpu().numpy()}")
+
+    arrays = {"token_ids": np.asarray(ids, dtype=np.int64), "token_embeddings": tok_emb.cpu().numpy(),
+              "pos_embeddings": pos_emb.cpu().numpy(), "X": X.cpu().numpy(),
+              **{k: v.cpu().numpy() for k, v in parts.items()}, "weights": w, "Z": Z.cpu().numpy()}
+    if run_dir is not None:
+        atomic_savez(Path(run_dir) / WALKTHROUGH, **arrays)
+    return arrays

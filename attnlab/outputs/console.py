@@ -1,0 +1,130 @@
+"""The console sink: the tutorial's §5 lines at each snapshot step, and a progress bar on long runs."""
+from __future__ import annotations
+
+import sys
+from collections import Counter
+
+import numpy as np
+
+from attnlab.core.records import RunInfo, RunResult, Sink, Snapshot
+from attnlab.outputs.streams import safe
+from attnlab.core.tokenizer import show
+
+PROGRESS_MIN_STEPS = 1000  # shorter runs finish too fast for a bar to help
+MAX_TARGETS_SHOWN = 12  # longer rows show the strongest targets only
+BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"  # Hydra's sequential launcher
+
+
+def job_prefix() -> str:
+    """``"[job N] "`` for a job of a sweep whose launcher may run jobs side by side (joblib,
+    submitit, ray, ...: anything but Hydra's basic, sequential launcher), so the console lines of
+    parallel jobs can be told apart; N is Hydra's job number, the number the job folder starts
+    with. ``""`` for a single run, a sequential sweep, or outside Hydra (Python API, reproduce).
+    """
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized():
+        return ""
+    hc = HydraConfig.get()
+    if hc.mode != RunMode.MULTIRUN or hc.job.get("num") is None:
+        return ""
+    if (hc.get("launcher") or {}).get("_target_", BASIC_LAUNCHER) == BASIC_LAUNCHER:
+        return ""
+    return f"[job {hc.job.num}] "
+
+
+def prefixed(text: str, prefix: str) -> str:
+    """``text`` with ``prefix`` before each of its lines (an empty line gets the prefix without
+    its trailing space); ``text`` unchanged when ``prefix`` is empty."""
+    if not prefix:
+        return text
+    return "\n".join(prefix + line if line else prefix.rstrip() for line in text.split("\n"))
+
+
+def display_path(path) -> str:
+    """``path`` relative to the working directory when it lies below it, else absolute."""
+    from pathlib import Path
+
+    try:
+        path = Path(path).resolve()
+        return str(path.relative_to(Path.cwd()))
+    except (ValueError, OSError):  # not below it, or the working folder is gone (deleted meanwhile)
+        return str(path)
+
+
+def snapshot_line(step: int, loss: float, row: np.ndarray, tokens: list[str], focus: int) -> str:
+    """The tutorial §5 line for one snapshot, e.g.
+    ``step   0  loss=2.3566  |  ' journey' attends: 'Your'=0.22 'journey'=0.12 ...``.
+
+    ``row`` (T,) is the focus token's attention weights; with more than 12 tokens only the 12
+    strongest are shown, in position order, and the line says so. A token the text holds more
+    than once is named with its position, ``'the'@7=0.12`` (as attnlab-report's line names it).
+    """
+    shown, more = range(len(tokens)), ""
+    if len(tokens) > MAX_TARGETS_SHOWN:
+        shown = sorted(np.argsort(-row, kind="stable")[:MAX_TARGETS_SHOWN].tolist())
+        more = f"  ({MAX_TARGETS_SHOWN} strongest of {len(tokens)})"
+    counts = Counter(tokens)
+    targets = " ".join(f"{show(tokens[j].strip())}{f'@{j}' if counts[tokens[j]] > 1 else ''}={row[j]:.2f}"
+                       for j in shown) + more
+    return f"step {step:3d}  loss={loss:.4f}  |  {show(tokens[focus])} attends: {targets}"
+
+
+class ConsoleSink(Sink):
+    """Prints one :func:`snapshot_line` per snapshot and a closing line with the status;
+    shows a tqdm progress bar (on a terminal) when ``progress`` and the run has ≥ 1000 steps.
+    ``prefix`` (e.g. :func:`job_prefix`'s ``"[job 3] "``) starts every line and names the bar.
+
+    Printing never stops a run (:class:`attnlab.outputs.streams.SafeStream`): text the console cannot
+    encode is written with backslash escapes, and a closed pipe (``attnlab | head -2``) only
+    silences the console."""
+
+    def __init__(self, progress: bool = True, file=None, prefix: str = "") -> None:
+        self.progress = progress
+        self.file = safe(file or sys.stdout)
+        self.prefix = prefix
+        self._bar = None
+        self._info: RunInfo | None = None
+
+    def on_start(self, info: RunInfo) -> None:
+        self._info = info
+        if self.progress and info.steps >= PROGRESS_MIN_STEPS:
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=info.steps, unit="step", leave=False, disable=None,
+                             desc=self.prefix.strip() or None, file=safe(sys.stderr))
+
+    def _print(self, line: str) -> None:
+        line = prefixed(line, self.prefix)
+        if self._bar is not None:
+            self._bar.write(line, file=self.file)
+        else:
+            print(line, file=self.file, flush=True)
+
+    def on_losses(self, steps: np.ndarray, losses: np.ndarray) -> None:
+        if self._bar is not None:
+            self._bar.update(len(steps))
+
+    def on_snapshot(self, snapshot: Snapshot) -> None:
+        info = self._info
+        heads = snapshot.weights[:, info.focus_token]  # (H, T): the focus token's row in every head
+        self._print(snapshot_line(snapshot.step, snapshot.loss, heads.mean(axis=0), info.tokens, info.focus_token))
+        if len(heads) > 1:  # the line above is the head mean; where each head attends most
+            strongest = " ".join(f"{h}→{show(info.tokens[int(r.argmax())].strip())}={r.max():.2f}"
+                                 for h, r in enumerate(heads))
+            self._print(f"          {len(heads)} heads, strongest key each: {strongest}")
+
+    def on_end(self, result: RunResult) -> None:
+        self.close()
+        final = "n/a" if result.final_loss is None else f"{result.final_loss:.6g}"
+        steps = f"{result.steps_run} step{'' if result.steps_run == 1 else 's'}"
+        where = f"  ->  {display_path(self._info.run_dir)}" if self._info and self._info.run_dir else ""
+        # the reason of a run that did not complete goes to stderr (cli), once
+        print(prefixed(f"{result.status}: {steps}, final loss {final}, {result.wall_time_s:.2f} s{where}",
+                       self.prefix), file=self.file, flush=True)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None

@@ -1,0 +1,134 @@
+"""The comparison figure of ``attnlab-compare --plot``: the runs' loss curves overlaid and each
+run's last-snapshot attention heatmap, drawn with the heatmap and loss-curve helpers of
+:mod:`attnlab.outputs.plots` (object API, Agg). Runs are read through :mod:`attnlab.saved.runs` (bounded,
+data only)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from attnlab.outputs.fonts import drawable, label, rc
+from attnlab.outputs.plots import DPI, draw_heatmap, plot_loss, save_figure
+
+MAX_HEATMAPS = 8  # at most this many heatmap panels
+HEATMAP_COLS = 4  # ... per row
+
+
+def comparison_figure(rows: Sequence[dict[str, Any]], path: Path) -> Path:
+    """Write one PNG to ``path``: every run's loss curve overlaid on a log y axis (top; zeros
+    clipped to the smallest positive loss, non-finite losses left out), and each run's
+    last-snapshot attention heatmap side by side (bottom; at most :data:`MAX_HEATMAPS`,
+    colour scale [0, 1]). Matplotlib object API (Figure + Agg canvas), written atomically.
+
+    Legend entries and heatmap titles name each run by its job number (or folder) and the
+    values of the swept keys, the overrides that differ between the runs, with short key names
+    (``3  lr=0.05 steps=120``; :mod:`attnlab.saved.swept`), wrapped to the panel's width. The layout
+    (constrained) keeps every text inside the figure and clear of the others; the figure is
+    ``max(9, 3.4 * cols + 0.9)`` inches wide and ``4.3 + rows * (3.5 + 0.17 * title lines)``
+    high at 100 dpi (cols ≤ 4 heatmaps per row).
+    """
+    import matplotlib
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from attnlab.core.config import loss_axis_label
+    from attnlab.core.errors import AttnlabError, RunDirError
+    from attnlab.outputs import artifacts
+    from attnlab.saved.swept import run_labels, short_names, wrap
+
+    TITLE_CHARS, MAX_TITLE_LINES = 34, 3  # heatmap titles: name and swept values wrapped at 34 characters
+    names = short_names([r["job"] for r in rows])
+    labels_of = {id(r): lab for r, lab in zip(rows, run_labels(rows, names))}
+
+    def legend_name(r) -> str:
+        name, values = labels_of[id(r)]
+        return f"{name}: {values}" if values else name
+
+    def panel_title(r, what: str) -> str:  # "3: lr=0.05 steps=120" wrapped to the panel, then "step=29"
+        lines = wrap(legend_name(r), TITLE_CHARS, MAX_TITLE_LINES, measure=lambda s: len(drawable(s)))
+        return "\n".join(drawable(line) for line in [*lines, what])
+
+    curves, maps, objectives = [], [], []
+    for r in rows:
+        run_dir = Path(r["path"])
+        if (run_dir / artifacts.METRICS).is_file():
+            try:
+                steps, losses = artifacts.read_metrics(run_dir)
+                if losses.size:
+                    curves.append((legend_name(r), steps, losses))
+                    objectives.append(r.get("objective"))
+            except AttnlabError:
+                pass
+        w, labels, what = _last_weights(run_dir, r)
+        if w is not None:
+            maps.append((panel_title(r, what), w, labels))
+    shown = maps[:MAX_HEATMAPS]
+    n = max(len(shown), 1)
+    cols = min(n, HEATMAP_COLS)
+    grid_rows = -(-n // cols)
+    title_lines = max([t.count("\n") + 1 for t, _, _ in shown], default=2)
+    row_in = 3.5 + 0.17 * title_lines
+    more = f" ({len(shown)} of {len(maps)})" if len(maps) > len(shown) else ""
+    with matplotlib.rc_context(rc()):
+        fig = Figure(figsize=(max(9.0, 3.4 * cols + 0.9), 4.6 + row_in * grid_rows), dpi=DPI, layout="constrained")
+        FigureCanvasAgg(fig)
+        # one grid: the loss axes, a heading row (an empty axes whose title the layout makes room
+        # for, so no panel title runs into it), then the heatmaps
+        grid = fig.add_gridspec(2 + grid_rows, cols, height_ratios=[4.3, 0.01] + [row_in] * grid_rows)
+        ax = fig.add_subplot(grid[0, :])
+        ylabel = loss_axis_label(objectives)
+        for (name, steps, losses), style in zip(curves, curve_styles(len(curves))):
+            plot_loss(ax, steps, losses, ylabel, label=drawable(name), lw=1.4, **style)
+        if not curves:
+            plot_loss(ax, np.zeros(0), np.zeros(0), ylabel)
+        ax.set_title("loss" if curves else "loss (no training runs)")
+        if curves:
+            ax.legend(fontsize=7, loc="best")
+        heading = fig.add_subplot(grid[1, :])
+        heading.set_axis_off()
+        heading.set_title("attention at the last snapshot" + more, fontsize=11)
+        axes = [fig.add_subplot(grid[2 + i // cols, i % cols]) for i in range(grid_rows * cols)]
+        im = None
+        for a, (title, w, labels) in zip(axes, shown):
+            im = draw_heatmap(a, w, [label(t) for t in labels], title)  # title: made drawable line by line
+            if w.shape[0] > 12:  # smaller token labels, so long texts' ticks do not run into each other
+                a.tick_params(labelsize=6 if w.shape[0] <= 24 else 5)
+        for a in axes[len(shown):]:
+            a.set_axis_off()
+        if im is not None:
+            fig.colorbar(im, ax=axes, shrink=0.8, label="attention weight")
+        path = Path(path)
+        if path.parent and not path.parent.exists():
+            raise RunDirError(f"--plot {path}: folder {path.parent} does not exist")
+        return save_figure(fig, path)
+
+
+LINESTYLES = ("-", "--", ":", "-.")
+
+
+def curve_styles(n: int) -> list[dict[str, str]]:
+    """Colour and line style of ``n`` loss curves: matplotlib's colour cycle (10 colours), then
+    the same colours dashed, dotted, dash-dotted, so up to 40 curves are told apart in the legend
+    (an 11th curve in the 11th colour of a 10-colour cycle looked like the first)."""
+    import matplotlib
+
+    colors = matplotlib.rcParams["axes.prop_cycle"].by_key().get("color") or ["C0"]
+    return [{"color": colors[i % len(colors)], "linestyle": LINESTYLES[i // len(colors) % len(LINESTYLES)]}
+            for i in range(n)]
+
+
+def _last_weights(run_dir: Path, row: dict[str, Any]):
+    """(weights (T, T), token labels, title) at the last snapshot, or (None, None, None)."""
+    from attnlab.core.errors import AttnlabError
+    from attnlab.saved.runs import last_attention
+
+    try:
+        last = last_attention(run_dir)
+    except (AttnlabError, OSError, ValueError, KeyError):
+        last = None
+    if last is None:
+        return None, None, None
+    w, labels, step = last
+    return w, labels, ("walkthrough" if step is None else f"step={step}")
