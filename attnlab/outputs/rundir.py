@@ -85,7 +85,7 @@ class _Named(str):
     """``KEY='value'`` as a refusal line starts; ``.name`` the key alone."""
 
     def __new__(cls, name: str, value) -> "_Named":
-        from attnlab.saved.safe_read import printable
+        from attnlab.core.files import printable
 
         text = super().__new__(cls, f"{name}={printable(str(value), 300)!r}")
         text.name = name
@@ -286,7 +286,7 @@ def _only_hydras(entries: list, hydra_subdir: str, hydra_log: str | None) -> boo
 
 
 def _list(entries: list) -> str:
-    from attnlab.saved.safe_read import printable
+    from attnlab.core.files import printable
 
     names = sorted(e.name for e in entries[:MAX_SCANNED])
     shown = ", ".join(printable(n, 60) for n in names[:MAX_LISTED])
