@@ -1,111 +1,97 @@
-"""attnlab.core.optim against the torch.optim classes it stands in for: the same parameters, the same
-gradients, every tensor bitwise equal after every step (not a tolerance: reproduce compares runs
-bit for bit, and runs made before attnlab.core.optim must still reproduce)."""
+"""attnlab.core.optim's direct updates against the torch.optim classes (the fallback): every
+parameter, gradient and state tensor bitwise equal after every step, and a whole run gives the
+same losses on both paths."""
 from __future__ import annotations
 
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 
-from attnlab.core import optim
+from attnlab.core import optim, training
+from attnlab.core.training import train
+
+from conftest import compose_cfg
 
 CASES = [
     ("Adam", dict(lr=0.05)),
     ("Adam", dict(lr=0.01, betas=(0.5, 0.9), eps=1e-6, weight_decay=0.1)),
-    ("AdamW", dict(lr=0.05, weight_decay=0.01)),
     ("AdamW", dict(lr=0.2, betas=(0.0, 0.99), eps=1e-3, weight_decay=0.5)),
-    ("SGD", dict(lr=0.05)),
     ("SGD", dict(lr=0.1, momentum=0.9, dampening=0.3, weight_decay=0.01)),
     ("SGD", dict(lr=0.1, momentum=0.8, nesterov=True)),
+    ("SGD", dict(lr=0.05)),
 ]
+needs_fast_path = pytest.mark.skipif(not optim.fast_path_ok(), reason="this torch's update functions differ")
 
 
 def params(seed: int) -> list[torch.nn.Parameter]:
-    """Parameters of the tutorial's §5 shapes (embedding (6, 6), W_q/W_k/W_v (6, 4)), plus one
-    that never gets a gradient (both must skip it)."""
+    """§5's shapes (embedding (6, 6), W_q/W_k/W_v (6, 4)) and one (3,) whose first gradient comes late."""
     g = torch.Generator().manual_seed(seed)
-    shapes = [(6, 6), (6, 4), (6, 4), (6, 4), (3,)]
-    return [torch.nn.Parameter(torch.randn(s, generator=g)) for s in shapes]
+    return [torch.nn.Parameter(torch.randn(s, generator=g)) for s in [(6, 6), (6, 4), (6, 4), (6, 4), (3,)]]
 
 
-def loss_of(ps: list[torch.nn.Parameter]) -> torch.Tensor:
-    """§4's attention on the parameters (the last one unused)."""
-    X, Wq, Wk, Wv = ps[:4]
-    weights = torch.softmax((X @ Wq) @ (X @ Wk).T / 2.0, dim=-1)
-    return ((weights @ (X @ Wv)) - X[:, :4]).pow(2).mean()
-
-
+@needs_fast_path
 @pytest.mark.parametrize("name,kwargs", CASES, ids=[f"{n}-{i}" for i, (n, _) in enumerate(CASES)])
-def test_every_tensor_is_the_torch_optim_class_bit_for_bit(name, kwargs):
-    ours_p, theirs_p = params(7), params(7)
-    torch_kwargs = dict(kwargs)
-    ours_kwargs = dict(kwargs, decoupled_weight_decay=True) if name == "AdamW" else kwargs
-    ours = optim.OPTIMIZERS[name](ours_p, **ours_kwargs)
-    theirs = getattr(torch.optim, name)(theirs_p, **torch_kwargs)
-    losses = []
-    for step in range(60):
-        for opt, ps in ((ours, ours_p), (theirs, theirs_p)):
-            opt.zero_grad()
-            loss = loss_of(ps)
-            loss.backward()
-            opt.step()
-        losses.append(loss.item())
-        for a, b in zip(ours_p, theirs_p):
-            assert torch.equal(a, b), f"{name} step {step}: parameters differ"
-            assert a.grad is None and b.grad is None or torch.equal(a.grad, b.grad)
-    # the optimizer's state is the class's too (so a longer run stays identical)
-    for a, b in zip(ours_p, theirs_p):
-        theirs_state = theirs.state.get(b, {})
-        assert set(ours.state.get(a, {})) == set(theirs_state)
-        for key, value in theirs_state.items():
-            assert torch.equal(ours.state[a][key], value) and ours.state[a][key].dtype == value.dtype
-    assert ours_p[-1].grad is None and ours_p[-1] not in ours.state  # the unused one
-    assert losses[-1] < losses[0]  # the updates did something
-
-
-@pytest.mark.parametrize("name,kwargs", CASES, ids=[f"{n}-{i}" for i, (n, _) in enumerate(CASES)])
-def test_parameters_that_get_a_gradient_only_on_some_steps(name, kwargs):
-    """Which parameters have a gradient may change from step to step (a parameter left out of
-    a loss): each step updates those that have one, as the class does, and a parameter's state
-    starts at its first gradient."""
+def test_direct_update_is_the_torch_optim_class_bit_for_bit(name, kwargs):
     ours_p, theirs_p = params(11), params(11)
-    ours_kwargs = dict(kwargs, decoupled_weight_decay=True) if name == "AdamW" else kwargs
-    ours = optim.OPTIMIZERS[name](ours_p, **ours_kwargs)
-    theirs = getattr(torch.optim, name)(theirs_p, **kwargs)
+    ours, theirs = optim.build(name, ours_p, fast=True, **kwargs), optim.build(name, theirs_p, fast=False, **kwargs)
+    assert isinstance(theirs, torch.optim.Optimizer) and not isinstance(ours, torch.optim.Optimizer)
+    losses = []
     for step in range(30):
         for opt, ps in ((ours, ours_p), (theirs, theirs_p)):
             opt.zero_grad()
             X, Wq, Wk, Wv, extra = ps
             V = X[:, :4] if step % 5 == 2 else X @ Wv  # W_v without a gradient on some steps
-            loss = ((torch.softmax((X @ Wq) @ (X @ Wk).T, dim=-1) @ V) - X[:, :4]).pow(2).mean()
-            if step >= 7 and step % 3 == 0:  # a parameter whose first gradient comes late
+            loss = ((torch.softmax((X @ Wq) @ (X @ Wk).T / 2.0, dim=-1) @ V) - X[:, :4]).pow(2).mean()
+            if step >= 7 and step % 3 == 0:
                 loss = loss + extra.pow(2).sum()
             loss.backward()
             opt.step()
+        losses.append(loss.item())
         for k, (a, b) in enumerate(zip(ours_p, theirs_p)):
             assert torch.equal(a, b), f"{name} step {step}: parameter {k} differs"
-    for a, b in zip(ours_p, theirs_p):
+            assert torch.equal(a.grad, b.grad) if b.grad is not None else a.grad is None
+    for a, b in zip(ours_p, theirs_p):  # the state too, so a longer run stays identical
         assert set(ours.state.get(a, {})) == set(theirs.state.get(b, {}))
         for key, value in theirs.state.get(b, {}).items():
-            assert torch.equal(ours.state[a][key], value), key
+            assert torch.equal(ours.state[a][key], value) and ours.state[a][key].dtype == value.dtype, key
     if name != "SGD":  # Adam counts a parameter's own steps: the late one's 7 gradients
         assert int(ours.state[ours_p[-1]]["step"]) == 7
+    ours.zero_grad()
+    assert all(p.grad is None for p in ours_p)
+    assert losses[-1] < losses[0]
 
 
-def test_zero_grad_sets_gradients_to_none():
-    ps = params(1)
-    opt = optim.Adam(ps, lr=0.1)
-    loss_of(ps).backward()
-    opt.zero_grad()
-    assert all(p.grad is None for p in ps)
+@pytest.mark.parametrize("extra", [[], ["optimizer=adamw"], ["optimizer=sgd", "optimizer.momentum=0.9"]],
+                         ids=["adam", "adamw", "sgd-momentum"])
+def test_a_run_on_the_torch_optim_fallback_has_the_same_losses(monkeypatch, extra):
+    cfg = compose_cfg("train.steps=40", *extra)
+    fast = train(cfg)
+    monkeypatch.setattr(optim, "fast_path_ok", lambda: False)
+    assert isinstance(training.build_optimizer(cfg.optimizer, params(0)), torch.optim.Optimizer)
+    slow = train(cfg)
+    assert fast.status == slow.status == "completed"
+    assert fast.losses.tobytes() == slow.losses.tobytes()
+    for a, b in zip(fast.snapshots, slow.snapshots, strict=True):
+        assert np.array_equal(a.weights, b.weights)
 
 
+def test_deterministic_algorithms_public_fallback(monkeypatch):
+    torch.use_deterministic_algorithms(False)
+    monkeypatch.setattr(training, "DETERMINISTIC_SETTER", "_a_name_this_torch_lacks")
+    called = []
+    public = torch.use_deterministic_algorithms
+    monkeypatch.setattr(torch, "use_deterministic_algorithms", lambda mode: called.append(mode) or public(mode))
+    training.deterministic_algorithms()
+    assert called == [True] and torch.are_deterministic_algorithms_enabled()
+
+
+@needs_fast_path
 def test_training_does_not_import_the_compiler_stack():
-    """The point of attnlab.core.optim and training.deterministic_algorithms: a run (Adam, SGD with
-    momentum, AdamW) never imports torch._dynamo, which the torch.optim classes and
-    torch.use_deterministic_algorithms import (2 s on 2 cores)."""
+    """With the direct updates and the private deterministic setter, a run never imports
+    torch._dynamo, which building a torch.optim class does."""
     code = (
         "import sys\n"
         "from attnlab.commands.api import compose, train\n"
@@ -118,7 +104,4 @@ def test_training_does_not_import_the_compiler_stack():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    # no compiler after training, with torch's deterministic algorithms on (as
-    # torch.use_deterministic_algorithms(True) sets them); the compiler is there once a torch.optim
-    # class is built (the test can tell)
     assert out.stdout.split() == ["False", "True", "True"]

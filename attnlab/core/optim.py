@@ -1,107 +1,119 @@
-"""The shipped optimizers (Adam, AdamW, SGD) as torch's own update functions, without the
-``torch.optim`` classes around them.
+"""The shipped optimizers (Adam, AdamW, SGD) for tutorial §5's ``optimizer.step()``.
 
-Why: building any ``torch.optim.Optimizer`` imports ``torch._dynamo``, torch's compiler stack
-(its ``add_param_group``, ``zero_grad`` and ``step`` are wrapped to disable dynamo, and the
-wrapper imports it). On the 2-core machines of docs/benchmarks.md that import took 2.3 s of a
-4.6-s tutorial run (201 steps: 2.0–2.5 s without it), for a compiler the toy training never
-uses. The updates here are the functions the classes' ``step()`` calls —
-``torch.optim.adam.adam`` (Adam; AdamW with ``decoupled_weight_decay``) and
-``torch.optim.sgd.sgd`` — given the state the classes create (same tensors, dtypes and order)
-and the same arguments, so every parameter is bit-for-bit what the class would give
-(tests/test_optim.py steps both side by side and compares every tensor).
+:func:`build` is the entry point. The public path is the ``torch.optim`` class. Building one
+imports ``torch._dynamo`` (seconds of CPU for a toy run that never compiles), so when the
+installed torch's update functions ``torch.optim.adam.adam`` / ``torch.optim.sgd.sgd`` take
+exactly the keywords passed here (:func:`fast_path_ok`), :class:`Adam` / :class:`SGD` call them
+directly with the state the classes would create: the same numbers bit for bit
+(tests/test_optim.py compares both paths). Any other torch gets the class.
 
-Only what attnlab's training uses is here: one parameter group, ``zero_grad()`` setting
-gradients to None (the classes' default) and ``step()`` without a closure.
+Only what the loop uses: one parameter group, ``zero_grad()`` to None, ``step()`` without a closure.
 """
 from __future__ import annotations
 
-from typing import Iterable
+import functools
+import inspect
+from typing import Any, Iterable
 
 import torch
-from torch.optim.adam import adam as adam_update
-from torch.optim.sgd import sgd as sgd_update
+
+# keywords passed to the update functions besides the tensor lists (checked by fast_path_ok)
+_ADAM_KEYS = {"params", "grads", "exp_avgs", "exp_avg_sqs", "max_exp_avg_sqs", "state_steps", "foreach",
+              "capturable", "differentiable", "fused", "grad_scale", "found_inf", "has_complex",
+              "decoupled_weight_decay", "amsgrad", "beta1", "beta2", "lr", "weight_decay", "eps", "maximize"}
+_SGD_KEYS = {"params", "d_p_list", "momentum_buffer_list", "has_sparse_grad", "foreach", "fused", "grad_scale",
+             "found_inf", "weight_decay", "momentum", "lr", "dampening", "nesterov", "maximize"}
 
 
-def _scalar_dtype() -> torch.dtype:
-    """The dtype of Adam's ``step`` counter: torch.optim.optimizer._get_scalar_dtype (not fused)."""
-    return torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
+@functools.lru_cache(maxsize=None)
+def fast_path_ok() -> bool:
+    """True when this torch's ``adam`` and ``sgd`` functions take exactly the keywords above."""
+    try:
+        from torch.optim.adam import adam
+        from torch.optim.sgd import sgd
+        return (set(inspect.signature(adam).parameters) == _ADAM_KEYS
+                and set(inspect.signature(sgd).parameters) == _SGD_KEYS)
+    except (ImportError, ValueError, TypeError):
+        return False
 
 
-class _Optimizer:
-    """One parameter group: ``params`` in order, per-parameter ``state`` created at the first
-    step a parameter has a gradient (as torch.optim does)."""
+class _Fast:
+    """One parameter group; per-parameter ``state`` created at a parameter's first gradient."""
 
     def __init__(self, params: Iterable[torch.nn.Parameter]) -> None:
         self.params = list(params)
         self.state: dict[torch.Tensor, dict[str, torch.Tensor]] = {}
 
     def zero_grad(self) -> None:
-        """Gradients to None (``torch.optim.Optimizer.zero_grad(set_to_none=True)``)."""
         for p in self.params:
             p.grad = None
 
     def _with_grad(self) -> list[torch.nn.Parameter]:
-        for p in self.params:
-            if p.grad is not None and p.grad.is_sparse:
-                raise RuntimeError(f"{type(self).__name__} does not support sparse gradients")
         return [p for p in self.params if p.grad is not None]
 
 
-class Adam(_Optimizer):
-    """``torch.optim.Adam(params, lr, betas, eps, weight_decay)``; with
-    ``decoupled_weight_decay=True`` it is ``torch.optim.AdamW`` (Kingma & Ba 2015, Algorithm 1;
-    Loshchilov & Hutter 2019 for the decoupled decay). Arguments are checked beforehand
-    (:func:`attnlab.core.checks.resources`), not here."""
+class Adam(_Fast):
+    """``torch.optim.Adam``; with ``decoupled_weight_decay=True`` ``torch.optim.AdamW``."""
 
-    def __init__(self, params: Iterable[torch.nn.Parameter], lr: float, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 0.0, decoupled_weight_decay: bool = False) -> None:
+    def __init__(self, params, lr: float, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0,
+                 decoupled_weight_decay: bool = False) -> None:
         super().__init__(params)
         self.lr, self.betas, self.eps = lr, tuple(betas), eps
-        self.weight_decay, self.decoupled_weight_decay = weight_decay, decoupled_weight_decay
+        self.weight_decay, self.decoupled = weight_decay, decoupled_weight_decay
 
     @torch.no_grad()
     def step(self) -> None:
-        """One update of every parameter that has a gradient (Adam.step / Adam._init_group)."""
+        from torch.optim.adam import adam
+
         params = self._with_grad()
-        for p in params:
+        for p in params:  # Adam._init_group's lazy state (not fused, not capturable)
             if p not in self.state:
-                self.state[p] = {
-                    "step": torch.tensor(0.0, dtype=_scalar_dtype(), device="cpu"),
-                    "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
-                    "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format),
-                }
-        states = [self.state[p] for p in params]
-        adam_update(params, [p.grad for p in params], [s["exp_avg"] for s in states],
-                    [s["exp_avg_sq"] for s in states], [], [s["step"] for s in states],
-                    foreach=None, capturable=False, differentiable=False, fused=None, grad_scale=None,
-                    found_inf=None, has_complex=any(torch.is_complex(p) for p in params),
-                    decoupled_weight_decay=self.decoupled_weight_decay, amsgrad=False,
-                    beta1=self.betas[0], beta2=self.betas[1], lr=self.lr, weight_decay=self.weight_decay,
-                    eps=self.eps, maximize=False)
+                step_dtype = torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
+                self.state[p] = {"step": torch.tensor(0.0, dtype=step_dtype),
+                                 "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
+                                 "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format)}
+        s = [self.state[p] for p in params]
+        adam(params=params, grads=[p.grad for p in params], exp_avgs=[x["exp_avg"] for x in s],
+             exp_avg_sqs=[x["exp_avg_sq"] for x in s], max_exp_avg_sqs=[], state_steps=[x["step"] for x in s],
+             foreach=None, capturable=False, differentiable=False, fused=None, grad_scale=None, found_inf=None,
+             has_complex=any(torch.is_complex(p) for p in params), decoupled_weight_decay=self.decoupled,
+             amsgrad=False, beta1=self.betas[0], beta2=self.betas[1], lr=self.lr,
+             weight_decay=self.weight_decay, eps=self.eps, maximize=False)
 
 
-class SGD(_Optimizer):
-    """``torch.optim.SGD(params, lr, momentum, dampening, weight_decay, nesterov)`` (momentum as
-    in Sutskever et al. 2013, torch's formulation)."""
+class SGD(_Fast):
+    """``torch.optim.SGD`` (momentum, dampening, weight decay, Nesterov as torch formulates them)."""
 
-    def __init__(self, params: Iterable[torch.nn.Parameter], lr: float, momentum: float = 0.0,
-                 dampening: float = 0.0, weight_decay: float = 0.0, nesterov: bool = False) -> None:
+    def __init__(self, params, lr: float, momentum: float = 0.0, dampening: float = 0.0,
+                 weight_decay: float = 0.0, nesterov: bool = False) -> None:
         super().__init__(params)
         self.lr, self.momentum, self.dampening = lr, momentum, dampening
         self.weight_decay, self.nesterov = weight_decay, nesterov
 
     @torch.no_grad()
     def step(self) -> None:
-        """One update of every parameter that has a gradient (SGD.step / SGD._init_group)."""
+        from torch.optim.sgd import sgd
+
         params = self._with_grad()
-        buffers = [self.state.get(p, {}).get("momentum_buffer") for p in params] if self.momentum != 0 else []
-        sgd_update(params, [p.grad for p in params], buffers, has_sparse_grad=False, foreach=None, fused=None,
-                   grad_scale=None, found_inf=None, weight_decay=self.weight_decay, momentum=self.momentum,
-                   lr=self.lr, dampening=self.dampening, nesterov=self.nesterov, maximize=False)
-        if self.momentum != 0:
-            for p, buffer in zip(params, buffers, strict=True):
-                self.state.setdefault(p, {})["momentum_buffer"] = buffer
+        buffers = [self.state.get(p, {}).get("momentum_buffer") for p in params] if self.momentum else []
+        sgd(params=params, d_p_list=[p.grad for p in params], momentum_buffer_list=buffers,
+            has_sparse_grad=False, foreach=None, fused=None, grad_scale=None, found_inf=None,
+            weight_decay=self.weight_decay, momentum=self.momentum, lr=self.lr, dampening=self.dampening,
+            nesterov=self.nesterov, maximize=False)
+        for p, buffer in zip(params, buffers):  # sgd() filled the new buffers in
+            self.state.setdefault(p, {})["momentum_buffer"] = buffer
 
 
-OPTIMIZERS = {"Adam": Adam, "AdamW": Adam, "SGD": SGD}
+def build(name: str, params: Iterable[torch.nn.Parameter], fast: bool | None = None, **kwargs: Any):
+    """The optimizer ``name`` ("Adam", "AdamW" or "SGD") over ``params`` with torch.optim's keyword
+    arguments. ``fast=None``: the direct update when :func:`fast_path_ok`, else the torch.optim
+    class; ``fast=False`` forces the class. Raises KeyError for another name."""
+    cls = {"Adam": torch.optim.Adam, "AdamW": torch.optim.AdamW, "SGD": torch.optim.SGD}[name]
+    if not (fast_path_ok() if fast is None else fast):
+        return cls(params, **kwargs)
+    if name == "SGD":
+        return SGD(params, **kwargs)
+    return Adam(params, decoupled_weight_decay=name == "AdamW", **kwargs)
+
+
+OPTIMIZERS = {"Adam": Adam, "AdamW": functools.partial(Adam, decoupled_weight_decay=True), "SGD": SGD}
