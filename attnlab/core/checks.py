@@ -1,9 +1,8 @@
-"""Value checks a schema type cannot express, each raising one line that names the key, the
-value and what is allowed (:class:`~attnlab.core.errors.ConfigError`).
+"""Value checks a schema type cannot express: one table (:data:`RULES`) of (key, check,
+what is allowed), each failure one ConfigError line ``key=value: what is allowed``.
 
 :func:`validate` runs before anything is built; :func:`resources` once the token count T is
-known (the checks of T itself are in :func:`attnlab.core.tokenizer.tokenize`): it estimates the
-memory and disk a run needs and refuses one that cannot fit, before anything is allocated.
+known: it refuses a run whose memory or run-dir files cannot fit, before anything is allocated.
 """
 from __future__ import annotations
 
@@ -11,74 +10,101 @@ import math
 import os
 import shutil
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from omegaconf import DictConfig, OmegaConf
 
-from attnlab.core.config import Task, optimizer_schema, plain, snapshot_steps
+from attnlab.core.config import OPTIMIZERS, Task, plain, resolve_out_proj, snapshot_steps
 from attnlab.core.errors import ConfigError
 
 INT64_MAX = 2**63 - 1
 SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.manual_seed accepts
 FLOAT32_BYTES = 4
 METRICS_ROW_BYTES = 28  # "12345,0.123456789012345678\n"
-TENSORBOARD_STEP_BYTES = 64  # one scalar event per step (about 60 bytes)
-TENSORBOARD_IMAGE_BYTES = 120_000  # one heatmap PNG per snapshot (460 x 400 px)
+TENSORBOARD_STEP_BYTES = 64  # one scalar event per step
+TENSORBOARD_IMAGE_BYTES = 120_000  # one heatmap PNG per snapshot
+Check = Callable[[Any, DictConfig], bool]
 
 
-def _real(cfg: DictConfig, key: str, ok: Callable[[float], bool], allowed: str) -> None:
-    """Raise ConfigError(key, value, allowed) unless the value is a finite number with ``ok``."""
-    value = OmegaConf.select(cfg, key)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not ok(value):
-        raise ConfigError(key, value, allowed)
+def _int(low: int, high: int) -> Check:
+    return lambda v, cfg: isinstance(v, int) and not isinstance(v, bool) and low <= v <= high
 
 
-def _int_in(cfg: DictConfig, key: str, low: int, high: int, what: str) -> None:
-    value = OmegaConf.select(cfg, key)
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ConfigError(key, value, what)
+def _real(ok: Callable[[float], bool]) -> Check:
+    return lambda v, cfg: (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                           and ok(v))
+
+
+def _optional(check: Check) -> Check:
+    """``check``, or the key is absent / null (an optimizer without it, ``threads`` unset)."""
+    return lambda v, cfg: v is None or check(v, cfg)
+
+
+def _out_proj_problem(cfg: DictConfig) -> str | None:
+    try:
+        out_proj(cfg)
+    except ConfigError as err:
+        return err.allowed
+    return None
+
+
+def _device_available(device: str) -> bool:
+    if device == "cpu":
+        return True
+    import torch
+
+    return torch.cuda.is_available() if device.startswith("cuda") else torch.backends.mps.is_available()
+
+
+POSITIVE = (_int(1, INT64_MAX), "must be a positive integer")
+TARGETS = {node._target_ for node in OPTIMIZERS.values()}
+SHIPPED = ", ".join(f"{k} ({v._target_})" for k, v in OPTIMIZERS.items())
+RULES: list[tuple[str, Check, str | Callable[[DictConfig], str]]] = [
+    ("seed", _int(*SEED_RANGE), f"must be an integer in [{SEED_RANGE[0]}, {SEED_RANGE[1]}] "
+     "(what torch.manual_seed accepts)"),
+    *((key, *POSITIVE) for key in ("model.d_model", "model.d_k", "model.d_v", "model.n_heads", "train.steps",
+                                   "tokenizer.max_tokens")),
+    ("model.dropout", _real(lambda v: 0 <= v < 1), "must be in [0, 1) (the probability of zeroing a weight)"),
+    ("model.out_proj", lambda v, cfg: _out_proj_problem(cfg) is None, _out_proj_problem),
+    ("train.focus_token", _int(0, INT64_MAX), "must be a token position (an integer >= 0)"),
+    ("model.init_std", _real(lambda v: v >= 0), "must be >= 0 and finite"),
+    ("optimizer._target_", lambda v, cfg: v in TARGETS, f"must be one of the shipped optimizers: {SHIPPED}"),
+    ("optimizer.lr", _real(lambda v: v > 0), "must be a positive finite number"),
+    *((f"optimizer.{key}", _optional(_real(lambda v: v >= 0)), "must be >= 0 and finite")
+      for key in ("eps", "weight_decay", "momentum")),
+    ("optimizer.dampening", _optional(_real(lambda v: True)), "must be a finite number"),
+    ("optimizer.betas", _optional(lambda v, cfg: isinstance(v, list) and len(v) == 2
+                                  and all(_real(lambda b: 0 <= b < 1)(b, cfg) for b in v)),
+     "must be two numbers in [0, 1), e.g. [0.9,0.999]"),
+    ("optimizer.nesterov", _optional(lambda v, cfg: not v or (cfg.optimizer.momentum > 0
+                                                               and cfg.optimizer.dampening == 0)),
+     lambda cfg: (f"needs optimizer.momentum > 0 and optimizer.dampening=0 (momentum={cfg.optimizer.momentum}, "
+                  f"dampening={cfg.optimizer.dampening})")),
+    ("train.snapshot_steps", _optional(lambda v, cfg: all(_int(0, cfg.train.steps - 1)(s, cfg) for s in v)),
+     lambda cfg: (f"every step must be in [0, train.steps={cfg.train.steps}) "
+                  "(or leave it null: 0, 10, 25, 50, 100 % of the run)")),
+    ("train.loss_threshold", _real(lambda v: v > 0), "must be > 0 and finite"),
+    ("threads", _optional(lambda v, cfg: v == "auto" or _int(1, INT64_MAX)(v, cfg)),
+     "must be auto or a positive integer"),
+    ("device", lambda v, cfg: isinstance(v, str) and (v == "cpu" or v.startswith(("cuda", "mps"))),
+     "must be cpu, cuda, cuda:N or mps"),
+    ("device", lambda v, cfg: _device_available(v), "is not available on this machine; use device=cpu"),
+]
 
 
 def validate(cfg: DictConfig) -> None:
-    """Check the values a schema type cannot; raises ConfigError on the first bad one."""
-    _int_in(cfg, "seed", *SEED_RANGE, f"must be an integer in [{SEED_RANGE[0]}, {SEED_RANGE[1]}] "
-            "(what torch.manual_seed accepts)")
-    for key in ("model.d_model", "model.d_k", "model.d_v", "model.n_heads", "train.steps", "tokenizer.max_tokens"):
-        _int_in(cfg, key, 1, INT64_MAX, "must be a positive integer")
-    _real(cfg, "model.dropout", lambda v: 0 <= v < 1, "must be in [0, 1) (the probability of zeroing a weight)")
-    out_proj(cfg)
-    _int_in(cfg, "train.focus_token", 0, INT64_MAX, "must be a token position (an integer >= 0)")
-    _real(cfg, "model.init_std", lambda v: v >= 0, "must be >= 0 and finite")
-    _optimizer(cfg)
-    steps = cfg.train.steps
-    if cfg.train.snapshot_steps is not None:
-        for s in cfg.train.snapshot_steps:
-            if isinstance(s, bool) or not isinstance(s, int) or not 0 <= s < steps:
-                raise ConfigError("train.snapshot_steps", list(cfg.train.snapshot_steps),
-                                  f"every step must be in [0, train.steps={steps}) "
-                                  "(or leave it null: 0, 10, 25, 50, 100 % of the run)")
-    _real(cfg, "train.loss_threshold", lambda v: v > 0, "must be > 0 and finite")
-    threads = cfg.get("threads", "auto")
-    if threads != "auto" and (isinstance(threads, bool) or not isinstance(threads, int) or threads <= 0):
-        raise ConfigError("threads", threads, "must be auto or a positive integer")
-    if cfg.device != "cpu" and not cfg.device.startswith(("cuda", "mps")):
-        raise ConfigError("device", cfg.device, "must be cpu, cuda, cuda:N or mps")
-    if cfg.device != "cpu":
-        import torch
-
-        available = (torch.cuda.is_available() if cfg.device.startswith("cuda")
-                     else torch.backends.mps.is_available())
-        if not available:
-            raise ConfigError("device", cfg.device, "is not available on this machine; use device=cpu")
+    """Check every rule of :data:`RULES` in order; raises ConfigError at the first bad value."""
+    for key, ok, allowed in RULES:
+        value = OmegaConf.select(cfg, key, default=None)
+        if OmegaConf.is_config(value):
+            value = OmegaConf.to_container(value, resolve=True)
+        if not ok(value, cfg):
+            raise ConfigError(key, value, allowed(cfg) if callable(allowed) else allowed)
 
 
 def out_proj(cfg: DictConfig) -> bool:
-    """Whether the model gets an output projection W_out (``model.out_proj``: auto, true,
-    false; the rule is :func:`attnlab.core.projection.resolve_out_proj`'s). Raises ConfigError for
-    another value, or for ``false`` when training needs Z in d_model columns and
-    n_heads·d_v differs from d_model."""
-    from attnlab.core.projection import resolve_out_proj
-
+    """Whether the model gets W_out (``model.out_proj`` auto / true / false, the rule of
+    :func:`attnlab.core.config.resolve_out_proj`). Raises ConfigError("model.out_proj", ...)."""
     value = cfg.model.out_proj
     value = {"true": True, "false": False}.get(value, value) if isinstance(value, str) else value
     m = cfg.model
@@ -88,29 +114,8 @@ def out_proj(cfg: DictConfig) -> bool:
         raise ConfigError("model.out_proj", cfg.model.out_proj, err.allowed) from None
 
 
-def _optimizer(cfg: DictConfig) -> None:
-    """The optimizer's settings as torch.optim would check them, as data (nothing is built)."""
-    optimizer_schema(OmegaConf.select(cfg, "optimizer._target_"))
-    opt = cfg.optimizer
-    _real(cfg, "optimizer.lr", lambda v: v > 0, "must be a positive finite number")
-    for key in ("eps", "weight_decay", "momentum"):
-        if key in opt:
-            _real(cfg, f"optimizer.{key}", lambda v: v >= 0, "must be >= 0 and finite")
-    if "dampening" in opt:
-        _real(cfg, "optimizer.dampening", lambda v: True, "must be a finite number")
-    if "betas" in opt:
-        betas = OmegaConf.to_container(opt.betas) if OmegaConf.is_list(opt.betas) else opt.betas
-        if (not isinstance(betas, list) or len(betas) != 2
-                or not all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1 for b in betas)):
-            raise ConfigError("optimizer.betas", betas, "must be two numbers in [0, 1), e.g. [0.9,0.999]")
-    if opt.get("nesterov") and (opt.momentum <= 0 or opt.dampening != 0):
-        raise ConfigError("optimizer.nesterov", True, f"needs optimizer.momentum > 0 and optimizer.dampening=0 "
-                          f"(momentum={opt.momentum}, dampening={opt.dampening})")
-
-
-def _gib(n_bytes: float) -> str:
-    """``n_bytes`` for a message: GiB, MiB or KiB with one decimal, whichever is the largest unit
-    it reaches ("0.0 GiB" said nothing of a 40 MB part), else bytes."""
+def _size(n_bytes: float) -> str:
+    """``n_bytes`` in the largest of GiB, MiB, KiB it reaches (one decimal), else bytes."""
     for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if n_bytes >= size:
             return f"{n_bytes / size:.1f} {unit}"
@@ -118,8 +123,7 @@ def _gib(n_bytes: float) -> str:
 
 
 def available_memory() -> int | None:
-    """Bytes of memory available to a new allocation: ``MemAvailable`` from /proc/meminfo on
-    Linux, else the physical memory size; None when neither can be read."""
+    """Bytes available to a new allocation: ``MemAvailable`` (Linux), else physical memory, else None."""
     try:
         with open("/proc/meminfo", encoding="ascii") as f:
             for line in f:
@@ -134,26 +138,23 @@ def available_memory() -> int | None:
 
 
 def memory_estimate(cfg: DictConfig, seq_len: int, vocab_size: int) -> dict[str, float]:
-    """Bytes a run needs, by part: ``token_embedding`` (vocab_size, d_model), ``attention``
-    (the Q/K/V weights of every head and W_out, with their gradients and two Adam moments),
-    ``next_token_head`` (the objective's (vocab_size, d_model) head, trained, and its (T, vocab)
-    logits), ``activations`` (X, Q, K, V, Z and the (H, T, T) scores and weights of forward and
-    backward). float32 throughout; a lower bound good to a few percent for the sizes that matter."""
-    m = cfg.model
-    d_model, d_k, d_v, heads, t = m.d_model, m.d_k, m.d_v, m.n_heads, seq_len
+    """Bytes a run needs by part, float32, a lower bound: ``token_embedding`` (vocab, d_model);
+    ``attention`` (W_q, W_k, W_v, W_out with gradients and two Adam moments); ``next_token_head``
+    (trained (vocab, d_model) head and its (T, vocab) logits); ``activations`` (X, Q, K, V, Z and
+    the (H, T, T) scores and weights, forward and backward)."""
+    m, t = cfg.model, seq_len
     next_token = plain(cfg.train.objective) == "next_token" and plain(cfg.task) == "train"
     return {
-        "token_embedding": FLOAT32_BYTES * vocab_size * d_model,
-        "attention": FLOAT32_BYTES * 4 * heads * d_model * (2 * d_k + d_v + (d_v if out_proj(cfg) else 0)),
-        "next_token_head": FLOAT32_BYTES * (4 * vocab_size * d_model + 3 * t * vocab_size) if next_token else 0,
-        "activations": FLOAT32_BYTES * (6 * heads * t * t + t * (4 * d_model + 4 * heads * (d_k + d_v))),
+        "token_embedding": FLOAT32_BYTES * vocab_size * m.d_model,
+        "attention": FLOAT32_BYTES * 4 * m.n_heads * m.d_model * (2 * m.d_k + m.d_v + (m.d_v if out_proj(cfg) else 0)),
+        "next_token_head": FLOAT32_BYTES * (4 * vocab_size * m.d_model + 3 * t * vocab_size) if next_token else 0,
+        "activations": FLOAT32_BYTES * (6 * m.n_heads * t * t + t * (4 * m.d_model + 4 * m.n_heads * (m.d_k + m.d_v))),
     }
 
 
 def disk_estimate(cfg: DictConfig, seq_len: int) -> dict[str, float]:
-    """Bytes a training run writes into its run dir, by part: ``metrics.csv`` (a row per step),
-    ``attention.npz`` (a (T, T) float32 matrix per snapshot), TensorBoard (a scalar per step,
-    a PNG per snapshot when ``logging.images``)."""
+    """Bytes a training run writes, by file: a metrics.csv row per step, a (H, T, T) float32 per
+    snapshot in attention.npz, TensorBoard's scalar per step and PNG per snapshot."""
     n_snaps = len(snapshot_steps(cfg.train))
     parts = {"metrics.csv": METRICS_ROW_BYTES * cfg.train.steps,
              "attention.npz": FLOAT32_BYTES * n_snaps * cfg.model.n_heads * seq_len * seq_len}
@@ -164,19 +165,16 @@ def disk_estimate(cfg: DictConfig, seq_len: int) -> dict[str, float]:
 
 
 def resources(cfg: DictConfig, seq_len: int, vocab_size: int, run_dir: Path | None = None) -> None:
-    """Refuse, before anything is allocated, a run whose memory (:func:`memory_estimate`) is
-    more than the memory available, or whose run-dir files (:func:`disk_estimate`, training
-    only) are more than the free space where ``run_dir`` lies. Raises ConfigError naming the
-    key that makes the run large (``model.d_model``, the text, ``train.steps`` or
-    ``train.snapshot_steps``)."""
+    """Refuse a run that needs more memory than is available, or (training with a ``run_dir``)
+    more disk than is free there. Raises ConfigError naming the key that makes it large."""
     need = memory_estimate(cfg, seq_len, vocab_size)
     available = available_memory()
     if available is not None and sum(need.values()) > available:
         key, value = (("model.d_model", cfg.model.d_model) if need["token_embedding"] >= need["activations"]
                       else ("text_file", cfg.text_file) if cfg.get("text_file") else ("sentence", f"{seq_len} tokens"))
-        parts = ", ".join(f"{name} {_gib(n)}" for name, n in need.items() if n)
-        raise ConfigError(key, value, f"the run needs about {_gib(sum(need.values()))} of memory ({parts}), "
-                          f"more than the {_gib(available)} available")
+        parts = ", ".join(f"{name} {_size(n)}" for name, n in need.items() if n)
+        raise ConfigError(key, value, f"the run needs about {_size(sum(need.values()))} of memory ({parts}), "
+                          f"more than the {_size(available)} available")
     if run_dir is None or plain(cfg.task) != "train":
         return
     disk = disk_estimate(cfg, seq_len)
@@ -187,6 +185,6 @@ def resources(cfg: DictConfig, seq_len: int, vocab_size: int, run_dir: Path | No
     if sum(disk.values()) > free:
         key = "train.steps" if disk["metrics.csv"] >= disk["attention.npz"] else "train.snapshot_steps"
         value = cfg.train.steps if key == "train.steps" else cfg.train.snapshot_steps
-        parts = ", ".join(f"{name} {_gib(n)}" for name, n in disk.items())
-        raise ConfigError(key, value, f"the run would write about {_gib(sum(disk.values()))} ({parts}), "
-                          f"more than the {_gib(free)} free on the disk of {existing}")
+        parts = ", ".join(f"{name} {_size(n)}" for name, n in disk.items())
+        raise ConfigError(key, value, f"the run would write about {_size(sum(disk.values()))} ({parts}), "
+                          f"more than the {_size(free)} free on the disk of {existing}")

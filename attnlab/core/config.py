@@ -1,13 +1,9 @@
-"""The config schema (Hydra structured configs): every key's type and default, written once.
+"""The config schema as plain dataclasses: every key's type and default, written once.
 
-The dataclasses below are registered in Hydra's ConfigStore (``register_configs``) and back the
-YAML files in ``conf/``, which add only what differs from these defaults: a mistyped key or a
-value of the wrong type is reported by Hydra itself (``model.d_model=abc``). Value checks that a
-type cannot express (positive sizes, snapshot steps inside the run, ...) are in
-:mod:`attnlab.core.checks`.
-
-Defaults are the tutorial's section 5 (seed 42, d_model 6, d_k 4, d_v = d_model, init std 1.0,
-Adam lr 0.05, 201 steps, snapshots at 0, 20, 50, 100, 200, focus on token 1, ' journey').
+``conf/`` YAML files add only what differs from these defaults; OmegaConf reports a mistyped key
+or a value of the wrong type (``model.d_model=abc``). Value checks a type cannot express are in
+:mod:`attnlab.core.checks`. Defaults are tutorial §5's (seed 42, d_model 6, d_k 4, d_v = d_model,
+init std 1.0, Adam lr 0.05, 201 steps, snapshots at 0, 20, 50, 100, 200, focus on ' journey').
 """
 from __future__ import annotations
 
@@ -191,8 +187,8 @@ def optimizer_schema(target: Any) -> type[OptimizerConfig]:
 
 
 def register_configs() -> None:
-    """Register the schema nodes that ``conf/`` YAML files extend (``base_config``,
-    ``schema/optimizer/adam`` ...). Safe to call more than once."""
+    """TRANSITIONAL, until attnlab.commands.hydra_config.register_configs replaces it: register
+    the schema nodes ``conf/`` extends in Hydra's ConfigStore. Safe to call more than once."""
     from hydra.core.config_store import ConfigStore
 
     cs = ConfigStore.instance()
@@ -202,6 +198,29 @@ def register_configs() -> None:
 
 
 SNAPSHOT_FRACTIONS = (0.0, 0.1, 0.25, 0.5, 1.0)  # tutorial §5: steps 0, 20, 50, 100, 200 of 0..200
+
+
+def resolve_out_proj(out_proj: bool | str, n_heads: int, d_v: int, d_model: int, *, z_in_d_model: bool) -> bool:
+    """Whether the attention gets an output projection W_out (H·d_v → d_model).
+
+    ``z_in_d_model``: something needs Z in d_model columns (§5 training: the MSE compares Z with
+    X; the next-token head reads d_model); the walkthrough (§4) does not. ``"auto"``: W_out when
+    H > 1 (it mixes the heads, Vaswani et al. 2017 §3.2.2) or when ``z_in_d_model`` and
+    H·d_v ≠ d_model, so the tutorial's configurations get none; ``True`` / ``False``: always /
+    never. Raises ConfigError("out_proj", value, ...) for another value, or for ``False`` when
+    ``z_in_d_model`` and H·d_v ≠ d_model.
+    """
+    mismatch = z_in_d_model and n_heads * d_v != d_model
+    if out_proj == "auto":
+        return n_heads > 1 or mismatch
+    if not isinstance(out_proj, bool):
+        raise ConfigError("out_proj", out_proj, "must be auto, true or false")
+    if not out_proj and mismatch:
+        raise ConfigError("out_proj", out_proj,
+                          f"Z has n_heads·d_v = {n_heads}·{d_v} = {n_heads * d_v} columns but the loss needs "
+                          f"d_model = {d_model}; use out_proj=auto or true (a W_out brings Z to d_model), "
+                          f"or make n_heads·d_v = d_model")
+    return out_proj
 
 
 def snapshot_steps(train: Any) -> list[int]:

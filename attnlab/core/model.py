@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnlab.core.errors import ConfigError
-from attnlab.core.projection import resolve_out_proj  # noqa: F401  (attnlab.core.model.resolve_out_proj)
+from attnlab.core.config import resolve_out_proj
 
 GPT2_VOCAB_SIZE = 50257  # tutorial §2
 ATTENTION_PATHS = ("explicit", "sdpa")
