@@ -2,7 +2,6 @@
 import json
 
 import numpy as np
-import pytest
 
 from attnlab.core.training import train
 from attnlab.core.walkthrough import walkthrough
@@ -22,13 +21,17 @@ def test_section5_losses_and_journey_rows(cfg_of):
         assert [f"{v:.2f}" for v in snap.weights[0, 1]] == [f"{v:.2f}" for v in row]
         assert snap.weights.shape == (1, 6, 6)
         np.testing.assert_allclose(snap.weights.sum(-1), 1.0, atol=1e-6)
-    assert result.losses[0] == pytest.approx(2.3566272258758545, abs=0)
+    assert f"{result.losses[0]:.4f}" == "2.3566"  # as §5 prints it
     assert result.steps_to_threshold == 94  # train.loss_threshold = 1e-3
 
 
-def test_walkthrough_sections_1_to_4(cfg_of, capsys):
-    arrays = walkthrough(cfg_of("experiment=tutorial_walkthrough"))
-    out = capsys.readouterr().out
+def test_walkthrough_sections_1_to_4(cfg_of, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    lines: list[str] = []
+    arrays = walkthrough(cfg_of("experiment=tutorial_walkthrough"), print_line=lines.append)
+    out = "\n".join(lines) + "\n"
+    assert list(tmp_path.iterdir()) == []  # it writes nothing
+    assert all("\n" not in line for line in lines)  # one line per call
     assert arrays["token_ids"].tolist() == TUTORIAL_IDS
     assert [[f"{v:.4f}" for v in row] for row in arrays["token_embeddings"][:3]] == \
         [[f"{v:.4f}" for v in row] for row in GOLDEN_EMBEDDING_ROWS]
@@ -58,7 +61,8 @@ def test_cli_default_run_prints_tutorial_lines_and_writes_artifacts(default_cli_
     metrics = (run_dir / "metrics.csv").read_text().splitlines()
     assert metrics[0] == "step,loss"
     assert len(metrics) == 202
-    assert metrics[1] == "0,2.3566272258758545"
+    step, loss = metrics[1].split(",")
+    assert step == "0" and f"{float(loss):.4f}" == "2.3566"
     with np.load(run_dir / "attention.npz") as npz:
         assert npz["steps"].tolist() == [0, 20, 50, 100, 200]
         assert npz["weights"].shape == (5, 1, 6, 6)

@@ -21,8 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnlab.core.errors import ConfigError
 from attnlab.core.config import resolve_out_proj
+from attnlab.core.errors import ConfigError
 
 GPT2_VOCAB_SIZE = 50257  # tutorial §2
 ATTENTION_PATHS = ("explicit", "sdpa")

@@ -6,9 +6,7 @@ the tutorial_walkthrough preset (seed 123, std 0.02) this prints the tutorial's 
 """
 from __future__ import annotations
 
-import io
-import sys
-from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -17,23 +15,18 @@ from omegaconf import DictConfig
 from attnlab.core import checks
 from attnlab.core.tokenizer import show, tokenize
 from attnlab.core.training import build_model, one_at_a_time
-from attnlab.outputs.artifacts import WALKTHROUGH, atomic_savez
-from attnlab.outputs.console import job_prefix, prefixed
 
 
 @one_at_a_time
-def walkthrough(cfg: DictConfig, run_dir: Path | None = None, file=None) -> dict[str, np.ndarray]:
-    """Print sections 1–4 for ``cfg`` and return the intermediates as arrays: ``token_ids`` (T,),
-    ``token_embeddings``, ``pos_embeddings``, ``X`` (T, d_model), ``Q``, ``K`` (T, d_k), ``V``
-    (T, d_v), ``scores``, ``weights`` (T, T), ``Z`` (T, d_v). Also saved as ``walkthrough.npz``
-    in ``run_dir`` when given. Prints to ``file`` (default stdout; nothing with
-    ``logging.console=false``), each line prefixed ``[job N]`` in a sweep whose launcher may run
-    jobs side by side (:func:`attnlab.outputs.console.job_prefix`). Raises ConfigError / TokenizerError on bad input."""
-    out = file or (sys.stdout if cfg.logging.console else io.StringIO())
-    prefix = job_prefix()  # "[job N] " in a sweep whose jobs may run side by side
+def walkthrough(cfg: DictConfig, print_line: Callable[[str], object] = print) -> dict[str, np.ndarray]:
+    """Print sections 1–4 for ``cfg``, one line per ``print_line(str)`` call, and return the
+    intermediates (head 0): ``token_ids`` (T,), ``token_embeddings``, ``pos_embeddings``, ``X``
+    (T, d_model), ``Q``, ``K`` (T, d_k), ``V`` (T, d_v), ``scores``, ``weights`` (T, T), ``Z``
+    (T, d_v). Writes nothing. Raises ConfigError / TokenizerError on bad input."""
 
     def p(*args: object) -> None:
-        print(prefixed(" ".join(str(a) for a in args), prefix), file=out)
+        for line in " ".join(str(a) for a in args).split("\n"):
+            print_line(line)
 
     checks.validate(cfg)
     prepared = tokenize(cfg)  # §1
@@ -93,6 +86,4 @@ def walkthrough(cfg: DictConfig, run_dir: Path | None = None, file=None) -> dict
     arrays = {"token_ids": np.asarray(ids, dtype=np.int64), "token_embeddings": tok_emb.cpu().numpy(),
               "pos_embeddings": pos_emb.cpu().numpy(), "X": X.cpu().numpy(),
               **{k: v.cpu().numpy() for k, v in parts.items()}, "weights": w, "Z": Z.cpu().numpy()}
-    if run_dir is not None:
-        atomic_savez(Path(run_dir) / WALKTHROUGH, **arrays)
     return arrays
