@@ -1,15 +1,11 @@
-"""The tutorial's model, one small module per concept, and the order its parameters are created in.
+"""The tutorial's model, one small module per concept, and the order its parameters are made in.
 
-- §2–3 :class:`InputEmbedding`: X = token_embedding(ids) + position_embedding(0..T-1).
-- §4 :class:`MultiHeadSelfAttention`: Q, K, V, scores, weights, Z; with one head and the
-  switches off it is the tutorial's §4 code line for line (and bit for bit).
-- §5 the objectives: :func:`mse` against :func:`next_token_targets` (the tutorial's) and
-  :func:`next_token_cross_entropy` through a next-token head (GPT's).
-- :func:`build_section5` / :func:`build_walkthrough`: the tutorial's two random-number orders,
-  each written out in one place.
+§2–3 :class:`InputEmbedding`; §4 :class:`MultiHeadSelfAttention` (one head with the switches off
+is the tutorial's §4 code, bit for bit); §5's objectives :func:`mse` against
+:func:`next_token_targets`, or :func:`next_token_cross_entropy` through a head (GPT's);
+:func:`build_section5` / :func:`build_walkthrough`: the tutorial's two random-number orders.
 
-Shapes: T = seq_len tokens, d_model embedding size, H = n_heads, d_k the query/key size and d_v
-the value size of one head, vocab_size the tokenizer's vocabulary.
+Shapes: T tokens, d_model embedding size, H heads, d_k query/key and d_v value size per head.
 """
 from __future__ import annotations
 
@@ -30,13 +26,11 @@ NEXT_TOKEN_HEAD_STD = 0.02  # GPT-2's init std for its weights (as nanoGPT's _in
 
 
 class InputEmbedding(nn.Module):
-    """X = token_embedding(ids) + position_embedding(0..T-1), both ``(T, d_model)`` (tutorial §2–3).
+    """X = token_embedding(ids) + position_embedding(0..T-1), (T, d_model) (tutorial §2–3).
 
-    Takes the two tables already created: the order in which they are created and initialised
-    decides the random numbers drawn, and that order belongs to :func:`build_section5` /
-    :func:`build_walkthrough`. ``positional=False`` leaves the position table out of the sum
-    (exercise 5); the table still exists, so the random numbers drawn after it do not depend on
-    ``positional``.
+    Takes the two tables already made (their order decides the random numbers drawn: the
+    builders'). ``positional=False`` leaves the position table out of the sum (exercise 5); it
+    still exists, so what is drawn after it does not change.
     """
 
     def __init__(self, token_embedding: nn.Embedding, position_embedding: nn.Embedding,
@@ -58,20 +52,11 @@ class InputEmbedding(nn.Module):
 
 
 class AttentionOutput(NamedTuple):
-    """Everything one forward of :class:`MultiHeadSelfAttention` computes, named as in the
-    tutorial (§4) and in the order of TransformerLens's hook points (q, k, v, attn_scores,
-    pattern, then the output). Head h is index h of the head axis.
-
-    - ``Q``, ``K`` (H, T, d_k): queries and keys of each head.
-    - ``V`` (H, T, d_v): values of each head.
-    - ``scores`` (H, T, T): Q Kᵀ / √d_k; with ``causal``, -inf above the diagonal (masked
-      before the softmax). None when the forward was asked ``need_weights=False``.
-    - ``weights`` (H, T, T): softmax(scores) row-wise; every row sums to 1; exactly 0 above the
-      diagonal with ``causal``. Always the weights *without* dropout (the ones snapshots
-      record), even when dropout was applied to compute Z. None with ``need_weights=False``.
-    - ``Z`` (T, d_out): the context vectors; the heads' weights @ V side by side (T, H·d_v),
-      then W_out (T, d_model) when the module has one.
-    """
+    """One forward of :class:`MultiHeadSelfAttention`, named as in §4 (head h is index h):
+    ``Q``, ``K`` (H, T, d_k); ``V`` (H, T, d_v); ``scores`` (H, T, T) = Q Kᵀ / √d_k, -inf above the
+    diagonal when causal; ``weights`` (H, T, T) = softmax(scores), rows sum to 1, always without
+    dropout (scores and weights None with ``need_weights=False``); ``Z`` (T, H·d_v), or
+    (T, d_model) after W_out."""
 
     Q: torch.Tensor
     K: torch.Tensor
@@ -82,14 +67,12 @@ class AttentionOutput(NamedTuple):
 
 
 def causal_mask(T: int, device: torch.device | None = None) -> torch.Tensor:
-    """(T, T) bool, True above the diagonal: the keys j > i that query i must not see. The
-    diagonal stays visible, so no row is all masked (query i always sees key i)."""
+    """(T, T) bool, True above the diagonal: the keys j > i query i must not see."""
     return torch.ones(T, T, dtype=torch.bool, device=device).triu(diagonal=1)
 
 
 def scaled_scores(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """One head's attention scores q kᵀ / √d_k (tutorial §4.2): q, k (T, d_k) → (T, T); where
-    ``mask`` (T, T) is True the score is -inf, so its softmax weight is exactly 0."""
+    """q kᵀ / √d_k (tutorial §4.2): q, k (T, d_k) → (T, T); -inf where ``mask`` is True."""
     scores = q @ k.T / k.shape[-1] ** 0.5  # (T, T)
     if mask is not None:
         scores = scores.masked_fill(mask, float("-inf"))
@@ -98,41 +81,22 @@ def scaled_scores(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None = 
 
 class MultiHeadSelfAttention(nn.Module):
     """H heads of scaled dot-product self-attention side by side (tutorial §4; Vaswani et al.
-    2017, eq. 1 per head and §3.2.2 for the heads).
+    2017, eq. 1 and §3.2.2).
 
-    Per head h: Q_h = X W_qhᵀ, K_h = X W_khᵀ, V_h = X W_vhᵀ; scores_h = Q_h K_hᵀ / √d_k (-inf above
-    the diagonal when ``causal``); weights_h = softmax(scores_h) row-wise;
-    head_h = dropout(weights_h) V_h. Z = [head_1 … head_H] (T, H·d_v), then Z W_outᵀ (T, d_model)
-    when ``out_proj``.
+    Per head: Q_h = X W_qhᵀ, K_h = X W_khᵀ, V_h = X W_vhᵀ; weights_h = softmax(Q_h K_hᵀ / √d_k);
+    head_h = dropout(weights_h) V_h; Z = [head_1 … head_H] (T, H·d_v), then Z W_outᵀ with ``out_proj``.
 
-    Parameters, created in this order (it decides the random numbers drawn):
+    Parameters, in creation order (it decides the random numbers): W_query, W_key (Linear(d_model,
+    H·d_k)), W_value (Linear(d_model, H·d_v)), bias-free, nn.Linear's init (rows h·d_k … of head h;
+    H = 1: the tutorial's three layers); with ``qkv_bias`` their biases, U(±1/√d_model), after all
+    three weights; with ``out_proj`` W_out = Linear(H·d_v, d_model), bias-free.
 
-    1. ``W_query`` = Linear(d_model, H·d_k), ``W_key`` = Linear(d_model, H·d_k),
-       ``W_value`` = Linear(d_model, H·d_v), bias-free, nn.Linear's own init; rows
-       h·d_k … (h+1)·d_k - 1 of W_query / W_key (h·d_v … of W_value) are head h. With H = 1 these
-       are the tutorial's three layers, same shapes, same numbers.
-    2. with ``qkv_bias``: their biases, (H·d_k,), (H·d_k,), (H·d_v,), drawn U(-1/√d_model,
-       1/√d_model) like nn.Linear's own, *after* all three weights, so switching the bias on
-       leaves the weights as they were.
-    3. with ``out_proj``: ``W_out`` = Linear(H·d_v, d_model), bias-free (Vaswani's W^O), nn.Linear's
-       own init. Whether a configuration gets one is decided by :func:`resolve_out_proj`.
-
-    ``attention``: ``"explicit"`` computes each head with the tutorial's matmul-softmax-matmul,
-    one head at a time with 2-D matmuls, so H = 1 is the tutorial's arithmetic to the bit (a
-    batched (H, T, T) matmul rounds differently: 183 of the default run's 201 losses would move
-    by up to 1.2e-7); ``"sdpa"`` computes all
-    heads at once with ``torch.nn.functional.scaled_dot_product_attention`` (fused kernels, no
-    weights): the weights are then computed the explicit way, without gradient, only when the
-    forward is asked ``need_weights=True`` (snapshot steps).
-
-    ``dropout`` (p): in training mode (``.train()``), each weight is zeroed with probability p
-    and the rest scaled by 1/(1-p) before weights @ V (Srivastava et al. 2014; as GPT-2); the
-    random numbers come from torch's generator, so the same seed gives the same masks. The
-    explicit and sdpa paths draw different masks. No dropout in eval mode or with p = 0 (no
-    random numbers drawn then). The returned ``weights`` are always without dropout.
-
-    Raises ConfigError (key = the argument's name) for a size that is not a positive integer,
-    ``dropout`` outside [0, 1), ``attention`` not in :data:`ATTENTION_PATHS`, ``out_proj`` not a bool.
+    ``attention="explicit"``: §4's matmul-softmax-matmul one head at a time with 2-D matmuls (a
+    batched (H, T, T) matmul rounds differently); ``"sdpa"``: F.scaled_dot_product_attention for
+    all heads, the weights recomputed without gradient only when asked. ``dropout`` p zeroes
+    weights in training mode only (the two paths draw different masks). Raises ConfigError (key =
+    the argument) for a size that is not a positive int, dropout outside [0, 1), another
+    ``attention``, or ``out_proj`` not a bool.
     """
 
     def __init__(self, d_model: int, d_k: int, d_v: int, n_heads: int = 1, *, causal: bool = False,
@@ -164,9 +128,7 @@ class MultiHeadSelfAttention(nn.Module):
         return self.d_model if self.W_out is not None else self.n_heads * self.d_v
 
     def forward(self, X: torch.Tensor, need_weights: bool = True) -> AttentionOutput:
-        """X (T, d_model) → :class:`AttentionOutput` (Q, K, V, scores, weights, Z; shapes there).
-        ``need_weights=False`` returns scores and weights as None on both paths (on the sdpa
-        path it saves computing them)."""
+        """X (T, d_model) → :class:`AttentionOutput`."""
         T = X.shape[0]
         Q_all, K_all, V_all = self.W_query(X), self.W_key(X), self.W_value(X)  # (T, H·d_k), (T, H·d_k), (T, H·d_v)
         mask = causal_mask(T, X.device) if self.causal else None
@@ -232,13 +194,8 @@ def _add_bias(linear: nn.Linear) -> None:
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """The model's sizes and switches as plain values (the ``model.*`` config keys; no Hydra).
-
-    ``init_std``: std of both embedding tables; ``positional``: add the position table (learned)
-    or not; the rest as in :class:`MultiHeadSelfAttention`, with ``out_proj`` ``"auto"`` | True |
-    False resolved by :func:`resolve_out_proj`. The switches' defaults are the tutorial's
-    (all off).
-    """
+    """The ``model.*`` keys as plain values (``out_proj`` "auto" | True | False, resolved by
+    :func:`~attnlab.core.config.resolve_out_proj`); the switches' defaults are the tutorial's."""
 
     d_model: int
     d_k: int
@@ -254,8 +211,7 @@ class ModelSpec:
 
 
 class AttentionModel(nn.Module):
-    """The built model: ``embedding`` (§2–3), ``attention`` (§4) and, for the next-token
-    objective, ``next_token_head`` (Linear(d_model, vocab_size), bias-free; else None)."""
+    """``embedding`` (§2–3), ``attention`` (§4), ``next_token_head`` (Linear(d_model, vocab) or None)."""
 
     def __init__(self, embedding: InputEmbedding, attention: MultiHeadSelfAttention,
                  next_token_head: nn.Linear | None = None) -> None:
@@ -265,8 +221,7 @@ class AttentionModel(nn.Module):
         self.next_token_head = next_token_head
 
     def trained_parameters(self) -> list[nn.Parameter]:
-        """What §5 trains, in creation order: the attention's parameters, then the head's. The
-        embeddings are not trained (X is computed once and detached)."""
+        """What §5 trains, in creation order (the embeddings are not: X is computed once)."""
         params = list(self.attention.parameters())
         if self.next_token_head is not None:
             params += list(self.next_token_head.parameters())
@@ -281,21 +236,11 @@ def _attention(spec: ModelSpec, z_in_d_model: bool) -> MultiHeadSelfAttention:
 
 
 def build_section5(spec: ModelSpec, vocab_size: int, seq_len: int, next_token_head: bool = False) -> AttentionModel:
-    """The model of tutorial §5, its parameters created in §5's order from torch's default
-    generator (seed it first; create on the CPU, move afterwards):
-
-    1. token table nn.Embedding(vocab_size, d_model) (draws nn.Embedding's own N(0, 1) init),
-    2. position table nn.Embedding(seq_len, d_model),
-    3. token table re-drawn N(0, init_std²), 4. position table re-drawn N(0, init_std²),
-    5. the attention: W_query, W_key, W_value, [their biases], [W_out]
-       (:class:`MultiHeadSelfAttention`; W_out per :func:`resolve_out_proj` with Z in d_model),
-    6. with ``next_token_head`` (``train.objective=next_token``): Linear(d_model, vocab_size),
-       bias-free, re-drawn N(0, 0.02²) (GPT-2's init).
-
-    Every parameter a switch adds is created after all of the tutorial's, so the defaults draw
-    the tutorial's random numbers (its golden numbers, bit for bit) and a switch leaves the
-    parameters created before it unchanged. Raises ConfigError as :func:`resolve_out_proj` and
-    :class:`MultiHeadSelfAttention` do.
+    """Tutorial §5's model, made in §5's order from torch's generator (seed first, on the CPU):
+    token table nn.Embedding(vocab_size, d_model) and position table nn.Embedding(seq_len,
+    d_model) (nn.Embedding's N(0, 1) drawn), both re-drawn N(0, init_std²); the attention (Z in
+    d_model); with ``next_token_head`` Linear(d_model, vocab_size), bias-free, N(0, 0.02²)
+    (GPT-2's). Whatever a switch adds comes after the tutorial's, so the defaults draw its numbers.
     """
     token_embedding = nn.Embedding(vocab_size, spec.d_model)
     position_embedding = nn.Embedding(seq_len, spec.d_model)
@@ -311,16 +256,9 @@ def build_section5(spec: ModelSpec, vocab_size: int, seq_len: int, next_token_he
 
 
 def build_walkthrough(spec: ModelSpec, vocab_size: int, seq_len: int) -> AttentionModel:
-    """The model of tutorial §2–4, its parameters created in the order the tutorial's text runs
-    (seed first; the only order that prints the tutorial's §2 numbers):
-
-    1. token table nn.Embedding(vocab_size, d_model), re-drawn N(0, init_std²) at once (§2),
-    2. position table nn.Embedding(seq_len, d_model), re-drawn N(0, init_std²) (§3),
-    3. the attention: W_query, W_key, W_value, [their biases], [W_out] (§4.1); the walkthrough has
-       no loss, so ``"auto"`` gives a W_out only for H > 1 and Z stays (T, d_v) for one head.
-
-    No next-token head (nothing is trained). Raises ConfigError as :func:`build_section5`.
-    """
+    """Tutorial §2–4's model, in the order its text runs (the only one that prints its §2
+    numbers): token table made and re-drawn N(0, init_std²), then the position table, then the
+    attention (no loss, so "auto" gives W_out only for H > 1). No next-token head."""
     token_embedding = nn.Embedding(vocab_size, spec.d_model)
     nn.init.normal_(token_embedding.weight, mean=0.0, std=spec.init_std)
     position_embedding = nn.Embedding(seq_len, spec.d_model)
@@ -343,13 +281,9 @@ def mse(Z: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 
 
 def next_token_cross_entropy(logits: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
-    """GPT's objective: mean over positions i = 0 … T-2 of -log softmax(logits[i])[token_ids[i+1]],
-    in nats (a scalar). ``logits`` (T, vocab_size) = next_token_head(Z); ``token_ids`` (T,).
-
-    The last position has no next token in the text, so it is left out (GPT's training takes the
-    target from the text after the window; here there is none). Unlike §5's MSE target, which
-    uses X[-1] itself for the last row. Raises ValueError for T < 2 (nothing to predict).
-    """
+    """GPT's objective in nats: mean over i < T-1 of -log softmax(logits[i])[token_ids[i+1]];
+    ``logits`` (T, vocab_size), ``token_ids`` (T,). The last position has no next token (§5's
+    MSE uses X[-1] itself there). Raises ValueError for T < 2."""
     if token_ids.shape[0] < 2:
         raise ValueError(f"next_token_cross_entropy needs at least 2 tokens, got {token_ids.shape[0]}")
     return F.cross_entropy(logits[:-1], token_ids[1:])
