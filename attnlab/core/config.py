@@ -44,17 +44,14 @@ LOSS_NAMES = {Objective.mse.value: "MSE", Objective.next_token.value: "cross-ent
 
 
 def objective_of(config: Any) -> Any:
-    """``train.objective`` of a config read from a run dir (plain data, maybe edited): the value
-    itself, None when absent (runs made before the option: the default ``mse``)."""
+    """``train.objective`` of plain config data from a run dir; None when absent (= ``mse``)."""
     train = config.get("train") if isinstance(config, dict) else None
     return train.get("objective") if isinstance(train, dict) else None
 
 
 def loss_name(objectives: Any) -> str | None:
-    """The name of the loss of runs trained with ``objectives`` (``train.objective`` values as
-    read from configs; a missing one, None, is the default ``mse`` of runs made before the
-    option existed): "MSE", "cross-entropy, nats", or None when they differ or one is not an
-    objective attnlab has."""
+    """"MSE" or "cross-entropy, nats" for runs trained with ``objectives`` (``train.objective``
+    values, None = mse); None when they differ or one is not attnlab's."""
     names = {LOSS_NAMES.get(Objective.mse.value if o is None else o) if isinstance(o, (str, type(None))) else None
              for o in objectives}
     return names.pop() if len(names) == 1 else None
@@ -174,11 +171,8 @@ OPTIMIZERS = {"adam": AdamConfig, "adamw": AdamWConfig, "sgd": SGDConfig}
 
 
 def optimizer_schema(target: Any) -> type[OptimizerConfig]:
-    """The schema class of a shipped optimizer ``_target_`` (``torch.optim.Adam`` → AdamConfig).
-
-    The one allow-list of what attnlab instantiates: raises ConfigError for any other target,
-    so a shared config cannot make attnlab import arbitrary code.
-    """
+    """The schema of a shipped optimizer ``_target_`` (``torch.optim.Adam`` → AdamConfig): the
+    allow-list of what attnlab builds. Raises ConfigError for any other target."""
     for node in OPTIMIZERS.values():
         if node._target_ == target:
             return node
@@ -224,25 +218,22 @@ def resolve_out_proj(out_proj: bool | str, n_heads: int, d_v: int, d_model: int,
 
 
 def snapshot_steps(train: Any) -> list[int]:
-    """The snapshot steps of ``train`` (the ``train`` config node), sorted and unique: its
-    ``snapshot_steps`` list, or when that is null the tutorial's pattern scaled to the run,
-    ``round(f · (steps - 1))`` for f in 0, 0.1, 0.25, 0.5, 1 (201 steps: 0, 20, 50, 100, 200)."""
+    """The ``train`` node's snapshot steps, sorted and unique (null: :func:`automatic_snapshot_steps`)."""
     if train.snapshot_steps is not None:
         return sorted(set(train.snapshot_steps))
     return automatic_snapshot_steps(train.steps)
 
 
 def automatic_snapshot_steps(steps: int) -> list[int]:
-    """``train.snapshot_steps: null`` for a run of ``steps`` steps: the tutorial's pattern,
-    ``round(f · (steps - 1))`` for f in 0, 0.1, 0.25, 0.5, 1, sorted and unique."""
+    """§5's pattern scaled to the run: ``round(f · (steps - 1))`` for f in 0, 0.1, 0.25, 0.5, 1
+    (201 steps: 0, 20, 50, 100, 200), sorted and unique."""
     last = steps - 1
     return sorted({int(f * last + 0.5) for f in SNAPSHOT_FRACTIONS})
 
 
 def with_recorded_snapshot_steps(data: dict) -> dict:
-    """Plain config ``data`` as ``summary.json`` records it: a null ``train.snapshot_steps`` (automatic)
-    replaced, in place, by the steps a run of ``train.steps`` takes (:func:`automatic_snapshot_steps`);
-    anything else (a list, steps that are not a positive int) left as it is. Returns ``data``."""
+    """Plain config ``data`` as summary.json records it: a null ``train.snapshot_steps`` replaced in
+    place by the steps taken, when ``train.steps`` is a positive int. Returns ``data``."""
     train = data.get("train")
     if isinstance(train, dict) and train.get("snapshot_steps") is None:
         steps = train.get("steps")
@@ -271,8 +262,7 @@ def _raw(data: dict, key: str) -> Any:
 
 @functools.lru_cache(maxsize=1)
 def schema_keys() -> frozenset[str]:
-    """Every dotted key of the schema (``model.d_model``, ``optimizer.momentum`` ...), the
-    optimizer keys of all shipped optimizers together."""
+    """Every dotted key of the schema, the keys of all shipped optimizers together."""
     keys = set(_dotted_keys(OmegaConf.to_container(OmegaConf.structured(Config), throw_on_missing=False)))
     for node in OPTIMIZERS.values():
         keys |= set(_dotted_keys(OmegaConf.to_container(OmegaConf.structured(node)), "optimizer."))
@@ -280,9 +270,8 @@ def schema_keys() -> frozenset[str]:
 
 
 def literal(data: Any) -> Any:
-    """Plain data (strings, numbers, lists, dicts) with every ``${`` in a string escaped, so
-    OmegaConf keeps it as text: a config that was already resolved (summary.json's ``config``)
-    can be loaded again without anything in it being interpolated or any resolver running."""
+    """Plain data with every ``${`` in a string escaped: a resolved config (summary.json's) loads
+    again as text, nothing interpolated, no resolver run."""
     import re
 
     if isinstance(data, str):
@@ -295,11 +284,9 @@ def literal(data: Any) -> Any:
 
 
 def resolve(cfg: DictConfig) -> dict:
-    """The typed config ``cfg`` as plain, fully resolved data (enums as strings; an automatic
-    ``train.snapshot_steps`` as the steps it stands for), after checking that it holds no key
-    the schema lacks (Hydra's ``+key=value`` adds any key). Raises
-    ConfigError (one line naming the key) for an extra key, or for an interpolation or resolver
-    that cannot be resolved (a missing key, a recursive one, an unset environment variable)."""
+    """``cfg`` as plain resolved data (enums as strings, automatic snapshot steps filled in).
+    Raises ConfigError naming the key for a key the schema lacks (``+key=value``) or an
+    interpolation that cannot be resolved (missing, recursive, an unset environment variable)."""
     from omegaconf.errors import OmegaConfBaseException
 
     raw = OmegaConf.to_container(cfg, resolve=False, enum_to_str=True)
@@ -334,9 +321,8 @@ GROUP_HINT = ("is a section of keys, not a value: a config group option such as 
 
 
 def _check_sections(cfg: DictConfig) -> None:
-    """Raises ConfigError when a section of the schema (``model``, ``optimizer`` (typed ``Any``:
-    its schema follows its ``_target_``), ``logging`` ...) holds a plain value: a group option
-    given to a config that has no groups."""
+    """Raises ConfigError (:data:`GROUP_HINT`) when a section (``model``, ``optimizer``, ...)
+    holds a plain value: a group option given to a config without groups."""
     schema = OmegaConf.structured(Config)
     for key in cfg.keys():
         if key == "optimizer" or (key in schema and OmegaConf.is_dict(schema._get_node(key))):
@@ -346,16 +332,11 @@ def _check_sections(cfg: DictConfig) -> None:
 
 
 def apply_schema(cfg: Any) -> DictConfig:
-    """``cfg`` (a composed config, e.g. a saved ``.hydra/config.yaml`` loaded as plain data)
-    merged onto the :class:`Config` schema, with ``optimizer`` merged onto the shipped
-    optimizer class its ``_target_`` names. Nothing is imported or instantiated.
-
-    Raises ConfigError (one line) for a section given a plain value (a config group option,
-    ``logging=off``, on a config without groups: :data:`GROUP_HINT`), a ``_target_`` outside the
-    shipped torch.optim classes, a key the schema does not have (``hydra``, ``defaults``,
-    ``model._target_``, keys of another attnlab version) or a value of the wrong type. A config
-    already typed by this schema (as Hydra composes it) is returned as is.
-    """
+    """``cfg`` (composed, or a saved ``.hydra/config.yaml`` as plain data) merged onto
+    :class:`Config`, ``optimizer`` onto the shipped schema its ``_target_`` names; nothing is
+    imported or instantiated. A config Hydra already typed is returned as is. Raises
+    ConfigError (one line) for a section given a plain value, another ``_target_``, a key the
+    schema lacks or a value of the wrong type."""
     from omegaconf.errors import OmegaConfBaseException
 
     if not isinstance(cfg, DictConfig):
@@ -364,7 +345,7 @@ def apply_schema(cfg: Any) -> DictConfig:
         _check_sections(cfg)
     schema = optimizer_schema(OmegaConf.select(cfg, "optimizer._target_", default=None))
     if OmegaConf.get_type(cfg) is Config and OmegaConf.get_type(cfg.optimizer) is schema:
-        OmegaConf.set_struct(cfg, True)  # already typed (composed by Hydra onto the schema): ~30 ms saved
+        OmegaConf.set_struct(cfg, True)  # already typed (composed by Hydra onto the schema)
         return cfg
     try:
         optimizer = OmegaConf.merge(OmegaConf.structured(schema), cfg.optimizer)

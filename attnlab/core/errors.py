@@ -12,9 +12,6 @@ class ConfigError(AttnlabError, ValueError):
         self.key, self.value, self.allowed = key, value, allowed
         super().__init__(f"{key}={value!r}: {allowed}")
 
-    def __reduce__(self):  # rebuilt from its parts (a pickle from attnlab's render child)
-        return type(self), (self.key, self.value, self.allowed)
-
 
 class TokenizerError(AttnlabError):
     """An encoding cannot be loaded (offline, unknown name, corrupted ranks file)."""
@@ -25,20 +22,14 @@ class RunDirError(AttnlabError):
 
 
 class WriteError(AttnlabError, OSError):
-    """A file of a run dir could not be written (disk full, file-size limit, read-only folder,
-    I/O error), e.g. ``no space left on device while writing metrics.csv at step 57``.
-
-    ``file`` is the file's name in the run dir, ``step`` the first step whose record was not
-    written (None when the file is not a per-step record), ``reason`` the OS's reason in
-    words and ``errno`` its number (``OSError.errno``)."""
+    """A run-dir file could not be written: ``no space left on device while writing metrics.csv
+    at step 57``. ``file`` (name in the run dir), ``reason`` (the OS's, in words), ``step`` (the
+    first step not written, None for a file that is no per-step record), ``errno``."""
 
     def __init__(self, file: str, reason: str, step: int | None = None, errno: int | None = None) -> None:
         self.file, self.reason, self.step = file, reason, step
         super().__init__(f"{reason} while writing {file}" + (f" at step {step}" if step is not None else ""))
         self.errno = errno
-
-    def __reduce__(self):  # rebuilt from its parts (a pickle from attnlab's render child)
-        return type(self), (self.file, self.reason, self.step, self.errno)
 
     @classmethod
     def from_os_error(cls, err: OSError, file: str, step: int | None = None) -> "WriteError":
@@ -60,10 +51,8 @@ def os_reason(err: OSError) -> str:
 
 
 def as_write_error(err: BaseException, step: int | None = None) -> BaseException:
-    """``err`` as the run's failure: an OSError becomes a :class:`WriteError` naming the file
-    (from the error, else the writer it came from: ``the TensorBoard event file`` when raised
-    by TensorBoard's writer, ``the run's files`` otherwise) and ``step``; anything else is
-    returned as it is."""
+    """An OSError as a :class:`WriteError` naming the file (its filename, else the writer it came
+    from: ``the TensorBoard event file`` or ``the run's files``) and ``step``; else ``err``."""
     if isinstance(err, WriteError) or not isinstance(err, OSError) or err.errno is None:
         return err
     from pathlib import Path
@@ -89,9 +78,8 @@ def _module(frame) -> str:
 
 
 def describe(err: BaseException) -> str:
-    """One line for a run's ``error`` field: attnlab's own errors as they stand, an OSError as
-    :func:`as_write_error` says it (``no space left on device while writing the TensorBoard
-    event file``), anything else as ``TypeName: message``."""
+    """One line for a run's ``error``: attnlab's errors as they are, an OSError as
+    :func:`as_write_error` words it, anything else ``TypeName: message``."""
     err = as_write_error(err)
     if isinstance(err, AttnlabError):
         return str(err)

@@ -1,25 +1,11 @@
-"""Measured answers to the tutorial's five exercises (section 8), added to each run's summary.json.
+"""Measured answers to the tutorial's exercises (§8), added to each run's summary.json by the job.
 
-:func:`observe` is called by :func:`attnlab.commands.job.run_job` after a job finished and returns the fields
-below; :func:`columns` turns them into the columns the sweep summary and ``attnlab-compare`` show
-(:data:`COLUMNS`), so a new exercise field is added in this file only.
-
-============================  ======================================================  ========
-field                         meaning                                                 exercise
-============================  ======================================================  ========
-``n_tokens``                  T, the number of tokens of the text                     2
-``token_table``               ``[[id, label], ...]`` (first :data:`MAX_TABLE` tokens)   2
-``shapes``                    ``{stage: [dims]}`` for token_embeddings, pos_embeddings, 1
-                              X, Q, K, V, scores, weights, Z (walkthrough only)
-``max_abs_weight_minus_uniform``  max over i, j of ``|weights[i, j] - 1/T|`` of the     3
-                              walkthrough's weights (0 = perfectly uniform attention)
-``permutation_check``         with ``analysis.compare_sentence`` set: the same         5
-                              parameters applied to both texts (see
-                              :func:`permutation_check`)
-============================  ======================================================  ========
-
-Exercise 4 (lr x steps) needs nothing new: ``final_loss`` and ``steps_to_threshold`` are
-already in every training run's summary.
+:func:`observe` returns: ``n_tokens`` (T) and ``token_table`` (``[[id, label], ...]``, first
+:data:`MAX_TABLE`) for exercise 2; for the walkthrough ``shapes`` (exercise 1) and
+``max_abs_weight_minus_uniform`` (exercise 3, 0 = uniform); with ``analysis.compare_sentence``
+``permutation_check`` (exercise 5). Exercise 4 (lr x steps) reads ``final_loss`` and
+``steps_to_threshold``. :func:`columns` makes the table cells (:data:`COLUMNS`) the sweep table
+and attnlab-compare show, so a new field is added in this file only.
 """
 from __future__ import annotations
 
@@ -43,14 +29,12 @@ SAME_HIDDEN = {"n_tokens", "tokens", "shapes"}
 
 
 def token_table(token_ids: Sequence[int], labels: Sequence[str], limit: int = MAX_TABLE) -> list[list[Any]]:
-    """``[[id, label], ...]`` for the first ``limit`` tokens (labels as ``tokenizer.token_labels``:
-    a token that is part of a Chinese character or an emoji names it, ``[254, "你(2/2)"]``)."""
+    """``[[id, label], ...]`` for the first ``limit`` tokens (``[254, "你(2/2)"]``)."""
     return [[int(i), str(t)] for i, t in zip(list(token_ids)[:limit], list(labels)[:limit])]
 
 
 def max_abs_weight_minus_uniform(weights: np.ndarray) -> float:
-    """``max |weights - 1/T|`` over all entries of ``weights`` (T, T) (or (..., T, T)): how far
-    attention is from the uniform 1/T of an untrained layer with tiny scores."""
+    """``max |weights - 1/T|`` over (..., T, T): how far attention is from uniform."""
     w = np.asarray(weights, dtype=np.float64)
     return float(np.max(np.abs(w - 1.0 / w.shape[-1])))
 
@@ -67,20 +51,15 @@ def row_matching(ids_a: Sequence[int], ids_b: Sequence[int]) -> list[int] | None
 
 
 def permutation_check(cfg: DictConfig) -> dict[str, Any]:
-    """Exercise 5: apply one set of parameters to ``sentence`` (A) and
-    ``analysis.compare_sentence`` (B) and test whether B's context vectors are A's rows permuted.
+    """Exercise 5: the job's initial parameters applied to ``sentence`` (A) and
+    ``analysis.compare_sentence`` (B): are B's context vectors A's rows permuted?
 
-    The parameters are the ones the job starts from (``training.build_model`` with the job's seed
-    and order: walkthrough order for ``task=walkthrough``, section-5 order for training), so a
-    training job reports on its initial parameters. Returns ``compare_sentence``,
-    ``token_ids_a``/``token_ids_b``, ``tokens_are_permutation`` (B's ids are a reordering of A's;
-    at a sentence start GPT-2 gives ``'one'`` and ``' one'`` different ids, so "One step" vs
-    "Step one" is not), ``permutation`` (row i of Z_B is compared with row ``permutation[i]``
-    of Z_A), ``z_max_abs_diff`` = max |Z_B - Z_A[permutation]| (None when not a reordering) and
-    ``x_max_abs_diff``, the same for the inputs X. Without positions (``model.positional=none``)
-    ``z_max_abs_diff`` is ~1e-7 (float32 rounding: self-attention is permutation-equivariant);
-    with learned positions it is of the order of the values themselves.
-    Raises ConfigError / TokenizerError when B cannot be tokenized."""
+    Returns ``compare_sentence``, ``token_ids_a`` / ``_b``, ``tokens_are_permutation`` (B's ids
+    reorder A's), ``permutation`` (row i of Z_B matches row ``permutation[i]`` of Z_A),
+    ``z_max_abs_diff`` = max |Z_B - Z_A[permutation]| and ``x_max_abs_diff`` the same for X (None
+    when not a reordering). Without positions z_max_abs_diff is ~1e-7 (self-attention is
+    permutation-equivariant); with them, of the order of the values. Raises ConfigError /
+    TokenizerError when B cannot be tokenized."""
     import torch
 
     from attnlab.core import tokenizer
@@ -115,9 +94,8 @@ def permutation_check(cfg: DictConfig) -> dict[str, Any]:
 
 def observe(cfg: DictConfig, token_ids: Sequence[int], labels: Sequence[str],
             arrays: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
-    """The observation fields (table above) for a finished job on ``token_ids`` (T,) with their
-    ``labels``; ``arrays`` are the walkthrough's intermediates (``walkthrough.walkthrough``'s
-    return value) for ``task=walkthrough``, None for training."""
+    """The fields above for a finished job on ``token_ids`` (T,); ``arrays`` the walkthrough's
+    return value (None for training)."""
     out: dict[str, Any] = {"n_tokens": len(token_ids), "token_table": token_table(token_ids, labels)}
     if arrays is not None:
         out["shapes"] = {k: list(arrays[k].shape) for k in STAGES if k in arrays}
@@ -129,8 +107,7 @@ def observe(cfg: DictConfig, token_ids: Sequence[int], labels: Sequence[str],
 
 
 def _two_decimals(value: Any) -> str:
-    """A weight from a summary.json (someone else's data) as ``0.97``; ``?`` for anything that
-    is not a number (a string there made attnlab-compare's row unreadable and the report fail)."""
+    """A weight from someone else's summary.json as ``0.97``; ``?`` for anything not a number."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         try:
             return f"{value:.2f}"

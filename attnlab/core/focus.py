@@ -1,10 +1,5 @@
-"""Focus metrics: how sharply attention settles on one key, as pure functions of recorded weights.
-
-They read attention weights ``(..., H, T, T)`` (a snapshot ``(H, T, T)``, or ``attention.npz``'s
-``weights`` ``(S, H, T, T)``) as numpy arrays, so the sinks, summaries and the tools that read
-saved runs use them without torch or a model. For the tutorial's run (tutorial §5) the focus
-token ' journey' ends with weight 0.99 on key 'Your'.
-"""
+"""Focus metrics: how sharply attention settles on one key, as numpy functions of recorded
+weights (..., H, T, T). In tutorial §5's run ' journey' ends with weight 0.99 on 'Your'."""
 from __future__ import annotations
 
 from typing import Any, NamedTuple, Sequence
@@ -45,27 +40,22 @@ def _strongest(row: np.ndarray) -> Focus:
 
 
 def focus(weights: np.ndarray, query: int) -> Focus:
-    """Where query ``query`` (the focus token, ``train.focus_token``) attends most, per head:
-    ``weights`` (..., H, T, T) → :class:`Focus` of shape (..., H). Raises ValueError when
-    ``weights`` is not (..., T, T) or ``query`` is not in [0, T)."""
+    """Where ``query`` (``train.focus_token``) attends most: (..., H, T, T) → :class:`Focus` (..., H).
+    Raises ValueError when ``weights`` is not (..., T, T) or ``query`` not in [0, T)."""
     return _strongest(_query_row(weights, query))
 
 
 def row_entropy(weights: np.ndarray) -> np.ndarray:
-    """The entropy in nats of every query's weights, -Σ_j w_ij ln w_ij with 0 ln 0 = 0:
-    ``weights`` (..., T, T) → (..., T). ln T for uniform attention (the untrained tutorial's
-    1/6 rows: ln 6 = 1.79), 0 for a row with all its weight on one key; a causal row i has at
-    most ln(i + 1). Raises ValueError when ``weights`` is not (..., T, T)."""
+    """-Σ_j w_ij ln w_ij in nats (0 ln 0 = 0): (..., T, T) → (..., T); ln T for uniform rows, 0
+    for all weight on one key. Raises ValueError when ``weights`` is not (..., T, T)."""
     w = _as_weights(weights)
     logw = np.log(np.where(w > 0, w, 1.0))
     return -(w * logw).sum(axis=-1)
 
 
 def first_step_above(steps: Sequence[int], values: Sequence[float], threshold: float = 0.9) -> int | None:
-    """The first of ``steps`` (S,) whose value in ``values`` (S,) exceeds ``threshold``
-    (strictly), or None when none does; ``steps`` in increasing order, as recorded. With the
-    tutorial's snapshot steps and the focus weight of one head, 100 for the tutorial's run.
-    Raises ValueError when the two lengths differ or ``values`` is not 1-D."""
+    """The first of ``steps`` (S,) whose ``values`` (S,) entry is > ``threshold``, or None (100
+    for §5's run). Raises ValueError unless both are 1-D of one length."""
     s = np.asarray(steps)
     v = np.asarray(values, dtype=np.float64)
     if v.ndim != 1 or s.shape != v.shape:
@@ -83,14 +73,10 @@ def _with_mean(w: np.ndarray) -> np.ndarray:
 
 
 class FocusSink(Sink):
-    """Collects the focus metrics of a run, snapshot by snapshot, for ``summary.json``
-    (:meth:`summary`): per head and for the head mean, where the focus token
-    (``train.focus_token``) attends most at the last snapshot and with what weight, and the
-    first snapshot step at which that weight exceeds :data:`FOCUS_THRESHOLD`; every query's row
-    entropy (nats) at the last snapshot; and the largest weight above the diagonal (exactly 0
-    with ``model.causal``). Memory: H + 1 numbers per snapshot and a copy of the last snapshot's
-    (H, T, T) weights in their own dtype. A snapshot converts only the focus token's row (H, T) to
-    float64; the whole last snapshot is read in :meth:`summary`."""
+    """The focus metrics of a run for summary.json (:meth:`summary`): per head and for the head
+    mean, the focus token's strongest key at the last snapshot, its weight and the first step
+    it exceeds :data:`FOCUS_THRESHOLD`; row entropies; the largest weight above the diagonal.
+    Memory: H + 1 numbers per snapshot and a copy of the last snapshot."""
 
     def __init__(self, threshold: float = FOCUS_THRESHOLD) -> None:
         self.threshold = threshold

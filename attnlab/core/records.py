@@ -1,9 +1,5 @@
-"""What a run records, and the interface every sink implements (DESIGN.md, "One picture").
-
-The training loop (``training.py``) knows nothing about where records go: it calls the
-methods of each :class:`Sink` in order. A new output (another logger, a web view) is one new
-class with these four methods.
-"""
+"""What a run records, and the :class:`Sink` interface the loop calls in order (DESIGN.md,
+"One picture"): a new output is one new class with these methods."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -15,12 +11,8 @@ import numpy as np
 
 @dataclass
 class RunInfo:
-    """Everything a sink needs to know before the first step.
-
-    ``config`` is the resolved config as a plain ``dict`` (no interpolations left);
-    ``tokens`` are readable labels (``tokenizer.token_labels``), one per position, length T;
-    ``run_dir`` is None when the run writes no files (Python API).
-    """
+    """What a sink knows before the first step: ``config`` resolved, as a plain dict; ``tokens``
+    one readable label per position (T); ``run_dir`` None when nothing is written (Python API)."""
 
     config: dict[str, Any]
     token_ids: list[int]
@@ -38,11 +30,8 @@ class RunInfo:
 
 @dataclass
 class Snapshot:
-    """The attention weights at one snapshot step.
-
-    ``weights`` is ``(H, T, T)`` float32 (H = 1 head), rows sum to 1; ``loss`` is the loss of
-    the forward pass that produced these weights (the tutorial's §5 printing convention).
-    """
+    """``weights`` (H, T, T) float32, rows sum to 1, at ``step``; ``loss`` that of the same
+    forward pass (as §5 prints them)."""
 
     step: int
     loss: float
@@ -50,23 +39,18 @@ class Snapshot:
 
 
 def head_mean(weights: np.ndarray) -> np.ndarray:
-    """Attention weights ``(H, T, T)`` (a snapshot) or ``(T, T)`` as one ``(T, T)`` float64
-    matrix, heads averaged (H = 1 in attnlab, so this is the one head's weights)."""
+    """Weights (H, T, T) or (T, T) as one (T, T) float64 matrix, heads averaged."""
     w = np.asarray(weights, dtype=np.float64)
     return w.mean(axis=0) if w.ndim == 3 else w
 
 
 @dataclass
 class RunResult:
-    """How a run ended. ``status`` is one of completed, diverged, interrupted, failed.
-
-    ``steps_run`` steps were recorded; ``final_loss`` is the last recorded loss;
-    ``steps_to_threshold`` the first step whose loss is below ``train.loss_threshold`` (None if
-    none is); ``wall_time_s`` seconds from the first step to the end; ``error`` one line for a
-    run that did not complete. ``token_ids`` (T,) and ``tokens`` (their labels) are the text
-    trained on. ``losses`` (steps_run,) float64 and ``snapshots`` (in step order) are kept only
-    when the caller asks for them (``training.train``).
-    """
+    """How a run ended: ``status`` completed, diverged, interrupted or failed; ``steps_run``
+    recorded, the last one's ``final_loss``; ``steps_to_threshold`` the first step with loss <
+    ``train.loss_threshold`` (or None); ``wall_time_s`` seconds from the first step; ``error``
+    one line unless completed; ``token_ids`` (T,) and ``tokens``; ``losses`` (steps_run,) float64
+    and ``snapshots`` when ``train`` was asked to keep them."""
 
     status: str
     steps_run: int
@@ -81,11 +65,8 @@ class RunResult:
 
 
 class Sink:
-    """Base class: a sink receives records; every method is optional to override.
-
-    Call order: ``on_start`` once, then ``on_losses`` / ``on_snapshot`` interleaved in step
-    order, then ``on_end`` once (also when the run fails or is interrupted), then ``close``.
-    """
+    """Every method optional. Order: ``on_start``; ``on_losses`` / ``on_snapshot`` in step order;
+    then ``flush`` on every sink; then ``on_end`` (whatever the status) and ``close`` on each."""
 
     def on_start(self, info: RunInfo) -> None:
         """Before the first step."""
@@ -97,11 +78,10 @@ class Sink:
         """One attention snapshot, after the losses up to its step were sent."""
 
     def flush(self) -> None:
-        """Put what is buffered on disk: once, after the last step, before any sink's
-        :meth:`on_end` (the run's last writes then have the disk reserve to themselves)."""
+        """Write what is buffered: once, after the last step, before any sink's ``on_end``."""
 
     def on_end(self, result: RunResult) -> None:
         """Once, with the final status (``result.losses`` holds every loss)."""
 
     def close(self) -> None:
-        """Release files; called in ``finally``, after ``on_end``."""
+        """Release files, after ``on_end``."""

@@ -43,12 +43,9 @@ class Tokens:
 
 @functools.lru_cache(maxsize=None)
 def get_encoding(name: str = "gpt2") -> tiktoken.Encoding:
-    """The tiktoken ``Encoding`` called ``name``; loaded once per process.
-
-    ``gpt2``/``r50k_base`` come from the packaged ranks (no network). Raises TokenizerError
-    with one line when the packaged file fails its hash, when ``name`` is unknown to tiktoken,
-    or when tiktoken cannot download it (offline: says to fill ``TIKTOKEN_CACHE_DIR``).
-    """
+    """The tiktoken ``Encoding`` ``name``, once per process (gpt2 / r50k_base from the packaged
+    ranks). Raises TokenizerError (one line) for a corrupted packaged file, an unknown name, or
+    a download that fails (says how to fill ``TIKTOKEN_CACHE_DIR``)."""
     if name in _PACKAGED:
         from tiktoken.load import load_tiktoken_bpe
         from tiktoken_ext.openai_public import r50k_pat_str
@@ -85,28 +82,16 @@ def encode(text: str, name: str = "gpt2", special_tokens: str = "special") -> li
 
 
 def token_labels(token_ids: list[int], name: str = "gpt2") -> list[str]:
-    """One readable label per token id ``(T,)``: its text, e.g. ``' journey'``.
-
-    A token that holds only part of a UTF-8 character (Chinese, emoji: GPT-2's byte-level BPE
-    splits them) says which character it belongs to and which part it is: 旅 (3 bytes) in two
-    tokens is ``旅(1/2)``, ``旅(2/2)``; a token holding the tail of one character and the head of
-    the next names both (``你(2/2)的(1/2)``); a character wholly inside a token is itself. The
-    whole sequence is decoded once (:func:`piece_labels`), so the labels depend on the
-    neighbouring tokens. Bytes that are no UTF-8 character even in context (a lone fragment)
-    are shown escaped, ``\\xa0``.
-    """
+    """One readable label per token id (T,), e.g. ``' journey'`` (:func:`piece_labels`)."""
     enc = get_encoding(name)
     return piece_labels([enc.decode_single_token_bytes(t) for t in token_ids])
 
 
 def piece_labels(pieces: list[bytes]) -> list[str]:
-    """Labels for consecutive byte strings ``pieces`` (one per token), see :func:`token_labels`.
-
-    ``b"".join(pieces)`` is decoded once as UTF-8 (``surrogateescape``: each byte that starts no
-    valid character stands alone); each character (a Unicode code point) is then given to
-    every piece its bytes overlap: whole (``的``) when it lies in one piece, ``ch(k/n)`` in the
-    k-th of the n pieces it spans. Undecodable bytes are labelled ``\\xNN``.
-    """
+    """Labels for consecutive byte strings ``pieces``, one per token: the whole text is decoded
+    once as UTF-8, and each character goes to every piece its bytes overlap, whole (``的``) in
+    one piece, ``ch(k/n)`` in the k-th of n (旅 over two tokens: ``旅(1/2)``, ``旅(2/2)``; a tail
+    and a head: ``你(2/2)的(1/2)``). Bytes that are no character even in context: ``\\xNN``."""
     text = b"".join(pieces).decode("utf-8", errors="surrogateescape")
     ends, end = [], 0  # byte offset where each piece ends
     for piece in pieces:
@@ -156,11 +141,9 @@ def read_text(cfg: DictConfig) -> str:
 
 
 def tokenize(cfg: DictConfig) -> Tokens:
-    """Tutorial §1 for a config: read the text (:func:`read_text`), encode it with
-    ``tokenizer.encoding`` and label every token. Raises TokenizerError when the encoding
-    cannot be loaded, ConfigError (one line) when the text is empty, longer than
-    ``tokenizer.max_tokens``, a single token for training (nothing to predict), or
-    ``train.focus_token`` is not a position in [0, T)."""
+    """Tutorial §1: read the text, encode it, label every token. Raises TokenizerError, or
+    ConfigError when the text is empty, over ``tokenizer.max_tokens``, one token for training,
+    or ``train.focus_token`` is not in [0, T)."""
     name = cfg.tokenizer.encoding
     ids = encode(read_text(cfg), name, plain(cfg.tokenizer.special_tokens))
     _check_length(cfg, len(ids))
