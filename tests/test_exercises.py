@@ -1,17 +1,24 @@
 """The five exercises of tutorial section 8 as presets: each is one command (`attnlab
-experiment=exerciseN`, a sweep by itself) and each job's summary.json holds the measured answer."""
+experiment=exerciseN`, a sweep by itself) and each job's summary.json holds the measured answer.
+The walkthrough presets' jobs run in-process (the preset's sweep expanded as Hydra's basic sweeper
+does); exercise 4 and a preset with the sentence overridden go through the command."""
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hydra import compose, initialize_config_module
+from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from attnlab.core import exercises
-from attnlab.core.tokenizer import encode
+from attnlab.core.config import register_configs
+from attnlab.core.tokenizer import encode, token_labels
+from attnlab.core.walkthrough import walkthrough
 
-from conftest import read_csv
+from conftest import compose_cfg, read_csv
 
 QUIET = ["logging.console=false", "logging.tensorboard=false", "logging.figures=false"]
 
@@ -28,9 +35,31 @@ def run_exercise(cli, tmp_path: Path, n: int, *overrides: str) -> tuple[list[dic
     return rows, summaries
 
 
-def test_exercise1_shapes_at_every_stage(cli, tmp_path):
-    rows, sums = run_exercise(cli, tmp_path, 1)
-    assert [r["job"] for r in rows] == ["0_model.d_model=6", "1_model.d_model=16"]  # experiment= left out
+def sweep_jobs(n: int) -> list[list[str]]:
+    """The overrides of each job of preset exerciseN's sweep, in Hydra's basic sweeper's order."""
+    register_configs()
+    with initialize_config_module("attnlab.conf", version_base="1.3"):
+        params = compose("config", overrides=[f"experiment=exercise{n}"], return_hydra_config=True).hydra.sweeper.params
+    parsed = OverridesParser.create().parse_overrides([f"{k}={v}" for k, v in params.items()])
+    choices = [[f"{o.key_or_group}={v}" for v in o.sweep_string_iterator()] for o in parsed]
+    return [list(job) for job in itertools.product(*choices)]
+
+
+def walkthrough_answers(n: int) -> list[tuple[dict, dict]]:
+    """Each job of walkthrough preset exerciseN in-process: (its observations, their table cells)."""
+    answers = []
+    for job in sweep_jobs(n):
+        cfg = compose_cfg(f"experiment=exercise{n}", *job)
+        arrays = walkthrough(cfg, print_line=lambda line: None)
+        ids = arrays["token_ids"].tolist()
+        observed = exercises.observe(cfg, ids, token_labels(ids, cfg.tokenizer.encoding), arrays)
+        answers.append((observed, exercises.columns(observed)))
+    return answers
+
+
+def test_exercise1_shapes_at_every_stage():
+    assert sweep_jobs(1) == [["model.d_model=6"], ["model.d_model=16"]]
+    sums, rows = zip(*walkthrough_answers(1))
     for d_model, s in zip((6, 16), sums):
         assert s["shapes"] == {"token_embeddings": [6, d_model], "pos_embeddings": [6, d_model], "X": [6, d_model],
                                "Q": [6, 4], "K": [6, 4], "V": [6, 4], "scores": [6, 6], "weights": [6, 6],
@@ -39,7 +68,7 @@ def test_exercise1_shapes_at_every_stage(cli, tmp_path):
 
 
 def test_exercise2_token_count_and_table_for_english_chinese_emoji(cli, tmp_path):
-    rows, sums = run_exercise(cli, tmp_path, 2)
+    sums, rows = zip(*walkthrough_answers(2))
     sentences = ["Attention is all you need", "你的旅程从一步开始", "One small step 🚶 at a time"]
     assert [s["n_tokens"] for s in sums] == [len(encode(t)) for t in sentences] == [6, 17, 9]
     assert sums[0]["token_table"] == [[8086, "Att"], [1463, "ention"], [318, " is"], [477, " all"],
@@ -54,7 +83,7 @@ def test_exercise2_token_count_and_table_for_english_chinese_emoji(cli, tmp_path
     # 🚶 (f0 9f 9a b6) is 3 tokens: 12520 (' ' f0 9f), 248 (9a), 114 (b6)
     assert emoji[3:6] == [" 🚶(1/3)", "🚶(2/3)", "🚶(3/3)"]
     assert [i for i, _ in sums[2]["token_table"]][3:6] == [12520, 248, 114]
-    assert [r["n_tokens"] for r in rows] == ["6", "17", "9"]
+    assert [r["n_tokens"] for r in rows] == [6, 17, 9]
     # your own sentence replaces the preset's three
     rows, sums = run_exercise(cli, tmp_path / "own", 2, 'sentence="Your journey starts with one step"')
     assert len(rows) == 1
@@ -62,9 +91,9 @@ def test_exercise2_token_count_and_table_for_english_chinese_emoji(cli, tmp_path
     assert [i for i, _ in sums[0]["token_table"]] == [7120, 7002, 4940, 351, 530, 2239]
 
 
-def test_exercise3_init_std_decides_whether_attention_is_uniform(cli, tmp_path):
-    rows, sums = run_exercise(cli, tmp_path, 3)
-    assert [r["job"] for r in rows] == ["0_model.init_std=0.02", "1_model.init_std=1.0"]
+def test_exercise3_init_std_decides_whether_attention_is_uniform():
+    assert sweep_jobs(3) == [["model.init_std=0.02"], ["model.init_std=1.0"]]
+    sums, _ = zip(*walkthrough_answers(3))
     small, large = (s["max_abs_weight_minus_uniform"] for s in sums)
     assert small == pytest.approx(7.10e-05, rel=0.01)  # std 0.02: every weight is 0.167 to 4 decimals
     assert large == pytest.approx(0.1853, abs=1e-4)  # std 1.0: no longer uniform
@@ -89,9 +118,9 @@ def test_exercise4_lr_steps_grid(cli, tmp_path):
         assert short["snapshot_step"] == "29"
 
 
-def test_exercise5_without_positions_orders_are_a_permutation(cli, tmp_path):
-    rows, sums = run_exercise(cli, tmp_path, 5)
-    assert [r["job"] for r in rows] == ["0_model.positional=learned", "1_model.positional=none"]
+def test_exercise5_without_positions_orders_are_a_permutation():
+    assert sweep_jobs(5) == [["model.positional=learned"], ["model.positional=none"]]
+    sums, rows = zip(*walkthrough_answers(5))
     learned, none = (s["permutation_check"] for s in sums)
     for p in (learned, none):
         assert p["compare_sentence"] == "Your journey starts with step one"
@@ -103,7 +132,7 @@ def test_exercise5_without_positions_orders_are_a_permutation(cli, tmp_path):
     assert none["x_max_abs_diff"] == 0.0
     assert learned["z_max_abs_diff"] > 0.1
     assert learned["x_max_abs_diff"] > 0.1
-    assert float(rows[1]["perm_z_max_abs_diff"]) == none["z_max_abs_diff"]
+    assert rows[1]["perm_z_max_abs_diff"] == none["z_max_abs_diff"]
 
 
 def test_permutation_check_at_sentence_start_tokens_differ(cfg_of):
