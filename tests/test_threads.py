@@ -75,7 +75,7 @@ def test_losses_are_bitwise_identical_across_thread_counts_where_auto_picks_one(
     """Where auto uses one thread instead of torch's default (every size below the threshold on a
     machine with more than one core), it changes no bit of a run: the golden numbers and runs
     recorded before ``threads`` existed stay exactly as they were."""
-    overrides = ["train.steps=30", "train.snapshot_steps=[0,29]"]
+    overrides = ["train.steps=12", "train.snapshot_steps=[0,11]"]
     if size is not None:
         seq_len, d_model = size
         assert threads.work_per_step(seq_len, d_model) < threads.MIN_WORK_FOR_MORE
@@ -84,7 +84,7 @@ def test_losses_are_bitwise_identical_across_thread_counts_where_auto_picks_one(
         overrides += [f"sentence='{sentence}'", f"model.d_model={d_model}", f"model.d_k={d_model}",
                       "tokenizer.max_tokens=4096"]
     results = {n: train(compose_cfg(*overrides, f"threads={n}")) for n in (1, 2, 4)}
-    assert results[1].steps_run == 30
+    assert results[1].steps_run == 12
     if size is not None:
         assert len(results[1].tokens) == size[0]
     for n in (2, 4):

@@ -128,11 +128,15 @@ def test_variants_print_their_answer_in_the_sweep_table(cli, tmp_path):
     assert [s["config"]["model"]["d_k"] for s in summaries] == [4, 2, 1]
 
 
-def test_console_shows_the_head_mean_and_each_heads_strongest_key(cli, tmp_path):
-    proc = cli(f"hydra.run.dir={tmp_path}", "logging=off", "train.steps=5", "train.snapshot_steps=[4]",
-               "model.n_heads=2")
-    assert proc.returncode == 0, proc.stderr
-    lines = proc.stdout.splitlines()
+def test_console_shows_the_head_mean_and_each_heads_strongest_key():
+    import io
+
+    from attnlab.outputs.console import ConsoleSink
+
+    out = io.StringIO()
+    train(compose_cfg("logging=off", "train.steps=5", "train.snapshot_steps=[4]", "model.n_heads=2"),
+          [ConsoleSink(progress=False, file=out)])
+    lines = out.getvalue().splitlines()
     assert lines[0].startswith("step   4  loss=")
     assert lines[1].startswith("          2 heads, strongest key each: 0→'")
     assert " 1→'" in lines[1]
