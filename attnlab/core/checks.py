@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from omegaconf import DictConfig, OmegaConf
 
-from attnlab.core.config import OPTIMIZERS, Task, plain, resolve_out_proj, snapshot_steps
+from attnlab.core.config import OPTIMIZERS, Task, plain, snapshot_steps
 from attnlab.core.errors import ConfigError
 
 INT64_MAX = 2**63 - 1
@@ -104,7 +104,7 @@ def validate(cfg: DictConfig) -> None:
 
 def out_proj(cfg: DictConfig) -> bool:
     """Whether the model gets W_out (``model.out_proj`` auto / true / false, the rule of
-    :func:`attnlab.core.config.resolve_out_proj`). Raises ConfigError("model.out_proj", ...)."""
+    :func:`resolve_out_proj`). Raises ConfigError("model.out_proj", ...)."""
     value = cfg.model.out_proj
     value = {"true": True, "false": False}.get(value, value) if isinstance(value, str) else value
     m = cfg.model
@@ -112,6 +112,29 @@ def out_proj(cfg: DictConfig) -> bool:
         return resolve_out_proj(value, m.n_heads, m.d_v, m.d_model, z_in_d_model=cfg.task == Task.train)
     except ConfigError as err:
         raise ConfigError("model.out_proj", cfg.model.out_proj, err.allowed) from None
+
+
+def resolve_out_proj(out_proj: bool | str, n_heads: int, d_v: int, d_model: int, *, z_in_d_model: bool) -> bool:
+    """Whether the attention gets an output projection W_out (H·d_v → d_model).
+
+    ``z_in_d_model``: something needs Z in d_model columns (§5 training: the MSE compares Z with
+    X; the next-token head reads d_model); the walkthrough (§4) does not. ``"auto"``: W_out when
+    H > 1 (it mixes the heads, Vaswani et al. 2017 §3.2.2) or when ``z_in_d_model`` and
+    H·d_v ≠ d_model, so the tutorial's configurations get none; ``True`` / ``False``: always /
+    never. Raises ConfigError("out_proj", value, ...) for another value, or for ``False`` when
+    ``z_in_d_model`` and H·d_v ≠ d_model.
+    """
+    mismatch = z_in_d_model and n_heads * d_v != d_model
+    if out_proj == "auto":
+        return n_heads > 1 or mismatch
+    if not isinstance(out_proj, bool):
+        raise ConfigError("out_proj", out_proj, "must be auto, true or false")
+    if not out_proj and mismatch:
+        raise ConfigError("out_proj", out_proj,
+                          f"Z has n_heads·d_v = {n_heads}·{d_v} = {n_heads * d_v} columns but the loss needs "
+                          f"d_model = {d_model}; use out_proj=auto or true (a W_out brings Z to d_model), "
+                          f"or make n_heads·d_v = d_model")
+    return out_proj
 
 
 def _size(n_bytes: float) -> str:

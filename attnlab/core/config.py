@@ -194,29 +194,6 @@ def register_configs() -> None:
 SNAPSHOT_FRACTIONS = (0.0, 0.1, 0.25, 0.5, 1.0)  # tutorial §5: steps 0, 20, 50, 100, 200 of 0..200
 
 
-def resolve_out_proj(out_proj: bool | str, n_heads: int, d_v: int, d_model: int, *, z_in_d_model: bool) -> bool:
-    """Whether the attention gets an output projection W_out (H·d_v → d_model).
-
-    ``z_in_d_model``: something needs Z in d_model columns (§5 training: the MSE compares Z with
-    X; the next-token head reads d_model); the walkthrough (§4) does not. ``"auto"``: W_out when
-    H > 1 (it mixes the heads, Vaswani et al. 2017 §3.2.2) or when ``z_in_d_model`` and
-    H·d_v ≠ d_model, so the tutorial's configurations get none; ``True`` / ``False``: always /
-    never. Raises ConfigError("out_proj", value, ...) for another value, or for ``False`` when
-    ``z_in_d_model`` and H·d_v ≠ d_model.
-    """
-    mismatch = z_in_d_model and n_heads * d_v != d_model
-    if out_proj == "auto":
-        return n_heads > 1 or mismatch
-    if not isinstance(out_proj, bool):
-        raise ConfigError("out_proj", out_proj, "must be auto, true or false")
-    if not out_proj and mismatch:
-        raise ConfigError("out_proj", out_proj,
-                          f"Z has n_heads·d_v = {n_heads}·{d_v} = {n_heads * d_v} columns but the loss needs "
-                          f"d_model = {d_model}; use out_proj=auto or true (a W_out brings Z to d_model), "
-                          f"or make n_heads·d_v = d_model")
-    return out_proj
-
-
 def snapshot_steps(train: Any) -> list[int]:
     """The ``train`` node's snapshot steps, sorted and unique (null: :func:`automatic_snapshot_steps`)."""
     if train.snapshot_steps is not None:

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnlab.core.config import resolve_out_proj
+from attnlab.core.checks import resolve_out_proj
 from attnlab.core.errors import ConfigError
 
 GPT2_VOCAB_SIZE = 50257  # tutorial §2
@@ -195,7 +195,7 @@ def _add_bias(linear: nn.Linear) -> None:
 @dataclass(frozen=True)
 class ModelSpec:
     """The ``model.*`` keys as plain values (``out_proj`` "auto" | True | False, resolved by
-    :func:`~attnlab.core.config.resolve_out_proj`); the switches' defaults are the tutorial's."""
+    :func:`~attnlab.core.checks.resolve_out_proj`); the switches' defaults are the tutorial's."""
 
     d_model: int
     d_k: int
