@@ -44,7 +44,7 @@ def test_walkthrough_sections_1_to_4(cfg_of, tmp_path, monkeypatch):
     assert "lookup == Embedding call? True" in out
     assert "row sums: [1. 1. 1. 1. 1. 1.]" in out
     assert out.count("0.167") == 36
-    assert "\nshape: (6, 6)\n" in out  # the positional embedding's shape, no trailing space (newcomer)
+    assert "\nshape: (6, 6)\n" in out  # the positional embedding's shape, no trailing space
     assert [line for line in out.splitlines() if line != line.rstrip()] == []
 
 

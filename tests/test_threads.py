@@ -73,8 +73,8 @@ def test_for_reproduction_reads_the_recorded_count_only():
 @pytest.mark.parametrize("size", [None, *BELOW_THRESHOLD], ids=["tutorial", *(f"{t}x{d}" for t, d in BELOW_THRESHOLD)])
 def test_losses_are_bitwise_identical_across_thread_counts_where_auto_picks_one(size, restore_threads):
     """Where auto uses one thread instead of torch's default (every size below the threshold on a
-    machine with more than one core), it changes no bit of a run: the golden numbers and runs
-    recorded before ``threads`` existed stay exactly as they were."""
+    machine with more than one core), it changes no bit of a run: a run recorded with another
+    thread count reproduces exactly."""
     overrides = ["train.steps=12", "train.snapshot_steps=[0,11]"]
     if size is not None:
         seq_len, d_model = size

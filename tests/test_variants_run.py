@@ -1,4 +1,4 @@
-"""The model variants (issue 12) as runs: config keys through training, records per head, focus
+"""The model variants as runs: config keys through training, records per head, focus
 metrics in summary.json and the sweep table, the presets. The model's own maths is tested in
 test_model.py and test_model_variants.py."""
 from __future__ import annotations
@@ -231,10 +231,9 @@ def test_the_loss_is_named_by_the_objective_in_every_figure_and_page(tmp_path):
         assert report_data.load_run(run)["loss_name"] == name, value
 
 
-def _focus_summary_as_before(snapshots, query, tokens, threshold=0.9):
-    """FocusSink's summary as it was computed before it converted only the focus token's row:
-    each snapshot's whole (H, T, T) as float64 with the head mean appended (an independent
-    restatement, numpy only)."""
+def _focus_summary_restated(snapshots, query, tokens, threshold=0.9):
+    """FocusSink's summary restated independently, numpy only: each snapshot's whole (H, T, T)
+    as float64 with the head mean appended."""
     series, last = [], None
     for s in snapshots:
         w = np.asarray(s.weights, dtype=np.float64)
@@ -273,9 +272,9 @@ def test_focus_sink_reads_the_focus_row_as_the_whole_weights_gave(heads, T):
                               steps=41, focus_token=query))
         for snap in snaps:
             sink.on_snapshot(snap)
-        assert sink.summary()["focus"] == _focus_summary_as_before(snaps, query, tokens)
+        assert sink.summary()["focus"] == _focus_summary_restated(snaps, query, tokens)
         before = sink.summary()
-        snaps[-1].weights[...] = 0.5  # (adversary) the caller's array changed afterwards: the summary keeps its copy
+        snaps[-1].weights[...] = 0.5  # the caller changes its array afterwards: the summary keeps its copy
         assert sink.summary() == before
     with pytest.raises(ValueError, match=r"^snapshot weights must be \(H, T, T\), got shape \(" + f"{T}, {T}" + r"\)$"):
         FocusSink().on_snapshot(Snapshot(0, 1.0, np.full((T, T), 1.0 / T)))  # a (T, T) without its head axis
