@@ -8,7 +8,7 @@ init std 1.0, Adam lr 0.05, 201 steps, snapshots at 0, 20, 50, 100, 200, focus o
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 from enum import Enum
 from typing import Any, Optional
 
@@ -300,12 +300,11 @@ GROUP_HINT = ("is a section of keys, not a value: a config group option such as 
 def _check_sections(cfg: DictConfig) -> None:
     """Raises ConfigError (:data:`GROUP_HINT`) when a section (``model``, ``optimizer``, ...)
     holds a plain value: a group option given to a config without groups."""
-    schema = OmegaConf.structured(Config)
-    for key in cfg.keys():
-        if key == "optimizer" or (key in schema and OmegaConf.is_dict(schema._get_node(key))):
-            node = cfg._get_node(key)
-            if node is not None and not OmegaConf.is_dict(node) and not OmegaConf.is_missing(cfg, key):
-                raise ConfigError(str(key), node._value(), GROUP_HINT)
+    sections = {f.name for f in fields(Config) if f.name == "optimizer" or is_dataclass(f.default_factory)}
+    raw = OmegaConf.to_container(cfg, resolve=False)
+    for key in sorted(sections & set(raw)):
+        if not isinstance(raw[key], dict) and raw[key] != MISSING:
+            raise ConfigError(key, raw[key], GROUP_HINT)
 
 
 def apply_schema(cfg: Any) -> DictConfig:
