@@ -195,12 +195,12 @@ def train(cfg: DictConfig, sinks: Iterable[Sink] = (), run_dir: Path | None = No
         try:
             for step in range(cfg.train.steps):
                 interrupts.check()  # a signal during the previous step: stop here
-                # forward: Q, K, V → scores → weights → Z (§4)
                 snapshot_now = is_snapshot(step)
-                out = attention(X, need_weights=snapshot_now)  # Z (T, d_model), weights (H, T, T) or None
-                # loss: MSE against the next token's embedding (§5), or next-token cross-entropy
+                # forward (§4): Q, K, V = X W; weights = softmax(Q Kᵀ / √d_k); Z = weights V
+                out = attention(X, need_weights=snapshot_now)  # Z (T, d_model); weights (H, T, T) or None
+                # loss (§5): mean((Z - target)²), or next-token cross-entropy through the head
                 loss = mse(out.Z, target) if head is None else next_token_cross_entropy(head(out.Z), ids)
-                # backward and step
+                # backward and step (§5): zero_grad → backward → step
                 optimizer.zero_grad()
                 loss.backward()
                 try:
@@ -209,18 +209,16 @@ def train(cfg: DictConfig, sinks: Iterable[Sink] = (), run_dir: Path | None = No
                     if "overflow" not in str(err):
                         raise
                     overflow = f"the update after step {step} overflowed ({err}; optimizer.lr={cfg.optimizer.lr})"
-                # record: losses in batches, the weights at snapshot steps
+                # record: the loss; at snapshot steps the weights, after the losses up to them
                 recorder.append(loss)
+                if (snapshot_now or overflow or (step + 1) % FLUSH_EVERY == 0) and not recorder.flush():
+                    break  # a non-finite loss
                 if snapshot_now:
-                    if not recorder.flush():
-                        break
                     snap = Snapshot(step, recorder.final_loss, out.weights.detach().cpu().numpy().astype(np.float32))
                     for sink in sinks:
                         sink.on_snapshot(snap)
                     if keep_snapshots:
                         kept.append(snap)
-                elif ((step + 1) % FLUSH_EVERY == 0 or overflow) and not recorder.flush():
-                    break
                 if overflow:
                     break
             else:
