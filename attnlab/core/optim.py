@@ -37,35 +37,31 @@ def fast_path_ok() -> bool:
         return False
 
 
-class _Fast:
-    """One parameter group; per-parameter ``state`` created at a parameter's first gradient."""
+class _Direct:
+    """One parameter group, its per-parameter ``state`` made at a parameter's first gradient."""
 
-    def __init__(self, params: Iterable[torch.nn.Parameter]) -> None:
-        self.params = list(params)
+    def __init__(self, params: Iterable[torch.nn.Parameter], **hyper: Any) -> None:
+        self.params, self.hyper = list(params), hyper
         self.state: dict[torch.Tensor, dict[str, torch.Tensor]] = {}
 
     def zero_grad(self) -> None:
         for p in self.params:
             p.grad = None
 
-    def _with_grad(self) -> list[torch.nn.Parameter]:
-        return [p for p in self.params if p.grad is not None]
 
-
-class Adam(_Fast):
-    """``torch.optim.Adam``; with ``decoupled_weight_decay=True`` ``torch.optim.AdamW``."""
+class Adam(_Direct):
+    """``torch.optim.Adam(params, lr, betas, eps, weight_decay)``; ``decoupled_weight_decay=True``: AdamW."""
 
     def __init__(self, params, lr: float, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0,
                  decoupled_weight_decay: bool = False) -> None:
-        super().__init__(params)
-        self.lr, self.betas, self.eps = lr, tuple(betas), eps
-        self.weight_decay, self.decoupled = weight_decay, decoupled_weight_decay
+        super().__init__(params, lr=lr, beta1=betas[0], beta2=betas[1], eps=eps, weight_decay=weight_decay,
+                         decoupled_weight_decay=decoupled_weight_decay)
 
     @torch.no_grad()
     def step(self) -> None:
         from torch.optim.adam import adam
 
-        params = self._with_grad()
+        params = [p for p in self.params if p.grad is not None]
         for p in params:  # Adam._init_group's lazy state (not fused, not capturable)
             if p not in self.state:
                 step_dtype = torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
@@ -76,30 +72,26 @@ class Adam(_Fast):
         adam(params=params, grads=[p.grad for p in params], exp_avgs=[x["exp_avg"] for x in s],
              exp_avg_sqs=[x["exp_avg_sq"] for x in s], max_exp_avg_sqs=[], state_steps=[x["step"] for x in s],
              foreach=None, capturable=False, differentiable=False, fused=None, grad_scale=None, found_inf=None,
-             has_complex=any(torch.is_complex(p) for p in params), decoupled_weight_decay=self.decoupled,
-             amsgrad=False, beta1=self.betas[0], beta2=self.betas[1], lr=self.lr,
-             weight_decay=self.weight_decay, eps=self.eps, maximize=False)
+             has_complex=any(torch.is_complex(p) for p in params), amsgrad=False, maximize=False, **self.hyper)
 
 
-class SGD(_Fast):
-    """``torch.optim.SGD`` (momentum, dampening, weight decay, Nesterov as torch formulates them)."""
+class SGD(_Direct):
+    """``torch.optim.SGD(params, lr, momentum, dampening, weight_decay, nesterov)``."""
 
     def __init__(self, params, lr: float, momentum: float = 0.0, dampening: float = 0.0,
                  weight_decay: float = 0.0, nesterov: bool = False) -> None:
-        super().__init__(params)
-        self.lr, self.momentum, self.dampening = lr, momentum, dampening
-        self.weight_decay, self.nesterov = weight_decay, nesterov
+        super().__init__(params, lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
+                         nesterov=nesterov)
 
     @torch.no_grad()
     def step(self) -> None:
         from torch.optim.sgd import sgd
 
-        params = self._with_grad()
-        buffers = [self.state.get(p, {}).get("momentum_buffer") for p in params] if self.momentum else []
-        sgd(params=params, d_p_list=[p.grad for p in params], momentum_buffer_list=buffers,
-            has_sparse_grad=False, foreach=None, fused=None, grad_scale=None, found_inf=None,
-            weight_decay=self.weight_decay, momentum=self.momentum, lr=self.lr, dampening=self.dampening,
-            nesterov=self.nesterov, maximize=False)
+        params = [p for p in self.params if p.grad is not None]
+        momentum = self.hyper["momentum"] != 0
+        buffers = [self.state.get(p, {}).get("momentum_buffer") for p in params] if momentum else []
+        sgd(params=params, d_p_list=[p.grad for p in params], momentum_buffer_list=buffers, has_sparse_grad=False,
+            foreach=None, fused=None, grad_scale=None, found_inf=None, maximize=False, **self.hyper)
         for p, buffer in zip(params, buffers):  # sgd() filled the new buffers in
             self.state.setdefault(p, {})["momentum_buffer"] = buffer
 
