@@ -90,13 +90,16 @@ def test_deterministic_algorithms_public_fallback(monkeypatch):
 
 @needs_fast_path
 def test_training_does_not_import_the_compiler_stack():
-    """With the direct updates and the private deterministic setter, a run never imports
-    torch._dynamo, which building a torch.optim class does."""
+    """With the direct updates and the private deterministic setter, a run (Adam's update with
+    AdamW's decay, SGD with momentum) never imports torch._dynamo, which building a torch.optim
+    class does."""
     code = (
         "import sys\n"
-        "from attnlab.commands.api import compose, train\n"
-        "for extra in ([], ['optimizer=sgd', 'optimizer.momentum=0.9'], ['optimizer=adamw']):\n"
-        "    assert train(compose('train.steps=3', *extra)).status == 'completed'\n"
+        "from attnlab.core.config import apply_schema\n"
+        "from attnlab.core.training import train\n"
+        "for opt in ({'_target_': 'torch.optim.AdamW'}, {'_target_': 'torch.optim.SGD', 'momentum': 0.9}):\n"
+        "    cfg = apply_schema({'optimizer': opt, 'train': {'steps': 3}})\n"
+        "    assert train(cfg).status == 'completed'\n"
         "import torch\n"
         "print('torch._dynamo' in sys.modules, torch.are_deterministic_algorithms_enabled())\n"
         "torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))])\n"
