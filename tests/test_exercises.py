@@ -1,7 +1,7 @@
 """The five exercises of tutorial section 8 as presets: each is one command (`attnlab
 experiment=exerciseN`, a sweep by itself) and each job's summary.json holds the measured answer.
 The walkthrough presets' jobs run in-process (the preset's sweep expanded as Hydra's basic sweeper
-does); exercise 4 and a preset with the sentence overridden go through the command."""
+does; exercise 4's training jobs too); a preset with its sentence overridden goes through the command."""
 from __future__ import annotations
 
 import itertools
@@ -15,12 +15,12 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from attnlab.core import exercises
 from attnlab.core.config import register_configs
+from attnlab.core.focus import FocusSink
 from attnlab.core.tokenizer import encode, token_labels
+from attnlab.core.training import train
 from attnlab.core.walkthrough import walkthrough
 
 from conftest import compose_cfg, read_csv
-
-QUIET = ["logging.console=false", "logging.tensorboard=false", "logging.figures=false"]
 
 
 def run_exercise(cli, tmp_path: Path, n: int, *overrides: str) -> tuple[list[dict], list[dict]]:
@@ -100,22 +100,29 @@ def test_exercise3_init_std_decides_whether_attention_is_uniform():
     assert small < 1e-3 < 0.1 < large
 
 
-def test_exercise4_lr_steps_grid(cli, tmp_path):
-    rows, sums = run_exercise(cli, tmp_path, 4, *QUIET)
-    grid = {(r["job"].split("optimizer.lr=")[1].split(",")[0], int(s["steps_run"])): s for r, s in zip(rows, sums)}
+def test_exercise4_lr_steps_grid():
+    jobs = sweep_jobs(4)
+    assert len(jobs) == 6
+    grid = {}
+    for job in jobs:
+        focus = FocusSink()
+        result = train(compose_cfg("experiment=exercise4", *job, "logging=off"), [focus])
+        lr, steps = (value.split("=")[1] for value in job)
+        grid[lr, int(steps)] = (result, focus.summary()["focus"])
     assert sorted(grid) == [("0.005", 30), ("0.005", 120), ("0.05", 30), ("0.05", 120), ("0.5", 30), ("0.5", 120)]
-    assert grid["0.05", 120]["steps_to_threshold"] == 94  # the tutorial's run: below 1e-3 at step 94
-    assert grid["0.05", 120]["final_loss"] < 1e-3
+    assert all(result.steps_run == steps for (_, steps), (result, _) in grid.items())
+    tutorial = grid["0.05", 120][0]
+    assert tutorial.steps_to_threshold == 94  # the tutorial's run: below 1e-3 at step 94
+    assert tutorial.final_loss < 1e-3
     for key in [("0.005", 30), ("0.005", 120), ("0.05", 30), ("0.5", 30), ("0.5", 120)]:
-        assert grid[key]["steps_to_threshold"] is None
-    slow, tutorial, stuck = grid["0.005", 120]["final_loss"], grid["0.05", 120]["final_loss"], grid["0.5", 120]["final_loss"]
-    assert tutorial < 1e-3 < 0.1 < slow < 1.0 < stuck  # lr too small: slow; too large: stuck
-    # the same lr repeats the shorter run's steps exactly: the same loss at step 49
+        assert grid[key][0].steps_to_threshold is None
+    slow, stuck = grid["0.005", 120][0].final_loss, grid["0.5", 120][0].final_loss
+    assert tutorial.final_loss < 1e-3 < 0.1 < slow < 1.0 < stuck  # lr too small: slow; too large: stuck
+    # the same lr repeats the shorter run's steps exactly: the same focus at the last snapshot, step 29
     for lr in ("0.005", "0.05", "0.5"):
-        short = next(r for r in rows if f"optimizer.lr={lr}," in r["job"] and "steps=30" in r["job"])
-        long = next(r for r in rows if f"optimizer.lr={lr}," in r["job"] and "steps=120" in r["job"])
-        assert short["focus_weight"] == long["focus_weight"]
-        assert short["snapshot_step"] == "29"
+        (_, short), (_, long) = grid[lr, 30], grid[lr, 120]
+        assert short["step"] == long["step"] == 29
+        assert short["mean"] == long["mean"]
 
 
 def test_exercise5_without_positions_orders_are_a_permutation():
