@@ -142,11 +142,17 @@ def test_console_shows_the_head_mean_and_each_heads_strongest_key():
     assert " 1→'" in lines[1]
 
 
-def test_a_dropout_run_reproduces_bit_for_bit_and_says_why(cli, tmp_path, capsys):
+def test_a_dropout_run_reproduces_bit_for_bit_and_says_why(tmp_path, capsys):
+    """A run made in-process with its config saved as Hydra saves it."""
+    from omegaconf import OmegaConf
+
     from attnlab.commands.reproduce import main
 
     run = tmp_path / "run"
-    assert cli(f"hydra.run.dir={run}", *SHORT, "model.dropout=0.2").returncode == 0
+    cfg = compose_cfg(*SHORT, "model.dropout=0.2", "logging.console=false")
+    (run / ".hydra").mkdir(parents=True)
+    OmegaConf.save(cfg, run / ".hydra" / "config.yaml")
+    assert run_job(cfg, run).status == "completed"
     assert main([str(run), "--out", str(tmp_path / "again")]) == 0
     seen = capsys.readouterr()
     assert seen.out.splitlines()[0] == "reproduced exactly"
