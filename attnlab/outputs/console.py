@@ -7,8 +7,8 @@ from collections import Counter
 import numpy as np
 
 from attnlab.core.records import RunInfo, RunResult, Sink, Snapshot
-from attnlab.outputs.streams import safe
 from attnlab.core.tokenizer import show
+from attnlab.outputs.streams import safe
 
 PROGRESS_MIN_STEPS = 1000  # shorter runs finish too fast for a bar to help
 MAX_TARGETS_SHOWN = 12  # longer rows show the strongest targets only
