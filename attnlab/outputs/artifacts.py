@@ -161,9 +161,10 @@ def check_attention_size(snapshots: int, heads: int, tokens: int) -> None:
     before the first step."""
     size = attention_bytes(snapshots, heads, tokens)
     if size > NPZ_LIMIT:
-        raise ConfigError(f"train.snapshot_steps: {snapshots} snapshots of {heads} head(s) x {tokens} x {tokens} "
-                          f"tokens make an attention.npz of {size / 2**20:,.0f} MB; at most "
-                          f"{NPZ_LIMIT / 2**20:,.0f} MB is allowed (fewer snapshots or a shorter sentence)")
+        raise ConfigError("train.snapshot_steps", f"{snapshots} snapshots",
+                          f"{heads} head(s) x {tokens} x {tokens} tokens each make an attention.npz of "
+                          f"{size / 2**20:,.0f} MB; at most {NPZ_LIMIT / 2**20:,.0f} MB is allowed "
+                          "(fewer snapshots or a shorter sentence)")
 
 
 # ------------------------------------------------------------------------------ the sink
