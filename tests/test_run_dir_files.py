@@ -58,19 +58,20 @@ def test_the_run_dir_files_hold_exactly_the_records(tmp_path):
 def test_a_run_stopped_early_keeps_the_snapshots_of_its_steps(tmp_path):
     sink = artifacts.RunDirSink(tmp_path)
     sink.on_start(info(tmp_path, (0, 2, 4)))
-    sink.on_losses(np.arange(3), np.array([3.0, 2.0, 1.0]))
+    sink.on_losses(np.arange(2), np.array([3.0, 2.0]))
     weights = frames(1)
     sink.on_snapshot(Snapshot(0, 3.0, weights[0]))
+    sink.on_losses(np.array([2]), np.array([1.0]))
     # what kill -9 leaves now: the rows and the snapshots, readable with the standard readers
     assert (tmp_path / ".metrics.csv.partial").read_text() == "step,loss\n0,3.0\n1,2.0\n2,1.0\n"
     np.testing.assert_array_equal(np.load(tmp_path / ".attention.npy.partial", allow_pickle=False)[0], weights[0])
-    sink.on_end(RunResult("interrupted", 2, 2.0, 0.1, error="interrupted at step 2"))  # the last batch not counted
+    sink.on_end(RunResult("failed", 2, 2.0, 0.1, error="boom"))  # a later sink failed on the last batch
     sink.close()
     assert (tmp_path / "metrics.csv").read_text() == "step,loss\n0,3.0\n1,2.0\n"
     with np.load(tmp_path / "attention.npz", allow_pickle=False) as npz:
         assert npz["steps"].tolist() == [0] and npz["weights"].shape == (1, 1, 3, 3)
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert (summary["status"], summary["steps_run"], summary["final_loss"]) == ("interrupted", 2, 2.0)
+    assert (summary["status"], summary["steps_run"], summary["final_loss"]) == ("failed", 2, 2.0)
     assert not list(tmp_path.glob(".*"))  # no partial or temporary file left
 
 

@@ -188,8 +188,8 @@ class RunDirSink(Sink):
         self.final_status = final_status
         self._metrics_tmp = self.run_dir / f".{METRICS}.partial"
         self._weights_tmp = self.run_dir / ".attention.npy.partial"
-        self._metrics = None  # the open partial metrics file
-        self._rows: list[tuple[int, float]] = []  # (rows, loss of the last row) after each batch
+        self._metrics = None  # the open partial metrics file (binary)
+        self._rows: list[tuple[int, int, float | None]] = []  # (rows, bytes, last loss) after each batch
         self._weights: np.ndarray | None = None  # (S_planned, H, T, T) float32 memmap
         self._steps: list[int] = []  # steps of the snapshots written
         self._info: RunInfo | None = None
@@ -205,38 +205,39 @@ class RunDirSink(Sink):
         self._info = info
         heads = int((info.config.get("model") or {}).get("n_heads", 1) or 1)
         check_attention_size(len(info.snapshot_steps), heads, info.seq_len)
+        file = METRICS
         try:
-            self._metrics = open(self._metrics_tmp, "w", encoding="ascii", newline="")
-            self._metrics.write("step,loss\n")
+            self._metrics = open(self._metrics_tmp, "wb")
+            self._metrics.write(b"step,loss\n")
             self._metrics.flush()
-            self._rows = [(0, None)]
-        except OSError as err:
-            raise self._fail(err, METRICS, 0) from err
-        try:
+            self._rows = [(0, self._metrics.tell(), None)]
+            file = ATTENTION
             shape = (len(info.snapshot_steps), heads, info.seq_len, info.seq_len)
             self._weights = np.lib.format.open_memmap(self._weights_tmp, "w+", np.float32, shape)
             with open(self._weights_tmp, "r+b") as f:  # allocate now: a full disk fails here, never as SIGBUS
                 os.posix_fallocate(f.fileno(), 0, os.path.getsize(self._weights_tmp))
         except OSError as err:
-            raise self._fail(err, ATTENTION, 0) from err
+            self.close()  # nothing recorded yet: no partial file left
+            self._metrics_tmp.unlink(missing_ok=True)
+            self._weights_tmp.unlink(missing_ok=True)
+            raise self._fail(err, file, 0) from err
 
     def on_losses(self, steps: np.ndarray, losses: np.ndarray) -> None:
         if not len(steps):
             return
-        text = "".join(f"{step},{loss!r}\n" for step, loss in zip(steps.tolist(), losses.tolist()))
-        end = self._metrics.tell()
+        data = "".join(f"{step},{loss!r}\n" for step, loss in zip(steps.tolist(), losses.tolist())).encode("ascii")
+        rows, end, _ = self._rows[-1]
         try:
-            self._metrics.write(text)
+            self._metrics.write(data)
             self._metrics.flush()  # to the OS: kill -9 keeps it
         except OSError as err:
-            try:  # no half-written batch
+            try:  # no half-written batch: on_end promotes the whole rows before it
                 self._metrics.close()
-                os.truncate(self._metrics_tmp, end)
             except OSError:
                 pass
             self._metrics = None
             raise self._fail(err, METRICS, int(steps[0])) from err
-        self._rows.append((self._rows[-1][0] + len(steps), float(losses[-1])))
+        self._rows.append((rows + len(steps), end + len(data), float(losses[-1])))
 
     def on_snapshot(self, snapshot: Snapshot) -> None:
         if self._weights is None or len(self._steps) >= len(self._weights):
@@ -256,14 +257,14 @@ class RunDirSink(Sink):
         pause_point("finishing")  # a test hook: the run's last writes begin
         rundir.release_reserve(self.run_dir)  # the last writes (figures, TensorBoard, summary) get the reserve
         failure = self.failure
-        n = min(result.steps_run, self._rows[-1][0]) if self._rows else 0
-        final_loss = dict(self._rows).get(n, result.final_loss)
-        if self._metrics is not None:
+        # a later sink may have failed on a batch this one wrote: cut off what the run did not count
+        n, end, final_loss = max((r for r in self._rows if r[0] <= result.steps_run), default=(0, 0, None))
+        if self._rows:
             try:
-                self._metrics.close()
-                self._metrics = None
-                if n < self._rows[-1][0]:  # a later sink failed on a batch this one wrote: cut it off
-                    os.truncate(self._metrics_tmp, _offset_after_rows(self._metrics_tmp, n))
+                if self._metrics is not None:
+                    self._metrics.close()
+                    self._metrics = None
+                os.truncate(self._metrics_tmp, end)
                 os.replace(self._metrics_tmp, self.run_dir / METRICS)
             except OSError as err:
                 failure = self._fail(err, METRICS, None)
@@ -298,11 +299,3 @@ class RunDirSink(Sink):
             self._metrics.close()
             self._metrics = None
         self._close_weights()
-
-
-def _offset_after_rows(path: Path, n: int) -> int:
-    """The byte offset after the header and the first ``n`` rows of a metrics file."""
-    with open(path, "rb") as f:
-        for _ in range(n + 1):
-            f.readline()
-        return f.tell()

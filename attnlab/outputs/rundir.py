@@ -149,7 +149,7 @@ def _contents_problem(path: Path, hydra_subdir: str | None, hydra_log: str | Non
     if "multirun.yaml" in names:
         return (f"already holds a sweep (its multirun.yaml and job folders); {choose} "
                 "(runs are never overwritten; attnlab-compare reads the sweep)")
-    if stale_lock and stat.S_ISREG(os.lstat(path / LOCK).st_mode):
+    if stale_lock and os.path.isfile(path / LOCK) and not os.path.islink(path / LOCK):
         return f"holds a run that was killed before it wrote summary.json; {never}"
     listed = sorted(printable(n, 60) for n in names | ({LOCK} if stale_lock else set()))
     more = f" and {len(listed) - MAX_LISTED} more" if len(listed) > MAX_LISTED else ""
