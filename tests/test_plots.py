@@ -193,8 +193,9 @@ def test_the_users_matplotlib_style_changes_no_figure():
     w = np.full((1, 3, 3), 1 / 3, np.float32)
 
     def both() -> bytes:
-        return plots.evolution_png([Snapshot(0, 1.0, w), Snapshot(9, 0.5, w)], ["a", "b", "c"]) + \
-            plots.loss_png(np.linspace(2, 0.1, 10))
+        with matplotlib.rc_context(font_module.rc()):
+            evolution = plots.figure_bytes(plots.evolution_figure([Snapshot(0, 1.0, w), Snapshot(9, 0.5, w)], "abc"))
+        return evolution + plots.loss_png(np.linspace(2, 0.1, 10))
 
     plain = both()
     with matplotlib.rc_context({"axes.facecolor": "red", "lines.linewidth": 9, "font.size": 20,

@@ -1,18 +1,12 @@
-"""The run-dir files attnlab writes (DESIGN.md), each atomically: a file with its final name is
-always complete.
+"""The run-dir files attnlab writes (DESIGN.md), each atomically (a file with its final name is
+complete): ``metrics.csv`` (``step,loss``, one row per step, losses as ``repr``), ``attention.npz``
+(``steps`` (S,) int64, ``weights`` (S, H, T, T) float32, ``tokens`` (T,) str, ``token_ids`` (T,)
+int64; at most core.files.NPZ_LIMIT bytes, the readers' limit), ``summary.json`` (first as
+``running``, last with the final status) and ``walkthrough.npz`` (:func:`atomic_savez`).
 
-- ``metrics.csv``: ``step,loss``, one row per optimizer step, losses at full precision (``repr``)
-- ``attention.npz``: ``steps`` (S,) int64, ``weights`` (S, H, T, T) float32, ``tokens`` (T,) str,
-  ``token_ids`` (T,) int64; at most :data:`attnlab.core.files.NPZ_LIMIT` bytes (the readers' limit)
-- ``summary.json``: written first as ``running`` and last with the final status
-- ``walkthrough.npz`` (``task=walkthrough``, written by the job with :func:`atomic_savez`)
-
-While a run goes, its records are in hidden partial files that reach the OS at every batch of
-losses and every snapshot, so ``kill -9`` keeps them: ``.metrics.csv.partial`` (metrics.csv's
-format) and ``.attention.npy.partial`` (an ``.npy`` of the run's planned snapshots, filled as
-they arrive; its space is allocated before the first step). A write the filesystem refuses
-stops the run at that step; what was recorded is promoted to the final names and summary.json
-says ``failed`` with the reason (``no space left on device while writing metrics.csv at step 57``).
+While a run goes its records are in hidden partial files that reach the OS at every batch and
+snapshot (``kill -9`` keeps them): ``.metrics.csv.partial`` and ``.attention.npy.partial`` (an
+``.npy`` of the planned snapshots, its space allocated before the first step).
 """
 from __future__ import annotations
 
@@ -171,16 +165,12 @@ def check_attention_size(snapshots: int, heads: int, tokens: int) -> None:
 class RunDirSink(Sink):
     """Writes ``metrics.csv``, ``attention.npz`` and the final ``summary.json`` into ``run_dir``.
 
-    Losses are appended to ``.metrics.csv.partial`` and snapshots written into the memmap
-    ``.attention.npy.partial`` as they arrive (memory stays flat); ``on_end`` promotes them
-    whatever the status, so a diverged, interrupted or failed run keeps every record up to its
-    last step. A write the filesystem refuses raises WriteError (the loop then stops); ``on_end``
-    records it in summary.json as ``failed``. ``metrics.csv`` holds exactly ``steps_run`` rows,
-    ``attention.npz`` the snapshots of those steps.
-
-    ``final_status=False`` (a job, whose figures and TensorBoard sink end after this one):
-    summary.json gets every final field but keeps ``status: running``; the job writes the status
-    once every file is written, so a run killed while drawing reads as killed.
+    ``on_end`` promotes the partial files whatever the status: ``metrics.csv`` holds exactly
+    ``steps_run`` rows, ``attention.npz`` the snapshots of those steps. A write the filesystem
+    refuses raises WriteError (``no space left on device while writing metrics.csv at step 57``;
+    the loop then stops) and summary.json says ``failed`` with that reason.
+    ``final_status=False`` (a job): summary.json keeps ``status: running`` for the job to write
+    once every other file is written, so a run killed while drawing reads as killed.
     """
 
     def __init__(self, run_dir: Path, final_status: bool = True) -> None:
@@ -271,11 +261,15 @@ class RunDirSink(Sink):
         if self._weights is not None:
             kept = sum(1 for s in self._steps if s < n)
             try:
-                atomic_savez(self.run_dir / ATTENTION, weights=self._weights[:kept],
-                             steps=np.asarray(self._steps[:kept], dtype=np.int64), tokens=np.asarray(self._info.tokens, dtype=str),
-                             token_ids=np.asarray(self._info.token_ids, dtype=np.int64))
-            except WriteError as err:
+                self._write_attention(kept)
+            except WriteError as err:  # no room for the whole archive: as many snapshots as fit, then the reason
                 failure = failure or err
+                fit = (_room(self.run_dir) - 4096 - 8 * kept - 64 * self._info.seq_len) // self._weights[0].nbytes
+                if 0 <= fit < kept:
+                    try:
+                        self._write_attention(int(fit))
+                    except WriteError:
+                        pass
             self._close_weights()
         fields = summary_fields(result)
         threshold = result.steps_to_threshold
@@ -289,6 +283,12 @@ class RunDirSink(Sink):
         if failure is not None and result.status != "failed":
             raise failure  # the sinks after this one record the failure too
 
+    def _write_attention(self, kept: int) -> None:
+        atomic_savez(self.run_dir / ATTENTION, weights=self._weights[:kept],
+                     steps=np.asarray(self._steps[:kept], dtype=np.int64),
+                     tokens=np.asarray(self._info.tokens, dtype=str),
+                     token_ids=np.asarray(self._info.token_ids, dtype=np.int64))
+
     def _close_weights(self) -> None:
         if self._weights is not None:
             self._weights = None  # the memmap is unmapped with its last reference
@@ -299,3 +299,13 @@ class RunDirSink(Sink):
             self._metrics.close()
             self._metrics = None
         self._close_weights()
+
+
+def _room(folder: Path) -> int:
+    """Bytes a new file in ``folder`` may take: the free space, at most the file-size limit."""
+    import resource
+
+    fs = os.statvfs(folder)
+    soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    room = fs.f_bavail * fs.f_frsize
+    return room if soft == resource.RLIM_INFINITY else min(room, soft)

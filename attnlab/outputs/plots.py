@@ -156,39 +156,25 @@ def figure_bytes(fig: "Figure", fmt: str = "png") -> bytes:
     return buf.getvalue()
 
 
-def write_figure_file(data: bytes, path: Path) -> Path:
-    """Write a rendered figure to ``path`` atomically (creating its folder); raises WriteError."""
+def save_figure(fig: "Figure", path: Path) -> Path:
+    """Render ``fig`` in the format ``path``'s suffix names (PNG when none) and write it
+    atomically, creating its folder; raises WriteError naming the file."""
     from attnlab.outputs.artifacts import atomic_write_bytes
 
     path = Path(path)
+    data = figure_bytes(fig, path.suffix.lstrip(".").lower() or "png")
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(path, data)
     return path
 
 
-def _format_of(path: Path) -> str:
-    return Path(path).suffix.lstrip(".").lower() or "png"
-
-
-def save_figure(fig: "Figure", path: Path) -> Path:
-    """Render ``fig`` in the format ``path``'s suffix names (PNG when none) and write it
-    atomically; raises WriteError naming the file."""
-    return write_figure_file(figure_bytes(fig, _format_of(path)), path)
-
-
-def evolution_png(snapshots: Sequence[Snapshot], tokens: Sequence[str], title: str | None = None,
-                  max_panels: int = MAX_PANELS, total: int | None = None, fmt: str = "png") -> bytes:
-    """:func:`evolution_figure` as the bytes of a ``fmt`` file."""
-    import matplotlib
-
-    with matplotlib.rc_context(rc()):
-        return figure_bytes(evolution_figure(snapshots, tokens, title, max_panels, total), fmt)
-
-
 def attention_evolution(snapshots: Sequence[Snapshot], tokens: Sequence[str], path: Path, title: str | None = None,
                         max_panels: int = MAX_PANELS, total: int | None = None) -> Path:
     """Write :func:`evolution_figure` to ``path`` (format from its suffix, PNG by default)."""
-    return write_figure_file(evolution_png(snapshots, tokens, title, max_panels, total, _format_of(path)), path)
+    import matplotlib
+
+    with matplotlib.rc_context(rc()):
+        return save_figure(evolution_figure(snapshots, tokens, title, max_panels, total), path)
 
 
 def loss_png(losses: np.ndarray, title: str = "loss", fmt: str = "png", ylabel: str = MSE_LABEL) -> bytes | None:
@@ -202,8 +188,11 @@ def loss_png(losses: np.ndarray, title: str = "loss", fmt: str = "png", ylabel: 
 
 def loss_curve(losses: np.ndarray, path: Path, title: str = "loss", ylabel: str = MSE_LABEL) -> Path | None:
     """Write ``loss.png`` (:func:`loss_figure`) to ``path``; None (no file) when no loss is finite."""
-    data = loss_png(losses, title, _format_of(path), ylabel)
-    return None if data is None else write_figure_file(data, path)
+    import matplotlib
+
+    with matplotlib.rc_context(rc()):
+        fig = loss_figure(losses, title, ylabel)
+        return None if fig is None else save_figure(fig, path)
 
 
 # ------------------------------------------------------------------------------ the sink

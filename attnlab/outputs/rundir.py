@@ -1,18 +1,12 @@
-"""Claiming a run dir: one live attnlab process per folder, never someone else's files.
+"""Claiming a run dir (``hydra.run.dir``, a sweep's folders, ``attnlab-reproduce --out``) before
+anything is written into it: one live attnlab process per folder, never someone else's files.
 
-A run dir (``hydra.run.dir``, a sweep job's folder, ``attnlab-reproduce --out``) and a sweep dir
-are *claimed* before anything is written into them:
-
-- **The lock.** :func:`claim` creates ``.attnlab.lock`` with ``O_CREAT | O_EXCL`` (a second
-  process asking for the folder finds it and is refused) and holds an ``fcntl.flock`` on it for
-  as long as it writes there, so :func:`run_is_live` tells a live run from a killed one (the OS
-  drops the flock when the process ends, ``kill -9`` included). The file holds the process id
-  and, while the run goes, a reserve of disk space (:data:`RESERVE_BYTES`) that
-  :func:`release_reserve` gives back when a write fails or the run's last writes begin, so a
-  full disk still leaves room to record how the run ended. :func:`release` deletes it.
-- **New or empty.** The folder must not exist, be empty, or hold only what Hydra writes for the
-  job (``.hydra/`` with :data:`HYDRA_FILES`, the job log). Anything else is refused with one
-  line naming what is there (a finished run, a killed run, a sweep, files attnlab did not write).
+:func:`claim` creates ``.attnlab.lock`` with ``O_EXCL`` and holds an ``fcntl.flock`` on it while
+it writes there (:func:`run_is_live` tells a live run from a killed one: the OS drops the flock
+however the process ends). The file holds the pid and a disk reserve (:data:`RESERVE_BYTES`) that
+:func:`release_reserve` gives back when a write fails or the last writes begin, so a full disk
+still leaves room to record how the run ended. The folder must be new, empty, or hold only what
+Hydra wrote for the job; anything else is refused with one line naming what is there.
 """
 from __future__ import annotations
 
