@@ -166,3 +166,28 @@ def test_run_is_live_opens_only_a_regular_file(tmp_path):
     os.symlink("/dev/zero", tmp_path / rundir.LOCK)
     assert not rundir.run_is_live(tmp_path)
     assert not rundir.run_is_live(tmp_path / "missing")
+
+
+def test_an_archive_too_large_for_the_disk_keeps_the_snapshots_that_fit(tmp_path, monkeypatch):
+    import errno
+
+    from attnlab.core.errors import WriteError
+
+    real = artifacts.atomic_savez
+    frame = 4 * 3 * 3
+
+    def disk(path, **arrays):  # a disk with room for two frames and the rest of the archive
+        if arrays["weights"].nbytes > 2 * frame:
+            raise WriteError.from_os_error(OSError(errno.ENOSPC, "No space left on device"), path.name)
+        real(path, **arrays)
+
+    monkeypatch.setattr(artifacts, "atomic_savez", disk)
+    monkeypatch.setattr(artifacts, "_room", lambda folder: 4096 + 8 * 3 + 64 * 3 + 2 * frame)
+    sink = artifacts.RunDirSink(tmp_path)
+    with pytest.raises(WriteError, match="no space left on device while writing attention.npz"):
+        feed(sink, tmp_path, [3.0, 2.0, 1.0, 0.5, 0.25])
+    with np.load(tmp_path / "attention.npz", allow_pickle=False) as npz:
+        assert npz["steps"].tolist() == [0, 2]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert (summary["status"], summary["error"]) == ("failed", "no space left on device while writing attention.npz")
+    assert summary["steps_run"] == 5  # metrics.csv holds every step
