@@ -96,13 +96,6 @@ def write_summary(run_dir: Path, **fields: Any) -> dict[str, Any]:
     return summary
 
 
-def summary_fields(result: RunResult) -> dict[str, Any]:
-    """The summary.json fields a finished training run adds."""
-    return {"status": result.status, "final_loss": result.final_loss, "steps_run": result.steps_run,
-            "steps_to_threshold": result.steps_to_threshold, "wall_time_s": round(result.wall_time_s, 6),
-            "error": result.error}
-
-
 def environment(device: str = "cpu") -> dict[str, Any]:
     """What a reproduction depends on: library versions, platform, device, torch's thread
     count, attnlab's version and git commit (None outside a git checkout)."""
@@ -123,14 +116,12 @@ def _static_environment() -> dict[str, Any]:
         except metadata.PackageNotFoundError:
             return None
 
-    here = Path(__file__).resolve().parent.parent.parent
-    commit = None
-    if (here / ".git").exists():
-        try:
-            commit = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                    timeout=5).stdout.strip() or None
-        except (OSError, subprocess.SubprocessError):
-            pass
+    try:  # attnlab's commit when it runs from a git checkout
+        here = Path(__file__).resolve().parents[2]
+        commit = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=5).stdout.strip() or None if (here / ".git").exists() else None
+    except (OSError, subprocess.SubprocessError):
+        commit = None
     return {"python": platform.python_version(), "attnlab": version("attnlab"), "git_commit": commit,
             "torch": torch.__version__, "numpy": np.__version__, "tiktoken": version("tiktoken"),
             "hydra-core": version("hydra-core"), "omegaconf": version("omegaconf"),
@@ -271,10 +262,10 @@ class RunDirSink(Sink):
                     except WriteError:
                         pass
             self._close_weights()
-        fields = summary_fields(result)
         threshold = result.steps_to_threshold
-        fields.update(steps_run=n, final_loss=final_loss if n else None,
-                      steps_to_threshold=threshold if threshold is not None and threshold < n else None)
+        fields = {"status": result.status, "final_loss": final_loss if n else None, "steps_run": n,
+                  "steps_to_threshold": threshold if threshold is not None and threshold < n else None,
+                  "wall_time_s": round(result.wall_time_s, 6), "error": result.error}
         if failure is not None and result.status != "failed":
             fields.update(status="failed", error=str(failure))
         if not self.final_status:
