@@ -1,10 +1,63 @@
+"""attnlab.outputs.console: the tutorial's section-5 lines exactly, the closing line, job prefixes,
+and console output that never stops a run (attnlab.outputs.streams)."""
+import io
+
 import numpy as np
 
 from attnlab.commands.api import compose
+from attnlab.core.records import RunInfo, RunResult, Snapshot
 from attnlab.core.tokenizer import tokenize
-from attnlab.outputs.console import snapshot_line
+from attnlab.outputs.console import ConsoleSink, snapshot_line
+from attnlab.outputs.streams import SafeStream
 
 from conftest import TUTORIAL_IDS
+
+# tutorial section 5's printed lines, in the order the default run prints them
+TUTORIAL_LINES = [
+    "step   0  loss=2.3566  |  ' journey' attends: 'Your'=0.22 'journey'=0.12 'starts'=0.13 'with'=0.14 'one'=0.19 'step'=0.21",
+    "step  20  loss=0.2104  |  ' journey' attends: 'Your'=0.57 'journey'=0.21 'starts'=0.07 'with'=0.14 'one'=0.01 'step'=0.00",
+    "step  50  loss=0.0465  |  ' journey' attends: 'Your'=0.84 'journey'=0.09 'starts'=0.03 'with'=0.04 'one'=0.00 'step'=0.00",
+    "step 100  loss=0.0005  |  ' journey' attends: 'Your'=0.99 'journey'=0.01 'starts'=0.00 'with'=0.00 'one'=0.00 'step'=0.00",
+    "step 200  loss=0.0000  |  ' journey' attends: 'Your'=0.99 'journey'=0.00 'starts'=0.00 'with'=0.00 'one'=0.00 'step'=0.00",
+]
+
+
+def test_the_default_run_prints_the_tutorials_lines(default_cli_run):
+    run_dir, proc = default_cli_run
+    lines = proc.stdout.splitlines()
+    assert lines[:5] == TUTORIAL_LINES
+    assert lines[5].startswith("completed: 201 steps, final loss 4.94")
+    assert lines[5].endswith(f" s  ->  {run_dir}") or lines[5].endswith(f" s  ->  {run_dir.name}")
+    assert len(lines) == 6
+
+
+def test_sink_lines_with_heads_and_a_job_prefix():
+    out = io.StringIO()
+    sink = ConsoleSink(progress=False, file=out, prefix="[job 3] ")
+    tokens = ["Your", " journey", " starts"]
+    sink.on_start(RunInfo({}, [1, 2, 3], tokens, [0], 1, 1))
+    heads = np.array([[[1, 0, 0], [0.7, 0.2, 0.1], [0, 0, 1]], [[1, 0, 0], [0.1, 0.3, 0.6], [0, 0, 1]]], np.float32)
+    sink.on_snapshot(Snapshot(0, 2.35661, heads))
+    sink.on_end(RunResult("diverged", 1, float("nan"), 0.5))
+    assert out.getvalue().splitlines() == [
+        "[job 3] step   0  loss=2.3566  |  ' journey' attends: 'Your'=0.40 'journey'=0.25 'starts'=0.35",
+        "[job 3]           2 heads, strongest key each: 0→'Your'=0.70 1→'starts'=0.60",
+        "[job 3] diverged: 1 step, final loss nan, 0.50 s",
+    ]
+
+
+def test_a_console_that_cannot_encode_or_is_gone_never_stops_a_run():
+    raw = io.BytesIO()
+    cp1252 = SafeStream(io.TextIOWrapper(raw, encoding="cp1252"))
+    cp1252.write("你的 journey\n")
+    cp1252.flush()
+    assert raw.getvalue() == b"\\u4f60\\u7684 journey\n"
+    closed = io.StringIO()
+    closed.close()
+    gone = SafeStream(closed)
+    assert gone.write("text") == 4  # a closed stream: silent, no exception
+    gone.flush()
+    assert gone.broken
 
 
 def test_long_rows_show_the_12_strongest_and_say_so():
@@ -26,8 +79,7 @@ def test_text_file_final_line_break_is_not_a_token(tmp_path):
 
 
 def test_a_repeated_token_is_named_with_its_position():
-    """(newcomer, seventh session) A long text's line listed `'turns'=0.00` eleven times: a
-    token the text holds more than once is named with its position, as attnlab-report's line."""
+    """A token the text holds more than once is named with its position, as attnlab-report's line."""
     tokens = ["the", " cat", " saw", " the", " cat"] + [f" t{i}" for i in range(10)]
     row = np.full(15, 0.01, dtype=np.float32)
     row[[0, 1, 3, 4]] = [0.3, 0.2, 0.25, 0.1]
@@ -40,9 +92,7 @@ def test_a_repeated_token_is_named_with_its_position():
 
 
 def test_display_path_when_the_working_folder_is_gone(tmp_path, monkeypatch):
-    """(adversary, seventh session) attnlab-reproduce printed "reproduced exactly" and then a
-    FileNotFoundError traceback with exit 1 when its working folder was deleted meanwhile:
-    Path.cwd() raises. The path is shown as given (absolute stays absolute)."""
+    """With the working folder deleted (Path.cwd() raises) a path is shown as given."""
     from attnlab.outputs.console import display_path
 
     gone = tmp_path / "gone"

@@ -12,17 +12,20 @@ from attnlab.outputs.fonts import default_title
 TOKENS = ["Your", " journey", " starts", " with", " one", " step"]
 
 
-def run_sink(tmp_path, steps: list[int], monkeypatch, stop_after: int | None = None):
+def run_sink(tmp_path, steps: list[int], monkeypatch, stop_after: int | None = None, render: bool = False):
     """Feed FigureSink a run whose snapshots are at ``steps`` (all of them, or the first
-    ``stop_after``); returns the evolution figure it drew and the PNG path."""
+    ``stop_after``); returns the evolution figure it made and the PNG path (rendered only with
+    ``render``: the panels and title are what these tests check)."""
     drawn = []
-    real = plots.EvolutionLayout.draw
+    if not render:
+        monkeypatch.setattr(plots, "figure_bytes", lambda fig, fmt="png": b"")
+    real = plots.evolution_figure
 
     def spy(*args, **kwargs):
         drawn.append(real(*args, **kwargs))
         return drawn[-1]
 
-    monkeypatch.setattr(plots.EvolutionLayout, "draw", spy)
+    monkeypatch.setattr(plots, "evolution_figure", spy)
     rng = np.random.default_rng(0)
     sink = plots.FigureSink(tmp_path)
     sink.on_start(RunInfo(config={}, token_ids=list(range(6)), tokens=TOKENS, snapshot_steps=steps,
@@ -44,7 +47,7 @@ def panel_steps(fig) -> list[int]:
 
 def test_thirteen_snapshots_say_10_of_13(tmp_path, monkeypatch):
     steps = [0, 10, 20, 30, 40, 50, 60, 80, 100, 120, 150, 180, 200]
-    fig, png = run_sink(tmp_path, steps, monkeypatch)
+    fig, png = run_sink(tmp_path, steps, monkeypatch, render=True)
     assert fig._suptitle.get_text() == f"{default_title()}  (10 of 13 snapshots)"
     # np.linspace(0, 12, 10) rounded: indices 0 1 3 4 5 7 8 9 11 12
     assert panel_steps(fig) == [0, 10, 30, 40, 50, 80, 100, 120, 180, 200]

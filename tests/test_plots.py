@@ -1,7 +1,7 @@
-"""attnlab.outputs.plots: real PNGs, sizes that follow the panel count, no missing-glyph warnings."""
+"""attnlab.outputs.plots: real PNGs (sizes that follow the panel count, drawn pixels), the
+tutorial's panel content, no missing-glyph warnings, figures independent of the user's style."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import warnings
@@ -12,7 +12,7 @@ import pytest
 from attnlab.core.records import RunInfo, RunResult, Snapshot
 from attnlab.outputs import fonts as font_module
 from attnlab.outputs import plots
-from attnlab.outputs.tensorboard import HeatmapRenderer
+from attnlab.outputs.tensorboard import heatmap_pixels
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 TOKENS = ["Your", " journey", " starts", " with", " one", " step"]
@@ -31,7 +31,9 @@ def read_png(path):
     import matplotlib.image
 
     assert path.read_bytes()[:8] == PNG_MAGIC
-    return matplotlib.image.imread(str(path))  # (H, W, 4) float32
+    img = matplotlib.image.imread(str(path))  # (H, W, 4) float32
+    assert len(np.unique(img.reshape(-1, img.shape[2]), axis=0)) > 50  # drawn: far more than a blank page
+    return img
 
 
 @pytest.fixture(params=["installed_fonts", "no_cjk_font"])
@@ -45,36 +47,28 @@ def fonts(request, monkeypatch):
 
 
 def test_evolution_png_size_follows_panel_count(tmp_path):
-    sizes = {}
-    for n in (2, 5):
-        path = plots.attention_evolution(snapshots(n), TOKENS, tmp_path / f"evo{n}.png")
-        assert path == tmp_path / f"evo{n}.png"
-        img = read_png(path)
-        sizes[n] = img.shape[:2]
-        assert img.shape[2] in (3, 4)
+    path = plots.attention_evolution(snapshots(2), TOKENS, tmp_path / "evo2.png")
+    assert path == tmp_path / "evo2.png"
     w_in, h_in = plots.PANEL_IN
-    for n, (h, w) in sizes.items():
-        assert w == round((n * w_in + plots.COLORBAR_IN) * plots.DPI)
-        assert h == round((h_in + 0.5) * plots.DPI)
-    assert sizes[5][1] - sizes[2][1] == round(3 * w_in * plots.DPI)
-    # the atomic write left no temp file behind
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["evo2.png", "evo5.png"]
+    assert read_png(path).shape[:2] == (round((h_in + 0.5) * plots.DPI), round((2 * w_in + plots.COLORBAR_IN) * plots.DPI))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["evo2.png"]  # the atomic write left no temp file
+    fig = plots.evolution_figure(snapshots(5, t=3), TOKENS[:3])  # the PNG is the canvas (no tight bbox)
+    assert fig.canvas.get_width_height() == (round((5 * w_in + plots.COLORBAR_IN) * plots.DPI),
+                                             round((h_in + 0.5) * plots.DPI))
 
 
-def test_many_snapshots_are_thinned_and_wrapped(tmp_path):
-    snaps = snapshots(23)
+def test_many_snapshots_are_thinned_and_wrapped():
+    snaps = snapshots(23, t=3)
     shown = plots.pick_snapshots(snaps)
     assert len(shown) == plots.MAX_PANELS
     assert shown[0] is snaps[0]
     assert shown[-1] is snaps[-1]
-    fig = plots.evolution_figure(snaps, TOKENS)
+    fig = plots.evolution_figure(snaps, TOKENS[:3])
     assert "(10 of 23 snapshots)" in fig._suptitle.get_text()
     heatmaps = [ax for ax in fig.axes if ax.images and ax.get_label() != "<colorbar>"]
-    titles = [f"step={s.step}\nloss={s.loss:.3f}" for s in shown]
-    assert [ax.get_title() for ax in heatmaps] == titles
-    h, w = read_png(plots.attention_evolution(snaps, TOKENS, tmp_path / "many.png")).shape[:2]
-    assert w == round((plots.MAX_COLS * plots.PANEL_IN[0] + plots.COLORBAR_IN) * plots.DPI)
-    assert h == round((2 * plots.PANEL_IN[1] + 0.5) * plots.DPI)  # 10 panels -> 2 rows
+    assert [ax.get_title() for ax in heatmaps] == [f"step={s.step}\nloss={s.loss:.3f}" for s in shown]
+    assert fig.canvas.get_width_height() == (round((plots.MAX_COLS * plots.PANEL_IN[0] + plots.COLORBAR_IN) * plots.DPI),
+                                             round((2 * plots.PANEL_IN[1] + 0.5) * plots.DPI))  # 2 rows of 5
 
 
 def test_evolution_panels_match_the_tutorial():
@@ -98,7 +92,7 @@ def test_chinese_tokens_render_without_missing_glyphs(tmp_path, fonts):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         plots.attention_evolution(snapshots(2, t=len(ZH_TOKENS)), ZH_TOKENS, tmp_path / "zh.png")
-        img = HeatmapRenderer(ZH_TOKENS)(snapshots(1, t=len(ZH_TOKENS))[0].weights, "你的")
+        img = heatmap_pixels(ZH_TOKENS, snapshots(1, t=len(ZH_TOKENS))[0].weights, "你的")
     assert [str(w.message) for w in caught if "Glyph" in str(w.message)] == []
     assert img.dtype == np.uint8
     assert img.ndim == 3
@@ -118,23 +112,20 @@ def test_chinese_tokens_render_without_missing_glyphs(tmp_path, fonts):
         assert labels[4] == "开始"
 
 
-def test_heatmap_image_is_hwc_uint8():
+def test_heatmap_image_is_hwc_uint8_with_the_weights_drawn():
     w = np.full((6, 6), 1 / 6, dtype=np.float32)
-    img = HeatmapRenderer(TOKENS)(w, "step=0")
+    w[1] = [0.9, 0.1, 0, 0, 0, 0]
+    img = heatmap_pixels(TOKENS, w, "step=0")
     assert img.shape == (400, 460, 3)
     assert img.dtype == np.uint8
     assert img.min() < 50
-    assert img.max() == 255  # dark text/frame on a white background
+    assert img.max() == 255  # dark text and frame on a white background
+    import matplotlib
 
-
-def test_reused_renderer_matches_fresh_rendering():
-    render = HeatmapRenderer(TOKENS)
-    images = []
-    for snap in snapshots(3):
-        images.append(render(snap.weights, f"step={snap.step}"))
-        fresh = HeatmapRenderer(TOKENS)(snap.weights, f"step={snap.step}")
-        np.testing.assert_array_equal(images[-1], fresh)
-    assert not np.array_equal(images[0], images[1])
+    colours = {tuple(c) for c in img.reshape(-1, 3).tolist()}
+    assert tuple(matplotlib.colormaps["viridis"](0.9, bytes=True)[:3]) in colours  # the brightest cell
+    other = heatmap_pixels(TOKENS, np.full((6, 6), 1 / 6, np.float32), "step=0")
+    assert not np.array_equal(img, other)
 
 
 def test_loss_curve_log_axis_with_zeros(tmp_path):
@@ -144,6 +135,25 @@ def test_loss_curve_log_axis_with_zeros(tmp_path):
     assert (w, h) == (640, 400)
     assert plots.loss_curve(np.array([np.nan]), tmp_path / "none.png") is None
     assert not (tmp_path / "none.png").exists()
+
+
+@pytest.mark.parametrize("losses", [np.linspace(0.0131, 0.0125, 100), np.linspace(1500, 900, 100),
+                                    2.36 * np.exp(-np.linspace(0, 8, 201))], ids=["narrow_0.01", "narrow_1000", "tutorial"])
+def test_loss_figure_keeps_its_tick_labels_and_y_label_inside(losses):
+    """A loss within less than a decade has labels like 1.31×10^-2 on its minor ticks: the
+    y label still lies inside the figure."""
+    import matplotlib
+
+    with matplotlib.rc_context(font_module.rc()):
+        fig = plots.loss_figure(np.asarray(losses, dtype=np.float64))
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        [ax] = fig.axes
+        shown = [t for t in ax.yaxis.get_ticklabels(which="both") if t.get_visible() and t.get_text()]
+        assert shown, "no y tick label"
+        for artist in [*shown, ax.yaxis.label, ax.title]:
+            box = artist.get_window_extent(renderer)
+            assert box.x0 >= 0 and box.x1 <= fig.bbox.x1, (artist.get_text(), box)
 
 
 def test_figure_sink_writes_both_pngs(tmp_path):
@@ -175,135 +185,20 @@ def test_import_is_cheap():
     assert out.stdout.strip() == "False"
 
 
-def fresh_evolution_png(snaps, tokens, path, title):
-    """The evolution figure made from scratch each time, laid out by matplotlib while it saves
-    (what attnlab drew before layouts were reused): the reference for the reused layouts."""
-    import matplotlib
-    from matplotlib.figure import Figure
-
-    with matplotlib.rc_context(font_module.rc()):
-        fig = Figure(figsize=(len(snaps) * plots.PANEL_IN[0] + plots.COLORBAR_IN, plots.PANEL_IN[1] + 0.5),
-                     dpi=plots.DPI, layout="constrained")
-        axes = fig.subplots(1, len(snaps), squeeze=False)
-        labels = [font_module.label(t) for t in tokens]
-        for ax, s in zip(axes.flat, snaps):
-            im = plots.draw_heatmap(ax, s.weights[0], labels, f"step={s.step}\nloss={s.loss:.3f}")
-        fig.colorbar(im, ax=axes, shrink=0.8, label="attention weight")
-        fig.suptitle(title, fontsize=13)
-        fig.savefig(path)
-    return read_png(path)
-
-
-def fresh_loss_png(losses, path, title):
-    import matplotlib
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    with matplotlib.rc_context(font_module.rc()):
-        fig = Figure(figsize=(6.4, 4.0), dpi=plots.DPI)
-        FigureCanvasAgg(fig)
-        fig.subplots_adjust(left=0.13, right=0.97, bottom=0.12, top=0.91)
-        ax = fig.add_subplot()
-        plots.plot_loss(ax, np.arange(len(losses)), losses)
-        ax.set_title(title)
-        plots.fit_left_margin(fig, ax)
-        fig.savefig(path)
-    return read_png(path)
-
-
-def test_reused_figures_give_the_pixels_of_fresh_ones(tmp_path):
-    """A sweep's jobs redraw one laid-out figure per text (plots.EvolutionLayout, LossLayout):
-    each PNG equals, pixel for pixel, the figure made and laid out from scratch, whatever was
-    drawn into the reused figure before."""
-    runs = [snapshots(3, seed=s) for s in range(3)] + [snapshots(3, seed=0)]
-    for k, snaps in enumerate(runs):  # the same layout, reused 3 times
-        got = read_png(plots.attention_evolution(snaps, TOKENS, tmp_path / f"evo{k}.png"))
-        want = fresh_evolution_png(snaps, TOKENS, tmp_path / f"ref{k}.png", plots.default_title())
-        assert got.shape == want.shape
-        assert np.array_equal(got, want), f"run {k}: {int((got != want).any(-1).sum())} pixels differ"
-    assert not np.array_equal(read_png(tmp_path / "evo0.png"), read_png(tmp_path / "evo1.png"))
-    curves = [np.exp(-np.linspace(0, 8, 201)) * 2.3, np.r_[np.linspace(2, 50, 30), np.inf, np.nan],
-              np.r_[np.exp(-np.linspace(0, 5, 40)), np.zeros(5)], np.abs(np.sin(np.arange(3000))) + 1e-3]
-    for k, y in enumerate(curves):
-        got = read_png(plots.loss_curve(y, tmp_path / f"loss{k}.png", title=f"loss {k}"))
-        assert np.array_equal(got, fresh_loss_png(y, tmp_path / f"lref{k}.png", f"loss {k}")), f"curve {k}"
-
-
-@pytest.mark.parametrize("heads, n, t", [(1, 2, 6), (1, 5, 6), (2, 3, 6), (1, 9, 6), (1, 3, 12), (3, 2, 4)])
-def test_the_copied_background_gives_savefigs_png_byte_for_byte(heads, n, t):
-    """evolution_png draws only the changing parts over a copy of the rest
-    (EvolutionLayout.png): its bytes are those of a full savefig of the same figure laid out
-    from scratch, for the first and for a later use of a layout."""
+def test_the_users_matplotlib_style_changes_no_figure():
+    """Figures are part of what a run reproduces: drawn with matplotlib's own defaults (fonts.rc),
+    not the style of a matplotlibrc or of rcParams set by the caller."""
     import matplotlib
 
-    tokens = [f"tok{i}" for i in range(t)]
-    rng = np.random.default_rng(heads * 100 + n * 10 + t)
-    for _ in range(2):
-        snaps = [Snapshot(10 * i, 1.0 / (i + 1), rng.dirichlet(np.ones(t), size=(heads, t)).astype(np.float32))
-                 for i in range(n)]
+    w = np.full((1, 3, 3), 1 / 3, np.float32)
+
+    def both() -> bytes:
         with matplotlib.rc_context(font_module.rc()):
-            full = plots.figure_bytes(plots.evolution_figure(snaps, tokens, reuse=False))
-        assert plots.evolution_png(snaps, tokens) == full
+            evolution = plots.figure_bytes(plots.evolution_figure([Snapshot(0, 1.0, w), Snapshot(9, 0.5, w)], "abc"))
+        return evolution + plots.loss_png(np.linspace(2, 0.1, 10))
 
-
-@pytest.mark.parametrize("losses", [np.linspace(0.0131, 0.0125, 100), np.linspace(0.9, 0.5, 100),
-                                    np.linspace(1500, 900, 100), 2.36 * np.exp(-np.linspace(0, 8, 201)),
-                                    np.linspace(1.31e-3, 1.25e-3, 50)],
-                         ids=["narrow_0.01", "narrow_0.5", "narrow_1000", "tutorial", "narrow_0.001"])
-def test_loss_png_keeps_its_tick_labels_and_y_label_inside(losses):
-    """loss.png's left margin holds the y axis whatever the loss spans: a loss within less than
-    a decade has labels like 1.31×10^-2 on its minor ticks, which pushed the y label off a
-    fixed margin (plots.fit_left_margin widens it)."""
-    import matplotlib
-
-    with matplotlib.rc_context(font_module.rc()):
-        layout = plots.LossLayout()
-        fig = layout.draw(np.asarray(losses, dtype=np.float64), "loss")
-        fig.canvas.draw()
-        renderer = fig.canvas.get_renderer()
-        shown = [t for t in layout.ax.yaxis.get_ticklabels(which="both") if t.get_visible() and t.get_text()]
-        assert shown, "no y tick label"
-        for artist in [*shown, layout.ax.yaxis.label]:
-            box = artist.get_window_extent(renderer)
-            assert box.x0 >= 0 and box.x1 <= fig.bbox.x1, (artist.get_text(), box)
-
-
-def test_a_matplotlibrc_in_the_working_directory_changes_no_figure(tmp_path):
-    """Figures are part of what a run reproduces: matplotlib's own defaults, not the style of a
-    matplotlibrc where the run starts (matplotlib reads ./matplotlibrc when it is imported)."""
-    import hashlib
-
-    code = ("import hashlib, numpy as np\n"
-            "from attnlab.outputs import plots\n"
-            "from attnlab.core.records import Snapshot\n"
-            "w = np.full((1, 3, 3), 1 / 3, np.float32)\n"
-            "evo = plots.evolution_png([Snapshot(0, 1.0, w), Snapshot(9, 0.5, w)], ['a', 'b', 'c'])\n"
-            "loss = plots.loss_png(np.linspace(2, 0.1, 10))\n"
-            "print(hashlib.sha256(evo + loss).hexdigest())\n")
-    styled, plain = tmp_path / "styled", tmp_path / "plain"
-    styled.mkdir()
-    plain.mkdir()
-    (styled / "matplotlibrc").write_text("axes.facecolor: red\nlines.linewidth: 9\nfont.size: 20\n"
-                                         "image.cmap: gray\naxes.grid: True\n")
-    env = {**os.environ, "MPLBACKEND": "Agg", "MPLCONFIGDIR": str(tmp_path / "cfg")}
-    digests = [subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True,
-                              timeout=120).stdout.strip() for cwd in (styled, plain)]
-    assert len(digests[0]) == 64 and digests[0] == digests[1]
-    assert hashlib.sha256(b"").hexdigest() not in digests
-
-
-def test_layouts_are_per_thread_and_bounded(tmp_path, monkeypatch):
-    import threading
-    from collections import OrderedDict
-
-    monkeypatch.setattr(plots, "_layouts", OrderedDict())  # none from earlier tests
-    plots.attention_evolution(snapshots(2), TOKENS, tmp_path / "main.png")
-    other = threading.Thread(target=plots.attention_evolution, args=(snapshots(2), TOKENS, tmp_path / "t.png"))
-    other.start()
-    other.join()
-    mine = [key for key in plots._layouts if key[-1] == threading.get_ident()]
-    assert (len(mine), len(plots._layouts)) == (1, 2)  # the other thread made its own
-    for t in range(3, 3 + plots.MAX_LAYOUTS + 2):  # more token lists than are kept
-        plots.attention_evolution(snapshots(2, t=t), [f"t{i}" for i in range(t)], tmp_path / f"t{t}.png")
-    assert len(plots._layouts) == plots.MAX_LAYOUTS
-    assert np.array_equal(read_png(tmp_path / "main.png"), read_png(tmp_path / "t.png"))
+    plain = both()
+    with matplotlib.rc_context({"axes.facecolor": "red", "lines.linewidth": 9, "font.size": 20,
+                                "image.cmap": "gray", "axes.grid": True}):
+        styled = both()
+    assert styled == plain

@@ -49,10 +49,10 @@ def synthetic_records(seed: int = 0):
     return losses, snaps
 
 
-def write_run(run_dir: Path, images: bool = True, batch: int = 7, render=None):
+def write_run(run_dir: Path, images: bool = True, batch: int = 7):
     """Drive a TensorBoardSink like the training loop does; returns (losses, snapshots)."""
     losses, snaps = synthetic_records()
-    sink = TensorBoardSink(run_dir, images=images, render=render)
+    sink = TensorBoardSink(run_dir, images=images)
     try:
         sink.on_start(RunInfo(CONFIG, TOKEN_IDS, TOKENS, SNAPSHOT_STEPS, 201, 1, run_dir))
         pending = {s.step: s for s in snaps}
@@ -150,74 +150,24 @@ def test_event_file_contents(tmp_path):
     assert "  d_model: 6\n" in text["run/config/text_summary"]
 
 
-def test_images_drawn_by_the_render_child_while_the_run_goes_on(tmp_path):
-    """With a render child the heatmaps are asked for at each snapshot and written when drawn
-    (at the latest at the end): the same images at the same steps as drawn in-process."""
-    from attnlab.outputs.render_process import RenderProcess
+def test_images_are_the_heatmaps_of_the_snapshots(tmp_path):
+    """Each snapshot's image in the event file is its heatmap (tensorboard.heatmap_pixels: the
+    step and loss in the title), decoded back to the same pixels."""
+    import io
 
-    render = RenderProcess()
-    try:
-        write_run(tmp_path / "child", render=render)
-        assert render.alive
-    finally:
-        render.close()
-    write_run(tmp_path / "here")
-    child, here = (accumulate(tmp_path / d).Images("attention/weights") for d in ("child", "here"))
-    assert [e.step for e in child] == [e.step for e in here] == SNAPSHOT_STEPS
-    assert [e.encoded_image_string for e in child] == [e.encoded_image_string for e in here]
+    from PIL import Image
 
+    from attnlab.outputs.tensorboard import heatmap_pixels
 
-def test_images_are_what_add_image_writes_for_the_same_pixels(tmp_path):
-    """The sink writes heatmaps encoded where they were drawn (tensorboard.encode_image); the
-    Summary is byte for byte torch's ``SummaryWriter.add_image(tag, pixels, dataformats="HWC")``,
-    and the event file's images are the renderer's pixels."""
-    from torch.utils.tensorboard.summary import image
-
-    from attnlab.outputs.tensorboard import HeatmapRenderer, encode_image, image_summary
-
-    losses, snaps = write_run(tmp_path)
-    render = HeatmapRenderer(tuple(TOKENS))
+    _, snaps = write_run(tmp_path)
     events = accumulate(tmp_path).Images("attention/weights")
-    for snap, event in zip(snaps, events):
-        pixels = render(snap.weights, f"step={snap.step}  loss={snap.loss:.4f}")
-        torch_summary = image("attention/weights", pixels, dataformats="HWC")
-        assert image_summary("attention/weights", encode_image(pixels)).SerializeToString() == \
-            torch_summary.SerializeToString()
-        assert event.encoded_image_string == torch_summary.value[0].image.encoded_image_string
-        assert (event.height, event.width) == pixels.shape[:2]
-
-
-class _FailingLast:
-    """A render child whose heatmap of the last snapshot fails (``TypeError: no ink``)."""
-
-    def __init__(self):
-        from attnlab.outputs.render_process import RenderProcess
-
-        self.real, self.asked = RenderProcess(), 0
-
-    def request(self, kind, *args):
-        from attnlab.outputs.render_process import Pending
-
-        self.asked += 1
-        if self.asked < len(SNAPSHOT_STEPS):
-            return self.real.request(kind, *args)
-        failed = Pending(None, kind, ())
-        failed._set("error", TypeError("no ink"))
-        return failed
-
-
-def test_an_image_that_fails_at_the_end_fails_the_session_too(tmp_path):
-    render = _FailingLast()
-    try:
-        with pytest.raises(TypeError, match="no ink"):
-            write_run(tmp_path, render=render)
-    finally:
-        render.real.close()
-    ea = accumulate(tmp_path)
-    assert [e.step for e in ea.Images("attention/weights")] == SNAPSHOT_STEPS[:-1]
-    _, start, end = hparams_session(ea)
-    assert (start.hparams["status"].string_value, start.hparams["error"].string_value) == ("failed", "TypeError: no ink")
-    assert end.status == 2  # STATUS_FAILURE
+    assert [e.step for e in events] == SNAPSHOT_STEPS
+    for snap, event in zip(snaps[:2], events):
+        pixels = heatmap_pixels(TOKENS, snap.weights, f"step={snap.step}  loss={snap.loss:.4f}")
+        assert (event.height, event.width) == pixels.shape[:2] == (400, 460)
+        np.testing.assert_array_equal(np.asarray(Image.open(io.BytesIO(event.encoded_image_string)).convert("RGB")),
+                                      pixels)
+    assert events[0].encoded_image_string != events[1].encoded_image_string
 
 
 def test_no_images_option(tmp_path):
@@ -302,7 +252,8 @@ def http(base: str, path: str, body: dict | None = None):
 def test_real_tensorboard_server(tmp_path, default_cli_run):
     """The default experiment (tutorial section 5) run by the ``attnlab`` command, served by a
     real ``tensorboard`` process and read back over its HTTP data API."""
-    from attnlab.outputs.artifacts import read_metrics, read_summary
+    from attnlab.saved.safe_read import read_run_metrics as read_metrics
+    from attnlab.saved.safe_read import read_summary
 
     run_dir, proc = default_cli_run
     run = run_dir.name

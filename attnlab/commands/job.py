@@ -17,7 +17,7 @@ from attnlab.core import checks, interrupts
 from attnlab.core.config import Task, apply_schema, resolve
 from attnlab.core.errors import AttnlabError, WriteError, describe
 from attnlab.core.records import Sink
-from attnlab.outputs import artifacts, render_process, rundir
+from attnlab.outputs import artifacts, rundir
 
 EXIT_COMPLETED = 0
 EXIT_FAILED_RUN = 1  # the run started but did not complete (diverged, interrupted, crashed)
@@ -58,15 +58,14 @@ def make_sinks(cfg: DictConfig, run_dir: Path) -> list[Sink]:
     the sinks that record the run's status (TensorBoard's session status, the console's last
     line), so a file that cannot be written at the end makes those say ``failed`` too."""
     sinks: list[Sink] = [artifacts.RunDirSink(run_dir, final_status=False)]  # the status: _job, at the end
-    render = render_process.shared() if draws_figures(cfg) else None  # figures drawn on a second core
     if cfg.logging.figures:
         from attnlab.outputs.plots import FigureSink
 
-        sinks.append(FigureSink(run_dir, render=render))
+        sinks.append(FigureSink(run_dir))
     if cfg.logging.tensorboard:
         from attnlab.outputs.tensorboard import TensorBoardSink
 
-        sinks.append(TensorBoardSink(run_dir, images=cfg.logging.images, render=render))
+        sinks.append(TensorBoardSink(run_dir, images=cfg.logging.images))
     if cfg.logging.console:
         from attnlab.outputs.console import ConsoleSink, job_prefix
 
@@ -132,9 +131,7 @@ def _job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None, job_num: i
         if typed.task == Task.train:
             from attnlab.core.tokenizer import tokenize
 
-            labels = tokenize(typed).labels
-            if draws_figures(typed) and (render := render_process.shared()):
-                render_process.prepare(render, typed, labels)  # matplotlib and the layouts there, torch here
+            tokenize(typed)
         artifacts.write_summary(run_dir, versions=artifacts.environment(resolved["device"]))
         result = _run(typed, run_dir)
     except KeyboardInterrupt:  # outside the training loop, which records its own interrupt

@@ -310,8 +310,9 @@ def reproduce(run_dir: Path, out: Path | None = None, stderr=None,
     if out.resolve() == run_dir or run_dir in out.resolve().parents:
         raise RunDirError(f"--out {printable(str(out), 300)}: inside RUN_DIR {printable(str(run_dir), 300)}; "
                           "a reproduction never writes into the run it checks")
-    if artifacts.read_summary(out).get("status") in artifacts.FINISHED:
-        raise RunDirError(f"--out {printable(str(out), 300)}: already holds a {artifacts.read_summary(out)['status']} "
+    done = safe_read.read_summary(out).get("status") if (out / safe_read.SUMMARY).is_file() else None
+    if done in artifacts.FINISHED:
+        raise RunDirError(f"--out {printable(str(out), 300)}: already holds a {done} "
                           "run; choose another folder (runs are never overwritten)")
     from attnlab.core import checks, tokenizer
 

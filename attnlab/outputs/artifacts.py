@@ -1,167 +1,104 @@
-"""The run-dir contract (DESIGN.md): atomic writes while a run goes, and reading runs back.
+"""The run-dir files attnlab writes (DESIGN.md), each atomically (a file with its final name is
+complete): ``metrics.csv`` (``step,loss``, one row per step, losses as ``repr``), ``attention.npz``
+(``steps`` (S,) int64, ``weights`` (S, H, T, T) float32, ``tokens`` (T,) str, ``token_ids`` (T,)
+int64; at most core.files.NPZ_LIMIT bytes, the readers' limit), ``summary.json`` (first as
+``running``, last with the final status) and ``walkthrough.npz`` (:func:`atomic_savez`).
 
-A run directory holds ``.hydra/config.yaml`` (Hydra's), ``metrics.csv`` (``step,loss``, one row
-per optimizer step, losses at full precision), ``attention.npz`` (``steps`` (S,), ``weights``
-(S, H, T, T), ``tokens`` (T,), ``token_ids`` (T,)), ``summary.json`` and, for the walkthrough,
-``walkthrough.npz``. Files are written to a temporary name and renamed, so a file with its
-final name is always complete; ``summary.json`` is written first as ``running`` and last with the
-final status.
-
-While a run goes, its records are in hidden partial files that reach the OS at every batch of
-losses and every snapshot (``kill -9`` keeps them): ``.metrics.csv.partial`` (metrics.csv's
-format, whole rows) and ``.attention.npz.partial`` (:mod:`attnlab.outputs.npz_writer`: from byte
-``LOCAL_HEADER`` on, an ``.npy`` array of the snapshots taken). A run that cannot write (disk
-full, file-size limit, I/O error) stops at that step: what was recorded is promoted into
-``metrics.csv`` and ``attention.npz``, every file agrees on ``steps_run``, and ``summary.json``
-says ``failed`` with the reason (``no space left on device while writing metrics.csv at step
-57``). The run dir's lock (:mod:`attnlab.outputs.rundir`, :func:`run_is_live`) tells a live run from a
-killed one.
+While a run goes its records are in hidden partial files that reach the OS at every batch and
+snapshot (``kill -9`` keeps them): ``.metrics.csv.partial`` and ``.attention.npy.partial`` (an
+``.npy`` of the planned snapshots, its space allocated before the first step).
 """
 from __future__ import annotations
 
-import errno
 import functools
 import json
 import os
 import platform
-import shutil
 import subprocess
 import tempfile
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from attnlab.outputs import rundir
-from attnlab.saved import safe_read
-from attnlab.core.errors import RunDirError, WriteError
-from attnlab.outputs.npz_writer import GrowingNpz, write_all
+from attnlab.core.errors import ConfigError, WriteError
+from attnlab.core.files import NPZ_LIMIT
 from attnlab.core.records import RunInfo, RunResult, Sink, Snapshot
-from attnlab.outputs.rundir import LOCK, run_is_live  # noqa: F401  (part of the run-dir contract)
+from attnlab.outputs import rundir
+from attnlab.outputs.rundir import FINISHED, LOCK, run_is_live  # noqa: F401  (part of the run-dir contract)
 
 SUMMARY = "summary.json"
 METRICS = "metrics.csv"
 ATTENTION = "attention.npz"
 WALKTHROUGH = "walkthrough.npz"
-FINISHED = ("completed", "diverged", "interrupted", "failed")
+NPZ_OVERHEAD = 64 * 1024  # bytes of an attention.npz besides the weights: headers, steps, tokens, directory
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def _temp_beside(path: Path, suffix: str) -> tuple[int, str]:
-    """A temporary file next to ``path`` with the permissions a plain ``open`` would give."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=suffix)
-    os.fchmod(fd, 0o666 & ~_umask())
-    return fd, tmp
+# ------------------------------------------------------------------------------ atomic writes
+def _replace_from_temp(path: Path, write) -> None:
+    """``write(tmp_path)`` into a temporary file beside ``path``, then rename it to ``path``.
+    Raises WriteError naming ``path``'s file (``path`` untouched, no temporary file left)."""
+    path = Path(path)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as err:
+        raise WriteError.from_os_error(err, path.name) from err
+    try:
+        mask = os.umask(0)
+        os.umask(mask)
+        os.fchmod(fd, 0o666 & ~mask)  # what a plain open() would give
+        os.close(fd)
+        write(tmp)
+        os.replace(tmp, path)
+    except OSError as err:
+        Path(tmp).unlink(missing_ok=True)
+        raise WriteError.from_os_error(err, path.name) from err
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename.
-
-    Raises :class:`~attnlab.core.errors.WriteError` (an OSError) naming ``path``'s file when the
-    filesystem refuses; ``path`` is then untouched and no temporary file is left. When the
-    disk is full and this process holds the folder's reserve (:mod:`attnlab.outputs.rundir`), the
-    reserve is given back and the write tried once more."""
-    _with_reserve(Path(path), lambda: _write_replace(Path(path), data))
-
-
-def _with_reserve(path: Path, write) -> None:
-    """``write()``, and once more after giving back the folder's disk reserve when the disk is
-    full; an OSError becomes a WriteError naming ``path``'s file."""
-    try:
-        write()
-    except OSError as err:
-        held = rundir.claimed(path.parent)
-        if err.errno in (errno.ENOSPC, errno.EDQUOT) and held is not None and held.reserve:
-            rundir.release_reserve(path.parent)
-            try:
-                write()
-                return
-            except OSError as again:
-                err = again
-        raise WriteError.from_os_error(err, path.name) from err
-
-
-def _write_replace(path: Path, data: bytes) -> None:
-    fd, tmp = _temp_beside(path, ".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write ``data`` to ``path`` through a temporary file and a rename; raises WriteError."""
+    _replace_from_temp(path, lambda tmp: Path(tmp).write_bytes(data))
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    """``atomic_write_bytes`` for UTF-8 text."""
+    """:func:`atomic_write_bytes` for UTF-8 text."""
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
-@dataclass(frozen=True)
-class RawArray:
-    """An array stored as raw C-order bytes in ``path`` (no header), e.g. snapshots streamed
-    to a partial file; :func:`atomic_savez` copies it into the archive in chunks."""
-
-    path: Path
-    shape: tuple[int, ...]
-    dtype: Any = np.float32
-
-
 def atomic_savez(path: Path, **arrays: Any) -> None:
-    """``np.savez`` into a temporary file, then rename to ``path`` (which must end in .npz).
-
-    A :class:`RawArray` value is streamed from its file into the archive 1 MB at a time, so
-    memory stays flat however large it is (``np.savez`` of a memmap would page the whole file
-    into the process); the archive is the same as ``np.savez`` writes (stored, ``.npy`` v1.0
-    members in argument order). Raises :class:`~attnlab.core.errors.WriteError` like
-    :func:`atomic_write_bytes`."""
-    path = Path(path)
-    _with_reserve(path, lambda: _savez_replace(path, arrays))
-
-
-def _savez_replace(path: Path, arrays: dict[str, Any]) -> None:
-    fd, tmp = _temp_beside(path, ".npz")
-    os.close(fd)
-    try:
-        if any(isinstance(a, RawArray) for a in arrays.values()):
-            _savez_streaming(tmp, arrays)
-        else:
-            np.savez(tmp, **arrays)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _savez_streaming(file: str, arrays: dict[str, Any]) -> None:
-    with zipfile.ZipFile(file, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
-        for name, value in arrays.items():
-            with zf.open(f"{name}.npy", "w", force_zip64=True) as member:
-                if not isinstance(value, RawArray):
+    """Write ``arrays`` to ``path`` as an uncompressed ``.npz`` (what ``np.savez`` writes:
+    stored ``.npy`` members in argument order, no pickles), atomically. An array may be a
+    memmap: it is copied in chunks, so memory stays flat. Raises WriteError."""
+    def write(tmp: str) -> None:
+        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
+            for name, value in arrays.items():
+                with zf.open(f"{name}.npy", "w", force_zip64=True) as member:
                     np.lib.format.write_array(member, np.asanyarray(value), allow_pickle=False)
-                    continue
-                dtype = np.dtype(value.dtype)
-                expected = int(np.prod(value.shape, dtype=np.int64)) * dtype.itemsize
-                if os.path.getsize(value.path) != expected:
-                    raise ValueError(f"{value.path}: {os.path.getsize(value.path)} bytes, expected "
-                                     f"{expected} for shape {value.shape} {dtype}")
-                np.lib.format.write_array_header_1_0(member, {"descr": np.lib.format.dtype_to_descr(dtype),
-                                                              "fortran_order": False, "shape": tuple(value.shape)})
-                with open(value.path, "rb") as raw:
-                    shutil.copyfileobj(raw, member, 1 << 20)
+
+    _replace_from_temp(path, write)
+
+
+# ------------------------------------------------------------------------------ summary.json
+def write_summary(run_dir: Path, **fields: Any) -> dict[str, Any]:
+    """Update this process's ``summary.json`` with ``fields`` (atomically) and return it.
+    Raises WriteError (summary.json unchanged) when it cannot be written."""
+    path = Path(run_dir) / SUMMARY
+    try:
+        summary = json.loads(path.read_bytes())  # attnlab's own file, written by this process
+    except FileNotFoundError:
+        summary = {}
+    summary.update(fields)
+    atomic_write_text(path, json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
+    return summary
 
 
 def environment(device: str = "cpu") -> dict[str, Any]:
-    """What a reproduction depends on: library versions, platform, device, thread count, and
-    attnlab's version and git commit (None outside a git checkout). Versions and commit are
-    looked up once per process (the code a sweep's jobs run is the code loaded at its start)."""
+    """What a reproduction depends on: library versions, platform, device, torch's thread
+    count, attnlab's version and git commit (None outside a git checkout)."""
     import torch
 
     return {**_static_environment(), "device": device, "torch_threads": torch.get_num_threads()}
@@ -179,102 +116,63 @@ def _static_environment() -> dict[str, Any]:
         except metadata.PackageNotFoundError:
             return None
 
-    return {
-        "python": platform.python_version(),
-        "attnlab": version("attnlab"),
-        "git_commit": _git_commit(),
-        "torch": torch.__version__,
-        "numpy": np.__version__,
-        "tiktoken": version("tiktoken"),
-        "hydra-core": version("hydra-core"),
-        "omegaconf": version("omegaconf"),
-        "platform": platform.platform(),
-        "machine": platform.machine(),
-    }
-
-
-def _git_commit() -> str | None:
-    here = Path(__file__).resolve().parent.parent
-    if not (here / ".git").exists():
-        return None
-    try:
-        out = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
+    try:  # attnlab's commit when it runs from a git checkout
+        here = Path(__file__).resolve().parents[2]
+        commit = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=5).stdout.strip() or None if (here / ".git").exists() else None
     except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None
+        commit = None
+    return {"python": platform.python_version(), "attnlab": version("attnlab"), "git_commit": commit,
+            "torch": torch.__version__, "numpy": np.__version__, "tiktoken": version("tiktoken"),
+            "hydra-core": version("hydra-core"), "omegaconf": version("omegaconf"),
+            "platform": platform.platform(), "machine": platform.machine()}
 
 
-def read_summary(run_dir: Path) -> dict[str, Any]:
-    """``summary.json`` of ``run_dir`` as a dict ({} when there is none yet), read through
-    :func:`attnlab.saved.safe_read.read_summary` (bounded, a regular file, fields of their types).
-    Raises RunDirError (one line naming the file) when it cannot be used."""
-    try:
-        return safe_read.read_summary(run_dir)
-    except safe_read.MissingRunFile:
-        return {}
+def is_run_dir(path: Path) -> bool:
+    """True when ``path`` has a Hydra config and a summary.json (a run or a sweep job)."""
+    return (Path(path) / ".hydra" / "config.yaml").is_file() and (Path(path) / SUMMARY).is_file()
 
 
-def _own_summary(run_dir: Path) -> dict[str, Any]:
-    """The summary.json this process is writing (attnlab's own file; {} before the first)."""
-    path = Path(run_dir) / SUMMARY
-    try:
-        data = json.loads(path.read_bytes())
-    except FileNotFoundError:
-        return {}
-    return data if isinstance(data, dict) else {}
+# ------------------------------------------------------------------------------ size check
+def attention_bytes(snapshots: int, heads: int, tokens: int) -> int:
+    """The size of an attention.npz of ``snapshots`` frames (H, T, T) float32, in bytes (an
+    upper bound: the weights plus :data:`NPZ_OVERHEAD`)."""
+    return 4 * snapshots * heads * tokens * tokens + NPZ_OVERHEAD + 64 * tokens
 
 
-def write_summary(run_dir: Path, **fields: Any) -> dict[str, Any]:
-    """Update ``summary.json`` with ``fields`` (atomically) and return the whole summary.
-    Raises :class:`~attnlab.core.errors.WriteError` (summary.json unchanged) when it cannot be
-    written."""
-    summary = _own_summary(run_dir)
-    summary.update(fields)
-    atomic_write_text(Path(run_dir) / SUMMARY, json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
-    return summary
+def check_attention_size(snapshots: int, heads: int, tokens: int) -> None:
+    """Raise ConfigError (one line) when the run's attention.npz would exceed
+    :data:`attnlab.core.files.NPZ_LIMIT`, the limit every reader of run dirs applies; call it
+    before the first step."""
+    size = attention_bytes(snapshots, heads, tokens)
+    if size > NPZ_LIMIT:
+        raise ConfigError("train.snapshot_steps", f"{snapshots} snapshots",
+                          f"{heads} head(s) x {tokens} x {tokens} tokens each make an attention.npz of "
+                          f"{size / 2**20:,.0f} MB; at most {NPZ_LIMIT / 2**20:,.0f} MB is allowed "
+                          "(fewer snapshots or a shorter sentence)")
 
 
-def check_not_finished(run_dir: Path) -> None:
-    """Raise RunDirError when ``run_dir`` already holds a finished run (never overwrite one).
-    :func:`attnlab.outputs.rundir.claim` does this and more (a killed run, someone else's files, a
-    live run of another process) and is what ``job.run_job`` uses."""
-    status = rundir._status(Path(run_dir)) if (Path(run_dir) / SUMMARY).exists() else None
-    if status in FINISHED:
-        raise RunDirError(f"hydra.run.dir={str(run_dir)!r}: already holds a {status} run; "
-                          "choose another hydra.run.dir (runs are never overwritten)")
-
-
+# ------------------------------------------------------------------------------ the sink
 class RunDirSink(Sink):
     """Writes ``metrics.csv``, ``attention.npz`` and the final ``summary.json`` into ``run_dir``.
 
-    Losses and snapshots go to hidden partial files as the run goes (memory stays flat however
-    many snapshots; every batch of losses and every snapshot reaches the OS at once, so a
-    killed run keeps them), and are promoted to their final names in ``on_end`` whatever the
-    status, so a diverged or interrupted run keeps everything recorded up to its last step.
-
-    A write the filesystem refuses raises :class:`~attnlab.core.errors.WriteError` (``no space left
-    on device while writing metrics.csv at step 57``; the training loop then stops) after
-    cutting the partial file back to its last whole record; ``on_end`` promotes what was
-    recorded (dropping snapshots at the end of ``attention.npz`` when even its last bytes do
-    not fit) and writes ``summary.json`` as ``failed`` with that reason. ``metrics.csv`` always
-    holds exactly ``steps_run`` rows and ``attention.npz`` only snapshots of those steps.
-
-    ``final_status=False`` (a job of :mod:`attnlab.commands.job`, whose figures and TensorBoard sink end
-    after this one): ``summary.json`` gets every final field but keeps ``status: running``; the
-    job writes the status once every file is written, so a run killed while drawing its last
-    figures reads as killed, never as completed without its figures.
+    ``on_end`` promotes the partial files whatever the status: ``metrics.csv`` holds exactly
+    ``steps_run`` rows, ``attention.npz`` the snapshots of those steps. A write the filesystem
+    refuses raises WriteError (``no space left on device while writing metrics.csv at step 57``;
+    the loop then stops) and summary.json says ``failed`` with that reason.
+    ``final_status=False`` (a job): summary.json keeps ``status: running`` for the job to write
+    once every other file is written, so a run killed while drawing reads as killed.
     """
 
     def __init__(self, run_dir: Path, final_status: bool = True) -> None:
         self.run_dir = Path(run_dir)
         self.final_status = final_status
         self._metrics_tmp = self.run_dir / f".{METRICS}.partial"
-        self._weights_tmp = self.run_dir / f".{ATTENTION}.partial"
-        self._metrics_fd: int | None = None
-        self._archive: GrowingNpz | None = None
-        self._last = (0, 0, None)  # (rows, byte offset after them, loss of the last row) written
-        self._prev = (0, 0, None)  # the same before the last batch
-        self._snap_steps: list[int] = []
+        self._weights_tmp = self.run_dir / ".attention.npy.partial"
+        self._metrics = None  # the open partial metrics file (binary)
+        self._rows: list[tuple[int, int, float | None]] = []  # (rows, bytes, last loss) after each batch
+        self._weights: np.ndarray | None = None  # (S_planned, H, T, T) float32 memmap
+        self._steps: list[int] = []  # steps of the snapshots written
         self._info: RunInfo | None = None
         self.failure: WriteError | None = None  # the first write that failed
 
@@ -286,103 +184,88 @@ class RunDirSink(Sink):
 
     def on_start(self, info: RunInfo) -> None:
         self._info = info
+        heads = int((info.config.get("model") or {}).get("n_heads", 1) or 1)
+        check_attention_size(len(info.snapshot_steps), heads, info.seq_len)
+        file = METRICS
         try:
-            self._metrics_fd = os.open(self._metrics_tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC
-                                       | getattr(os, "O_CLOEXEC", 0), 0o666 & ~_umask())
-            header = b"step,loss\n"
-            write_all(self._metrics_fd, header, 0)
-            self._last = self._prev = (0, len(header), None)
+            self._metrics = open(self._metrics_tmp, "wb")
+            self._metrics.write(b"step,loss\n")
+            self._metrics.flush()
+            self._rows = [(0, self._metrics.tell(), None)]
+            file = ATTENTION
+            shape = (len(info.snapshot_steps), heads, info.seq_len, info.seq_len)
+            self._weights = np.lib.format.open_memmap(self._weights_tmp, "w+", np.float32, shape)
+            with open(self._weights_tmp, "r+b") as f:  # allocate now: a full disk fails here, never as SIGBUS
+                os.posix_fallocate(f.fileno(), 0, os.path.getsize(self._weights_tmp))
         except OSError as err:
-            raise self._fail(err, METRICS, 0) from err
-        try:
-            self._archive = GrowingNpz(self._weights_tmp)
-        except OSError as err:
-            raise self._fail(err, ATTENTION, 0) from err
+            self.close()  # nothing recorded yet: no partial file left
+            self._metrics_tmp.unlink(missing_ok=True)
+            self._weights_tmp.unlink(missing_ok=True)
+            raise self._fail(err, file, 0) from err
 
     def on_losses(self, steps: np.ndarray, losses: np.ndarray) -> None:
         if not len(steps):
             return
-        rows, end, _ = self._last
         data = "".join(f"{step},{loss!r}\n" for step, loss in zip(steps.tolist(), losses.tolist())).encode("ascii")
+        rows, end, _ = self._rows[-1]
         try:
-            write_all(self._metrics_fd, data, end)
+            self._metrics.write(data)
+            self._metrics.flush()  # to the OS: kill -9 keeps it
         except OSError as err:
-            try:
-                os.ftruncate(self._metrics_fd, end)  # no half-written batch
+            try:  # no half-written batch: on_end promotes the whole rows before it
+                self._metrics.close()
             except OSError:
                 pass
+            self._metrics = None
             raise self._fail(err, METRICS, int(steps[0])) from err
-        self._prev = self._last
-        self._last = (rows + len(steps), end + len(data), float(losses[-1]))
+        self._rows.append((rows + len(steps), end + len(data), float(losses[-1])))
 
     def on_snapshot(self, snapshot: Snapshot) -> None:
-        try:
-            self._archive.append(snapshot.weights)
-        except OSError as err:
-            raise self._fail(err, ATTENTION, snapshot.step) from err
-        self._snap_steps.append(snapshot.step)
-        if len(self._snap_steps) == 1:
+        if self._weights is None or len(self._steps) >= len(self._weights):
+            return
+        self._weights[len(self._steps)] = snapshot.weights
+        self._steps.append(snapshot.step)
+        if len(self._steps) == 1:
             from attnlab.core.interrupts import pause_point
 
             pause_point("first_snapshot")  # a test hook (a fault made real at this moment)
 
-    def _rows_upto(self, n: int) -> tuple[int, float | None]:
-        """Byte offset after the first ``n`` rows, and the loss of row ``n - 1``."""
-        for rows, end, loss in (self._last, self._prev):
-            if rows == n:
-                return end, loss
-        with open(self._metrics_tmp, "rb") as f:  # only when a sink after this one failed oddly
-            offset, loss = len(f.readline()), None
-            for _ in range(n):
-                line = f.readline()
-                offset += len(line)
-                loss = float(line.split(b",")[1])
-        return offset, loss
-
     def on_end(self, result: RunResult) -> None:
-        info = self._info
-        if info is None:
+        if self._info is None:
             return
         from attnlab.core.interrupts import pause_point
 
         pause_point("finishing")  # a test hook: the run's last writes begin
-        # part of the reserve goes to those last writes now, before any of them fails: TensorBoard's
-        # writer thread writes the events buffered so far whenever it runs, and cannot give the
-        # reserve back and try again as the run's own writes do (_with_reserve: the rest is theirs)
-        rundir.release_reserve(self.run_dir, last_writes=True)
+        rundir.release_reserve(self.run_dir)  # the last writes (figures, TensorBoard, summary) get the reserve
         failure = self.failure
-        rows, _, last_loss = self._last
-        n = result.steps_run  # a later sink may have failed on a batch this one wrote: cut it off
-        if rows < n and failure is not None:  # (fewer rows only when this sink's write failed)
-            n = rows
-        final_loss = last_loss if n == rows else result.final_loss
-        if self._metrics_fd is not None:
+        # a later sink may have failed on a batch this one wrote: cut off what the run did not count
+        n, end, final_loss = max((r for r in self._rows if r[0] <= result.steps_run), default=(0, 0, None))
+        if self._rows:
             try:
-                if n < rows:
-                    end, final_loss = self._rows_upto(n)
-                else:
-                    end = self._last[1]
-                os.ftruncate(self._metrics_fd, end)  # nothing after the last whole row counted
-                os.close(self._metrics_fd)
-                self._metrics_fd = None
+                if self._metrics is not None:
+                    self._metrics.close()
+                    self._metrics = None
+                os.truncate(self._metrics_tmp, end)
                 os.replace(self._metrics_tmp, self.run_dir / METRICS)
             except OSError as err:
                 failure = self._fail(err, METRICS, None)
-        if self._archive is not None:
-            steps = [s for s in self._snap_steps if s < n]
-            T = info.seq_len
+        if self._weights is not None:
+            kept = sum(1 for s in self._steps if s < n)
             try:
-                kept = self._archive.finish(self.run_dir / ATTENTION, np.asarray(steps, dtype=np.int64), (1, T, T),
-                                            tokens=np.asarray(info.tokens, dtype=str),
-                                            token_ids=np.asarray(info.token_ids, dtype=np.int64))
-                if kept < len(steps):
-                    failure = self._fail(self._archive.error, ATTENTION, None)
-            except OSError as err:
-                failure = self._fail(err, ATTENTION, None)
-        fields = summary_fields(result)
+                self._write_attention(kept)
+            except WriteError as err:  # no room for the whole archive: as many snapshots as fit, then the reason
+                failure = failure or err
+                fit = (_room(self.run_dir) - 4096 - 8 * kept - 64 * self._info.seq_len) // self._weights[0].nbytes
+                if 0 <= fit < kept:
+                    try:
+                        self._write_attention(int(fit))
+                    except WriteError:
+                        pass
+            self._close_weights()
         threshold = result.steps_to_threshold
-        fields.update(steps_run=n, final_loss=final_loss if n else None,
-                      steps_to_threshold=threshold if threshold is not None and threshold < n else None)
+        fields = {"status": result.status, "final_loss": final_loss if n else None, "steps_run": n,
+                  "steps_to_threshold": threshold if threshold is not None and threshold < n else None,
+                  "wall_time_s": round(result.wall_time_s, 6), "error": result.error}
         if failure is not None and result.status != "failed":
             fields.update(status="failed", error=str(failure))
         if not self.final_status:
@@ -391,50 +274,29 @@ class RunDirSink(Sink):
         if failure is not None and result.status != "failed":
             raise failure  # the sinks after this one record the failure too
 
+    def _write_attention(self, kept: int) -> None:
+        atomic_savez(self.run_dir / ATTENTION, weights=self._weights[:kept],
+                     steps=np.asarray(self._steps[:kept], dtype=np.int64),
+                     tokens=np.asarray(self._info.tokens, dtype=str),
+                     token_ids=np.asarray(self._info.token_ids, dtype=np.int64))
+
+    def _close_weights(self) -> None:
+        if self._weights is not None:
+            self._weights = None  # the memmap is unmapped with its last reference
+            self._weights_tmp.unlink(missing_ok=True)
+
     def close(self) -> None:
-        if self._metrics_fd is not None:
-            os.close(self._metrics_fd)
-            self._metrics_fd = None
-        if self._archive is not None:
-            self._archive.close()
+        if self._metrics is not None:
+            self._metrics.close()
+            self._metrics = None
+        self._close_weights()
 
 
-def summary_fields(result: RunResult) -> dict[str, Any]:
-    """The summary.json fields a finished training run adds."""
-    return {
-        "status": result.status,
-        "final_loss": result.final_loss,
-        "steps_run": result.steps_run,
-        "steps_to_threshold": result.steps_to_threshold,
-        "wall_time_s": round(result.wall_time_s, 6),
-        "error": result.error,
-    }
+def _room(folder: Path) -> int:
+    """Bytes a new file in ``folder`` may take: the free space, at most the file-size limit."""
+    import resource
 
-
-def is_run_dir(path: Path) -> bool:
-    """True when ``path`` has a Hydra config and a summary.json (a run or a sweep job)."""
-    path = Path(path)
-    return (path / ".hydra" / "config.yaml").is_file() and (path / SUMMARY).is_file()
-
-
-def read_metrics(run_dir: Path) -> tuple[np.ndarray, np.ndarray]:
-    """``metrics.csv`` as ``(steps (N,) int64, losses (N,) float64)``
-    (:func:`attnlab.saved.safe_read.read_run_metrics`); raises RunDirError."""
-    return safe_read.read_run_metrics(run_dir)
-
-
-def read_attention(run_dir: Path, keys: tuple[str, ...] | None = None) -> dict[str, np.ndarray]:
-    """``attention.npz`` as a dict of arrays (steps, weights, tokens, token_ids); only ``keys``
-    when given (members are read one by one: ``keys=("tokens", "token_ids")`` does not read the
-    (S, H, T, T) weights, 262 MB for 1,000 snapshots at T = 256). Checked and bounded by
-    :func:`attnlab.saved.safe_read.read_attention`; raises RunDirError."""
-    return safe_read.read_attention(run_dir, keys)
-
-
-def read_last_snapshot(run_dir: Path) -> tuple[int, np.ndarray] | None:
-    """``(step, weights (H, T, T) float32)`` of the last snapshot in ``attention.npz``, or None
-    when the run has none. Reads only that frame (the archive is stored uncompressed, as
-    :func:`atomic_savez` and ``np.savez`` write it), so a summary over many runs with thousands
-    of snapshots each does not load every (S, H, T, T) array
-    (:func:`attnlab.saved.safe_read.read_last_snapshot`). Raises RunDirError."""
-    return safe_read.read_last_snapshot(run_dir)
+    fs = os.statvfs(folder)
+    soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    room = fs.f_bavail * fs.f_frsize
+    return room if soft == resource.RLIM_INFINITY else min(room, soft)

@@ -7,12 +7,12 @@ from collections import Counter
 import numpy as np
 
 from attnlab.core.records import RunInfo, RunResult, Sink, Snapshot
-from attnlab.outputs.streams import safe
 from attnlab.core.tokenizer import show
+from attnlab.outputs.streams import safe
 
 PROGRESS_MIN_STEPS = 1000  # shorter runs finish too fast for a bar to help
 MAX_TARGETS_SHOWN = 12  # longer rows show the strongest targets only
-BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"  # Hydra's sequential launcher
+BASIC_LAUNCHER = "BasicLauncher"  # the class name of Hydra's sequential launcher
 
 
 def job_prefix() -> str:
@@ -29,7 +29,7 @@ def job_prefix() -> str:
     hc = HydraConfig.get()
     if hc.mode != RunMode.MULTIRUN or hc.job.get("num") is None:
         return ""
-    if (hc.get("launcher") or {}).get("_target_", BASIC_LAUNCHER) == BASIC_LAUNCHER:
+    if str((hc.get("launcher") or {}).get("_target_", BASIC_LAUNCHER)).rsplit(".", 1)[-1] == BASIC_LAUNCHER:
         return ""
     return f"[job {hc.job.num}] "
 

@@ -20,31 +20,24 @@ What is written (tags):
 - ``run/sentence``, ``run/tokens``, ``run/config`` (text, step 0; TensorBoard lists them as
   ``run/sentence/text_summary`` ..., the suffix torch's ``add_text`` adds)
 
+Heatmap images are drawn in-process at each snapshot (:func:`heatmap_pixels`, ~0.1 s each).
 ``torch.utils.tensorboard`` is imported only when a sink is created.
 """
 from __future__ import annotations
 
-import functools
-import io
 import re
-import threading
-from collections import deque
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from attnlab.core.focus import FOCUS_THRESHOLD, focus, row_entropy
-from attnlab.outputs.fonts import drawable, label, rc
-from attnlab.outputs.plots import DPI, draw_heatmap, update_heatmap
 from attnlab.core.records import RunInfo, RunResult, Sink, Snapshot, head_mean
+from attnlab.outputs.fonts import drawable, label, rc
+from attnlab.outputs.plots import draw_heatmap, new_figure
 
-if TYPE_CHECKING:  # pragma: no cover
-    from attnlab.outputs.render_process import RenderPool, RenderProcess
+HEATMAP_IN = (4.6, 4.0)  # inches of one TensorBoard heatmap (460 x 400 px)
 
-# hparams plugin session status (api_pb2.Status has only UNKNOWN, SUCCESS, FAILURE, RUNNING):
-# only a completed run is a success; the exact attnlab status is the ``status`` hparam, the
-# reason the ``error`` hparam
 _SESSION_STATUS = {"completed": "STATUS_SUCCESS", "diverged": "STATUS_FAILURE",
                    "failed": "STATUS_FAILURE", "interrupted": "STATUS_FAILURE"}
 
@@ -103,7 +96,7 @@ class TensorBoardSink(Sink):
     is created at the first record, so a sink closed before any record writes nothing).
     """
 
-    def __init__(self, run_dir: Path, images: bool = True, render: "RenderPool | RenderProcess | None" = None):
+    def __init__(self, run_dir: Path, images: bool = True):
         from torch.utils.tensorboard import SummaryWriter  # fails here if tensorboard is missing
 
         self._writer_class = SummaryWriter
@@ -113,8 +106,6 @@ class TensorBoardSink(Sink):
         self.info: RunInfo | None = None
         self._names: list[str] = []
         self._last_step = 0
-        self._images: deque = deque()  # (tag, step, render_process.Pending) asked, not written yet
-        self.render = render  # draw the images in this process's render child (attnlab.outputs.render_process)
         self._focus_step: int | None = None  # the first snapshot step whose mean focus weight passed 0.9
 
     @property
@@ -163,32 +154,12 @@ class TensorBoardSink(Sink):
                     self.writer.add_scalar(f"attention/entropy/head_{h}/{name}", value, step)
         if self.images:
             title = f"step={step}  loss={snapshot.loss:.4f}"
-            self._write_images(block=False)  # those drawn meanwhile
-            self._draw("attention/weights", step, w, title + ("  (mean of heads)" if many else ""))
+            tokens = self.info.tokens if self.info else names
+            mean = heatmap_pixels(tokens, w, title + ("  (mean of heads)" if many else ""))
+            self.writer.add_image("attention/weights", mean, step, dataformats="HWC")
             for h, head in enumerate(heads if many else []):
-                self._draw(f"attention/weights/head_{h}", step, head, f"{title}  head {h}")
-
-    def _draw(self, tag: str, step: int, weights: np.ndarray, title: str) -> None:
-        """Have the heatmap of ``weights`` drawn and written as image ``tag`` at ``step``: by the
-        render child while the run trains, written by :meth:`_write_images`, when there is one;
-        else drawn here and written at once."""
-        from attnlab.outputs.render_process import MAX_PENDING, request
-
-        if len(self._images) >= MAX_PENDING // 2:  # bounded: the oldest is written first
-            self._write_images(block=True, keep=MAX_PENDING // 2 - 1)
-        self._images.append((tag, step, request(self.render, "heatmap", tuple(self._tokens()), weights, title)))
-        if self.render is None:
-            self._write_images(block=True)
-
-    def _tokens(self) -> list[str]:
-        return list(self.info.tokens) if self.info else self._names
-
-    def _write_images(self, block: bool, keep: int = 0) -> None:
-        """Write the images drawn so far, in the order asked (all but the last ``keep``, waiting
-        for them, with ``block``); raises what drawing one raised (that image is dropped)."""
-        while len(self._images) > keep and (block or self._images[0][2].ready()):
-            tag, step, pending = self._images.popleft()
-            self.writer.file_writer.add_summary(image_summary(tag, pending.result()), step)
+                pixels = heatmap_pixels(tokens, head, f"{title}  head {h}")
+                self.writer.add_image(f"attention/weights/head_{h}", pixels, step, dataformats="HWC")
 
     def flush(self) -> None:
         """Have TensorBoard's writer thread put every event queued so far in the event file."""
@@ -196,20 +167,9 @@ class TensorBoardSink(Sink):
             self._writer.flush()
 
     def on_end(self, result: RunResult) -> None:
-        import dataclasses
-
         from tensorboard.plugins.hparams import plugin_data_pb2
         from torch.utils.tensorboard.summary import hparams
 
-        from attnlab.core.errors import describe
-
-        failure = None
-        try:
-            self._write_images(block=True)  # the last heatmaps, drawn while the run ended
-        except Exception as err:  # the session below says so, then the run fails with it
-            failure, self._images = err, deque()
-            if result.status != "failed":  # (the first failure is the run's reason)
-                result = dataclasses.replace(result, status="failed", error=describe(err))
         config = self.info.config if self.info else {}
         hp = flatten_config(config)
         hp["status"] = result.status
@@ -232,8 +192,6 @@ class TensorBoardSink(Sink):
             self.writer.file_writer.add_summary(summary, step)
         for tag, value in metrics.items():
             self.writer.add_scalar(tag, value, step)
-        if failure is not None:
-            raise failure
 
     def close(self) -> None:
         if self._writer is not None:
@@ -241,107 +199,15 @@ class TensorBoardSink(Sink):
             self._writer.close()
 
 
-class EncodedImage(NamedTuple):
-    """An image as TensorBoard stores it: ``height`` and ``width`` in pixels, ``colorspace``
-    (channels: 3 = RGB) and the ``png`` bytes."""
+def heatmap_pixels(tokens: Sequence[str], weights: np.ndarray, title: str = "") -> np.ndarray:
+    """The heatmap TensorBoard shows for ``weights`` ((T, T) or (1, T, T)) over ``tokens``:
+    ``(400, 460, 3)`` uint8 RGB (HWC), colour scale fixed to [0, 1] so steps compare."""
+    import matplotlib
 
-    height: int
-    width: int
-    colorspace: int
-    png: bytes
-
-
-def encode_image(pixels: np.ndarray) -> EncodedImage:
-    """``(H, W, 3)`` uint8 RGB ``pixels`` (:class:`HeatmapRenderer`) as PNG: byte for byte what
-    ``SummaryWriter.add_image(tag, pixels, dataformats="HWC")`` stores for them (torch's
-    ``summary.make_image``: PIL's PNG encoder with its defaults). Done where the heatmap is
-    drawn (the render child), so the run receives kilobytes instead of ~0.5 MB of pixels and
-    spends no time encoding."""
-    from PIL import Image
-
-    out = io.BytesIO()
-    Image.fromarray(pixels).save(out, format="PNG")
-    height, width, channels = pixels.shape
-    return EncodedImage(height, width, channels, out.getvalue())
-
-
-def image_summary(tag: str, image: EncodedImage) -> Any:
-    """The ``Summary`` protobuf ``SummaryWriter.add_image`` writes for ``image`` under ``tag``
-    (torch's ``summary.image``, without encoding again)."""
-    from tensorboard.compat.proto.summary_pb2 import Summary
-
-    return Summary(value=[Summary.Value(tag=tag, image=Summary.Image(
-        height=image.height, width=image.width, colorspace=image.colorspace, encoded_image_string=image.png))])
-
-
-def heatmap_image(tokens: tuple[str, ...], weights: np.ndarray, title: str) -> EncodedImage:
-    """The heatmap of ``weights`` (``(T, T)`` or ``(1, T, T)``) over ``tokens`` with ``title``,
-    encoded (:func:`encode_image`): what :class:`TensorBoardSink` writes at a snapshot."""
-    return encode_image(shared_renderer(tokens)(weights, title))
-
-
-def shared_renderer(tokens: tuple[str, ...]) -> "HeatmapRenderer":
-    """One :class:`HeatmapRenderer` per token list and thread: the jobs of a sweep over the same
-    text lay out and draw the unchanging parts once (a renderer gives the same pixels reused);
-    jobs in threads (matplotlib figures are not thread-safe) each get their own."""
-    return _renderer(tokens, threading.get_ident())
-
-
-@functools.lru_cache(maxsize=4)
-def _renderer(tokens: tuple[str, ...], thread: int) -> "HeatmapRenderer":
-    return HeatmapRenderer(tokens)
-
-
-class HeatmapRenderer:
-    """Renders successive attention heatmaps for one token list to ``(H_px, W_px, 3)`` uint8
-    RGB arrays (HWC), the images TensorBoard shows (:func:`encode_image`).
-
-    One figure (460 x 400 px) is laid out once (constrained layout, at the first call) and its
-    unchanging parts (tick labels, colour bar) are drawn once into a saved background; each
-    call restores that background and draws only what changes (the image, its frame, the cell
-    values and the title) on top ("blitting"): ~90-120 ms instead of 140-180 ms per image on a
-    busy core, most of what remains being the 36 cell values' text. Every
-    call, the first too, goes through that path, so a reused renderer gives the same pixels as
-    a fresh one. Colour scale fixed to [0, 1] so images at different steps compare.
-    """
-
-    def __init__(self, tokens: Sequence[str]):
-        self.labels = [label(t) for t in tokens]
-        self.fig = self.ax = self.im = None
-        self._changing: list = []  # artists drawn per call, on top of the background
-        self._background = None
-
-    def _lay_out(self, w: np.ndarray, title: str) -> None:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-
-        self.fig = Figure(figsize=(4.6, 4.0), dpi=DPI, layout="constrained")
-        FigureCanvasAgg(self.fig)
-        self.ax = self.fig.add_subplot()
-        self.im = draw_heatmap(self.ax, w, self.labels, title)
-        self.fig.colorbar(self.im, ax=self.ax, shrink=0.85)
-        self.fig.get_layout_engine().execute(self.fig)  # place the axes once, without drawing
-        self.fig.set_layout_engine(None)  # None, not "none" (a placeholder engine: savefig then draws twice)
-        self._changing = [self.im, *self.ax.spines.values(), *self.ax.texts, self.ax.title]
-        for artist in self._changing:
-            artist.set_visible(False)
-        self.fig.canvas.draw()
-        self._background = self.fig.canvas.copy_from_bbox(self.fig.bbox)
-        for artist in self._changing:
-            artist.set_visible(True)
-
-    def __call__(self, weights: np.ndarray, title: str = "") -> np.ndarray:
-        """``weights``: ``(T, T)`` or ``(1, T, T)``; returns the RGB image."""
-        import matplotlib
-
-        w = head_mean(weights)
-        title = drawable(title)
-        with matplotlib.rc_context(rc()):
-            if self.fig is None:
-                self._lay_out(w, title)
-            update_heatmap(self.ax, self.im, w, title)
-            canvas = self.fig.canvas
-            canvas.restore_region(self._background)
-            for artist in self._changing:
-                self.ax.draw_artist(artist)
-            return np.asarray(canvas.buffer_rgba())[..., :3].copy()
+    with matplotlib.rc_context(rc()):
+        fig = new_figure(*HEATMAP_IN)
+        ax = fig.add_subplot()
+        im = draw_heatmap(ax, head_mean(weights), [label(t) for t in tokens], drawable(title))
+        fig.colorbar(im, ax=ax, shrink=0.85)
+        fig.canvas.draw()
+        return np.asarray(fig.canvas.buffer_rgba())[..., :3].copy()

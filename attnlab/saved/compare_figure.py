@@ -36,6 +36,7 @@ def comparison_figure(rows: Sequence[dict[str, Any]], path: Path) -> Path:
     from attnlab.core.config import loss_axis_label
     from attnlab.core.errors import AttnlabError, RunDirError
     from attnlab.outputs import artifacts
+    from attnlab.saved import safe_read
     from attnlab.saved.swept import run_labels, short_names, wrap
 
     TITLE_CHARS, MAX_TITLE_LINES = 34, 3  # heatmap titles: name and swept values wrapped at 34 characters
@@ -55,7 +56,7 @@ def comparison_figure(rows: Sequence[dict[str, Any]], path: Path) -> Path:
         run_dir = Path(r["path"])
         if (run_dir / artifacts.METRICS).is_file():
             try:
-                steps, losses = artifacts.read_metrics(run_dir)
+                steps, losses = safe_read.read_run_metrics(run_dir)
                 if losses.size:
                     curves.append((legend_name(r), steps, losses))
                     objectives.append(r.get("objective"))

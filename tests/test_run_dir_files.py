@@ -1,0 +1,193 @@
+"""attnlab.outputs.artifacts and rundir in-process: the files a run dir holds (exact content and
+format), what a killed run leaves readable, the size refusal, and the claim's refusals (one per kind)."""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+
+import numpy as np
+import pytest
+
+from attnlab.core.errors import ConfigError, RunDirError
+from attnlab.core.files import NPZ_LIMIT
+from attnlab.core.records import RunInfo, RunResult, Snapshot
+from attnlab.outputs import artifacts, rundir
+
+TOKENS = ["Your", " journey", " starts"]
+IDS = [7120, 7002, 4940]
+
+
+def info(run_dir, snapshot_steps=(0, 2, 4), heads=1, steps=5):
+    return RunInfo({"model": {"n_heads": heads}}, IDS, TOKENS, list(snapshot_steps), steps, 1, run_dir)
+
+
+def frames(n, heads=1, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.dirichlet(np.ones(3), size=(n, heads, 3)).astype(np.float32)  # (n, H, T, T)
+
+
+def feed(sink, run_dir, losses, snapshot_steps=(0, 2, 4), heads=1, status="completed"):
+    sink.on_start(info(run_dir, snapshot_steps, heads, len(losses)))
+    weights = frames(len(snapshot_steps), heads)
+    for step, loss in enumerate(losses):
+        sink.on_losses(np.array([step]), np.array([loss]))
+        if step in snapshot_steps:
+            sink.on_snapshot(Snapshot(step, loss, weights[list(snapshot_steps).index(step)]))
+    sink.on_end(RunResult(status, len(losses), losses[-1], 0.25))
+    sink.close()
+    return weights
+
+
+def test_the_run_dir_files_hold_exactly_the_records(tmp_path):
+    losses = [2.356612, 1.0 / 3, 0.1, 1e-300, 0.0]
+    weights = feed(artifacts.RunDirSink(tmp_path), tmp_path, losses, heads=2)
+    assert (tmp_path / "metrics.csv").read_text() == "step,loss\n" + "".join(f"{i},{x!r}\n" for i, x in enumerate(losses))
+    with np.load(tmp_path / "attention.npz", allow_pickle=False) as npz:
+        assert npz.files == ["weights", "steps", "tokens", "token_ids"]
+        assert (npz["weights"].dtype, npz["steps"].dtype, npz["token_ids"].dtype) == (np.float32, np.int64, np.int64)
+        np.testing.assert_array_equal(npz["weights"], weights)  # (S, H, T, T)
+        assert npz["steps"].tolist() == [0, 2, 4]
+        assert npz["tokens"].tolist() == TOKENS
+        assert npz["token_ids"].tolist() == IDS
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert (summary["status"], summary["steps_run"], summary["final_loss"]) == ("completed", 5, 0.0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["attention.npz", "metrics.csv", "summary.json"]
+
+
+def test_a_run_stopped_early_keeps_the_snapshots_of_its_steps(tmp_path):
+    sink = artifacts.RunDirSink(tmp_path)
+    sink.on_start(info(tmp_path, (0, 2, 4)))
+    sink.on_losses(np.arange(2), np.array([3.0, 2.0]))
+    weights = frames(1)
+    sink.on_snapshot(Snapshot(0, 3.0, weights[0]))
+    sink.on_losses(np.array([2]), np.array([1.0]))
+    # what kill -9 leaves now: the rows and the snapshots, readable with the standard readers
+    assert (tmp_path / ".metrics.csv.partial").read_text() == "step,loss\n0,3.0\n1,2.0\n2,1.0\n"
+    np.testing.assert_array_equal(np.load(tmp_path / ".attention.npy.partial", allow_pickle=False)[0], weights[0])
+    sink.on_end(RunResult("failed", 2, 2.0, 0.1, error="boom"))  # a later sink failed on the last batch
+    sink.close()
+    assert (tmp_path / "metrics.csv").read_text() == "step,loss\n0,3.0\n1,2.0\n"
+    with np.load(tmp_path / "attention.npz", allow_pickle=False) as npz:
+        assert npz["steps"].tolist() == [0] and npz["weights"].shape == (1, 1, 3, 3)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert (summary["status"], summary["steps_run"], summary["final_loss"]) == ("failed", 2, 2.0)
+    assert not list(tmp_path.glob(".*"))  # no partial or temporary file left
+
+
+def test_an_attention_archive_over_the_readers_limit_is_refused_before_the_first_step(tmp_path):
+    s = int(NPZ_LIMIT // (4 * 256 * 256)) + 1  # frames of (1, 256, 256) float32 past the limit
+    with pytest.raises(ConfigError, match=rf"^train\.snapshot_steps='{s} snapshots': .* at most 1,024 MB is allowed"):
+        artifacts.check_attention_size(s, 1, 256)
+    artifacts.check_attention_size(s // 2, 1, 256)
+    with pytest.raises(ConfigError):
+        artifacts.RunDirSink(tmp_path).on_start(RunInfo({}, list(range(256)), ["t"] * 256, list(range(s)), s, 0))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_atomic_savez_is_what_np_savez_writes(tmp_path):
+    a, b = np.arange(6, dtype=np.int64).reshape(2, 3), np.array(["x", "yz"])
+    artifacts.atomic_savez(tmp_path / "mine.npz", a=a, b=b)
+    np.savez(tmp_path / "numpy.npz", a=a, b=b)
+    for name in ("mine.npz", "numpy.npz"):
+        with np.load(tmp_path / name, allow_pickle=False) as npz:
+            assert npz.files == ["a", "b"]
+            np.testing.assert_array_equal(npz["a"], a)
+            np.testing.assert_array_equal(npz["b"], b)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.npz", "numpy.npz"]
+
+
+def test_a_write_the_filesystem_refuses_names_the_file_and_leaves_nothing(tmp_path):
+    with pytest.raises(OSError, match="summary.json"):
+        artifacts.atomic_write_text(tmp_path / "missing" / "summary.json", "{}")
+    assert list(tmp_path.iterdir()) == []
+
+
+# ---------------------------------------------------------------------------------- the claim
+@pytest.fixture
+def claim(tmp_path):
+    """rundir.claim, with every claim this test made released afterwards."""
+    yield rundir.claim
+    for held in rundir.claims():
+        rundir.release(held.path)
+
+
+def test_a_claim_locks_reserves_and_is_released(tmp_path, claim):
+    run = tmp_path / "a" / "run"
+    held = claim(run)
+    assert claim(run) is held  # this process already holds it
+    assert rundir.run_is_live(run)
+    assert (run / rundir.LOCK).read_text().startswith(f"{os.getpid()}\n")
+    rundir.release_reserve(run)
+    assert (run / rundir.LOCK).read_text() == f"{os.getpid()}\n"
+    rundir.abandon(run)  # nothing started: the folders made for it are removed again
+    assert not (tmp_path / "a").exists()
+    assert not rundir.run_is_live(run)
+
+
+def test_a_folder_with_hydras_files_only_can_be_claimed(tmp_path, claim):
+    (tmp_path / ".hydra").mkdir()
+    (tmp_path / ".hydra" / "config.yaml").write_text("seed: 1\n")
+    (tmp_path / "job.log").write_text("")
+    claim(tmp_path, hydra_subdir=".hydra", hydra_log="job.log")
+
+
+@pytest.mark.parametrize("kind, expected", [
+    ("finished", r"already holds a completed run; choose another hydra.run.dir \(runs are never overwritten\)"),
+    ("killed", r"holds a run that was killed \(its summary.json says running"),
+    ("others", r"holds files attnlab did not write \(metrics.csv, notes.txt\); a run dir must be new or empty"),
+    ("live", r"another attnlab process is writing a run there"),
+    ("stale_lock", r"holds a run that was killed before it wrote summary.json"),
+])
+def test_a_claim_refuses_what_is_not_new_or_empty_and_names_it(tmp_path, claim, kind, expected):
+    run = tmp_path / "run"
+    run.mkdir()
+    if kind in ("finished", "killed"):
+        (run / "summary.json").write_text(json.dumps({"status": "completed" if kind == "finished" else "running"}))
+    elif kind == "others":
+        (run / "metrics.csv").write_text("mine\n")
+        (run / "notes.txt").write_text("mine\n")
+    else:
+        fd = os.open(run / rundir.LOCK, os.O_CREAT | os.O_RDWR)
+        if kind == "live":
+            fcntl.flock(fd, fcntl.LOCK_EX)  # another open file: the claim sees it held
+    before = sorted(p.name for p in run.iterdir())
+    with pytest.raises(RunDirError, match=f"^hydra.run.dir='{run}': {expected}"):
+        claim(run)
+    assert sorted(p.name for p in run.iterdir()) == before  # nothing written, nothing removed
+    if kind in ("live", "stale_lock"):
+        os.close(fd)
+
+
+def test_run_is_live_opens_only_a_regular_file(tmp_path):
+    os.mkfifo(tmp_path / rundir.LOCK)  # opening a FIFO for reading would block
+    assert not rundir.run_is_live(tmp_path)
+    os.unlink(tmp_path / rundir.LOCK)
+    os.symlink("/dev/zero", tmp_path / rundir.LOCK)
+    assert not rundir.run_is_live(tmp_path)
+    assert not rundir.run_is_live(tmp_path / "missing")
+
+
+def test_an_archive_too_large_for_the_disk_keeps_the_snapshots_that_fit(tmp_path, monkeypatch):
+    import errno
+
+    from attnlab.core.errors import WriteError
+
+    real = artifacts.atomic_savez
+    frame = 4 * 3 * 3
+
+    def disk(path, **arrays):  # a disk with room for two frames and the rest of the archive
+        if arrays["weights"].nbytes > 2 * frame:
+            raise WriteError.from_os_error(OSError(errno.ENOSPC, "No space left on device"), path.name)
+        real(path, **arrays)
+
+    monkeypatch.setattr(artifacts, "atomic_savez", disk)
+    monkeypatch.setattr(artifacts, "_room", lambda folder: 4096 + 8 * 3 + 64 * 3 + 2 * frame)
+    sink = artifacts.RunDirSink(tmp_path)
+    with pytest.raises(WriteError, match="no space left on device while writing attention.npz"):
+        feed(sink, tmp_path, [3.0, 2.0, 1.0, 0.5, 0.25])
+    with np.load(tmp_path / "attention.npz", allow_pickle=False) as npz:
+        assert npz["steps"].tolist() == [0, 2]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert (summary["status"], summary["error"]) == ("failed", "no space left on device while writing attention.npz")
+    assert summary["steps_run"] == 5  # metrics.csv holds every step
