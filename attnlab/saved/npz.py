@@ -5,6 +5,7 @@ declared size, named dims equal across members), then ``np.load(allow_pickle=Fal
 from __future__ import annotations
 
 import math
+import re
 import struct
 import zipfile
 import zlib
@@ -102,11 +103,15 @@ class NpzArchive:
 
     def _check_directory(self) -> None:
         """The end record's entry count and directory size, before zipfile reads the directory."""
-        tail_size = min(self._file.size, 22 + 65535)
-        self._file.seek(self._file.size - tail_size)
-        tail = self._file.read(tail_size)
-        at = tail.rfind(b"PK\x05\x06")
-        if at < 0 or len(tail) - at < 22:
+        tail = b""
+        for n in (22, 22 + 65535):  # the end record, then room for a zip comment before it
+            n = min(n, self._file.size)
+            self._file.seek(self._file.size - n)
+            tail = self._file.read(n)
+            at = tail.rfind(b"PK\x05\x06")
+            if at >= 0 and len(tail) - at >= 22:
+                break
+        else:
             raise RunFileError(self.path, "not a zip archive (an .npz is one; empty or truncated?)")
         entries, size = struct.unpack("<HI", tail[at + 10:at + 16])
         if entries > NPZ_MAX_MEMBERS:
@@ -143,13 +148,18 @@ class NpzArchive:
             if total > limit:
                 raise RunFileError(self.path, f"members declare {total} bytes uncompressed, more than the limit "
                                    f"of {limit}")
-            with self._zip.open(info) as f:  # numpy's .npy header reader: a few hundred bytes decompressed
-                version = np.lib.format.read_magic(f)
-                if version not in ((1, 0), (2, 0)):
-                    raise RunFileError(self.path, f"{where}: .npy format version {version} (allowed: 1.0, 2.0)")
-                read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-                shape, fortran, dtype = read(f, max_header_size=NPY_HEADER_LIMIT)
-                header = f.tell()
+            try:
+                with self._zip.open(info) as f:  # numpy's .npy header reader: a few hundred bytes decompressed
+                    version = np.lib.format.read_magic(f)
+                    if version not in ((1, 0), (2, 0)):
+                        raise RunFileError(self.path, f"{where}: .npy format version {version} (allowed: 1.0, 2.0)")
+                    read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                            else np.lib.format.read_array_header_2_0)
+                    shape, fortran, dtype = read(f, max_header_size=NPY_HEADER_LIMIT)
+                    header = f.tell()
+            except (ValueError, SyntaxError, TypeError) as err:  # numpy's words for a header that is not one
+                why = re.sub(r" at 0x[0-9a-fA-F]+", "", str(err))  # an object's address differs every run
+                raise RunFileError(self.path, f"{where}: bad .npy header ({printable(why, 100)})") from None
             if not _dtype_ok(dtype, spec.kinds):
                 allowed = "; ".join(_ALLOWED[k] for k in spec.kinds)
                 raise RunFileError(self.path, f"{name} has dtype {printable(str(dtype), 60)}, allowed: {allowed}")
