@@ -181,8 +181,7 @@ def test_overrides_are_read_as_bounded_data(tmp_path):
 
 
 def test_more_curves_than_colours_differ_in_line_style(ex4, tmp_path, monkeypatch):
-    """(newcomer) 12 runs on one loss axes: the 11th and 12th took the 1st and 2nd colour again,
-    the same line; now each (colour, line style) pair is one run's."""
+    """12 runs on one loss axes: each (colour, line style) pair is one run's."""
     import shutil
 
     copy = shutil.copytree(ex4, tmp_path / "again")

@@ -224,10 +224,8 @@ def test_tokens_in_chinese_emoji_and_markup_are_text(browser, tmp_path, shots):
 
 
 def test_tokens_are_shown_as_the_console_shows_them(browser, tmp_path):
-    """(third adversary, seventh session) The page's tokens are attnlab's printable text (a
-    newline as \\n, U+202E as \\u202e); quoting that again doubled the backslash: a newline token
-    showed '\\\\n' where the console prints '\\n'. The page's token names are the console's
-    (attnlab.core.tokenizer.show), a real backslash still doubled."""
+    """The page's token names are the console's (attnlab.core.tokenizer.show): a newline token
+    as '\\n', U+202E as '\\u202e', a real backslash doubled."""
     from attnlab.core.tokenizer import show
 
     tokens = ["a", "\n", " \u202eevil", "a\\b", "\x1b[31m", " step"]
@@ -254,7 +252,7 @@ def test_long_text_uses_position_ticks_and_says_what_is_shown(browser, large_run
     assert page.locator(".hm").first.get_attribute("data-highlight-row") == "7"
     line = p.text("#tutorial-line")
     assert line.endswith("(12 strongest of 256)")
-    # (newcomer) in position order, as the console prints them (the page listed them by weight)
+    # in position order, as the console prints them (the page listed them by weight)
     positions = [int(x) for x in re.findall(r"@(\d+)=", line)]
     assert len(positions) >= 6 and positions == sorted(positions), line
     p.shot(shots, "large-T256")
@@ -278,7 +276,7 @@ def test_sweep_report_table_slider_and_detail(browser, report_sweep, shots):
     page.click("#runs-table th[data-col='steps_to_threshold']")
     assert jobs() == [b, a]  # ... in either direction
     # the table is attnlab-compare's printed one: its headers and, row by row, its cells (observation
-    # columns included, newcomer: the page had none; here "focus>0.9 at")
+    # columns included; here "focus>0.9 at")
     from attnlab.saved import table
     from attnlab.saved.runs import collect_rows
 

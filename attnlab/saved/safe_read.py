@@ -363,14 +363,16 @@ def file_problem(err: RunFileError, run_dir: Path) -> str:
     return f"{printable(name, 300)}: {printable(err.reason, 1000)}"
 
 
-def output_problem(out: Path, run_dirs: Iterable[Path]) -> str | None:
-    """Why a tool must not write ``out`` (a file or folder it is about to create), or None: it is
-    one of the run dirs it reads or inside one, or one of them is inside it. The one check every
-    tool over saved runs makes before writing (a tool never writes over a run it reads)."""
+def output_problem(out: Path, run_dirs: Iterable[Path], *, key: str = "--out", allow: Sequence[str] = ()) -> str | None:
+    """Why a tool must not write ``out`` (a file or folder it is about to write), or None: it is
+    one of the run dirs it reads or inside one (a tool never writes into a run it reads), unless
+    it is a file named in ``allow`` directly in that run dir (attnlab-report's ``report.html``).
+    ``key`` names the option in the line, e.g. ``-o RUN/summary.json: inside the run dir RUN it
+    reads; choose a path outside it``. Links are resolved first."""
     target = Path(os.path.realpath(out))
     for run in run_dirs:
         run = Path(os.path.realpath(run))
-        if target == run or run in target.parents or target in run.parents:
-            return (f"{printable(str(out), 300)}: inside or around the run dir {printable(str(run), 300)} "
-                    "it reads (a tool never writes over a run it reads); choose another path")
+        if (target == run or run in target.parents) and not (target.parent == run and target.name in allow):
+            return (f"{key} {printable(str(out), 300)}: inside the run dir {printable(str(run), 300)} it reads; "
+                    "choose a path outside it")
     return None
