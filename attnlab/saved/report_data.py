@@ -293,7 +293,8 @@ def collect_records(paths: Iterable[Path | str], budget: int = WEIGHT_BUDGET, *,
 
     # the legend names of attnlab-compare --plot: job number and swept values, "3: lr=0.05"
     names = [name for _, name, _ in found]
-    labelled = run_labels([{"job": name, "path": str(r)} for r, name, _ in found], short_names(names))
+    labelled = run_labels([{"job": name, "override_list": rec["overrides"]} for rec, name in zip(records, names)],
+                          short_names(names))
     for rec, (short, values) in zip(records, labelled):
         rec["label"] = printable(f"{short}: {values}" if values else short, MAX_STR)
     return records

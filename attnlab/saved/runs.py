@@ -270,7 +270,7 @@ def row_from(files: RunFiles, job: str | None = None, *, sweep_end: bool = False
     (None: there is none); :data:`UNREAD` reads them here. Never raises."""
     row: dict[str, Any] = dict.fromkeys(COLUMNS)
     row["job"] = job if job is not None else files.run_dir.name
-    row["path"] = str(files.run_dir)
+    row["path"], row["root"] = str(files.run_dir), str(files.root)  # root: not a column
     try:
         _fill_row(row, files, sweep_end, metrics, last)
     except Exception as err:  # a defect of attnlab's, not of the run: still a row, naming it
@@ -287,6 +287,7 @@ def _fill_row(row: dict[str, Any], files: RunFiles, sweep_end: bool, metrics: An
         row["error"], row["problems"] = files.problems[0], files.problems
         return
     row["overrides"] = " ".join(files.overrides)
+    row["override_list"] = files.overrides  # not a column: the swept values of a figure's titles
     threshold = setting(config, "train.loss_threshold", (int, float), None)
     row["loss_threshold"] = threshold
     row["objective"] = files.objective  # names the loss axes (not a column)
