@@ -9,6 +9,8 @@ from typing import Any, Iterator, Mapping
 from attnlab.core.files import REFERENCE_CHAIN, ResolverInterpolation, RunFileError, printable
 
 SUMMARY = "summary.json"
+
+
 def walk(data: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
     """(key path, value) of every node, depth first in document order: ``("", data)``, then
     ``("a", ...)``, ``("a.b", ...)``, ``("a.b[0]", ...)``."""
