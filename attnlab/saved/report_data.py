@@ -184,32 +184,18 @@ def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int
         shown = used
     rec["config"] = _jsonable(shown)
     rec["overrides"] = _jsonable(files.overrides)
-    for key in ("final_loss", "steps_run", "wall_time_s"):
-        rec[key] = _jsonable(summary.get(key))
     rec["versions"] = _jsonable(summary.get("versions") or {})
     rec["recorded"] = _jsonable({k: v for k, v in summary.items() if k not in _KNOWN_SUMMARY})
     kind = summary.get("task") or safe_read.select(used, "task")
     rec["kind"] = kind if kind in ("train", "walkthrough") else None
     rec["loss_name"] = loss_name([files.objective])
-    threshold = safe_read.select(used, "train.loss_threshold")
-    usable = isinstance(threshold, (int, float)) and not isinstance(threshold, bool)
-    threshold = runs.as_float(threshold) if usable else math.nan
-    rec["loss_threshold"] = threshold if math.isfinite(threshold) and threshold > 0 else None
     focus = runs.setting(used, "train.focus_token", int, 1)
-
     steps = losses = metrics = None
     if safe_read.exists(run_dir, METRICS):
         metrics = files.attempt(safe_read.read_run_metrics, run_dir, root=files.root)
         if metrics is not None:
             steps, losses = metrics
-    if steps is not None:
-        rec["loss"]["total"] = int(steps.size)
-    stt = summary.get("steps_to_threshold")
-    if isinstance(stt, int):
-        rec["steps_to_threshold"] = stt
-    elif steps is not None and rec["loss_threshold"] is not None and steps.size:
-        below = np.flatnonzero(losses < rec["loss_threshold"])
-        rec["steps_to_threshold"] = int(steps[below[0]]) if below.size else None
+            rec["loss"]["total"] = int(steps.size)
 
     last = None  # the last snapshot as attnlab-compare reads it (runs.last_attention), from the frames read here
     if safe_read.exists(run_dir, ATTENTION):
@@ -220,6 +206,10 @@ def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int
     # attnlab-compare's row from the files read above (it adds the expected files that are missing)
     row = runs.row_from(files, name, metrics=metrics, last=last)
     rec["table"] = table.page_cells(row)
+    for key in ("final_loss", "steps_run", "wall_time_s", "steps_to_threshold"):  # the row's numbers
+        rec[key] = _jsonable(row[key])
+    threshold = runs.as_float(row["loss_threshold"]) if row["loss_threshold"] is not None else math.nan
+    rec["loss_threshold"] = threshold if math.isfinite(threshold) and threshold > 0 else None  # a log axis' line
 
     if steps is not None and steps.size:
         at = {int(s): i for i, s in enumerate(steps.tolist())}
