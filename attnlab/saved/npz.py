@@ -11,7 +11,7 @@ import zipfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, Mapping, Sequence
+from typing import Iterable, Mapping
 
 import numpy as np
 
@@ -196,22 +196,13 @@ class NpzArchive:
             raise RunFileError(self.path, f"{name} holds a character code outside Unicode")
         return arr
 
-    def frames(self, name: str) -> Iterator[np.ndarray]:
-        """Member ``name`` one axis-0 slice at a time."""
-        yield from self.read(name)
-
-    def read_frames(self, name: str, indices: Sequence[int]) -> np.ndarray:
-        """Axis-0 slices ``indices`` (negative ones count from the end) of member ``name``, as
-        ``(len(indices), *shape[1:])``. Raises RunFileError (also for an index out of range)."""
-        n = self.infos[name].shape[0] if name in self.infos else 0
-        bad = [i for i in indices if not -n <= i < n]
-        if bad:
-            raise RunFileError(self.path, f"{name} has {n} frames; no frame {bad[0]}")
-        return self.read(name)[list(indices)]
-
     def read_frame(self, name: str, index: int) -> np.ndarray:
-        """One axis-0 slice of member ``name`` (:meth:`read_frames`)."""
-        return self.read_frames(name, [index])[0]
+        """One axis-0 slice of member ``name`` (``index`` may be negative). Raises RunFileError
+        (also for an index out of range)."""
+        n = self.infos[name].shape[0] if name in self.infos else 0
+        if not -n <= index < n:
+            raise RunFileError(self.path, f"{name} has {n} frames; no frame {index}")
+        return self.read(name)[index]
 
     def verify(self) -> None:
         """Read every checked member through, so a CRC error or truncation is found now."""

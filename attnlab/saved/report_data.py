@@ -246,7 +246,7 @@ def _load_attention(rec: dict[str, Any], run_dir: Path, root: Path,
         rec["snapshots_total"], rec["heads"] = S, H
         idx = pick_frames(S, max_weight_bytes, frame_bytes(H, T))
         if idx:
-            frames = npz.read_frames("weights", idx)  # the last snapshot among them (pick_frames keeps it)
+            frames = npz.read("weights")[idx]  # the last snapshot among them (pick_frames keeps it)
             rec["weights"] = _rounded(frames)
             rec["steps"] = [int(steps[i]) for i in idx]
             return head_mean(frames[-1]), labels, int(steps[-1])
