@@ -9,6 +9,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from attnlab.core.config import loss_axis_label
 from attnlab.core.errors import RunDirError
 from attnlab.outputs.fonts import drawable, label, rc
 from attnlab.outputs.plots import DPI, draw_heatmap, plot_loss, save_figure
@@ -37,7 +38,6 @@ def comparison_figure(rows: Sequence[dict[str, Any]], path: Path) -> Path:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from attnlab.core.config import loss_axis_label
 
     TITLE_CHARS, MAX_TITLE_LINES = 34, 3  # heatmap titles: name and swept values wrapped at 34 characters
     names = short_names([r["job"] for r in rows])

@@ -37,6 +37,7 @@ from typing import Any, Iterable, Sequence
 
 from attnlab import __version__
 from attnlab.core.errors import AttnlabError, RunDirError
+from attnlab.outputs import streams
 from attnlab.outputs.artifacts import atomic_write_text
 from attnlab.saved.report_data import (
     BYTES_PER_WEIGHT,
@@ -57,6 +58,7 @@ from attnlab.saved.report_data import (
 )
 from attnlab.saved.runs import find_runs, named_runs
 from attnlab.saved.safe_read import output_problem, printable
+from attnlab.saved.table import page_table
 
 REPORT = "report.html"
 TEMPLATE = Path(__file__).with_name("report_template.html")
@@ -90,8 +92,6 @@ def render(records: Sequence[dict[str, Any]], title: str | None = None) -> str:
     """The page for ``records`` (one run: detail view; two or more: comparison) as HTML text."""
     if title is None:
         title = (f"attnlab · {records[0]['name']}" if len(records) == 1 else f"attnlab · {len(records)} runs")
-    from attnlab.saved.table import page_table
-
     # attnlab-compare's printed table: its columns for these runs, each run's cells with its place in each order
     columns, tables = page_table([rec.get("table") or {} for rec in records])
     data = {"runs": [{**rec, "table": t} for rec, t in zip(records, tables)], "title": printable(title, MAX_STR),
@@ -172,8 +172,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def cli() -> None:
     """Console-script entry point (``attnlab-report``)."""
-    from attnlab.outputs import streams
-
     streams.install()
     sys.exit(main())
 

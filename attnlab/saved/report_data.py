@@ -27,6 +27,7 @@ from attnlab.core.config import loss_name
 from attnlab.core.records import head_mean
 from attnlab.saved import runs, safe_read, table
 from attnlab.saved.safe_read import ATTENTION, METRICS, WALKTHROUGH, RunFileError, printable
+from attnlab.saved.swept import run_labels, short_names
 
 WEIGHT_BUDGET = 18_000_000  # bytes of weights JSON on one page, shared by its runs
 BYTES_PER_WEIGHT = 7  # upper bound of one weight in JSON: "0.1234," (rounded to 4 decimals)
@@ -279,8 +280,6 @@ def collect_records(paths: Iterable[Path | str], budget: int = WEIGHT_BUDGET, *,
     shares = share_budget([weight_need(r, root) for r, _, root in found], budget)
     records = [load_run(r, name=name, max_weight_bytes=share, root=root)
                for (r, name, root), share in zip(found, shares)]
-    from attnlab.saved.swept import run_labels, short_names
-
     # the legend names of attnlab-compare --plot: job number and swept values, "3: lr=0.05"
     names = [name for _, name, _ in found]
     labelled = run_labels([{"job": name, "override_list": rec["overrides"]} for rec, name in zip(records, names)],

@@ -32,6 +32,7 @@ from attnlab.core import exercises
 from attnlab.core.config import objective_of
 from attnlab.core.errors import RunDirError
 from attnlab.core.records import head_mean
+from attnlab.core.tokenizer import token_labels
 from attnlab.outputs import rundir
 from attnlab.saved import safe_read
 from attnlab.saved.safe_read import ATTENTION, CONFIG, METRICS, SUMMARY, WALKTHROUGH, MissingRunFile, RunFileError
@@ -196,8 +197,6 @@ def token_labels_for(token_ids: Sequence[int], encoding: Any) -> list[str]:
     else ``#id``."""
     if encoding in SHIPPED_ENCODINGS:
         try:
-            from attnlab.core.tokenizer import token_labels
-
             return token_labels([int(t) for t in token_ids], encoding)
         except Exception:  # an id outside the vocabulary: tiktoken's errors vary
             pass

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import numpy as np
+import yaml
 
 from attnlab.core.files import *  # noqa: F401,F403  (the limits, printable, the bounded reads, the errors)
 from attnlab.core.files import (
@@ -90,8 +91,6 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 def _loader() -> type:
     """CSafeLoader (SafeLoader without libyaml), dates left as text and floats as OmegaConf reads
     them (``1e-3`` without a dot is a float)."""
-    import yaml
-
     class Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
         yaml_implicit_resolvers = {k: [(t, r) for t, r in v if t not in (_CORE + "timestamp", _CORE + "float")]
                                    for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
@@ -110,8 +109,6 @@ def _prescan(text: str) -> None:
     after alias expansion, depth (each alias counted as its whole anchored node), a tag outside
     :data:`_TAGS`, a merge key, a duplicate or non-scalar key, an alias of a node it is inside,
     a number of more than :data:`MAX_NUMBER_CHARS` characters, more than one document."""
-    import yaml
-
     anchored: dict[str, tuple[int, int]] = {}  # anchor -> (expanded nodes, depth)
     stack: list[list] = []  # open collections: [anchor, total at start, depth below, keys or None, next is key]
     total = documents = 0
@@ -170,8 +167,6 @@ def parse_yaml_data(text: str, label: Any = "<yaml>") -> Any:
     """YAML ``text`` as plain data (dict with str keys, list, str, int, float, bool, None),
     checked by :func:`_prescan` first. Raises RunFileError naming ``label``: ``not valid YAML
     (line N: ...)`` or ``refused YAML: ...`` (bounds, tags, keys, lone surrogates)."""
-    import yaml
-
     try:
         _prescan(text)
         data = yaml.load(text, Loader=_loader())  # noqa: S506 (a SafeLoader subclass)
