@@ -192,7 +192,8 @@ class NpzArchive:
         except _DAMAGE as err:
             raise self._damaged(err) from None
         _counters["bytes_decompressed"] += arr.nbytes
-        if arr.dtype.kind == "U" and arr.size and int(arr.view(np.uint32).max()) > 0x10FFFF:
+        codes = np.dtype(np.uint32).newbyteorder(arr.dtype.byteorder if arr.dtype.byteorder in "<>" else "=")
+        if arr.dtype.kind == "U" and arr.size and int(arr.view(codes).max()) > 0x10FFFF:
             raise RunFileError(self.path, f"{name} holds a character code outside Unicode")
         return arr
 

@@ -89,10 +89,10 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 @functools.cache
 def _loader() -> type:
-    """CSafeLoader (SafeLoader without libyaml), dates left as text and floats as OmegaConf reads
-    them (``1e-3`` without a dot is a float)."""
+    """CSafeLoader (SafeLoader without libyaml), dates left as text, and the floats OmegaConf reads
+    too (``1e-3`` without a dot is a float)."""
     class Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
-        yaml_implicit_resolvers = {k: [(t, r) for t, r in v if t not in (_CORE + "timestamp", _CORE + "float")]
+        yaml_implicit_resolvers = {k: [(t, r) for t, r in v if t != _CORE + "timestamp"]
                                    for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
 
     Loader.add_implicit_resolver(_CORE + "float", re.compile(r"""^(?:
