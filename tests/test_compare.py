@@ -130,7 +130,7 @@ def test_console_script_is_installed(sweep):
     assert len(proc.stderr.splitlines()) == 1
 
 
-def test_last_snapshot_reads_only_the_last_frame(tmp_path):
+def test_last_snapshot_is_the_last_frame(tmp_path):
     from attnlab.core.records import RunInfo, RunResult, Snapshot
     from attnlab.outputs import artifacts
 

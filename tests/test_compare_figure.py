@@ -3,6 +3,7 @@ names, and the layout keeps every text inside the figure and clear of the others
 6-job sweeps, long Chinese/emoji sentences). Also attnlab.saved.swept on its own."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,9 @@ def make_sweep(root: Path, jobs: list[list[str]]) -> Path:
         OmegaConf.save(cfg, run_dir / ".hydra" / "config.yaml")
         (run_dir / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides + QUIET, allow_unicode=True),
                                                            encoding="utf-8")
+        summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+        summary["overrides"] = overrides + QUIET  # what the CLI records
+        (run_dir / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
     return root
 
 
@@ -162,27 +166,16 @@ def test_short_keys_keep_what_tells_them_apart():
     assert swept.short_keys(["a.x.y", "b.x.y", "c.z"]) == {"a.x.y": "a.x.y", "b.x.y": "b.x.y", "c.z": "z"}
 
 
-def test_overrides_are_read_as_bounded_data(tmp_path):
-    (tmp_path / ".hydra").mkdir()
-    f = tmp_path / ".hydra" / "overrides.yaml"
-    assert swept.read_overrides(tmp_path) == []
-    f.write_text("- optimizer.lr=0.05\n- sentence=\"a, b\"\n")
-    assert swept.read_overrides(tmp_path) == ["optimizer.lr=0.05", 'sentence="a, b"']
-    f.write_text("!!python/object/apply:os.system ['echo hi']\n")  # no code from a run dir
-    assert swept.read_overrides(tmp_path) == []
-    f.write_text("a: 1\n")
-    assert swept.read_overrides(tmp_path) == []
-    f.write_text("- x=" + "y" * swept.MAX_OVERRIDES_BYTES + "\n")
-    assert swept.read_overrides(tmp_path) == []
+def test_run_labels_are_the_rows_swept_values():
     assert swept.clip_value("z" * 70) == "z" * 59 + "…"
-    rows = [{"job": "0_seed=1", "path": str(tmp_path)}]
-    f.write_text("- seed=1\n")
-    assert swept.run_labels(rows, swept.short_names(["0_seed=1"])) == [("0", "seed=1")]
+    rows = [{"job": "0_seed=1", "override_list": ["seed=1", "sentence=a b"]},
+            {"job": "1_seed=2", "override_list": ["seed=2", "sentence=a b"]}, {"job": "elsewhere"}]
+    assert swept.run_labels(rows, swept.short_names([r["job"] for r in rows])) == [
+        ("0", "seed=1 sentence=a b"), ("1", "seed=2 sentence=a b"), ("elsewhere", "")]  # some runs set no sentence
 
 
 def test_more_curves_than_colours_differ_in_line_style(ex4, tmp_path, monkeypatch):
-    """(newcomer) 12 runs on one loss axes: the 11th and 12th took the 1st and 2nd colour again,
-    the same line; now each (colour, line style) pair is one run's."""
+    """12 runs on one loss axes: each (colour, line style) pair is one run's."""
     import shutil
 
     copy = shutil.copytree(ex4, tmp_path / "again")

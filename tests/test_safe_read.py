@@ -1,6 +1,6 @@
-"""attnlab.saved.safe_read over the corpus of broken and hostile run dirs (tests/hostile_runs.py): every
-case's exact outcome, nothing outside the run dir read or written, reads bounded by construction
-(bytes read and decompressed, never time), and the readers agree with numpy/json on healthy runs."""
+"""attnlab.saved.safe_read over the broken and hostile run dirs of tests/hostile_runs.py: each case's
+one-line refusal or value, nothing outside the run dir read or written, reads bounded (bytes read
+and decompressed, never time); on healthy runs the readers agree with numpy, json and PyYAML."""
 from __future__ import annotations
 
 import json
@@ -77,27 +77,10 @@ def test_corpus_case(case, healthy, outside, tmp_path, monkeypatch):
     assert not (outside / H.PWNED).exists()
 
 
-def test_corpus_covers_every_kind_of_the_issue():
+def test_corpus_covers_every_kind_and_every_reader():
     kinds = {c.kind for c in H.CASES}
-    assert kinds >= {"code", "secret", "bomb", "file", "summary", "metrics", "npz", "text", "value", "damaged"}
-    readers = {c.reader for c in H.CASES}
-    assert readers == set(H.READERS)
-    assert len(H.CASES) >= 100
-
-
-def test_corpus_script_writes_every_case(tmp_path):
-    """``python tests/hostile_runs.py OUT`` writes the corpus (checked on a few cases)."""
-    import subprocess
-    import sys
-
-    proc = subprocess.run([sys.executable, str(Path(H.__file__)), str(tmp_path / "corpus")], capture_output=True,
-                          text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert proc.returncode == 0, proc.stderr
-    lines = proc.stdout.splitlines()
-    assert len(lines) == len(H.CASES)
-    assert "billion_laughs [bomb]: config raises: .hydra/config.yaml: refused YAML: aliases expand" in proc.stdout
-    assert os.readlink(tmp_path / "corpus" / "summary_symlink_to_dev_zero" / "summary.json") == "/dev/zero"
-    assert (tmp_path / "corpus" / "config_50_mb" / ".hydra" / "config.yaml").stat().st_size == 50 * 1024 * 1024
+    assert kinds == {"code", "secret", "bomb", "file", "summary", "metrics", "npz", "text", "value", "damaged"}
+    assert {c.reader for c in H.CASES} == set(H.READERS)
 
 
 # ----------------------------------------------------------------------------- healthy runs
@@ -120,7 +103,6 @@ def test_readers_agree_with_numpy_and_json_on_a_healthy_run(healthy):
     assert np.array_equal(frame, ref["weights"][-1])
     with S.open_attention(run) as npz:
         assert [int(s) for s in npz.read("steps")] == [0, 10, 39]
-        assert all(np.array_equal(a, b) for a, b in zip(npz.frames("weights"), ref["weights"]))
         assert np.array_equal(npz.read_frame("weights", 1), ref["weights"][1])
         with pytest.raises(S.RunFileError, match="weights has 3 frames; no frame 3"):
             npz.read_frame("weights", 3)
@@ -148,27 +130,9 @@ def test_reading_a_healthy_run_reads_each_file_about_once(healthy):
     S.read_run_metrics(run)
     assert S.counters()["bytes_read"] == (run / "metrics.csv").stat().st_size
     S.reset_counters()
-    S.read_last_snapshot(run)  # central directory, 4 headers, steps, one frame
-    size = (run / "attention.npz").stat().st_size
-    assert S.counters()["bytes_read"] <= 2 * size
-    assert S.counters()["bytes_decompressed"] == 4 * H.T_HEADER + 3 * 8 + 1 * 6 * 6 * 4
-
-
-def test_last_frame_of_a_large_stored_archive_reads_only_that_frame(tmp_path):
-    """1,000 snapshots of T=64: the last frame costs one frame of reading, not the archive."""
-    run = tmp_path / "big"
-    run.mkdir()
-    S_, T = 1000, 64
-    weights = np.arange(S_ * T * T, dtype=np.float32).reshape(S_, 1, T, T)
-    artifacts.atomic_savez(run / "attention.npz", steps=np.arange(S_, dtype=np.int64), weights=weights,
-                           tokens=np.array(["t"] * T), token_ids=np.arange(T, dtype=np.int64))
-    S.reset_counters()
-    step, frame = S.read_last_snapshot(run)
-    assert step == 999
-    assert np.array_equal(frame, weights[-1])
-    frame_bytes = T * T * 4
-    assert S.counters()["bytes_decompressed"] == 4 * H.T_HEADER + S_ * 8 + frame_bytes
-    assert S.counters()["bytes_read"] < S_ * 8 + 3 * frame_bytes + 4096  # vs 16 MB of weights
+    S.read_last_snapshot(run)  # the directory, 4 .npy headers, then steps (3,) int64 and weights (3, 1, 6, 6) float32
+    assert S.counters()["bytes_read"] <= 2 * (run / "attention.npz").stat().st_size
+    assert S.counters()["bytes_decompressed"] == 3 * 8 + 3 * 6 * 6 * 4
 
 
 # ----------------------------------------------------------------------------- units
@@ -244,26 +208,21 @@ def test_deflated_members_read_like_stored_ones(healthy, tmp_path):
         npz.verify()
 
 
-def test_one_frame_of_a_large_member_skips_the_crc_and_verify_finds_it(tmp_path):
-    """A byte flipped in the first frame: reading the last frame (the sweep table's read) does
-    not see it, a full read and verify() (what attnlab-reproduce does first) do."""
+def test_a_crc_error_anywhere_in_a_member_is_one_line(tmp_path):
     run = tmp_path / "big"
     run.mkdir()
     S_, T = 20, 32  # 80 KB of weights: more than zipfile's 4 KB read-ahead
-    weights = np.ones((S_, 1, T, T), dtype=np.float32)
-    artifacts.atomic_savez(run / "attention.npz", steps=np.arange(S_, dtype=np.int64), weights=weights,
-                           tokens=np.array(["t"] * T), token_ids=np.arange(T, dtype=np.int64))
-    H.flip_byte("attention.npz", "weights.npy", lambda n: H.T_HEADER + 4)(run, tmp_path)
-    step, frame = S.read_last_snapshot(run)
-    assert step == S_ - 1
-    assert np.array_equal(frame, weights[-1])
-    crc = "attention.npz: damaged archive (BadZipFile: Bad CRC-32 for file 'weights.npy')"
-    with pytest.raises(S.RunFileError, match=crc.replace("(", r"\(").replace(")", r"\)")):
-        S.read_attention(run)
+    artifacts.atomic_savez(run / "attention.npz", steps=np.arange(S_, dtype=np.int64),
+                           weights=np.ones((S_, 1, T, T), dtype=np.float32), tokens=np.array(["t"] * T),
+                           token_ids=np.arange(T, dtype=np.int64))
+    H.flip_byte("attention.npz", "weights.npy", lambda n: H.T_HEADER + 4)(run, tmp_path)  # in the first frame
+    crc = f"{run / 'attention.npz'}: damaged archive (BadZipFile: Bad CRC-32 for file 'weights.npy')"
+    for read in (S.read_attention, S.read_last_snapshot):
+        with pytest.raises(S.RunFileError) as info:
+            read(run)
+        assert str(info.value) == crc
     with S.open_attention(run) as npz, pytest.raises(S.RunFileError, match="Bad CRC-32"):
         npz.verify()
-    with S.open_attention(run) as npz, pytest.raises(S.RunFileError, match="Bad CRC-32"):
-        list(npz.frames("weights"))
 
 
 def test_a_job_folder_that_is_a_link_is_refused_when_read_from_its_sweep(healthy, outside, tmp_path):
@@ -275,61 +234,25 @@ def test_a_job_folder_that_is_a_link_is_refused_when_read_from_its_sweep(healthy
     assert S.read_summary(sweep / "0_job")["status"] == "completed"  # the path a user typed may be a link
 
 
-def _outcome(text: str, c_events: bool):
-    try:
-        return ("data", S.yaml_data.parse_yaml_data(text, "t.yaml", c_events=c_events))
-    except S.RunFileError as err:
-        return ("refused", str(err))
-
-
-BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
-    f"{k}: &{k} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n" for p, k in zip("abcdefg", "bcdefgh"))
-YAML_TEXTS = {  # what a run's .hydra files hold, and what a damaged or hostile one may
+HEALTHY_YAML = {  # what a run's .hydra files hold: PyYAML's safe_load reads the same
     "empty": "", "comment": "# nothing\n", "scalar": "3\n", "null": "~\n",
-    "types": "a: 1e-3\nb: .inf\nc: -.nan\nd: 0x1F\ne: 2001-12-14\nf: yes\ng: 'x'\nh: ${model.d_model}\ni: 1_000\n",
-    "unicode": "sentence: 你的旅程从一步开始 😀\nq: \"\\u00e9\\t\\x01\"\n",
-    "nested_ok": "a: " + "[" * 30 + "]" * 30 + "\n",
-    "too_deep_ours": "a: " + "[" * 40 + "]" * 40 + "\n",
-    "too_deep_flow": "[" * 3000 + "]" * 3000 + "\n",
-    "too_deep_block": "".join("  " * i + f"k{i}:\n" for i in range(60)) + "  " * 60 + "v: 1\n",
-    "bomb": BOMB, "recursive": "a: &a [*a]\n", "many": "[" + ", ".join(["1"] * 6000) + "]\n",
-    "python_tag": "x: !!python/object/apply:os.system ['true']\n", "custom_tag": "x: !env HOME\n",
-    "binary": "x: !!binary aGVsbG8=\n", "set": "x: !!set {a, b}\n", "merge": "a: &a {x: 1}\nb:\n  <<: *a\n",
-    "duplicate": "seed: 1\nseed: 2\n", "null_key": "null: 1\n", "bool_key": "yes: 1\n", "int_key": "3: x\n",
-    "complex_key": "? [a, b]\n: 1\n", "two_docs": "a: 1\n---\nb: 2\n", "unclosed": "model: [unclosed\n",
-    "tab": "a:\n\tb: 1\n", "control": "a: b\x07c\n", "bom": "\ufeffa: 1\n", "huge_int": "a: " + "9" * 5000 + "\n",
-    "bool_tag_maybe": 'a: !!bool "maybe"\n', "int_tag_empty": 'a: !!int ""\n', "float_tag_dash": 'a: !!float "-"\n',
-    "sexagesimal": "a: 1" + ":59" * 5000 + "\n", "base60_ok": "a: 1:20\n", "hex_huge": "a: 0x" + "f" * 4000 + "\n",
-    "int_4300_digits": "a: " + "9" * 4300 + "\n", "surrogate_escape": 'a: "\\ud800"\n',
-    "bad_indent": "a:\n  b: 1\n c: 2\n", "colon": "a: b: c\n", "anchor_only": "a: &x\n", "undefined_alias": "a: *nope\n",
+    "types": "a: 1.5e-3\nb: .inf\nd: 0x1F\nf: yes\ng: 'x'\nh: ${model.d_model}\ni: 1_000\nj: [1, {k: v}]\n",
+    "unicode": "sentence: 你的旅程从一步开始 😀\nq: \"\\u00e9\\t\"\n",
+    "nested_ok": "a: " + "[" * 30 + "]" * 30 + "\n", "aliases": "a: &a {x: 1}\nb: *a\n",
 }
 
 
-@pytest.mark.skipif(not yaml.__with_libyaml__, reason="PyYAML without libyaml: one parser only")
-@pytest.mark.parametrize("name", list(YAML_TEXTS))
-def test_libyaml_events_read_what_the_pure_python_parser_reads(name):
-    """The same data from libyaml's events as from PyYAML's pure-Python parser, and the same
-    refusal of a hostile text (ours word for word; a syntax error both call not valid YAML, in
-    their own words: libyaml says "did not find expected ',' or ']'")."""
-    text = YAML_TEXTS[name]
-    fast, slow = _outcome(text, True), _outcome(text, False)
-    assert fast[0] == slow[0], (fast, slow)
-    if fast[0] == "data":
-        assert json.dumps(fast[1], sort_keys=True) == json.dumps(slow[1], sort_keys=True)
-    elif "refused YAML" in slow[1] and "refused YAML" in fast[1]:
-        assert fast[1] == slow[1]
-    elif name == "surrogate_escape":  # libyaml refuses the escape itself; the Python parser makes the surrogate
-        assert (fast[1], slow[1]) == ("t.yaml: not valid YAML (line 1: found invalid Unicode character escape code)",
-                                      "t.yaml: refused YAML: a lone surrogate in a string (line 1)")
-    else:
-        assert fast[1].startswith("t.yaml: not valid YAML (") and slow[1].startswith("t.yaml: not valid YAML ("), fast
+@pytest.mark.parametrize("name", list(HEALTHY_YAML))
+def test_healthy_yaml_reads_as_pyyaml_reads_it(name):
+    text = HEALTHY_YAML[name]
+    assert S.parse_yaml_data(text, "t.yaml") == yaml.safe_load(text)
 
 
-def test_libyaml_events_read_a_runs_hydra_files_as_the_pure_python_parser(healthy):
-    files = [p for p in healthy["train"].joinpath(".hydra").iterdir()]
-    assert len(files) == 3
-    for path in files:
+def test_yaml_reads_dates_as_text_and_floats_as_omegaconf(healthy):
+    from omegaconf import OmegaConf
+
+    text = "a: 1e-3\nb: 2001-12-14\n"
+    assert S.parse_yaml_data(text) == {"a": 0.001, "b": "2001-12-14"} == OmegaConf.to_container(OmegaConf.create(text))
+    for path in healthy["train"].joinpath(".hydra").iterdir():  # a run's own files, as Hydra wrote them
         text = path.read_text(encoding="utf-8")
-        fast = S.yaml_data.parse_yaml_data(text, path)
-        assert isinstance(fast, (dict, list)) and fast
-        assert fast == S.yaml_data.parse_yaml_data(text, path, c_events=False)
+        assert S.parse_yaml_data(text, path) == yaml.safe_load(text)

@@ -9,8 +9,13 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from attnlab.core.config import loss_axis_label
+from attnlab.core.errors import RunDirError
 from attnlab.outputs.fonts import drawable, label, rc
 from attnlab.outputs.plots import DPI, draw_heatmap, plot_loss, save_figure
+from attnlab.saved import safe_read
+from attnlab.saved.runs import last_attention
+from attnlab.saved.swept import run_labels, short_names, wrap
 
 MAX_HEATMAPS = 8  # at most this many heatmap panels
 HEATMAP_COLS = 4  # ... per row
@@ -33,11 +38,6 @@ def comparison_figure(rows: Sequence[dict[str, Any]], path: Path) -> Path:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from attnlab.core.config import loss_axis_label
-    from attnlab.core.errors import AttnlabError, RunDirError
-    from attnlab.outputs import artifacts
-    from attnlab.saved import safe_read
-    from attnlab.saved.swept import run_labels, short_names, wrap
 
     TITLE_CHARS, MAX_TITLE_LINES = 34, 3  # heatmap titles: name and swept values wrapped at 34 characters
     names = short_names([r["job"] for r in rows])
@@ -54,17 +54,23 @@ def comparison_figure(rows: Sequence[dict[str, Any]], path: Path) -> Path:
     curves, maps, objectives = [], [], []
     for r in rows:
         run_dir = Path(r["path"])
-        if (run_dir / artifacts.METRICS).is_file():
+        root = Path(r.get("root") or run_dir)  # no link below the PATH the run was found under is followed
+        metrics = None
+        if safe_read.exists(run_dir, safe_read.METRICS):
             try:
-                steps, losses = safe_read.read_run_metrics(run_dir)
-                if losses.size:
-                    curves.append((legend_name(r), steps, losses))
-                    objectives.append(r.get("objective"))
-            except AttnlabError:
+                metrics = safe_read.read_run_metrics(run_dir, root=root)
+            except RunDirError:  # the row names it
                 pass
-        w, labels, what = _last_weights(run_dir, r)
-        if w is not None:
-            maps.append((panel_title(r, what), w, labels))
+        if metrics is not None and metrics[1].size:
+            curves.append((legend_name(r), *metrics))
+            objectives.append(r.get("objective"))
+        try:
+            last = last_attention(run_dir, root=root)
+        except RunDirError:
+            last = None
+        if last is not None:
+            w, labels, step = last
+            maps.append((panel_title(r, "walkthrough" if step is None else f"step={step}"), w, labels))
     shown = maps[:MAX_HEATMAPS]
     n = max(len(shown), 1)
     cols = min(n, HEATMAP_COLS)
@@ -111,25 +117,9 @@ LINESTYLES = ("-", "--", ":", "-.")
 
 def curve_styles(n: int) -> list[dict[str, str]]:
     """Colour and line style of ``n`` loss curves: matplotlib's colour cycle (10 colours), then
-    the same colours dashed, dotted, dash-dotted, so up to 40 curves are told apart in the legend
-    (an 11th curve in the 11th colour of a 10-colour cycle looked like the first)."""
+    the same colours dashed, dotted, dash-dotted: up to 40 curves told apart in the legend."""
     import matplotlib
 
     colors = matplotlib.rcParams["axes.prop_cycle"].by_key().get("color") or ["C0"]
     return [{"color": colors[i % len(colors)], "linestyle": LINESTYLES[i // len(colors) % len(LINESTYLES)]}
             for i in range(n)]
-
-
-def _last_weights(run_dir: Path, row: dict[str, Any]):
-    """(weights (T, T), token labels, title) at the last snapshot, or (None, None, None)."""
-    from attnlab.core.errors import AttnlabError
-    from attnlab.saved.runs import last_attention
-
-    try:
-        last = last_attention(run_dir)
-    except (AttnlabError, OSError, ValueError, KeyError):
-        last = None
-    if last is None:
-        return None, None, None
-    w, labels, step = last
-    return w, labels, ("walkthrough" if step is None else f"step={step}")

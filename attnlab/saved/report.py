@@ -10,19 +10,11 @@ over training, and the run's status, steps-to-threshold, config and versions. Tw
 multiples of every run's attention on one shared step slider (each run shows its nearest
 snapshot), the config keys that differ, the losses overlaid; click a run to open its detail view.
 
-Rendering: plain JavaScript with ``<canvas>`` (heatmaps) and SVG (line charts), written for this
-page, in one template (``attnlab/report_template.html``, about 70 KB). The alternatives were
-measured (npm, 2026-11): Plotly inlines as ``plotly.min.js`` 4.8 MB, and even its cartesian
-bundle is 1.5 MB, more than this page's whole 1 MB budget for the default run; Vega + Vega-Lite
-+ vega-embed come to 0.83 MB minified. Neither does what the page needs without custom code
-anyway: a heatmap of T×T = 65,536 cells (T = 256) redrawn for every slider step (here: one
-``putImageData`` of T×T pixels, scaled; well under the 50 ms budget), a row highlight that
-follows the pointer and locks on click, one slider driving a grid of small multiples and two
-charts at once. Plotly re-renders a heatmap trace per frame and would need its event API and
-our own code for the row logic; Vega-Lite draws each cell as a mark (slow at 65k cells) and
-expresses the hover/lock/shared-slider coupling only through signals we would write anyway.
+Rendering: plain JavaScript with ``<canvas>`` (heatmaps) and SVG (line charts) in one template
+(``report_template.html``), no library and no network: a T x T heatmap is one ``putImageData``
+per slider step, and the row highlight, lock and shared slider are a few event handlers.
 
-The data is embedded as the contract in issue 13 / the README says:
+The data is embedded as DESIGN.md says:
 ``<script type="application/json" id="attnlab-data">{"runs": [...]}</script>``, one record per
 run as :func:`load_run` returns it. The JSON is escaped so no text from a run (token, config
 value, error) can end the script element (``<``, ``>``, ``&``, U+2028/9 as ``\\uXXXX``), and the
@@ -45,6 +37,7 @@ from typing import Any, Iterable, Sequence
 
 from attnlab import __version__
 from attnlab.core.errors import AttnlabError, RunDirError
+from attnlab.outputs import streams
 from attnlab.outputs.artifacts import atomic_write_text
 from attnlab.saved.report_data import (
     BYTES_PER_WEIGHT,
@@ -60,22 +53,22 @@ from attnlab.saved.report_data import (
     frame_bytes,
     load_run,
     pick_frames,
-    resolve_refs,
     share_budget,
     weight_need,
 )
-from attnlab.saved.runs import find_runs
-from attnlab.saved.safe_read import printable
+from attnlab.saved.runs import find_runs, named_runs
+from attnlab.saved.safe_read import output_problem, printable
+from attnlab.saved.table import page_table
 
 REPORT = "report.html"
 TEMPLATE = Path(__file__).with_name("report_template.html")
 DATA_ID = "attnlab-data"
-PAGE_BUDGET = 20_000_000  # bytes: a page never needs more (issue 13's 20 MB, decimal)
+PAGE_BUDGET = 20_000_000  # bytes: a page never needs more
 
 __all__ = [  # the page side, and the data side's API (attnlab.saved.report_data) as it was importable from here
     "BYTES_PER_WEIGHT", "DATA_ID", "DECIMALS", "MAX_DEPTH", "MAX_LOSS_POINTS", "MAX_NODES", "MAX_STR", "MIN_FRAMES",
     "NPZ_LIMIT", "PAGE_BUDGET", "REPORT", "TEMPLATE", "WEIGHT_BUDGET", "cli", "collect_records", "find_runs",
-    "frame_bytes", "load_run", "main", "pick_frames", "render", "resolve_refs", "script_json", "share_budget",
+    "frame_bytes", "load_run", "main", "pick_frames", "render", "script_json", "share_budget",
     "weight_need", "write_page", "write_report", "write_run_report", "write_sweep_report",
 ]
 
@@ -99,8 +92,6 @@ def render(records: Sequence[dict[str, Any]], title: str | None = None) -> str:
     """The page for ``records`` (one run: detail view; two or more: comparison) as HTML text."""
     if title is None:
         title = (f"attnlab · {records[0]['name']}" if len(records) == 1 else f"attnlab · {len(records)} runs")
-    from attnlab.saved.table import page_table
-
     # attnlab-compare's printed table: its columns for these runs, each run's cells with its place in each order
     columns, tables = page_table([rec.get("table") or {} for rec in records])
     data = {"runs": [{**rec, "table": t} for rec, t in zip(records, tables)], "title": printable(title, MAX_STR),
@@ -145,10 +136,10 @@ def write_sweep_report(sweep_dir: Path | str) -> Path:
 
 # ============================================================================ CLI
 def main(argv: Sequence[str] | None = None) -> int:
-    """``attnlab-report PATH... [-o FILE]``: exit 0; 1 when a run has a file that cannot be
-    read (the page is written all the same: that run shows what is wrong, and a warning line
-    per such run goes to stderr); 2 with one line on stderr for a PATH that is not a run/sweep
-    dir or an output that cannot be written."""
+    """``attnlab-report PATH... [-o FILE]``: exit 0; 1 when a run has a file that cannot be read
+    (the page is written all the same, and a warning line per such run goes to stderr); 2 with
+    one line on stderr for a PATH that is not a run or sweep dir, an output that cannot be
+    written, or one inside a run dir it reads (except that run's own report.html)."""
     parser = argparse.ArgumentParser(
         prog="attnlab-report",
         description="One offline HTML page of attention over training: a run dir gives its detail view, "
@@ -157,9 +148,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("-o", "--out", metavar="FILE", type=Path, default=Path(REPORT),
                         help=f"the page to write (default: ./{REPORT})")
     args = parser.parse_args(argv)
+    out = args.out / REPORT if args.out.is_dir() else args.out
     try:
-        records = collect_records(args.paths)
-        out = write_page(records, args.out)
+        found = named_runs(args.paths)
+        problem = output_problem(out, [r for r, _, _ in found], key="-o", allow=(REPORT,))
+        if problem:
+            raise RunDirError(problem)
+        records = collect_records(args.paths, found=found)
+        out = write_page(records, out)
     except (AttnlabError, OSError) as err:
         print(f"attnlab-report: error: {printable(str(err), 1500)}", file=sys.stderr)
         return 2
@@ -176,8 +172,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def cli() -> None:
     """Console-script entry point (``attnlab-report``)."""
-    from attnlab.outputs import streams
-
     streams.install()
     sys.exit(main())
 

@@ -1,34 +1,23 @@
-"""The data side of ``attnlab-report`` (:mod:`attnlab.saved.report` renders it): one JSON-ready record
-per run (:func:`load_run`, the contract of issue 13), the runs under some PATHs
-(:func:`collect_records`), and the downsampling that keeps a page in budget.
+"""The data of ``attnlab-report``'s page (:mod:`attnlab.saved.report` renders it): one JSON-ready
+record per run (:func:`load_run`), built from the same :func:`attnlab.saved.runs.read_run` and row
+as attnlab-compare's, the runs under some PATHs (:func:`collect_records`), and the downsampling
+that keeps a page in budget.
 
-A run dir is someone else's data, not code: every file is read through :mod:`attnlab.saved.safe_read`
-(no symbolic link followed, regular files only, sizes checked with ``fstat`` before reading,
-YAML as plain data with alias expansion bounded, ``.npz`` members checked before any data is
-read) and the run's summary.json, config and overrides through :func:`attnlab.saved.runs.read_run`,
-the same code as ``attnlab-compare``'s rows. ``attention.npz`` is never loaded whole: only the
-snapshots shown are read. Plain ``${a.b}`` references in the config are looked up in the same
-data for display (:func:`resolve_refs`); nothing else is evaluated, no OmegaConf runs on it.
-Every string put on the page goes through :func:`attnlab.saved.safe_read.printable` (control
-characters, bidi overrides and lone surrogates escaped, long text cut). A damaged run becomes a
-record whose ``error`` and ``problems`` say which file and what is wrong; the rest of the report
-is written.
+Every file is read through :mod:`attnlab.saved.safe_read`; every string put on the page goes
+through :func:`~attnlab.saved.safe_read.printable` (at most :data:`MAX_STR` characters) and a
+record holds at most :data:`MAX_NODES` values of config and summary. A damaged run is a record
+whose ``error`` and ``problems`` name the file; the rest of the page is written.
 
-Downsampling (the page budget): the attention weights of all runs on one page get
-:data:`WEIGHT_BUDGET` bytes of JSON (18 MB; the template, tokens, loss curves and configs fit in
-the remaining 2 MB of the 20 MB page budget). A value rounded to 4 decimals takes at most 7
-bytes of JSON (``0.1234,``), so one snapshot takes at most ``H * T * (7 T + 2)`` bytes; a run
-whose snapshots do not all fit keeps ``k = budget // frame_bytes`` snapshots (at least 2),
-evenly spaced by index with the first and the last always kept (as the PNG figure picks its
-panels). Runs that need less than an equal share leave the rest to the others. The page says
-"showing k of n snapshots". Example: 1,000 snapshots at T = 256, H = 1: 39 of 1,000 (every
-~26th), a page of about 11 MB. Loss curves longer than :data:`MAX_LOSS_POINTS` points are
-thinned the same way (the loss at every shown snapshot step is kept exactly).
+Budget: the weights of all runs on one page share :data:`WEIGHT_BUDGET` bytes of JSON (the rest
+of the 20 MB page budget holds the template, tokens, losses and configs). A weight rounded to 4
+decimals takes at most 7 bytes (``0.1234,``), a snapshot at most :func:`frame_bytes`; a run whose
+snapshots do not all fit keeps ``max(2, share // frame_bytes)`` of them, evenly spaced, first and
+last kept (:func:`pick_frames`); e.g. 1,000 snapshots at T = 256: 39 of them, ~11 MB. Loss curves
+longer than :data:`MAX_LOSS_POINTS` are thinned alike, keeping the loss at every shown snapshot.
 """
 from __future__ import annotations
 
 import math
-import re
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -38,6 +27,7 @@ from attnlab.core.config import loss_name
 from attnlab.core.records import head_mean
 from attnlab.saved import runs, safe_read, table
 from attnlab.saved.safe_read import ATTENTION, METRICS, WALKTHROUGH, RunFileError, printable
+from attnlab.saved.swept import run_labels, short_names
 
 WEIGHT_BUDGET = 18_000_000  # bytes of weights JSON on one page, shared by its runs
 BYTES_PER_WEIGHT = 7  # upper bound of one weight in JSON: "0.1234," (rounded to 4 decimals)
@@ -156,107 +146,22 @@ def _jsonable(value: Any, budget: list[int] | None = None, depth: int = 0) -> An
     return printable(value, MAX_STR)
 
 
-_REF = re.compile(r"\$\{([A-Za-z_][\w-]*(?:\.[\w-]+)*)\}")
-MAX_REF_LOOKUPS = 100_000  # lookups resolve_refs makes for one config, at most
-
-
-def resolve_refs(cfg: Any) -> Any:
-    """``cfg`` with plain ``${a.b}`` references to scalar values replaced by the value at
-    ``a.b`` in ``cfg`` itself, as Hydra shows the resolved config (``model.d_v:
-    ${model.d_model}`` -> 6; ``"d=${model.d_model}"`` -> ``"d=6"``), for display only. Pure data
-    lookup, bounded (10 hops per reference, :data:`MAX_REF_LOOKUPS` in all): anything else
-    (``${oc.env:X}``, resolvers, missing keys, whole sub-configs, cycles) is left as written."""
-    if not isinstance(cfg, dict):
-        return cfg
-    lookups = [MAX_REF_LOOKUPS]
-
-    def value_at(path: str) -> Any:
-        lookups[0] -= 1
-        if lookups[0] < 0:
-            raise KeyError(path)
-        node = safe_read.select(cfg, path, KeyError)
-        if node is KeyError or isinstance(node, (dict, list)):
-            raise KeyError(path)
-        return node
-
-    def scalar(text: str, hops: int) -> Any:
-        if hops > 10:
-            raise KeyError(text)
-        whole = _REF.fullmatch(text)
-        if whole:
-            v = value_at(whole.group(1))
-            return scalar(v, hops + 1) if isinstance(v, str) else v
-
-        def sub(m: re.Match) -> str:
-            v = value_at(m.group(1))
-            return str(scalar(v, hops + 1) if isinstance(v, str) else v)
-
-        return _REF.sub(sub, text)
-
-    def walk(node: Any) -> Any:
-        if isinstance(node, dict):
-            return {k: walk(v) for k, v in node.items()}
-        if isinstance(node, list):
-            return [walk(v) for v in node]
-        if isinstance(node, str) and "${" in node:
-            try:
-                return scalar(node, 0)
-            except KeyError:
-                return node
-        return node
-
-    return walk(cfg)
-
-
-def _recorded_where_unresolved(shown: Any, recorded: Any) -> Any:
-    """``shown`` (a config as Hydra saved it, plain references looked up) with each text that
-    still holds a ``${`` replaced by the value at the same place in ``recorded`` (the config the
-    run recorded, resolved when it ran), where it has one."""
-    if isinstance(shown, dict):
-        rec = recorded if isinstance(recorded, dict) else {}
-        return {k: _recorded_where_unresolved(v, rec.get(k, _NOTHING)) for k, v in shown.items()}
-    if isinstance(shown, list):
-        rec = recorded if isinstance(recorded, list) and len(recorded) == len(shown) else [_NOTHING] * len(shown)
-        return [_recorded_where_unresolved(v, r) for v, r in zip(shown, rec)]
-    if isinstance(shown, str) and "${" in shown and recorded is not _NOTHING:
-        return recorded
-    return shown
-
-
-_NOTHING = object()
-
-
 # ============================================================================ one run
 def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int = WEIGHT_BUDGET, *,
              root: Path | None = None) -> dict[str, Any]:
-    """Read one run dir into the report's run record (JSON-ready; the contract of issue 13).
-
-    Fields: ``name`` (``name`` or the folder's name), ``run_dir``, ``status`` (summary.json's:
-    running, completed, diverged, interrupted, failed; ``killed`` when it says running and no
-    process holds its lock; ``missing`` without summary.json,
-    ``unreadable`` when it cannot be used), ``error`` (the run's own error, then what is wrong
-    with its files: as attnlab-compare's ``error``), ``problems`` (one line per file that cannot
-    be read, ``<file>: <what is wrong>``), ``kind`` (train, walkthrough), ``tokens`` [T] (labels
-    as ``tokenizer.token_labels``), ``token_ids`` [T], ``steps`` [k] (the snapshot steps shown),
-    ``snapshots_total`` (n, all snapshots of the run), ``weights`` k × H × T × T (attention
-    weights at those steps, rounded to 4 decimals, None where not finite), ``heads`` (H),
-    ``snapshot_loss`` [k] (the loss at each shown step), ``loss`` {``steps``, ``values`` (the
-    loss, None where not finite), ``total`` (points in metrics.csv)}, ``loss_name`` (what the loss
-    is: "MSE", "cross-entropy, nats", None when unknown; attnlab.core.config.loss_name), ``loss_threshold``,
-    ``steps_to_threshold``, ``final_loss``, ``steps_run``, ``wall_time_s`` (seconds),
-    ``focus_token`` (position or None), ``focus`` {``token``, ``target``, ``weight`` (not rounded;
-    "nan" for a row of NaN), ``step``} at the last snapshot (heads averaged; attnlab-compare's
-    cells), ``config`` (``.hydra/config.yaml`` as Hydra saved it, else the config summary.json
-    recorded; plain data, plain ``${a.b}`` references looked up),
-    ``overrides`` [str], ``versions`` {...}, ``recorded`` (other summary.json fields, e.g. the
-    exercise observations), ``table`` (the run's row of attnlab-compare's table, built by the same
-    :func:`attnlab.saved.runs.row_from` from the files read here: every cell as
-    :func:`attnlab.saved.table.page_cells` gives it, e.g. ``table["focus_step"]["text"]``). Every string is
-    :func:`~attnlab.saved.safe_read.printable`.
-
-    ``max_weight_bytes``: JSON bytes the weights may take (see :func:`pick_frames`). ``root``:
-    the folder from which no symbolic link is followed (default ``run_dir``). Never raises for
-    a damaged run; every read is bounded (see the module docstring)."""
+    """One run dir as the page's run record (JSON-ready; DESIGN.md's contract and more):
+    ``name``, ``run_dir``, ``status`` and ``error`` (as attnlab-compare's row), ``problems`` (one
+    line per file that cannot be read), ``kind`` (train, walkthrough), ``tokens`` [T],
+    ``token_ids`` [T], ``steps`` [k] (the snapshot steps shown), ``snapshots_total`` (n),
+    ``weights`` k x H x T x T (rounded to 4 decimals, None where not finite), ``heads`` (H),
+    ``snapshot_loss`` [k], ``loss`` {``steps``, ``values``, ``total``}, ``loss_name``,
+    ``loss_threshold``, ``steps_to_threshold``, ``final_loss``, ``steps_run``, ``wall_time_s``
+    (seconds), ``focus_token`` (position), ``focus`` {``token``, ``target``, ``weight``, ``step``}
+    (the row's focus cells), ``config`` (the config the run used: summary.json's, else
+    ``.hydra/config.yaml`` with plain references looked up), ``overrides``, ``versions``,
+    ``recorded`` (the other summary.json fields), ``table`` (the row's cells,
+    :func:`attnlab.saved.table.page_cells`). ``max_weight_bytes``: see :func:`pick_frames`.
+    Never raises for a damaged run."""
     run_dir = Path(run_dir)
     rec: dict[str, Any] = {
         "name": printable(name if name is not None else run_dir.name, MAX_STR), "run_dir": printable(run_dir, MAX_STR),
@@ -272,39 +177,26 @@ def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int
         row = runs.row_from(files, name, metrics=None, last=None)
         return {**rec, "status": "unreadable", "error": files.problems[0], "problems": files.problems,
                 "table": table.page_cells(row)}
-    summary, used = files.summary, files.used_config  # the settings: those of the config the run used
-    cfg, config_problems = runs.saved_config(files)  # shown: the config as Hydra saved it
+    summary, used = files.summary, files.used_config
     rec["status"] = _jsonable(files.status)
-    # bounded first, then looked up; what only a resolver gives (the heads preset's ${attnlab.per_head:...}) is
-    # the value the run recorded
-    rec["config"] = _recorded_where_unresolved(resolve_refs(_jsonable(cfg)), _jsonable(used))
+    try:  # Hydra's file of an older run: its plain ${a.b} references looked up, anything else shown as text
+        shown = used if used is not files.config else safe_read.resolve_references(used)
+    except RunFileError:
+        shown = used
+    rec["config"] = _jsonable(shown)
     rec["overrides"] = _jsonable(files.overrides)
-    for key in ("final_loss", "steps_run", "wall_time_s"):
-        rec[key] = _jsonable(summary.get(key))
     rec["versions"] = _jsonable(summary.get("versions") or {})
     rec["recorded"] = _jsonable({k: v for k, v in summary.items() if k not in _KNOWN_SUMMARY})
     kind = summary.get("task") or safe_read.select(used, "task")
     rec["kind"] = kind if kind in ("train", "walkthrough") else None
     rec["loss_name"] = loss_name([files.objective])
-    threshold = safe_read.select(used, "train.loss_threshold")
-    usable = isinstance(threshold, (int, float)) and not isinstance(threshold, bool)
-    threshold = runs.as_float(threshold) if usable else math.nan
-    rec["loss_threshold"] = threshold if math.isfinite(threshold) and threshold > 0 else None
     focus = runs.setting(used, "train.focus_token", int, 1)
-
     steps = losses = metrics = None
     if safe_read.exists(run_dir, METRICS):
         metrics = files.attempt(safe_read.read_run_metrics, run_dir, root=files.root)
         if metrics is not None:
             steps, losses = metrics
-    if steps is not None:
-        rec["loss"]["total"] = int(steps.size)
-    stt = summary.get("steps_to_threshold")
-    if isinstance(stt, int):
-        rec["steps_to_threshold"] = stt
-    elif steps is not None and rec["loss_threshold"] is not None and steps.size:
-        below = np.flatnonzero(losses < rec["loss_threshold"])
-        rec["steps_to_threshold"] = int(steps[below[0]]) if below.size else None
+            rec["loss"]["total"] = int(steps.size)
 
     last = None  # the last snapshot as attnlab-compare reads it (runs.last_attention), from the frames read here
     if safe_read.exists(run_dir, ATTENTION):
@@ -315,6 +207,10 @@ def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int
     # attnlab-compare's row from the files read above (it adds the expected files that are missing)
     row = runs.row_from(files, name, metrics=metrics, last=last)
     rec["table"] = table.page_cells(row)
+    for key in ("final_loss", "steps_run", "wall_time_s", "steps_to_threshold"):  # the row's numbers
+        rec[key] = _jsonable(row[key])
+    threshold = runs.as_float(row["loss_threshold"]) if row["loss_threshold"] is not None else math.nan
+    rec["loss_threshold"] = threshold if math.isfinite(threshold) and threshold > 0 else None  # a log axis' line
 
     if steps is not None and steps.size:
         at = {int(s): i for i, s in enumerate(steps.tolist())}
@@ -332,8 +228,8 @@ def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int
         rec["focus"] = {"token": printable(row["focus_token"], MAX_STR),
                         "target": printable(row["focus_target"], MAX_STR),
                         "weight": _jsonable(row["focus_weight"]), "step": row["snapshot_step"]}
-    rec["problems"] = [printable(p, MAX_STR) for p in [*files.problems, *config_problems]]
-    rec["error"] = _jsonable("; ".join(x for x in [row["error"], *config_problems] if x) or None)
+    rec["problems"] = [printable(p, MAX_STR) for p in files.problems]
+    rec["error"] = _jsonable(row["error"])
     return rec
 
 
@@ -351,7 +247,7 @@ def _load_attention(rec: dict[str, Any], run_dir: Path, root: Path,
         rec["snapshots_total"], rec["heads"] = S, H
         idx = pick_frames(S, max_weight_bytes, frame_bytes(H, T))
         if idx:
-            frames = npz.read_frames("weights", idx)  # the last snapshot among them (pick_frames keeps it)
+            frames = npz.read("weights")[idx]  # the last snapshot among them (pick_frames keeps it)
             rec["weights"] = _rounded(frames)
             rec["steps"] = [int(steps[i]) for i in idx]
             return head_mean(frames[-1]), labels, int(steps[-1])
@@ -374,21 +270,20 @@ def _load_walkthrough(rec: dict[str, Any], run_dir: Path, root: Path,
 
 
 # ============================================================================ many runs
-def collect_records(paths: Iterable[Path | str], budget: int = WEIGHT_BUDGET) -> list[dict[str, Any]]:
-    """One record (:func:`load_run`) for every run under ``paths`` (run dirs and/or sweep dirs),
-    in the order and with the names of attnlab-compare's rows (:func:`attnlab.saved.runs.named_runs`:
-    ``name`` is the run's folder relative to the common parent of the PATHs), ``label`` a short
-    legend name. The weights of all runs share ``budget`` bytes (:func:`share_budget`). Raises
-    RunDirError for a PATH that is not a run/sweep dir."""
-    found = runs.named_runs(Path(p) for p in paths)
+def collect_records(paths: Iterable[Path | str], budget: int = WEIGHT_BUDGET, *,
+                    found: list[tuple[Path, str, Path]] | None = None) -> list[dict[str, Any]]:
+    """One record (:func:`load_run`) per run under ``paths``, in the order and with the names of
+    attnlab-compare's rows (:func:`attnlab.saved.runs.named_runs`, or ``found`` when the caller
+    has it), ``label`` a short legend name; the runs share ``budget`` bytes of weights
+    (:func:`share_budget`). Raises RunDirError for a PATH that is not a run or sweep dir."""
+    found = runs.named_runs(Path(p) for p in paths) if found is None else found
     shares = share_budget([weight_need(r, root) for r, _, root in found], budget)
     records = [load_run(r, name=name, max_weight_bytes=share, root=root)
                for (r, name, root), share in zip(found, shares)]
-    from attnlab.saved.swept import run_labels, short_names
-
     # the legend names of attnlab-compare --plot: job number and swept values, "3: lr=0.05"
     names = [name for _, name, _ in found]
-    labelled = run_labels([{"job": name, "path": str(r)} for r, name, _ in found], short_names(names))
+    labelled = run_labels([{"job": name, "override_list": rec["overrides"]} for rec, name in zip(records, names)],
+                          short_names(names))
     for rec, (short, values) in zip(records, labelled):
         rec["label"] = printable(f"{short}: {values}" if values else short, MAX_STR)
     return records

@@ -1,29 +1,12 @@
 """What tells compared runs apart: the swept keys (the overrides whose values differ between the
-runs) with short key names, for the titles and legend of ``attnlab-compare --plot``.
-
-A run's overrides are read from its ``.hydra/overrides.yaml`` as data, through
-:func:`attnlab.saved.safe_read.read_overrides`: a bounded read of a regular file (no symbolic link),
-plain YAML, only a list of strings is used, and nothing is resolved or instantiated.
-"""
+runs) with short key names, for the titles and legends of ``attnlab-compare --plot`` and the
+report's run labels. The overrides are the rows' (:mod:`attnlab.saved.runs`: summary.json's, else
+``.hydra/overrides.yaml``'s, read as data)."""
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from attnlab.saved import safe_read
-
-MAX_OVERRIDES_BYTES = 64 * 1024  # an overrides.yaml larger than this is not read
 MAX_VALUE_CHARS = 60  # a value longer than this is cut, with "…"
-
-
-def read_overrides(run_dir: Path) -> list[str]:
-    """The command-line overrides of the run in ``run_dir`` (``["optimizer.lr=0.05", ...]``) from
-    ``.hydra/overrides.yaml``; ``[]`` when the file is missing or cannot be used (larger than
-    64 KiB, a symbolic link, not YAML, not a list of strings)."""
-    try:
-        return safe_read.read_overrides(run_dir, MAX_OVERRIDES_BYTES)
-    except safe_read.RunFileError:
-        return []
 
 
 def split_override(override: str) -> tuple[str, str]:
@@ -73,7 +56,7 @@ def run_labels(rows: Sequence[dict[str, Any]], names: dict[str, str]) -> list[tu
     """``(name, values)`` per row: ``name`` the job's short name (``names[row["job"]]``, e.g. the
     job number ``"3"``), ``values`` its swept keys with short names, e.g. ``"lr=0.05 steps=30"``
     (see :func:`swept`, :func:`short_keys`); ``""`` when the runs differ in no override."""
-    values = swept([read_overrides(Path(r["path"])) if r.get("path") else [] for r in rows])
+    values = swept([r.get("override_list") or [] for r in rows])
     short = short_keys(list(dict.fromkeys(k for v in values for k in v)))
     return [(names.get(r["job"], r["job"]), " ".join(f"{short[k]}={clip_value(x)}" for k, x in v.items()))
             for r, v in zip(rows, values)]

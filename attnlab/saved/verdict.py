@@ -2,13 +2,11 @@
 
 Both run dirs are read through :mod:`attnlab.saved.safe_read` (bounded, data only): ``summary.json``
 (status, task, the recorded ``versions``), ``metrics.csv`` (step, loss), ``attention.npz``
-(steps, tokens, token_ids; weights one ``(H, T, T)`` frame at a time, so memory stays at one
-frame per run) or ``walkthrough.npz``. Every text taken from a run is shown through
+(steps, tokens, token_ids, weights (S, H, T, T)) or ``walkthrough.npz``. Every text taken from a run is shown through
 :func:`attnlab.saved.safe_read.printable`.
 """
 from __future__ import annotations
 
-import itertools
 import math
 import os
 from dataclasses import dataclass
@@ -63,26 +61,6 @@ def _first_and_max(a: np.ndarray, b: np.ndarray, steps: np.ndarray) -> tuple[int
     return int(steps[bad[0]]), float(np.nanmax(diff)) if np.isfinite(diff).any() else math.inf
 
 
-def _compare_weights(original: Path, reproduction: Path, k: int, steps: np.ndarray) -> Difference | None:
-    """The first ``k`` snapshots of both runs' weights, one frame of each in memory at a time."""
-    with safe_read.open_attention(original) as fa, safe_read.open_attention(reproduction) as fb:
-        sa, sb = fa.infos["weights"].shape, fb.infos["weights"].shape
-        if sa[1:] != sb[1:]:
-            return Difference("attention weights", note=f"shape {sa} vs {sb}")
-        first, worst = None, None
-        ga, gb = fa.frames("weights"), fb.frames("weights")
-        try:
-            for i, (wa, wb) in enumerate(itertools.islice(zip(ga, gb), k)):
-                f, m = _first_and_max(wa[None], wb[None], steps[i:i + 1])
-                if f is not None:
-                    first = f if first is None else first
-                    worst = m if worst is None else max(worst, m)
-        finally:
-            ga.close()
-            gb.close()
-    return None if first is None else Difference("attention weights", step=first, max_abs_diff=worst)
-
-
 def _compare_walkthrough(original: Path, reproduction: Path) -> list[Difference]:
     fa, fb = safe_read.read_walkthrough(original), safe_read.read_walkthrough(reproduction)
     diffs = []
@@ -126,8 +104,7 @@ def compare_runs(original: Path, reproduction: Path) -> list[Difference]:
     if first is not None:
         diffs.append(Difference("loss", step=first, max_abs_diff=worst))
 
-    keys = ("steps", "tokens", "token_ids")
-    att_a, att_b = safe_read.read_attention(original, keys), safe_read.read_attention(reproduction, keys)
+    att_a, att_b = safe_read.read_attention(original), safe_read.read_attention(reproduction)
     for key in ("token_ids", "tokens"):
         if not np.array_equal(att_a[key], att_b[key]):
             diffs.append(Difference(key, note=f"{printable(att_a[key].tolist()[:8], NOTE_LIMIT // 2)} vs "
@@ -138,9 +115,14 @@ def compare_runs(original: Path, reproduction: Path) -> list[Difference]:
     if not np.array_equal(sa, sb):
         diffs.append(Difference("snapshot steps", note=f"{printable(sa.tolist(), NOTE_LIMIT // 2)} vs "
                                                        f"{printable(sb.tolist(), NOTE_LIMIT // 2)}"))
-    weights = _compare_weights(original, reproduction, min(len(sa), len(sb)), sa)
-    if weights is not None:
-        diffs.append(weights)
+    wa, wb = att_a["weights"], att_b["weights"]
+    k = min(len(sa), len(sb))
+    if wa.shape[1:] != wb.shape[1:]:
+        diffs.append(Difference("attention weights", note=f"shape {wa.shape} vs {wb.shape}"))
+    else:
+        first, worst = _first_and_max(wa[:k], wb[:k], sa[:k])
+        if first is not None:
+            diffs.append(Difference("attention weights", step=first, max_abs_diff=worst))
     return diffs
 
 

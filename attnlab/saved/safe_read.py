@@ -1,0 +1,383 @@
+"""The one reader of run dirs someone else may have made: every tool over saved runs
+(attnlab-compare, the end-of-sweep table, attnlab-report, attnlab-reproduce) reads through here.
+
+A run dir is data, never code. Every file is opened by :func:`attnlab.core.files.open_run_file`
+(regular files only, no symbolic link anywhere below ``root``, size checked before one byte is
+read, never blocks) and then:
+
+- YAML (``.hydra/*.yaml``): a pre-scan of ``yaml.parse`` events bounds the nodes after alias
+  expansion (:data:`YAML_MAX_NODES`), the depth (:data:`YAML_MAX_DEPTH`) and refuses tags other
+  than YAML's core ones, merge keys and duplicate keys; then ``yaml.load`` with PyYAML's
+  CSafeLoader (SafeLoader without libyaml). ``${...}`` stays text; nothing is resolved here
+  except by :func:`resolve_references` (a whole-string reference to another scalar key).
+- JSON (``summary.json``): bounded size and depth; :func:`read_summary` checks field types.
+- ``metrics.csv``: header ``step,loss``, lines bounded, rows checked; errors name the line.
+- ``.npz``: ``zipfile`` member checks (count, names, stored/deflate only, declared sizes within
+  the limit) and each member's ``.npy`` header (numpy's own reader: dtype from an allow-list,
+  shape x itemsize = the declared size, named dims equal across members) before
+  ``np.load(allow_pickle=False)`` reads a member.
+
+Every error is one line, :class:`RunFileError` ``<file>: <what is wrong>`` (a RunDirError);
+:class:`MissingRunFile` when the file is absent. Show read text only through :func:`printable`.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import warnings
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import yaml
+
+from attnlab.core.files import *  # noqa: F401,F403  (the limits, printable, the bounded reads, the errors)
+from attnlab.core.files import (
+    CONFIG_LIMIT,
+    JSON_MAX_DEPTH,
+    METRICS_LIMIT,
+    METRICS_LINE_LIMIT,
+    NPZ_LIMIT,
+    SUMMARY_LIMIT,
+    YAML_MAX_DEPTH,
+    YAML_MAX_NODES,
+    RunFileError,
+    decode_utf8,
+    printable,
+    read_bytes,
+    read_text,
+)
+from attnlab.saved.npz import ATTENTION_MEMBERS, WALKTHROUGH_MEMBERS, Member, MemberInfo, NpzArchive, read_npz
+from attnlab.saved.plain import (
+    HYDRA_SPECIAL,
+    INTEGER,
+    NUMBER,
+    SUMMARY_TYPES,
+    interpolations,
+    resolve_references,
+    select,
+    special_keys,
+    type_name,
+    type_problems,
+    walk,
+)
+
+__all__ = ["ATTENTION_MEMBERS", "WALKTHROUGH_MEMBERS", "Member", "MemberInfo", "NpzArchive", "read_npz",
+           "HYDRA_SPECIAL", "INTEGER", "NUMBER", "SUMMARY_TYPES", "interpolations", "resolve_references", "select",
+           "special_keys", "type_name", "type_problems", "walk"]  # re-exported; the rest is defined here
+
+HYDRA_DIR = ".hydra"
+CONFIG = f"{HYDRA_DIR}/config.yaml"
+OVERRIDES = f"{HYDRA_DIR}/overrides.yaml"
+HYDRA = f"{HYDRA_DIR}/hydra.yaml"
+SUMMARY = "summary.json"
+METRICS = "metrics.csv"
+ATTENTION = "attention.npz"
+WALKTHROUGH = "walkthrough.npz"
+
+
+# ----------------------------------------------------------------------------- YAML
+_CORE = "tag:yaml.org,2002:"
+_TAGS = {None, "!", *(_CORE + t for t in ("null", "bool", "int", "float", "str", "seq", "map"))}
+MAX_NUMBER_CHARS = 4300  # Python's limit on the digits of an int converted from text
+MAX_INT_BITS = 14_284  # 2**14284 < 10**4300: an int this size prints within Python's limit
+_NUMERIC = re.compile(r"[-+]?[0-9.][0-9_:.eE+-]*")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+@functools.cache
+def _loader() -> type:
+    """CSafeLoader (SafeLoader without libyaml), dates left as text, and the floats OmegaConf reads
+    too (``1e-3`` without a dot is a float)."""
+    class Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+        yaml_implicit_resolvers = {k: [(t, r) for t, r in v if t != _CORE + "timestamp"]
+                                   for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+
+    Loader.add_implicit_resolver(_CORE + "float", re.compile(r"""^(?:
+         [-+]?[0-9]+(?:_[0-9]+)*\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+        |[-+]?[0-9]+(?:_[0-9]+)*(?:[eE][-+]?[0-9]+)
+        |\.[0-9]+(?:_[0-9]+)*(?:[eE][-+][0-9]+)?
+        |[-+]?\.(?:inf|Inf|INF)
+        |\.(?:nan|NaN|NAN))$""", re.X), list("-+0123456789."))
+    return Loader
+
+
+def _prescan(text: str) -> None:
+    """Walk ``yaml.parse`` events (no tree is built) and raise ValueError past the bounds: nodes
+    after alias expansion, depth (each alias counted as its whole anchored node), a tag outside
+    :data:`_TAGS`, a merge key, a duplicate or non-scalar key, an alias of a node it is inside,
+    a number of more than :data:`MAX_NUMBER_CHARS` characters, more than one document."""
+    anchored: dict[str, tuple[int, int]] = {}  # anchor -> (expanded nodes, depth)
+    stack: list[list] = []  # open collections: [anchor, total at start, depth below, keys or None, next is key]
+    total = documents = 0
+    for ev in yaml.parse(text, Loader=_loader()):
+        if isinstance(ev, yaml.DocumentStartEvent):
+            documents += 1
+            if documents > 1:
+                raise ValueError("more than one YAML document")
+        if not isinstance(ev, (yaml.NodeEvent, yaml.CollectionEndEvent)):
+            continue
+        if isinstance(ev, yaml.NodeEvent) and stack and stack[-1][3] is not None:  # inside a mapping
+            frame = stack[-1]
+            if frame[4]:
+                if not isinstance(ev, yaml.ScalarEvent):
+                    raise ValueError(f"a mapping key that is not a string (line {ev.start_mark.line + 1})")
+                if ev.value == "<<" and ev.implicit[0]:
+                    raise ValueError(f"merge key '<<' (line {ev.start_mark.line + 1})")
+                if ev.value in frame[3]:
+                    raise ValueError(f"duplicate key {printable(ev.value, 60)} (line {ev.start_mark.line + 1})")
+                frame[3].add(ev.value)
+            frame[4] = not frame[4]
+        if getattr(ev, "tag", None) not in _TAGS:
+            raise ValueError(f"tag {printable(ev.tag, 60)} (line {ev.start_mark.line + 1}); "
+                             "allowed: null, bool, int, float, str, seq, map")
+        if isinstance(ev, yaml.CollectionStartEvent):
+            total += 1
+            stack.append([ev.anchor, total, 1, set() if isinstance(ev, yaml.MappingStartEvent) else None, True])
+            if len(stack) > YAML_MAX_DEPTH:
+                raise ValueError(f"nested deeper than {YAML_MAX_DEPTH} levels")
+            continue
+        if isinstance(ev, yaml.AliasEvent):
+            if ev.anchor not in anchored:
+                raise ValueError("an alias of a node it is inside (recursive) or of no anchor")
+            size, depth = anchored[ev.anchor]
+            anchor = None
+        elif isinstance(ev, yaml.ScalarEvent):
+            if ev.implicit[0] and len(ev.value) > MAX_NUMBER_CHARS and _NUMERIC.fullmatch(ev.value):
+                raise ValueError(f"a number of {len(ev.value)} characters (at most {MAX_NUMBER_CHARS})")
+            size, depth, anchor = 1, 1, ev.anchor
+        else:  # the end of a collection
+            anchor, start, depth, _, _ = stack.pop()
+            size = total - start + 1
+            total -= size
+        total += size
+        if anchor is not None:
+            anchored[anchor] = (size, depth)
+        if stack:
+            stack[-1][2] = max(stack[-1][2], depth + 1)
+        if total > YAML_MAX_NODES:
+            raise ValueError(f"more than {YAML_MAX_NODES} YAML nodes (aliases expanded)")
+        if len(stack) + depth > YAML_MAX_DEPTH:
+            raise ValueError(f"nested deeper than {YAML_MAX_DEPTH} levels (aliases expanded)")
+
+
+def parse_yaml_data(text: str, label: Any = "<yaml>") -> Any:
+    """YAML ``text`` as plain data (dict with str keys, list, str, int, float, bool, None),
+    checked by :func:`_prescan` first. Raises RunFileError naming ``label``: ``not valid YAML
+    (line N: ...)`` or ``refused YAML: ...`` (bounds, tags, keys, lone surrogates)."""
+    try:
+        _prescan(text)
+        data = yaml.load(text, Loader=_loader())  # noqa: S506 (a SafeLoader subclass)
+        for _, value in walk(data):
+            if isinstance(value, dict) and not all(isinstance(k, str) for k in value):
+                bad = next(k for k in value if not isinstance(k, str))
+                raise ValueError(f"a mapping key that is not a string ({printable(repr(bad), 40)})")
+            if isinstance(value, str) and _SURROGATE.search(value):
+                raise ValueError("a lone surrogate in a string")
+            if isinstance(value, int) and value.bit_length() > MAX_INT_BITS:
+                raise ValueError(f"an integer of {value.bit_length()} bits (more than Python prints)")
+    except yaml.MarkedYAMLError as err:
+        if err.problem == "exceeded maximum nesting depth":  # libyaml's own bound, before ours is reached
+            raise RunFileError(label, f"refused YAML: nested deeper than {YAML_MAX_DEPTH} levels") from None
+        where = f"line {err.problem_mark.line + 1}: " if err.problem_mark is not None else ""
+        raise RunFileError(label, f"not valid YAML ({where}{printable(err.problem or err, 120)})") from None
+    except yaml.YAMLError as err:
+        raise RunFileError(label, f"not valid YAML ({printable(str(err).splitlines()[0], 120)})") from None
+    except ValueError as err:
+        raise RunFileError(label, f"refused YAML: {printable(err, 200)}") from None
+    except (LookupError, TypeError, ArithmeticError) as err:  # !!bool maybe, !!int ''
+        raise RunFileError(label, f"refused YAML: a value its tag does not allow ({type(err).__name__}: "
+                           f"{printable(err, 100)})") from None
+    return data
+
+
+def read_yaml_data(path: Path, limit: int = CONFIG_LIMIT, *, root: Path | None = None) -> Any:
+    """:func:`parse_yaml_data` of ``path`` (bounded UTF-8 text). Raises RunFileError."""
+    return parse_yaml_data(read_text(path, limit, root=root), Path(path))
+
+
+# ----------------------------------------------------------------------------- JSON, metrics.csv
+def read_json_data(path: Path, limit: int = SUMMARY_LIMIT, *, root: Path | None = None) -> Any:
+    """``path`` (bounded UTF-8 text) as JSON data (NaN/Infinity allowed, as Python writes them),
+    nested at most :data:`JSON_MAX_DEPTH` levels. Raises RunFileError."""
+    path = Path(path)
+    text = read_text(path, limit, root=root)
+    deep = f"nested deeper than {JSON_MAX_DEPTH} levels"
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise RunFileError(path, f"not valid JSON (line {err.lineno} column {err.colno}: {err.msg})") from None
+    except RecursionError:
+        raise RunFileError(path, deep) from None
+    except ValueError as err:  # an integer of more digits than Python converts
+        raise RunFileError(path, f"refused JSON value ({printable(str(err), 120)})") from None
+    stack = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, (dict, list)):
+            if depth > JSON_MAX_DEPTH:
+                raise RunFileError(path, deep)
+            stack.extend((v, depth + 1) for v in (value.values() if isinstance(value, dict) else value))
+    return data
+
+
+_INT = re.compile(r"\s*\+?[0-9]+\s*")
+
+
+def read_metrics(path: Path, limit: int = METRICS_LIMIT, *, root: Path | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``metrics.csv`` as ``(steps (N,) int64, losses (N,) float64)``: line 1 starts with
+    ``step,loss`` (more columns ignored); every other non-empty line has a non-negative integer
+    step larger than the line before and a float loss (``nan``/``inf`` allowed). Raises
+    RunFileError naming the line, e.g. ``metrics.csv: line 7: loss 'abc' is not a number``;
+    a line longer than :data:`METRICS_LINE_LIMIT` bytes is refused before anything is parsed."""
+    path = Path(path)
+    raw = read_bytes(path, limit, root=root)
+    lengths = np.diff(np.concatenate(([-1], np.flatnonzero(np.frombuffer(raw, np.uint8) == 10), [len(raw)]))) - 1
+    if (lengths > METRICS_LINE_LIMIT).any():
+        raise RunFileError(path, f"line {int(np.argmax(lengths > METRICS_LINE_LIMIT)) + 1}: longer than "
+                           f"{METRICS_LINE_LIMIT} bytes")
+    lines = decode_utf8(raw, path).split("\n")
+    if not lines[0].strip():
+        raise RunFileError(path, "empty (no step,loss header)")
+    if lines[0].rstrip("\r").split(",")[:2] != ["step", "loss"]:
+        raise RunFileError(path, f"line 1: header must start with step,loss (found '{printable(lines[0], 60)}')")
+    try:  # numpy's C reader (~1 s a million rows); a file it refuses is walked line by line below
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "input contained no data": a header-only file
+            rows = np.loadtxt(lines[1:], delimiter=",", usecols=(0, 1), comments=None, quotechar=None, ndmin=1,
+                              dtype=[("step", np.int64), ("loss", np.float64)])
+        if not rows.size or (rows["step"][0] >= 0 and (np.diff(rows["step"]) > 0).all()):
+            return rows["step"].copy(), rows["loss"].copy()
+    except (ValueError, OverflowError):
+        pass
+    steps, losses = [], []
+    for n, line in enumerate(lines[1:], start=2):
+        if not line.strip():
+            continue
+        fields = line.split(",")
+        if len(fields) < 2:
+            raise RunFileError(path, f"line {n}: 1 field, expected at least 2 (step,loss)")
+        if not _INT.fullmatch(fields[0]) or int(fields[0]) >= 2 ** 63:
+            raise RunFileError(path, f"line {n}: step '{printable(fields[0], 40)}' is not a non-negative integer")
+        try:
+            loss = float(fields[1].replace("_", "x"))  # float() would read 1_0 as 10
+        except ValueError:
+            raise RunFileError(path, f"line {n}: loss '{printable(fields[1], 40)}' is not a number") from None
+        if steps and int(fields[0]) <= steps[-1]:
+            raise RunFileError(path, f"line {n}: step {int(fields[0])} after step {steps[-1]} (steps must increase)")
+        steps.append(int(fields[0]))
+        losses.append(loss)
+    return np.array(steps, dtype=np.int64), np.array(losses, dtype=np.float64)
+
+
+# ----------------------------------------------------------------------------- the files of a run dir
+# ``root`` (default ``run_dir``): the folder below which no symbolic link is followed (the sweep
+# folder the user named, when ``run_dir`` is a job found inside it).
+def read_config(run_dir: Path, limit: int = CONFIG_LIMIT, *, root: Path | None = None,
+                resolve: bool = True) -> dict[str, Any]:
+    """``.hydra/config.yaml`` as a plain mapping, plain references resolved
+    (:func:`resolve_references`) unless ``resolve=False`` (every ``${...}`` stays text)."""
+    path = Path(run_dir) / CONFIG
+    data = read_yaml_data(path, limit, root=root or run_dir)
+    if not isinstance(data, dict):
+        raise RunFileError(path, f"not a config (a YAML mapping is expected, found {type_name(data)})")
+    return resolve_references(data, path) if resolve else data
+
+
+def read_overrides(run_dir: Path, limit: int = CONFIG_LIMIT, *, root: Path | None = None) -> list[str]:
+    """``.hydra/overrides.yaml``: the command-line overrides (raw text: show via :func:`printable`)."""
+    path = Path(run_dir) / OVERRIDES
+    data = read_yaml_data(path, limit, root=root or run_dir)
+    if data is None:
+        return []
+    if not isinstance(data, list) or not all(isinstance(o, str) for o in data):
+        raise RunFileError(path, "not a list of override strings")
+    return data
+
+
+def read_job_num(run_dir: Path, limit: int = CONFIG_LIMIT, *, root: Path | None = None) -> int | None:
+    """``hydra.job.num`` of ``.hydra/hydra.yaml`` when an integer, else None (a single run has ``???``)."""
+    num = select(read_yaml_data(Path(run_dir) / HYDRA, limit, root=root or run_dir), "hydra.job.num")
+    return num if isinstance(num, int) and not isinstance(num, bool) else None
+
+
+def read_summary(run_dir: Path, limit: int = SUMMARY_LIMIT, *, root: Path | None = None) -> dict[str, Any]:
+    """``summary.json``, its known fields (:data:`SUMMARY_TYPES`) of their types, ``overrides``
+    strings. Raises MissingRunFile when absent, else RunFileError (the first problem, and how
+    many more)."""
+    path = Path(run_dir) / SUMMARY
+    data = read_json_data(path, limit, root=root or run_dir)
+    problems = type_problems(data, SUMMARY_TYPES)
+    if not problems:
+        odd = [o for o in data.get("overrides", []) if not isinstance(o, str)]
+        problems = [f"{SUMMARY}: overrides holds {type_name(odd[0])}, expected strings"] if odd else []
+    if problems:
+        more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise RunFileError(path, problems[0].removeprefix(f"{SUMMARY}: ") + more)
+    return data
+
+
+def read_run_metrics(run_dir: Path, limit: int = METRICS_LIMIT, *,
+                     root: Path | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`read_metrics` of ``RUN_DIR/metrics.csv``."""
+    return read_metrics(Path(run_dir) / METRICS, limit, root=root or run_dir)
+
+
+def open_attention(run_dir: Path, limit: int = NPZ_LIMIT, *, root: Path | None = None) -> NpzArchive:
+    """``attention.npz`` as a checked :class:`NpzArchive` (:data:`ATTENTION_MEMBERS`)."""
+    return NpzArchive(Path(run_dir) / ATTENTION, ATTENTION_MEMBERS, limit, root=root or run_dir)
+
+
+def read_attention(run_dir: Path, keys: Sequence[str] | None = None, limit: int = NPZ_LIMIT, *,
+                   root: Path | None = None) -> dict[str, np.ndarray]:
+    """``attention.npz`` members ``keys`` (default all: steps (S,), weights (S, H, T, T),
+    tokens (T,), token_ids (T,))."""
+    return read_npz(Path(run_dir) / ATTENTION, ATTENTION_MEMBERS, limit, root=root or run_dir, load=keys)
+
+
+def read_last_snapshot(run_dir: Path, limit: int = NPZ_LIMIT, *,
+                       root: Path | None = None) -> tuple[int, np.ndarray] | None:
+    """``(step, weights (H, T, T))`` of the last snapshot in ``attention.npz``, None when it has none."""
+    with open_attention(run_dir, limit, root=root) as npz:
+        steps = npz.read("steps")
+        return (int(steps[-1]), npz.read_frame("weights", -1)) if steps.size else None
+
+
+def read_walkthrough(run_dir: Path, limit: int = NPZ_LIMIT, *, root: Path | None = None,
+                     keys: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+    """``walkthrough.npz`` members ``keys`` (default all; :data:`WALKTHROUGH_MEMBERS`: token_ids
+    (T,), X (T, d_model), Q/K (T, d_k), V/Z (T, d_v), scores/weights (T, T), ...)."""
+    return read_npz(Path(run_dir) / WALKTHROUGH, WALKTHROUGH_MEMBERS, limit, root=root or run_dir, load=keys)
+
+
+def exists(run_dir: Path, name: str) -> bool:
+    """Whether ``RUN_DIR/name`` is there in any form (file, folder, link, FIFO): read (and refused
+    when not a regular file) rather than reported missing."""
+    return os.path.lexists(Path(run_dir) / name)
+
+
+def file_problem(err: RunFileError, run_dir: Path) -> str:
+    """``err`` as one printable line naming its file relative to ``run_dir``, as tables and
+    reports show it: ``attention.npz: damaged archive (...)``."""
+    try:
+        name = Path(err.path).relative_to(run_dir).as_posix()
+    except ValueError:
+        name = Path(err.path).name
+    return f"{printable(name, 300)}: {printable(err.reason, 1000)}"
+
+
+def output_problem(out: Path, run_dirs: Iterable[Path], *, key: str = "--out", allow: Sequence[str] = ()) -> str | None:
+    """Why a tool must not write ``out`` (a file or folder it is about to write), or None: it is
+    one of the run dirs it reads or inside one (a tool never writes into a run it reads), unless
+    it is a file named in ``allow`` directly in that run dir (attnlab-report's ``report.html``).
+    ``key`` names the option in the line, e.g. ``-o RUN/summary.json: inside the run dir RUN it
+    reads; choose a path outside it``. Links are resolved first."""
+    target = Path(os.path.realpath(out))
+    for run in run_dirs:
+        run = Path(os.path.realpath(run))
+        if (target == run or run in target.parents) and not (target.parent == run and target.name in allow):
+            return (f"{key} {printable(str(out), 300)}: inside the run dir {printable(str(run), 300)} it reads; "
+                    "choose a path outside it")
+    return None
