@@ -23,9 +23,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch is imported here o
 import pytest  # noqa: E402
 from hydra import compose, initialize_config_module  # noqa: E402
 
-import attnlab.commands.sweep  # noqa: E402, F401  (registers attnlab's resolvers, as the command does)
 from attnlab.commands.argv import prepare  # noqa: E402
-from attnlab.core.config import register_configs  # noqa: E402
+from attnlab.commands.hydra_config import register_configs  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 # Tutorial §5 (seed 42, std 1.0, Adam lr 0.05): printed loss and ' journey' row at each snapshot.

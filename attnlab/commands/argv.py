@@ -15,7 +15,7 @@ strings, lists ``[...]``, dicts ``{...}`` and sweep functions (``choice(...)``, 
 
 :func:`unknown_added_keys` refuses ``+key=value`` / ``++key=value`` for a key attnlab's schema
 does not have (Hydra would add it silently and the run would ignore it); :func:`refused_option`
-refuses Hydra options that would run code from a file or end in a traceback.
+refuses the Hydra option that would run code from a file.
 """
 from __future__ import annotations
 
@@ -116,15 +116,9 @@ def unknown_added_keys(argv: Iterable[str], schema_keys: set[str]) -> list[str]:
 
 
 def refused_option(argv: list[str]) -> str | None:
-    """The one-line error for a Hydra option attnlab refuses in ``argv`` (as typed), or None:
-    ``--experimental-rerun FILE`` (it unpickles the file: code, when it comes from someone
-    else's run dir) and ``-sc`` / ``--shell-completion`` without a command (Hydra raises)."""
-    for i, arg in enumerate(argv):
-        if arg == "--experimental-rerun" or arg.startswith("--experimental-rerun="):
-            return ("error: --experimental-rerun: refused: it unpickles .hydra/config.pickle, and a pickle from a "
-                    "run dir runs code; use attnlab-reproduce RUN_DIR (it reads the config as data)")
-        if arg in ("-sc", "--shell-completion") and not any(
-                later.startswith(("install=", "uninstall=", "query=")) for later in argv[i + 1:]):
-            return (f"error: {arg}: needs one of install=SHELL, uninstall=SHELL, query=SHELL "
-                    f"(e.g. {arg} install=bash)")
+    """The one-line error for ``--experimental-rerun FILE`` in ``argv``, or None: Hydra would
+    unpickle the file, and a pickle from someone else's run dir runs code."""
+    if any(a == "--experimental-rerun" or a.startswith("--experimental-rerun=") for a in argv):
+        return ("error: --experimental-rerun: refused: it unpickles .hydra/config.pickle, and a pickle from a "
+                "run dir runs code; use attnlab-reproduce RUN_DIR (it reads the config as data)")
     return None
