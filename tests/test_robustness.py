@@ -163,7 +163,7 @@ def _wait_for(pred, timeout: float, proc: subprocess.Popen) -> None:
     raise AssertionError("timed out")
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["SIGINT", "SIGTERM", "SIGHUP"])
 def test_signal_mid_run_records_interrupted_and_flushes_everything(tmp_path, sig):
     run = tmp_path / "run"
     env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}

@@ -1,42 +1,20 @@
 """``attnlab-reproduce RUN_DIR [--out DIR] [--text-file FILE]``: re-run a saved run and check it
 gives the same numbers.
 
-RUN_DIR may come from someone else, so it is read as data only, through :mod:`attnlab.saved.safe_read`
-(bounded reads, regular files only, no symlinks, no YAML tags or alias bombs):
+RUN_DIR may come from someone else: it is read as data only, through :mod:`attnlab.saved.safe_read`
+(bounded reads, regular files, no symlinks, no YAML tags). The config ``summary.json`` recorded
+(else ``.hydra/config.yaml``) becomes plain data: a ``_target_`` anywhere but
+``optimizer._target_`` is refused, a ``${...}`` only resolved when it is a plain reference to
+another key, a ``text_file`` only read when ``--text-file FILE`` names it; then it is checked
+against the schema. The original's ``summary.json``, ``metrics.csv`` and ``attention.npz`` (or
+``walkthrough.npz``) are checked in full before anything runs. The job runs through ``run_job``
+into a new folder (``RUN_DIR-repro-<time>`` beside RUN_DIR, or ``--out DIR``), and
+:mod:`attnlab.saved.verdict` compares the two bit for bit.
 
-- The config ``RUN_DIR/summary.json`` recorded (else ``RUN_DIR/.hydra/config.yaml``; a Hydra
-  file that says other values is named in a warning and not copied: :func:`read_saved_config`)
-  becomes plain data. A Hydra ``_target_`` (or ``_args_``,
-  ``_partial_``, ...) anywhere but ``optimizer._target_`` is refused; a ``${...}`` interpolation is
-  refused unless it is a plain whole-string reference to another key (``d_v: ${model.d_model}``,
-  as Hydra saves it), which is resolved by copying that value: no OmegaConf resolver
-  (``oc.env``, ``oc.decode``, ...) ever runs on a saved config. A ``text_file`` is refused unless
-  ``--text-file FILE`` names the text (a shared config does not choose which file of this
-  machine is read). The data is then checked against attnlab's schema (``config.apply_schema``):
-  an optimizer ``_target_`` outside the shipped torch.optim classes, a ``hydra:`` or
-  ``defaults:`` section, any unknown key or wrongly typed value is refused.
-- The original's ``summary.json``, ``metrics.csv`` and ``attention.npz`` (or ``walkthrough.npz``)
-  are checked in full (types, every row, every archive member and its CRC) **before** anything
-  runs, so a damaged original is one line and exit 2, not a crash after the re-run.
-
-The job then runs through the same code path as ``attnlab`` (``run_job``) into a new run dir
-(``RUN_DIR-repro-<time>`` beside RUN_DIR, resolved first so ``attnlab-reproduce .`` works, or
-``--out DIR``) — never into RUN_DIR — and ``metrics.csv`` (step, loss) and ``attention.npz``
-(steps, weights, tokens, token_ids), or ``walkthrough.npz`` for ``task=walkthrough``, are compared
-bit for bit by :mod:`attnlab.saved.verdict` (weights one snapshot at a time: memory stays at one frame per run).
-
-Output: a warning on stderr for each difference between the environment recorded in
-``RUN_DIR/summary.json`` and the current one (printed before running), then one verdict on
-stdout: ``reproduced exactly`` or a table of what differs (quantity, first differing step,
-largest absolute difference). Every text taken from RUN_DIR is printed through
-``safe_read.printable`` (control characters and escape sequences escaped, long text cut).
-Exit status 0 identical, 1 different, 2 RUN_DIR is not a run that can be reproduced (missing,
-a sweep folder rather than one of its jobs, no or unsafe config, incompatible schema, refused
-``_target_`` or interpolation, damaged artifacts, run still running or failed). Errors are one
-line; ``HYDRA_FULL_ERROR=1`` shows the traceback.
-
-Works for single runs and for any job folder of a sweep (Hydra writes each job's composed
-config to ``JOB/.hydra/config.yaml``), whatever launcher made it.
+Output: a warning on stderr per difference of the recorded environment, then the verdict on
+stdout (``reproduced exactly`` or a table of what differs). Exit status 0 identical, 1
+different, 2 RUN_DIR is not a run that can be reproduced (one line; ``HYDRA_FULL_ERROR=1``
+shows the traceback).
 """
 from __future__ import annotations
 
