@@ -463,10 +463,10 @@ def test_a_folder_with_someone_elses_files_is_refused_before_anything_is_written
 
 
 # ----------------------------------------------------------------------------- interrupts at each phase
-@pytest.mark.parametrize("phase", ["job_start", "model_built"])
+@pytest.mark.parametrize("phase", ["before_training", "model_built"])
 def test_ctrl_c_at_hydras_job_start_records_interrupted(tmp_path, phase):
-    """Before the first step: at Hydra's job start (.hydra/ written, the job not begun) or once
-    torch is loaded and the model built (a Ctrl-C while torch imports lands there)."""
+    """Before the first step: at the job's start (.hydra/ and summary.json written, the config not
+    yet checked) or once torch is loaded and the model built (a Ctrl-C while torch imports lands there)."""
     run = tmp_path / "run"
     paused = Paused(tmp_path, phase, f"hydra.run.dir={run}", *QUIET)
     paused.signal(signal.SIGINT, signal.SIGINT)  # the second one is recorded too: the job is shielded

@@ -35,7 +35,8 @@ def _claim(config: DictConfig, kind: str) -> None:
     callback's exception into a warning, so this exits)."""
     interrupts.check()
     try:
-        rundir.claim(Path(_dir(config, kind)), key=f"hydra.{kind}.dir")
+        value = _dir(config, kind)
+        rundir.claim(Path(value), key=f"hydra.{kind}.dir", value=value)
     except AttnlabError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)

@@ -89,7 +89,11 @@ def error_line(err: BaseException, typed: list[str]) -> str:
         return f"error: {err}"
     if isinstance(err, MissingConfigException) and err.missing_cfg_file and err.options:
         return f"error: {err.missing_cfg_file.replace('/', '=', 1)}: no such option; allowed: {', '.join(err.options)}"
-    if isinstance(err, OSError):  # Hydra could not save its config into the output folder
+    if isinstance(err, OSError):  # Hydra could not save its config into the folder claimed for it
+        held = rundir.claims()
+        if held:
+            return (f"error: {held[-1].shown}: cannot write Hydra's config there ({os_reason(err)}); "
+                    f"choose another {held[-1].shown.name}")
         return f"error: cannot write {printable(err.filename or 'the output folder', 300)}: {os_reason(err)}"
     if isinstance(err, OverrideParseException):
         return _syntax_line(text, typed)
@@ -104,7 +108,9 @@ def error_line(err: BaseException, typed: list[str]) -> str:
     if isinstance(cause, OverflowError):
         return f"error: {printable(given or key, 120)}: too large for a float (at most 1.8e308)"
     if given is not None and "=" in given:
-        return f"error: {key}={given.split('=', 1)[1]!r}: {printable(first, 300)}"
+        value = getattr(cause, "value", None)  # in a sweep, the one value of the list that was refused
+        shown = value if isinstance(value, str) else given.split("=", 1)[1]
+        return f"error: {key}={printable(shown, 300)!r}: {printable(first, 300)}"
     return f"error: {printable(first, 300)} {OPTIONS_HINT}"
 
 
