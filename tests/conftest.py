@@ -78,6 +78,50 @@ def cli():
     return run_cli
 
 
+@pytest.fixture
+def attnlab_here(monkeypatch, capsys):
+    """``attnlab ARGS`` run in this process (:func:`attnlab.commands.cli.main` with ``sys.argv``):
+    a CompletedProcess with its exit status and what it printed. Hydra's singletons, the signal
+    handlers and the environment are restored after each call; the handlers the command installs
+    for the rest of its process are not installed (the real command's signals are tested in a
+    subprocess)."""
+    import signal
+
+    from hydra.core.singleton import Singleton
+
+    from attnlab.commands import callbacks, cli
+
+    monkeypatch.setattr(cli, "install_signal_handlers", lambda: None)
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    monkeypatch.delenv("ATTNLAB_FULL_ERROR", raising=False)
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+
+    def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+        handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+        singletons, here, environ = Singleton.get_state(), os.getcwd(), dict(os.environ)
+        monkeypatch.setattr(sys, "argv", ["attnlab", *args])
+        monkeypatch.setattr(callbacks, "sweep_exit_status", None)
+        capsys.readouterr()
+        code = 0
+        try:
+            if cwd is not None:
+                os.chdir(cwd)
+            cli.main()
+        except SystemExit as exit_:
+            code = exit_.code if isinstance(exit_.code, int) else 1
+        finally:
+            os.chdir(here)
+            Singleton.set_state(singletons)
+            os.environ.clear()
+            os.environ.update(environ)
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess(["attnlab", *args], code, out, err)
+
+    return run
+
+
 def read_csv(path: Path) -> list[dict[str, str]]:
     """A ``summary.csv`` back as a list of dicts of strings (empty cells are ``""``)."""
     with open(path, encoding="utf-8", newline="") as f:

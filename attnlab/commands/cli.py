@@ -29,9 +29,6 @@ from attnlab.outputs import rundir, streams
 
 FULL_ERROR = "ATTNLAB_FULL_ERROR"  # the user's HYDRA_FULL_ERROR (attnlab sets Hydra's to 1 to catch its errors)
 OPTIONS_HINT = "(`attnlab --help` lists the options)"
-# Hydra's options that take the next argument as their value (not an override)
-_FLAGS_WITH_VALUE = {"-cp", "--config-path", "-cn", "--config-name", "-cd", "--config-dir", "-c", "--cfg",
-                     "-p", "--package", "--info", "--experimental-rerun", "-sc", "--shell-completion"}
 
 
 @hydra.main(version_base="1.3", config_path="pkg://attnlab.conf", config_name="config")
@@ -126,7 +123,7 @@ def _syntax_line(report: str, typed: list[str]) -> str:
     parser, skip, arg = OverridesParser.create(), False, None
     for candidate in typed:
         if skip or candidate.startswith("-"):
-            skip = not skip and candidate in _FLAGS_WITH_VALUE
+            skip = not skip and candidate in argv.FLAGS_WITH_VALUE | {"-i", "--info"}
             continue
         try:
             parser.parse_overrides(argv.prepare([candidate]))
@@ -164,7 +161,7 @@ def main() -> None:
     install_signal_handlers()
     streams.install()
     typed = sys.argv[1:]
-    refused = argv.refused_option(typed) or next(
+    refused = argv.refused_option(typed) or argv.unknown_option(typed) or next(
         (f"error: {bad}: no such config key; attnlab's keys are fixed by its schema and cannot be added or "
          "removed (`attnlab --help` lists them)" for bad in argv.unknown_added_keys(typed, schema_keys())), None)
     if refused is not None:
