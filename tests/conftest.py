@@ -78,48 +78,48 @@ def cli():
     return run_cli
 
 
-@pytest.fixture
-def attnlab_here(monkeypatch, capsys):
+def run_here(*args: str, cwd: Path | None = None, stdout=None) -> subprocess.CompletedProcess:
     """``attnlab ARGS`` run in this process (:func:`attnlab.commands.cli.main` with ``sys.argv``):
-    a CompletedProcess with its exit status and what it printed. Hydra's singletons, the signal
-    handlers and the environment are restored after each call; the handlers the command installs
-    for the rest of its process are not installed (the real command's signals are tested in a
-    subprocess)."""
+    a CompletedProcess with its exit status and what it printed (``stdout``: a text stream that
+    gets the output instead). Hydra's singletons, the signal handlers, the environment and the
+    working folder are restored afterwards; the handlers the command installs for the rest of its
+    process are not installed (the real command's signals are tested in a subprocess)."""
+    import contextlib
+    import io
     import signal
 
     from hydra.core.singleton import Singleton
 
     from attnlab.commands import callbacks, cli
 
-    monkeypatch.setattr(cli, "install_signal_handlers", lambda: None)
-    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
-    monkeypatch.delenv("ATTNLAB_FULL_ERROR", raising=False)
-    monkeypatch.setenv("MPLBACKEND", "Agg")
-
-    def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-        handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-        singletons, here, environ = Singleton.get_state(), os.getcwd(), dict(os.environ)
-        monkeypatch.setattr(sys, "argv", ["attnlab", *args])
-        monkeypatch.setattr(callbacks, "sweep_exit_status", None)
-        capsys.readouterr()
-        code = 0
-        try:
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    saved = (Singleton.get_state(), os.getcwd(), dict(os.environ), sys.argv, cli.install_signal_handlers)
+    out, err, code = io.StringIO(), io.StringIO(), 0
+    for name in ("HYDRA_FULL_ERROR", "ATTNLAB_TEST_PAUSE_AT"):
+        os.environ.pop(name, None)
+    os.environ["MPLBACKEND"] = "Agg"
+    sys.argv, cli.install_signal_handlers, callbacks.sweep_exit_status = ["attnlab", *args], lambda: None, None
+    try:
+        with contextlib.redirect_stdout(stdout or out), contextlib.redirect_stderr(err):
             if cwd is not None:
                 os.chdir(cwd)
             cli.main()
-        except SystemExit as exit_:
-            code = exit_.code if isinstance(exit_.code, int) else 1
-        finally:
-            os.chdir(here)
-            Singleton.set_state(singletons)
-            os.environ.clear()
-            os.environ.update(environ)
-            for sig, handler in handlers.items():
-                signal.signal(sig, handler)
-        out, err = capsys.readouterr()
-        return subprocess.CompletedProcess(["attnlab", *args], code, out, err)
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else 1
+    finally:
+        singletons, here, environ, sys.argv, cli.install_signal_handlers = saved
+        Singleton.set_state(singletons)
+        os.chdir(here)
+        os.environ.clear()
+        os.environ.update(environ)
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    return subprocess.CompletedProcess(["attnlab", *args], code, out.getvalue(), err.getvalue())
 
-    return run
+
+@pytest.fixture
+def attnlab_here():
+    return run_here
 
 
 def read_csv(path: Path) -> list[dict[str, str]]:

@@ -40,20 +40,8 @@ def child_env(**extra: str) -> dict[str, str]:
     return {**env, "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1", **extra}
 
 
-def fsize_limit(limit: int) -> dict[int, tuple[int, int]]:
-    """rlimits: the process may not write any file beyond ``limit`` bytes (EFBIG)."""
-    return {resource.RLIMIT_FSIZE: (limit, limit)}
-
-
-def attnlab(*args: str, cwd: Path | None = None, env: dict | None = None, rlimits=None,
-            module: str = "attnlab.commands.cli", timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd or ROOT, env=env or child_env(),
-                          preexec_fn=(lambda: [resource.setrlimit(k, v) for k, v in rlimits.items()]) if rlimits else None,
-                          timeout=timeout, capture_output=True, text=True, stdin=subprocess.DEVNULL)
-
-
 def started(*args: str, env: dict | None = None, stdout=subprocess.PIPE):
-    """``attnlab ARGS`` started (forkserver.Popen: forked when that is the same process), text pipes."""
+    """``attnlab ARGS`` started in a process of its own, text pipes."""
     return subprocess.Popen([sys.executable, "-m", "attnlab.commands.cli", *args], cwd=ROOT, env=env or child_env(),
                             stdout=stdout, stderr=subprocess.PIPE, text=True)
 
@@ -358,7 +346,7 @@ def test_summary_says_running_until_the_last_figure_is_written(tmp_path, attnlab
     assert seen == [("running", 30, True, False)]
 
 
-def test_kill_9_leaves_a_killed_run_that_keeps_its_snapshots_and_is_refused(tmp_path):
+def test_kill_9_leaves_a_killed_run_that_keeps_its_snapshots_and_is_refused(tmp_path, attnlab_here):
     run = tmp_path / "run"
     snaps = [0, 20, 50, 100, 200]
     proc = started(f"hydra.run.dir={run}", *QUIET, "logging.console=false", "train.steps=2000000",
@@ -369,7 +357,7 @@ def test_kill_9_leaves_a_killed_run_that_keeps_its_snapshots_and_is_refused(tmp_
     assert runs.job_row(run)["status"] == "running"  # attnlab-compare, the sweep table and the report agree
     assert (run / rundir.LOCK).read_bytes().split(b"\n")[0] == str(proc.pid).encode()
     hydra_before = {f: (run / f).read_bytes() for f in hydra_files()}
-    second = attnlab(f"hydra.run.dir={run}", *QUIET)  # a second run into the live run's folder
+    second = attnlab_here(f"hydra.run.dir={run}", *QUIET)  # a second run into the live run's folder
     assert (second.returncode, second.stderr) == (2, f"error: hydra.run.dir='{run}': another attnlab process "
                                                      f"(pid {proc.pid}) is writing a run there; choose another hydra.run.dir\n")
     assert {f: (run / f).read_bytes() for f in hydra_files()} == hydra_before
@@ -388,7 +376,7 @@ def test_kill_9_leaves_a_killed_run_that_keeps_its_snapshots_and_is_refused(tmp_
     rows = text.splitlines()[1:]
     assert [r.split(",")[1] for r in rows[:201]] == [repr(x) for x in reference.losses.tolist()]
     before = tree_bytes(run)
-    third = attnlab(f"hydra.run.dir={run}", *QUIET)
+    third = attnlab_here(f"hydra.run.dir={run}", *QUIET)
     assert (third.returncode, third.stderr) == (2, f"error: hydra.run.dir='{run}': holds a run that was killed (its "
                                                    "summary.json says running and no process holds its lock); choose "
                                                    "another hydra.run.dir (runs are never overwritten)\n")
@@ -487,32 +475,29 @@ def test_closed_pipe_silences_the_console_and_the_run_completes(tmp_path):
 def test_closed_standard_streams_the_run_completes_and_its_files_stay_its_own(tmp_path):
     """``attnlab <&- >&- 2>&-``: the run completes with every file and default logging, nothing
     of the console lands in a run file (a closed descriptor is reopened on /dev/null before the
-    run opens its files); attnlab-reproduce too."""
+    run opens its files)."""
     def close() -> None:
         for fd in (0, 1, 2):
             os.close(fd)
 
-    run, again = tmp_path / "run", tmp_path / "again"
-    for args, module, where in [([f"hydra.run.dir={run}", "train.steps=30", "train.snapshot_steps=[0,29]"],
-                                 "attnlab.commands.cli", run),
-                                ([str(run), "--out", str(again)], "attnlab.commands.reproduce", again)]:
-        proc = subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, env=child_env(), preexec_fn=close,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300)
-        assert proc.returncode == 0, module
-        assert summary(where)["status"] == "completed"
-        assert_agrees(where, 30, [0, 29])
-        assert {"attention_evolution.png", "loss.png", "report.html"} <= files(where)
-        for f in where.rglob("*"):
-            if f.is_file():
-                assert b"step   0  loss=" not in f.read_bytes() and b"completed: 30 steps" not in f.read_bytes(), f
+    run = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "attnlab.commands.cli", f"hydra.run.dir={run}", "train.steps=30",
+                           "train.snapshot_steps=[0,29]"], cwd=ROOT, env=child_env(), preexec_fn=close,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300)
+    assert proc.returncode == 0
+    assert summary(run)["status"] == "completed"
+    assert_agrees(run, 30, [0, 29])
+    assert {"attention_evolution.png", "loss.png", "report.html"} <= files(run)
+    for f in run.rglob("*"):
+        if f.is_file():
+            assert b"step   0  loss=" not in f.read_bytes() and b"completed: 30 steps" not in f.read_bytes(), f
 
 
-def test_a_console_that_cannot_encode_chinese_gets_escapes(tmp_path, attnlab_here, monkeypatch):
+def test_a_console_that_cannot_encode_chinese_gets_escapes(tmp_path, attnlab_here):
     run, raw = tmp_path / "run", io.BytesIO()
-    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(raw, encoding="cp1252"))  # PYTHONIOENCODING=cp1252
-    proc = attnlab_here(f"hydra.run.dir={run}", *QUIET, "logging.console=true", "logging.progress=false",
-                        "sentence=你的旅程从一步开始", "train.steps=30")
-    sys.stdout.flush()
+    console = io.TextIOWrapper(raw, encoding="cp1252")  # PYTHONIOENCODING=cp1252
+    proc = attnlab_here(f"hydra.run.dir={run}", *QUIET, "sentence=你的旅程从一步开始", "train.steps=30", stdout=console)
+    console.flush()
     out = raw.getvalue().decode("cp1252")
     assert (proc.returncode, proc.stderr) == (0, "")
     assert "'\\u4f60(2/2)' attends:" in out
