@@ -1,20 +1,14 @@
-"""``attnlab-reproduce RUN_DIR [--out DIR] [--text-file FILE]``: re-run a saved run and check it
+"""``attnlab-reproduce RUN_DIR [--out DIR] [--text-file FILE]``: re-run a saved run, check it
 gives the same numbers.
 
-RUN_DIR may come from someone else: it is read as data only, through :mod:`attnlab.saved.safe_read`
-(bounded reads, regular files, no symlinks, no YAML tags). The config that runs is the resolved
-one ``summary.json`` recorded (the values the run used), else ``.hydra/config.yaml`` (its plain
-``${key}`` references resolved, nothing else): a ``_target_`` anywhere but ``optimizer._target_``
-is refused, a ``text_file`` is read only when ``--text-file FILE`` names it, then it is checked
-against the schema. The original's ``summary.json``, ``metrics.csv`` and ``attention.npz`` (or
-``walkthrough.npz``) are checked in full before anything runs. The job runs through ``run_job``
-into a new folder (``RUN_DIR-repro-<time>`` beside RUN_DIR, or ``--out DIR``) and
-:mod:`attnlab.saved.verdict` compares the two bit for bit.
-
-Output: a warning on stderr per difference of the recorded environment, then the verdict on
-stdout (``reproduced exactly`` or a table of what differs). Exit status 0 identical, 1
-different, 2 RUN_DIR is not a run that can be reproduced (one line; ``HYDRA_FULL_ERROR=1``
-shows the traceback).
+RUN_DIR is data (:mod:`attnlab.saved.safe_read`: bounded reads, regular files, no symlinks, no
+YAML tags). What runs is the config ``summary.json`` recorded (else ``.hydra/config.yaml``, its
+plain ``${key}`` references resolved), checked: a ``_target_`` only at ``optimizer._target_``, a
+``text_file`` only with ``--text-file FILE``, then the schema. The original's files are checked
+in full before anything runs; the job runs through ``run_job`` into ``RUN_DIR-repro-<time>`` (or
+``--out DIR``) and :mod:`attnlab.saved.verdict` compares the two bit for bit. Exit status 0
+identical, 1 different, 2 not a run that can be reproduced (one line; ``HYDRA_FULL_ERROR=1``
+raises instead).
 """
 from __future__ import annotations
 
@@ -69,8 +63,7 @@ def saved_config(run_dir: Path, text_file: Path | None = None) -> tuple[dict[str
 
 
 def _sweep_jobs(folder: Path) -> list[str]:
-    """The sub-folders of ``folder`` holding ``.hydra/config.yaml`` (a sweep's jobs), in job
-    order; never follows a symlink."""
+    """The sub-folders of ``folder`` holding ``.hydra/config.yaml`` (a sweep's jobs), in job order."""
     names = []
     with contextlib.suppress(OSError), os.scandir(folder) as entries:
         for entry in itertools.islice(entries, 10_000):
@@ -108,10 +101,9 @@ def _checked(data: Any, path: Path, text_file: Path | None, references: bool) ->
 
 
 def check_original(run_dir: Path, task: str) -> dict[str, Any]:
-    """Read and check everything of the original the comparison will use, before anything
-    runs: ``summary.json`` (a reproducible status), and ``metrics.csv`` (every row) and
-    ``attention.npz`` (every member, CRC), or for ``task=walkthrough`` ``walkthrough.npz``.
-    Returns the summary. Raises RunDirError (one line naming the file)."""
+    """The original's summary, after checking everything the comparison reads: a reproducible
+    status, every row of ``metrics.csv``, every member (CRC) of ``attention.npz`` or
+    ``walkthrough.npz``. Raises RunDirError (one line naming the file)."""
     path = run_dir / safe_read.SUMMARY
     try:
         summary = safe_read.read_summary(run_dir)
@@ -134,9 +126,8 @@ def check_original(run_dir: Path, task: str) -> dict[str, Any]:
 
 
 def default_out(run_dir: Path) -> Path:
-    """``RUN_DIR-repro-<YYYYmmdd-HHMMSS.ffffff>`` beside RUN_DIR (resolved, so ``.`` gives a real
-    name); for a sweep's job (its parent has ``multirun.yaml``) ``SWEEP_DIR-repro-<time>/JOB``,
-    so the sweep folder keeps only its own jobs."""
+    """``RUN_DIR-repro-<YYYYmmdd-HHMMSS.ffffff>`` beside RUN_DIR; for a sweep's job
+    ``SWEEP_DIR-repro-<time>/JOB`` (the sweep folder keeps only its own jobs)."""
     run_dir, stamp = Path(run_dir).resolve(), _dt.datetime.now().strftime("%Y%m%d-%H%M%S.%f")
     sweep = run_dir.parent
     if (sweep / "multirun.yaml").is_file():
@@ -188,8 +179,8 @@ def reproduce(run_dir: Path, out: Path | None = None, stderr=None,
         print(f"note: model.dropout={cfg.model.dropout}: the dropout masks are drawn from seed={cfg.seed}, so "
               "they repeat bit for bit with the same torch and machine", file=stderr)
     if summary["status"] == "interrupted":
-        print(f"note: the run was interrupted after {summary.get('steps_run')} steps; the reproduction runs "
-              f"all train.steps={cfg.train.steps} and compares the recorded steps", file=stderr)
+        print(f"note: the run was interrupted after {summary.get('steps_run')} steps; the reproduction runs all "
+              f"train.steps={cfg.train.steps} and compares the recorded steps", file=stderr)
     # the run: into a folder claimed first (new or empty, ours alone), the config it ran saved beside it
     rundir.claim(out, key="--out")
     try:
@@ -212,15 +203,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Console entry point; returns the exit status (0 same, 1 different, 2 not a run)."""
     parser = argparse.ArgumentParser(
         prog="attnlab-reproduce",
-        description="Re-run a saved attnlab run from the config its summary.json recorded (else "
-                    "RUN_DIR/.hydra/config.yaml) into a new folder and check metrics.csv and attention.npz "
-                    "are bitwise identical. RUN_DIR is read as data: nothing in it is instantiated, resolved "
-                    "or printed raw.")
+        description="Re-run a saved attnlab run from its recorded config into a new folder and check its "
+                    "files are bitwise identical. RUN_DIR is read as data: nothing in it is run or printed raw.")
     parser.add_argument("run_dir", metavar="RUN_DIR", type=Path, help="a run folder or a sweep job folder")
-    parser.add_argument("--out", metavar="DIR", type=Path, default=None,
-                        help="the new run folder (default: RUN_DIR-repro-<time> beside RUN_DIR; "
-                             "for a sweep job SWEEP_DIR-repro-<time>/JOB)")
-    parser.add_argument("--text-file", metavar="FILE", type=Path, default=None,
+    parser.add_argument("--out", metavar="DIR", type=Path, help="the new run folder (default: "
+                        "RUN_DIR-repro-<time> beside RUN_DIR; for a sweep job SWEEP_DIR-repro-<time>/JOB)")
+    parser.add_argument("--text-file", metavar="FILE", type=Path,
                         help="the text of a run made with text_file= (a saved config never chooses a file to read)")
     args = parser.parse_args(argv)
     try:
