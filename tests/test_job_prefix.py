@@ -48,8 +48,8 @@ def test_joblib_sweep_lines_carry_the_job_number(cli, tmp_path):
     assert [ln for ln in unmarked if not ln.startswith("completed: walkthrough")] == []
 
 
-def test_sequential_sweep_and_single_run_have_no_prefix(cli, tmp_path):
-    proc = cli("-m", "optimizer.lr=0.05,0.1", *SHORT, f"hydra.sweep.dir={tmp_path / 'seq'}")
+def test_sequential_sweep_and_single_run_have_no_prefix(attnlab_here, tmp_path):
+    proc = attnlab_here("-m", "optimizer.lr=0.05,0.1", *SHORT, f"hydra.sweep.dir={tmp_path / 'seq'}")
     assert proc.returncode == 0, proc.stderr
     assert "[job" not in proc.stdout
     assert len([ln for ln in proc.stdout.splitlines() if ln.startswith("step  20")]) == 2
