@@ -1,4 +1,4 @@
-"""Sweeps: job folder names, the sweep summary (table + summary.csv), failing jobs, launchers."""
+"""Sweeps: job folder names, the sweep summary (table + summary.csv), failing jobs."""
 from __future__ import annotations
 
 import json
@@ -8,17 +8,16 @@ import numpy as np
 import pytest
 
 from attnlab.commands.sweep import MAX_NAME_BYTES, job_dirname
-from attnlab.core.training import train
 from attnlab.outputs import artifacts
 
-from conftest import read_csv, run_cli
+from conftest import read_csv
 
 FAST = ["train.steps=5", "train.snapshot_steps=[0,4]", "logging=off"]
 
 
 @pytest.fixture
 def cli(attnlab_here):
-    """``attnlab ARGS`` in this process (conftest.run_here); the launcher test runs the real command."""
+    """``attnlab ARGS`` in this process (conftest.run_here); the joblib sweep is test_job_prefix's."""
     return attnlab_here
 
 
@@ -125,23 +124,6 @@ def test_sentence_sweep_quoting_gives_flat_folders(cli, tmp_path):
                                                    "multirun.yaml and job folders); choose another hydra.sweep.dir "
                                                    "(runs are never overwritten; attnlab-compare reads the sweep)\n")
     assert {str(p.relative_to(sweep)): p.read_bytes() for p in sorted(sweep.rglob("*")) if p.is_file()} == before
-
-
-# ------------------------------------------------------------------------------ launchers
-def test_the_joblib_launcher_gives_the_same_folders_rows_and_results(cfg_of, tmp_path):
-    sweep = tmp_path / "joblib"
-    proc = run_cli("-m", "model.d_model=6,0", *FAST, "hydra/launcher=joblib", f"hydra.sweep.dir={sweep}", timeout=240)
-    assert proc.returncode == 1, proc.stderr
-    names = [d.name for d in job_dirs(sweep)]  # hydra/launcher=... is not part of the names
-    assert names == ["0_logging=off,model.d_model=6,train.snapshot_steps=[0,4],train.steps=5",
-                     "1_logging=off,model.d_model=0,train.snapshot_steps=[0,4],train.steps=5"]
-    rows = assert_csv_matches_jobs(sweep)
-    assert [r["status"] for r in rows] == ["completed", "failed"]
-    # the same numbers as the same job run in this process
-    reference = train(cfg_of("model.d_model=6", *FAST))
-    assert float(rows[0]["final_loss"]) == reference.final_loss
-    _, losses = artifacts.read_metrics(job_dirs(sweep)[0])
-    np.testing.assert_array_equal(losses, reference.losses)
 
 
 # ------------------------------------------------------------------------------ issue 10
