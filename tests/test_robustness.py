@@ -75,7 +75,9 @@ def test_divergence_stops_at_the_step_and_keeps_everything_before(tmp_path, over
 
 # --- never overwrite ----------------------------------------------------------------------
 
-def test_cli_diverged_exit_then_same_dir_is_refused_byte_identical(tmp_path):
+def test_cli_diverged_exit_then_same_dir_is_refused_byte_identical(tmp_path, attnlab_here):
+    """The real command exits 1 for a run that diverged; the same folder again is refused (exit 2,
+    here in process; test_faults' two runs started together get exit 2 from the real command)."""
     run = tmp_path / "run"
     first = run_cli(f"hydra.run.dir={run}", *SMALL, "optimizer=sgd", "optimizer.lr=1000")
     assert first.returncode == 1
@@ -84,7 +86,7 @@ def test_cli_diverged_exit_then_same_dir_is_refused_byte_identical(tmp_path):
     before = tree_bytes(run)
     assert ".hydra/config.yaml" in before
     assert "metrics.csv" in before
-    second = run_cli(f"hydra.run.dir={run}", *SMALL, "train.steps=20", "train.snapshot_steps=[0]")
+    second = attnlab_here(f"hydra.run.dir={run}", *SMALL, "train.steps=20", "train.snapshot_steps=[0]")
     assert second.returncode == 2
     assert second.stderr == (f"error: hydra.run.dir={str(run)!r}: already holds a diverged run; choose another "
                              "hydra.run.dir (runs are never overwritten)\n")
