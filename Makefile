@@ -26,11 +26,11 @@ run: $(STAMP)
 # two pytest-xdist workers; a module's tests stay on one worker (its shared runs are made once);
 # pytest's progress (a dot per test and the percentage done), the 10 slowest tests at the end
 test: $(STAMP)
-	$(BIN)/ruff check attnlab hydra_plugins tests benchmarks
+	$(BIN)/ruff check attnlab tests benchmarks
 	$(BIN)/python -m pytest -n 2 --dist loadscope --durations=10 $(ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check attnlab hydra_plugins tests benchmarks
+	$(BIN)/ruff check attnlab tests benchmarks
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run $(ARGS)

@@ -41,7 +41,7 @@ def snapshot_steps(steps: int, spec: str) -> list[int]:
 def run_attnlab(a: argparse.Namespace, snaps: list[int]) -> dict:
     from hydra import compose, initialize_config_module
 
-    from attnlab.core.config import register_configs
+    from attnlab.commands.hydra_config import register_configs
     from attnlab.outputs import artifacts
 
     register_configs()

@@ -57,8 +57,8 @@ def make_large_run(run_dir: Path, snapshots: int = 1000, T: int = 256) -> Path:
     from hydra import compose, initialize_config_module
     from omegaconf import OmegaConf
 
+    from attnlab.commands.hydra_config import register_configs
     from attnlab.commands.job import run_job
-    from attnlab.core.config import register_configs
     from benchmarks.run import text_with_tokens
 
     run_dir = Path(run_dir)

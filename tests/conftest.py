@@ -23,9 +23,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch is imported here o
 import pytest  # noqa: E402
 from hydra import compose, initialize_config_module  # noqa: E402
 
-import attnlab.commands.sweep  # noqa: E402, F401  (registers attnlab's resolvers, as the command does)
 from attnlab.commands.argv import prepare  # noqa: E402
-from attnlab.core.config import register_configs  # noqa: E402
+from attnlab.commands.hydra_config import register_configs  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 # Tutorial §5 (seed 42, std 1.0, Adam lr 0.05): printed loss and ' journey' row at each snapshot.
@@ -77,6 +76,50 @@ def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None, timeou
 @pytest.fixture
 def cli():
     return run_cli
+
+
+def run_here(*args: str, cwd: Path | None = None, stdout=None) -> subprocess.CompletedProcess:
+    """``attnlab ARGS`` run in this process (:func:`attnlab.commands.cli.main` with ``sys.argv``):
+    a CompletedProcess with its exit status and what it printed (``stdout``: a text stream that
+    gets the output instead). Hydra's singletons, the signal handlers, the environment and the
+    working folder are restored afterwards; the handlers the command installs for the rest of its
+    process are not installed (the real command's signals are tested in a subprocess)."""
+    import contextlib
+    import io
+    import signal
+
+    from hydra.core.singleton import Singleton
+
+    from attnlab.commands import callbacks, cli
+
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    saved = (Singleton.get_state(), os.getcwd(), dict(os.environ), sys.argv, cli.install_signal_handlers)
+    out, err, code = io.StringIO(), io.StringIO(), 0
+    for name in ("HYDRA_FULL_ERROR", "ATTNLAB_TEST_PAUSE_AT"):
+        os.environ.pop(name, None)
+    os.environ["MPLBACKEND"] = "Agg"
+    sys.argv, cli.install_signal_handlers, callbacks.sweep_exit_status = ["attnlab", *args], lambda: None, None
+    try:
+        with contextlib.redirect_stdout(stdout or out), contextlib.redirect_stderr(err):
+            if cwd is not None:
+                os.chdir(cwd)
+            cli.main()
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else 1
+    finally:
+        singletons, here, environ, sys.argv, cli.install_signal_handlers = saved
+        Singleton.set_state(singletons)
+        os.chdir(here)
+        os.environ.clear()
+        os.environ.update(environ)
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    return subprocess.CompletedProcess(["attnlab", *args], code, out.getvalue(), err.getvalue())
+
+
+@pytest.fixture
+def attnlab_here():
+    return run_here
 
 
 def read_csv(path: Path) -> list[dict[str, str]]:

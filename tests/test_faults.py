@@ -1,10 +1,11 @@
-"""Faults leave a run dir that tells the truth (issue 11, section 3), each fault made real:
-a file-size limit (RLIMIT_FSIZE in the child), a full disk (a small tmpfs filled while the run
-goes), a read-only folder (a read-only tmpfs or bind mount), SIGKILL, two runs started together,
-someone else's files, Ctrl-C / SIGTERM at each phase (a test hook pauses the child at that
-exact moment: ``ATTNLAB_TEST_PAUSE_AT``), a closed pipe and a console that cannot encode Chinese.
+"""Faults leave a run dir that tells the truth, each fault made real: a file-size limit
+(RLIMIT_FSIZE), a full disk (a small tmpfs filled while the run goes), a read-only folder (a
+read-only tmpfs or bind mount), a signal at each phase, someone else's files, a console that
+cannot encode Chinese. These run ``attnlab`` in the test process (conftest's ``attnlab_here``);
+the fault happens at a phase of the run (:func:`at_phase`, through the run's
+``interrupts.pause_point`` calls). What needs a process of its own runs the real command:
+SIGKILL, two runs started together, a closed pipe and closed standard streams.
 
-The runs go through ``python -m attnlab.commands.launch``, the ``attnlab`` console script's own entry.
 Mounting needs root with CAP_SYS_ADMIN (this machine and CI); without it those tests skip.
 """
 from __future__ import annotations
@@ -20,12 +21,10 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from attnlab.core.training import FLUSH_EVERY, train
 from attnlab.outputs import artifacts, rundir
-from attnlab.outputs.npz_writer import LOCAL_HEADER, GrowingNpz
 from attnlab.outputs.streams import SafeStream
 from attnlab.saved import runs
 
@@ -41,21 +40,9 @@ def child_env(**extra: str) -> dict[str, str]:
     return {**env, "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1", **extra}
 
 
-def fsize_limit(limit: int) -> dict[int, tuple[int, int]]:
-    """rlimits: the process may not write any file beyond ``limit`` bytes (EFBIG)."""
-    return {resource.RLIMIT_FSIZE: (limit, limit)}
-
-
-def attnlab(*args: str, cwd: Path | None = None, env: dict | None = None, rlimits=None,
-            module: str = "attnlab.commands.launch", timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd or ROOT, env=env or child_env(),
-                          preexec_fn=(lambda: [resource.setrlimit(k, v) for k, v in rlimits.items()]) if rlimits else None,
-                          timeout=timeout, capture_output=True, text=True, stdin=subprocess.DEVNULL)
-
-
 def started(*args: str, env: dict | None = None, stdout=subprocess.PIPE):
-    """``attnlab ARGS`` started (forkserver.Popen: forked when that is the same process), text pipes."""
-    return subprocess.Popen([sys.executable, "-m", "attnlab.commands.launch", *args], cwd=ROOT, env=env or child_env(),
+    """``attnlab ARGS`` started in a process of its own, text pipes."""
+    return subprocess.Popen([sys.executable, "-m", "attnlab.commands.cli", *args], cwd=ROOT, env=env or child_env(),
                             stdout=stdout, stderr=subprocess.PIPE, text=True)
 
 
@@ -103,30 +90,29 @@ def poll(pred, proc: subprocess.Popen, timeout: float = 180.0) -> None:
         time.sleep(0.05)
 
 
-class Paused:
-    """``attnlab ARGS`` paused at ``phase`` (:func:`attnlab.core.interrupts.pause_point`): the test
-    makes its fault happen at that moment, then :meth:`resume` or sends signals."""
+def at_phase(monkeypatch, phase: str, action) -> None:
+    """Make ``action()`` happen when the run reaches ``phase`` (the run's
+    :func:`attnlab.core.interrupts.pause_point` calls: before_training, model_built,
+    first_snapshot, finishing, drawing, sweep_end)."""
+    from attnlab.core import interrupts
 
-    def __init__(self, tmp: Path, phase: str, *args: str, env: dict | None = None, stdout=subprocess.PIPE) -> None:
-        self.flag = tmp / f"paused-{phase}"
-        env = {**(env or child_env()), "ATTNLAB_TEST_PAUSE_AT": phase, "ATTNLAB_TEST_PAUSE_FILE": str(self.flag)}
-        if phase == "startup":  # a pause while Python imports: a process that really starts
-            self.proc = subprocess.Popen([sys.executable, "-m", "attnlab.commands.launch", *args], cwd=ROOT, env=env,
-                                         stdout=stdout, stderr=subprocess.PIPE, text=True)
-        else:
-            self.proc = started(*args, env=env, stdout=stdout)
-        poll(self.flag.exists, self.proc)
+    monkeypatch.setattr(interrupts, "pause_point", lambda at: action() if at == phase else None)
 
-    def signal(self, *sigs: int) -> None:
-        for sig in sigs:
-            self.proc.send_signal(sig)
 
-    def resume(self) -> None:
-        self.flag.unlink()
+def send(*sigs: int):
+    """An action that sends ``sigs`` to this process; each handler runs before the next is sent."""
+    return lambda: [signal.raise_signal(sig) for sig in sigs]
 
-    def finish(self) -> tuple[int, str, str]:
-        out, err = self.proc.communicate(timeout=300)
-        return self.proc.returncode, out or "", err
+
+@contextlib.contextmanager
+def file_size_limit(limit: int):
+    """No file of this process may grow beyond ``limit`` bytes (EFBIG) inside the block."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
 
 
 def mount(target: Path, *options: str, bind: Path | None = None) -> None:
@@ -199,13 +185,13 @@ def batches(snapshot_steps: list[int], steps: int) -> list[tuple[int, int]]:
 
 
 # ----------------------------------------------------------------------------- disk full, size limits
-def test_file_size_limit_stops_at_the_batch_and_every_file_agrees(tmp_path):
-    limit, snaps, steps = 20_000, [0, 100, 1000, 2000], 3000
+def test_file_size_limit_stops_at_the_batch_and_every_file_agrees(tmp_path, attnlab_here):
+    limit, snaps, steps = 20_000, [0, 100, 500, 999], 1000  # metrics.csv reaches the limit at about step 770
     run = tmp_path / "run"
-    proc = attnlab(f"hydra.run.dir={run}", *QUIET, f"train.steps={steps}", f"train.snapshot_steps={snaps}",
-                   rlimits=fsize_limit(limit))
-    # the first batch of rows that would take metrics.csv past the limit is the step it stops at
     losses = train(compose_cfg(*QUIET, f"train.steps={steps}", f"train.snapshot_steps={snaps}")).losses.tolist()
+    with file_size_limit(limit):
+        proc = attnlab_here(f"hydra.run.dir={run}", *QUIET, f"train.steps={steps}", f"train.snapshot_steps={snaps}")
+    # the first batch of rows that would take metrics.csv past the limit is the step it stops at
     size = len("step,loss\n")
     for first, last in batches(snaps, steps):
         size += sum(len(f"{s},{losses[s]!r}\n") for s in range(first, last + 1))
@@ -221,36 +207,15 @@ def test_file_size_limit_stops_at_the_batch_and_every_file_agrees(tmp_path):
     assert files(run) == CONTRACT | hydra_files()
 
 
-def test_file_size_limit_on_the_snapshots_keeps_the_frames_that_fit(tmp_path):
-    from attnlab.core import tokenizer
+def test_tensorboard_that_cannot_write_fails_the_run_at_that_step(tmp_path, attnlab_here):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    sentence = " ".join(["Your journey starts with one step"] * 7)
-    T = tokenizer.tokenize(compose_cfg(f"sentence={sentence}")).seq_len
-    frame = 4 * T * T  # 6,724 bytes at T = 41: six frames are more than Hydra's files (~5 KB)
-    from attnlab.outputs.npz_writer import HEAD
-
-    limit = HEAD + 6 * frame + 100  # room for six snapshots (the seventh fails, step 6), not for the archive's end
-    run = tmp_path / "run"
-    proc = attnlab(f"hydra.run.dir={run}", *QUIET, f"sentence={sentence}", "train.steps=20",
-                   f"train.snapshot_steps={list(range(20))}", rlimits=fsize_limit(limit))
-    assert proc.returncode == 1
-    assert proc.stderr == f"failed: file too large while writing attention.npz at step 6; records kept in {run}\n"
-    s = summary(run)
-    assert (s["status"], s["error"], s["steps_run"]) == ("failed", "file too large while writing attention.npz at step 6", 7)
-    kept = artifacts.read_attention(run)["steps"].tolist()
-    # the archive's last bytes (steps, tokens, directory) did not fit after six frames: frames were dropped to make room
-    assert kept == list(range(len(kept))) and 0 < len(kept) < 6
-    assert (run / "attention.npz").stat().st_size <= limit
-    assert_agrees(run, 7, kept)
-    reference = train(compose_cfg(*QUIET, f"sentence={sentence}", "train.steps=7", f"train.snapshot_steps={kept}"))
-    np.testing.assert_array_equal(artifacts.read_attention(run)["weights"], np.stack([x.weights for x in reference.snapshots]))
-
-
-def test_tensorboard_that_cannot_write_fails_the_run_at_that_step(tmp_path):
     run = tmp_path / "run"
     # TensorBoard's event file grows ~2x faster than metrics.csv: it reaches the limit first
-    proc = attnlab(f"hydra.run.dir={run}", "logging.images=false", "logging.figures=false", "logging.report=false",
-                   "logging.console=false", "train.steps=2000", "train.snapshot_steps=[0]", rlimits=fsize_limit(20_000))
+    with file_size_limit(20_000):
+        proc = attnlab_here(f"hydra.run.dir={run}", "logging.images=false", "logging.figures=false",
+                            "logging.report=false", "logging.console=false", "train.steps=2000",
+                            "train.snapshot_steps=[0]")
     assert proc.returncode == 1
     n = summary(run)["steps_run"]
     assert 0 < n < 2000
@@ -258,166 +223,130 @@ def test_tensorboard_that_cannot_write_fails_the_run_at_that_step(tmp_path):
     assert proc.stderr == f"failed: {error}; records kept in {run}\n"  # one line: the writer thread's traceback is kept quiet
     assert (summary(run)["status"], summary(run)["error"]) == ("failed", error)
     assert_agrees(run, n, [0])
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
     (events,) = run.glob("events.out.tfevents.*")
     points = [e.step for e in EventAccumulator(str(events), size_guidance={"scalars": 0}).Reload().Scalars("loss")]
     assert points == list(range(len(points))) and len(points) <= n  # what it could write, never more
 
 
-def test_walkthrough_that_cannot_write_its_archive_fails_with_the_reason(tmp_path):
-    run = tmp_path / "run"
-    sentence = " ".join(["Your journey starts with one step"] * 5)
-    proc = attnlab(f"hydra.run.dir={run}", "experiment=tutorial_walkthrough", "logging.console=false",
-                   "model.d_model=200", f"sentence={sentence}", rlimits=fsize_limit(20_000))  # walkthrough.npz ~100 KB
-    assert (proc.returncode, proc.stderr) == (1, f"failed: file too large while writing walkthrough.npz; records kept in {run}\n")
-    assert (summary(run)["status"], summary(run)["error"]) == ("failed", "file too large while writing walkthrough.npz")
-    assert files(run) == {"summary.json"} | hydra_files()  # no temporary archive left
-
-
-@pytest.mark.parametrize("limit, expected_rc, expected_stderr, left", [
+@pytest.mark.parametrize("limit, args, expected_stderr, left", [
+    # the walkthrough's archive (~100 KB) does not fit; no temporary archive is left
+    (20_000, ("experiment=tutorial_walkthrough", "model.d_model=200",
+              "sentence=" + " ".join(["Your journey starts with one step"] * 5)),
+     "failed: file too large while writing walkthrough.npz; records kept in {run}\n", {"summary.json"} | hydra_files()),
     # not even the first summary.json ("running") fits: nothing says how the run ended, and attnlab says so
-    (100, 1, "error: file too large while writing summary.json; nothing recorded in {run}\n", set()),
+    (100, ("hydra.output_subdir=null",), "error: file too large while writing summary.json; nothing recorded in {run}\n",
+     set()),
     # the summary with the resolved config does not fit; the short failed one does
-    (300, 1, "failed: file too large while writing summary.json; records kept in {run}\n", {"summary.json"}),
-], ids=["no_summary_at_all", "summary_with_config"])
-def test_summary_json_that_cannot_be_written_is_said_on_stderr(tmp_path, limit, expected_rc, expected_stderr, left):
+    (300, ("hydra.output_subdir=null",), "failed: file too large while writing summary.json; records kept in {run}\n",
+     {"summary.json"}),
+], ids=["walkthrough_archive", "no_summary_at_all", "summary_with_config"])
+def test_a_file_that_cannot_be_written_is_said_on_stderr(tmp_path, attnlab_here, limit, args, expected_stderr, left):
     run = tmp_path / "run"
-    proc = attnlab(f"hydra.run.dir={run}", "hydra.output_subdir=null", *QUIET, "train.steps=5",
-                   rlimits=fsize_limit(limit))
-    assert (proc.returncode, proc.stderr) == (expected_rc, expected_stderr.format(run=run))
+    with file_size_limit(limit):
+        proc = attnlab_here(f"hydra.run.dir={run}", *QUIET, "train.steps=5", *args)
+    assert (proc.returncode, proc.stderr) == (1, expected_stderr.format(run=run))
     assert files(run) == left
-    if left:
-        assert (summary(run)["status"], summary(run)["steps_run"]) == ("failed", 0)
+    if "summary.json" in left:
+        assert summary(run)["status"] == "failed" and summary(run)["error"] in proc.stderr
 
 
-def test_hydra_cannot_save_its_config_one_line_and_nothing_left(tmp_path):
+def test_hydra_cannot_save_its_config_one_line_and_nothing_left(tmp_path, attnlab_here):
     run = tmp_path / "out" / "run"
-    proc = attnlab(f"hydra.run.dir={run}", *QUIET, rlimits=fsize_limit(1000))  # .hydra/hydra.yaml is ~5 KB
-    assert proc.returncode == 2
-    assert proc.stderr == (f"error: hydra.run.dir='{run}': cannot write Hydra's config there (file too large); "
-                           "choose another hydra.run.dir\n")
+    with file_size_limit(1000):  # .hydra/hydra.yaml is ~5 KB
+        proc = attnlab_here(f"hydra.run.dir={run}", *QUIET)
+    assert (proc.returncode, proc.stderr) == (2, f"error: hydra.run.dir='{run}': cannot write Hydra's config there "
+                                                 "(file too large); choose another hydra.run.dir\n")
     assert not (tmp_path / "out").exists()  # the folders made for the run are removed again
 
 
-def test_disk_full_mid_run_promotes_the_records_and_tensorboard_agrees(tmp_path):
-    disk = tmpfs(tmp_path / "disk", size="1m")
-    with disk as d:
+def test_disk_full_mid_run_promotes_the_records_and_tensorboard_agrees(tmp_path, attnlab_here, monkeypatch):
+    with tmpfs(tmp_path / "disk", size="1m") as d:
         run = d / "run"
         snaps = [0, 1000, 1999]
-        paused = Paused(tmp_path, "first_snapshot", f"hydra.run.dir={run}", *QUIET, "logging.tensorboard=true",
-                        "logging.images=false", "train.steps=2000", f"train.snapshot_steps={snaps}")
-        fill(d)  # another program takes the disk right after step 0's snapshot
-        paused.resume()
-        rc, out, err = paused.finish()
-        assert rc == 1
+        at_phase(monkeypatch, "first_snapshot", lambda: fill(d))  # another program takes the disk after step 0
+        proc = attnlab_here(f"hydra.run.dir={run}", *QUIET, "logging.tensorboard=true", "logging.console=true",
+                            "logging.progress=false", "logging.images=false", "train.steps=2000",
+                            f"train.snapshot_steps={snaps}")
+        assert proc.returncode == 1
         # the next batch of losses (steps 1..255) no longer fits; the lock file's reserve gives room to say so
-        assert err == f"failed: no space left on device while writing metrics.csv at step 1; records kept in {run}\n"
+        assert proc.stderr == (f"failed: no space left on device while writing metrics.csv at step 1; "
+                               f"records kept in {run}\n")
         s = summary(run)
         assert (s["status"], s["error"]) == ("failed", "no space left on device while writing metrics.csv at step 1")
         assert_agrees(run, 1, [0])
-        assert out.splitlines()[-1].startswith(f"failed: 1 step, final loss {s['final_loss']:.6g}")
-        points, status, session = tensorboard(run)
-        assert (points, status, session) == ([0], "failed", 2)
+        assert proc.stdout.splitlines()[-1].startswith(f"failed: 1 step, final loss {s['final_loss']:.6g}")
+        assert tensorboard(run) == ([0], "failed", 2)
 
 
-def test_disk_full_at_the_end_the_figures_use_the_runs_reserve(tmp_path):
-    """Another program takes all but 12 KB of the disk just before a default run's last writes:
-    the run dir's reserve (1 MB in its lock file) still holds the figures (drawn by the render child,
-    written by the run), the TensorBoard file and the summary; the run completes."""
-    with tmpfs(tmp_path / "disk", size="4m") as d:
-        run = d / "run"
-        paused = Paused(tmp_path, "finishing", f"hydra.run.dir={run}", "logging.console=false")
-        fill(d)
-        filler = d / "filler"
-        os.truncate(filler, filler.stat().st_size - 12 * 1024)  # 12 KB left: the small writes fit, a figure not
-        paused.resume()
-        rc, out, err = paused.finish()
-        assert (rc, err) == (0, "")
-        assert summary(run)["status"] == "completed"
-        assert {"attention_evolution.png", "loss.png"} <= files(run)
-        assert_agrees(run, 201, [0, 20, 50, 100, 200])
-        assert not [f for f in files(run) if f.rsplit("/", 1)[-1].startswith(".") and not f.startswith(".hydra/")]
-
-
-def test_disk_full_at_the_end_tensorboards_own_writes_use_the_reserve_too(tmp_path):
-    """The same with TensorBoard's last images and hparams as the only large writes (no figures):
-    TensorBoard writes from its own thread and cannot give the reserve back and try again, so the
-    run gives it back when its last writes begin; the event file is whole."""
+@pytest.mark.parametrize("phase, args, left, expected", [
+    # the run dir's reserve (1 MB in its lock file) still holds the figures, TensorBoard's file and the summary
+    ("finishing", (), 12 * 1024, {"attention_evolution.png", "loss.png"}),
+    # TensorBoard's last images and hparams as the only large writes: the run gives the reserve back first
+    ("finishing", ("logging.figures=false", "logging.report=false"), 12 * 1024, set()),
+    # filled to the last byte while the figures are drawn: the part of the reserve the run kept holds them
+    ("drawing", (), 0, {"attention_evolution.png", "loss.png", "report.html"}),
+], ids=["figures", "tensorboard_only", "while_drawing"])
+def test_disk_full_at_the_end_the_runs_reserve_holds_the_last_writes(tmp_path, attnlab_here, monkeypatch,
+                                                                     phase, args, left, expected):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+    def take_the_disk() -> None:  # another program takes all but ``left`` bytes
+        fill(d)
+        os.truncate(d / "filler", (d / "filler").stat().st_size - left)
+
     with tmpfs(tmp_path / "disk", size="4m") as d:
         run = d / "run"
-        paused = Paused(tmp_path, "finishing", f"hydra.run.dir={run}", "logging.console=false",
-                        "logging.figures=false", "logging.report=false")
-        fill(d)
-        filler = d / "filler"
-        os.truncate(filler, filler.stat().st_size - 12 * 1024)  # 12 KB: less than the last images
-        paused.resume()
-        rc, out, err = paused.finish()
-        assert (rc, err) == (0, ""), err
+        at_phase(monkeypatch, phase, take_the_disk)
+        proc = attnlab_here(f"hydra.run.dir={run}", "logging.console=false", *args)
+        assert (proc.returncode, proc.stderr) == (0, "")
         assert summary(run)["status"] == "completed"
+        assert expected <= files(run)
+        assert_agrees(run, 201, [0, 20, 50, 100, 200])
         (events,) = run.glob("events.out.tfevents.*")
         acc = EventAccumulator(str(events), size_guidance={"images": 0, "scalars": 0}).Reload()
         assert [e.step for e in acc.Images("attention/weights")] == [0, 20, 50, 100, 200]
         assert acc.Scalars("hparam/final_loss")[0].step == 200
 
 
-def test_disk_full_while_the_figures_are_drawn_the_rest_of_the_reserve_holds_them(tmp_path):
-    """The disk is filled to its last byte while the run draws its figures, after the run gave
-    part of its reserve to TensorBoard's last writes (RunDirSink.on_end): the part it kept holds
-    the figures, TensorBoard's last image and session, the summary and the report (an adversary
-    found the run left saying ``running`` when the whole reserve had been given back)."""
-    with tmpfs(tmp_path / "disk", size="4m") as d:
-        run = d / "run"
-        paused = Paused(tmp_path, "drawing", f"hydra.run.dir={run}", "logging.console=false")
-        fill(d)
-        paused.resume()
-        rc, out, err = paused.finish()
-        assert (rc, err) == (0, ""), err
-        assert summary(run)["status"] == "completed"
-        assert {"attention_evolution.png", "loss.png", "report.html"} <= files(run)
-        assert_agrees(run, 201, [0, 20, 50, 100, 200])
+def test_read_only_folder_is_refused_in_one_line(tmp_path, finished_run, attnlab_here, capsys):
+    from attnlab.commands import reproduce
 
-
-def test_read_only_folder_is_refused_in_one_line(tmp_path, finished_run):
     with tmpfs(tmp_path / "ro", size="64k", read_only=True) as ro:
-        run = attnlab(f"hydra.run.dir={ro / 'run'}", *QUIET)
+        run = attnlab_here(f"hydra.run.dir={ro / 'run'}", *QUIET)
         assert (run.returncode, run.stderr) == (2, f"error: hydra.run.dir='{ro / 'run'}': cannot write there "
                                                    "(read-only file system); choose another hydra.run.dir\n")
-        sweep = attnlab("-m", f"hydra.sweep.dir={ro / 'sweep'}", *QUIET, "seed=1,2")
+        sweep = attnlab_here("-m", f"hydra.sweep.dir={ro / 'sweep'}", *QUIET, "seed=1,2")
         assert (sweep.returncode, sweep.stderr) == (2, f"error: hydra.sweep.dir='{ro / 'sweep'}': cannot write "
                                                        "there (read-only file system); choose another hydra.sweep.dir\n")
-        repro = attnlab(str(finished_run), "--out", str(ro / "repro"), module="attnlab.commands.reproduce")
-        assert (repro.returncode, repro.stderr) == (2, f"error: --out='{ro / 'repro'}': cannot write there "
-                                                       "(read-only file system); choose another --out\n")
+        assert reproduce.main([str(finished_run), "--out", str(ro / "repro")]) == 2
+        assert capsys.readouterr().err == (f"error: --out='{ro / 'repro'}': cannot write there "
+                                           "(read-only file system); choose another --out\n")
         assert list(ro.iterdir()) == []
 
 
 # ----------------------------------------------------------------------------- kill -9, two at once, not ours
 @pytest.fixture(scope="session")
 def finished_run(tmp_path_factory) -> Path:
+    from attnlab.commands.job import run_job
+
     run = tmp_path_factory.mktemp("faults") / "finished"
-    proc = attnlab(f"hydra.run.dir={run}", *QUIET, "train.steps=20", "train.snapshot_steps=[0,19]")
-    assert proc.returncode == 0, proc.stderr
+    assert run_job(compose_cfg(*QUIET, "train.steps=20", "train.snapshot_steps=[0,19]"), run).status == "completed"
     return run
 
 
-def test_kill_9_while_the_last_figures_are_drawn_leaves_a_killed_run_not_a_completed_one(tmp_path):
+def test_summary_says_running_until_the_last_figure_is_written(tmp_path, attnlab_here, monkeypatch):
     """summary.json says how the run ended only once every file is written: a run killed after
     its records, while its figures are drawn, reads as killed (not completed without figures)."""
-    run = tmp_path / "run"
-    paused = Paused(tmp_path, "drawing", f"hydra.run.dir={run}", "logging.console=false", "train.steps=30",
-                    "train.snapshot_steps=[0,29]")
-    s = summary(run)
-    assert (s["status"], s["steps_run"]) == ("running", 30) and (run / "metrics.csv").is_file()
-    paused.signal(signal.SIGKILL)
-    paused.finish()
-    assert summary(run)["status"] == "running" and not (run / "attention_evolution.png").exists()
-    assert (runs.job_row(run)["status"], runs.job_row(run)["error"]) == ("killed", runs.DIED)
+    run, seen = tmp_path / "run", []
+    at_phase(monkeypatch, "drawing", lambda: seen.append(
+        (summary(run)["status"], summary(run)["steps_run"], (run / "metrics.csv").is_file(),
+         (run / "attention_evolution.png").exists())))
+    assert attnlab_here(f"hydra.run.dir={run}", "logging.console=false", "train.steps=30",
+                        "train.snapshot_steps=[0,29]").returncode == 0
+    assert seen == [("running", 30, True, False)]
 
 
-def test_kill_9_leaves_a_killed_run_that_keeps_its_snapshots_and_is_refused(tmp_path):
+def test_kill_9_leaves_a_killed_run_that_keeps_its_snapshots_and_is_refused(tmp_path, attnlab_here):
     run = tmp_path / "run"
     snaps = [0, 20, 50, 100, 200]
     proc = started(f"hydra.run.dir={run}", *QUIET, "logging.console=false", "train.steps=2000000",
@@ -428,7 +357,7 @@ def test_kill_9_leaves_a_killed_run_that_keeps_its_snapshots_and_is_refused(tmp_
     assert runs.job_row(run)["status"] == "running"  # attnlab-compare, the sweep table and the report agree
     assert (run / rundir.LOCK).read_bytes().split(b"\n")[0] == str(proc.pid).encode()
     hydra_before = {f: (run / f).read_bytes() for f in hydra_files()}
-    second = attnlab(f"hydra.run.dir={run}", *QUIET)  # a second run into the live run's folder
+    second = attnlab_here(f"hydra.run.dir={run}", *QUIET)  # a second run into the live run's folder
     assert (second.returncode, second.stderr) == (2, f"error: hydra.run.dir='{run}': another attnlab process "
                                                      f"(pid {proc.pid}) is writing a run there; choose another hydra.run.dir\n")
     assert {f: (run / f).read_bytes() for f in hydra_files()} == hydra_before
@@ -440,16 +369,14 @@ def test_kill_9_leaves_a_killed_run_that_keeps_its_snapshots_and_is_refused(tmp_
     assert summary(run)["status"] == "running"  # with the lock free: killed
     row = runs.job_row(run)
     assert (row["status"], row["error"]) == ("killed", runs.DIED)
-    # what it recorded reached the disk: whole rows, and every snapshot as an .npy array after the zip header
+    # what it recorded reached the disk: whole rows, and the losses as whole rows (the partial archive's layout is the outputs layer's)
     reference = train(compose_cfg(*QUIET, "train.steps=201", f"train.snapshot_steps={snaps}"))
     text = partial.read_text()
     assert text.endswith("\n")
     rows = text.splitlines()[1:]
     assert [r.split(",")[1] for r in rows[:201]] == [repr(x) for x in reference.losses.tolist()]
-    weights = np.load(io.BytesIO((run / ".attention.npz.partial").read_bytes()[LOCAL_HEADER:]))
-    np.testing.assert_array_equal(weights, np.stack([x.weights for x in reference.snapshots]))
     before = tree_bytes(run)
-    third = attnlab(f"hydra.run.dir={run}", *QUIET)
+    third = attnlab_here(f"hydra.run.dir={run}", *QUIET)
     assert (third.returncode, third.stderr) == (2, f"error: hydra.run.dir='{run}': holds a run that was killed (its "
                                                    "summary.json says running and no process holds its lock); choose "
                                                    "another hydra.run.dir (runs are never overwritten)\n")
@@ -459,7 +386,7 @@ def test_kill_9_leaves_a_killed_run_that_keeps_its_snapshots_and_is_refused(tmp_
 def test_two_runs_started_together_one_runs_the_other_is_refused(tmp_path):
     run = tmp_path / "run"
     args = [f"hydra.run.dir={run}", "logging.images=false", "logging.figures=false", "logging.report=false",
-            "logging.console=false", "train.steps=3000"]
+            "logging.console=false", "train.steps=300"]
     procs = [started(*args) for _ in range(2)]
     results = sorted((p.communicate(timeout=300)[1], p.returncode) for p in procs)
     codes = sorted(rc for _, rc in results)
@@ -468,83 +395,66 @@ def test_two_runs_started_together_one_runs_the_other_is_refused(tmp_path):
     assert refusal.startswith(f"error: hydra.run.dir='{run}': ") and refusal.count("\n") == 1
     assert refusal.endswith("choose another hydra.run.dir\n") or refusal.endswith("(runs are never overwritten)\n")
     s = summary(run)
-    assert (s["status"], s["steps_run"], s["error"]) == ("completed", 3000, None)
-    assert_agrees(run, 3000, [0, 300, 750, 1500, 2999])
+    assert (s["status"], s["steps_run"], s["error"]) == ("completed", 300, None)
+    assert_agrees(run, 300, [0, 30, 75, 150, 299])
     points, status, session = tensorboard(run)  # one event file, each step once
-    assert (points, status, session) == (list(range(3000)), "completed", 1)
+    assert (points, status, session) == (list(range(300)), "completed", 1)
 
 
-def test_a_folder_with_someone_elses_files_is_refused_before_anything_is_written(tmp_path):
+def test_a_folder_with_someone_elses_files_is_refused_before_anything_is_written(tmp_path, attnlab_here):
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "metrics.csv").write_text("my own numbers\n")
     (mine / "notes.txt").write_text("keep\n")
     before = tree_bytes(mine)
-    proc = attnlab("hydra.run.dir=", *QUIET, cwd=mine)  # '' is the current folder
+    proc = attnlab_here("hydra.run.dir=", *QUIET, cwd=mine)  # '' is the current folder
     assert (proc.returncode, proc.stderr) == (2, "error: hydra.run.dir='': holds files attnlab did not write "
                                                  "(metrics.csv, notes.txt); a run dir must be new or empty; "
                                                  "choose another hydra.run.dir\n")
-    sweep = attnlab("-m", f"hydra.sweep.dir={mine}", *QUIET, "seed=1,2")
+    sweep = attnlab_here("-m", f"hydra.sweep.dir={mine}", *QUIET, "seed=1,2")
     assert (sweep.returncode, sweep.stderr) == (2, f"error: hydra.sweep.dir='{mine}': holds files attnlab did not "
                                                    "write (metrics.csv, notes.txt); a run dir must be new or empty; "
                                                    "choose another hydra.sweep.dir\n")
     assert tree_bytes(mine) == before and sorted(p.name for p in mine.iterdir()) == ["metrics.csv", "notes.txt"]
 
 
-# ----------------------------------------------------------------------------- interrupts at each phase
-@pytest.mark.parametrize("signals", [1, 2], ids=["one", "two"])
-def test_ctrl_c_while_python_imports_is_one_line_and_writes_nothing(tmp_path, signals):
+# ----------------------------------------------------------------------------- signals at each phase
+@pytest.mark.parametrize("phase", ["before_training", "model_built"])
+def test_ctrl_c_before_the_first_step_records_interrupted(tmp_path, attnlab_here, monkeypatch, phase):
+    """At the job's start (.hydra/ and summary.json written, the config not yet checked) or once
+    torch is loaded and the model built. The second Ctrl-C is recorded too: the job is shielded."""
     run = tmp_path / "run"
-    paused = Paused(tmp_path, "startup", f"hydra.run.dir={run}", *QUIET)  # before torch and Hydra are imported
-    paused.signal(*[signal.SIGINT] * signals)
-    rc, out, err = paused.finish()
-    assert rc == 1
-    assert err in ("interrupted: before the run started; nothing was written\n",
-                   "interrupted: while starting; nothing was written\n")  # the second Ctrl-C stops the imports
-    if signals == 1:
-        assert err == "interrupted: before the run started; nothing was written\n"
-    assert not run.exists()
-
-
-@pytest.mark.parametrize("phase", ["job_start", "model_built"])
-def test_ctrl_c_at_hydras_job_start_records_interrupted(tmp_path, phase):
-    """Before the first step: at Hydra's job start (.hydra/ written, the job not begun) or once
-    torch is loaded and the model built (a Ctrl-C while torch imports lands there)."""
-    run = tmp_path / "run"
-    paused = Paused(tmp_path, phase, f"hydra.run.dir={run}", *QUIET)
-    paused.signal(signal.SIGINT, signal.SIGINT)  # the second one is recorded too: the job is shielded
-    rc, out, err = paused.finish()
-    assert (rc, err) == (1, f"interrupted before the training steps; records kept in {run}\n")
+    at_phase(monkeypatch, phase, send(signal.SIGINT, signal.SIGINT))
+    proc = attnlab_here(f"hydra.run.dir={run}", *QUIET)
+    assert (proc.returncode, proc.stderr) == (1, f"interrupted before the training steps; records kept in {run}\n")
     s = summary(run)
     assert (s["status"], s["error"], s["steps_run"]) == ("interrupted", "interrupted before the training steps", 0)
     assert files(run) == {"summary.json"} | hydra_files()
 
 
-def test_sigterm_mid_run_every_artifact_says_interrupted(tmp_path):
+def test_sigterm_mid_run_every_artifact_says_interrupted(tmp_path, attnlab_here, monkeypatch):
     run = tmp_path / "run"
-    paused = Paused(tmp_path, "first_snapshot", f"hydra.run.dir={run}", "logging.images=false", "logging.report=false",
-                    "train.steps=300")
-    paused.signal(signal.SIGTERM)
-    rc, out, err = paused.finish()
-    assert (rc, err) == (1, f"interrupted at step 1; 1 step recorded; records kept in {run}\n")
-    assert out.splitlines()[-1].startswith("interrupted: 1 step, final loss 2.35663")
+    at_phase(monkeypatch, "first_snapshot", send(signal.SIGTERM))
+    proc = attnlab_here(f"hydra.run.dir={run}", "logging.images=false", "logging.report=false",
+                        "logging.progress=false", "train.steps=300")
+    assert (proc.returncode, proc.stderr) == (1, f"interrupted at step 1; 1 step recorded; records kept in {run}\n")
+    assert proc.stdout.splitlines()[-1].startswith("interrupted: 1 step, final loss 2.35663")
     assert (summary(run)["status"], summary(run)["error"]) == ("interrupted", "interrupted at step 1; 1 step recorded")
     assert_agrees(run, 1, [0])
     assert tensorboard(run) == ([0], "interrupted", 2)
     assert {"loss.png", "attention_evolution.png"} <= files(run)
 
 
-def test_ctrl_c_twice_after_the_last_step_keeps_the_run_completed(tmp_path):
+def test_ctrl_c_twice_after_the_last_step_keeps_the_run_completed(tmp_path, attnlab_here, monkeypatch):
     run = tmp_path / "run"
-    paused = Paused(tmp_path, "finishing", f"hydra.run.dir={run}", "logging.images=false", "train.steps=300")
-    paused.signal(signal.SIGINT, signal.SIGINT)  # while the last files are written
-    rc, out, err = paused.finish()
-    assert (rc, err) == (0, f"note: interrupt received after the last step; the run completed ({run})\n")
+    at_phase(monkeypatch, "finishing", send(signal.SIGINT, signal.SIGINT))  # while the last files are written
+    proc = attnlab_here(f"hydra.run.dir={run}", "logging.images=false", "logging.progress=false", "train.steps=300")
+    assert (proc.returncode, proc.stderr) == (0, f"note: interrupt received after the last step; the run completed ({run})\n")
     assert (summary(run)["status"], summary(run)["error"]) == ("completed", None)
     assert_agrees(run, 300, [0, 30, 75, 150, 299])
     assert tensorboard(run) == (list(range(300)), "completed", 1)
     assert {"loss.png", "attention_evolution.png", "report.html"} <= files(run)
-    assert out.splitlines()[-1].startswith("completed: 300 steps")
+    assert proc.stdout.splitlines()[-1].startswith("completed: 300 steps")
 
 
 # ----------------------------------------------------------------------------- console and sweep
@@ -562,65 +472,60 @@ def test_closed_pipe_silences_the_console_and_the_run_completes(tmp_path):
     assert_agrees(run, 400, snaps)
 
 
-@pytest.mark.parametrize("closed", [(1,), (1, 2), (0, 1, 2)], ids=["stdout", "stdout_stderr", "all_three"])
-def test_closed_standard_streams_the_run_completes_and_its_files_stay_its_own(tmp_path, closed):
-    """``attnlab >&-`` (``2>&-``, ``<&-``): the run completes with every file, default logging
-    (render child included), nothing of the console lands in a run file (a closed descriptor
-    is reopened on /dev/null before the run opens its files); attnlab-reproduce too."""
+def test_closed_standard_streams_the_run_completes_and_its_files_stay_its_own(tmp_path):
+    """``attnlab <&- >&- 2>&-``: the run completes with every file and default logging, nothing
+    of the console lands in a run file (a closed descriptor is reopened on /dev/null before the
+    run opens its files)."""
     def close() -> None:
-        for fd in closed:
+        for fd in (0, 1, 2):
             os.close(fd)
 
-    run, again = tmp_path / "run", tmp_path / "again"
-    commands = [([f"hydra.run.dir={run}"], "attnlab.commands.launch", run)]
-    if closed == (0, 1, 2):
-        commands.append(([str(run), "--out", str(again)], "attnlab.commands.reproduce", again))
-    for args, module, where in commands:
-        proc = subprocess.run([sys.executable, "-m", module, *args, "train.steps=30", "train.snapshot_steps=[0,29]"]
-                              if module == "attnlab.commands.launch" else [sys.executable, "-m", module, *args],
-                              cwd=ROOT, env=child_env(), preexec_fn=close, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, timeout=300)
-        assert proc.returncode == 0, module
-        assert summary(where)["status"] == "completed"
-        assert_agrees(where, 30, [0, 29])
-        assert {"attention_evolution.png", "loss.png", "report.html"} <= files(where)
-        for f in where.rglob("*"):
-            if f.is_file():
-                assert b"step   0  loss=" not in f.read_bytes() and b"completed: 30 steps" not in f.read_bytes(), f
-
-
-def test_a_console_that_cannot_encode_chinese_gets_escapes(tmp_path):
     run = tmp_path / "run"
-    proc = attnlab(f"hydra.run.dir={run}", *QUIET, "sentence=你的旅程从一步开始", "train.steps=30",
-                   env=child_env(PYTHONIOENCODING="cp1252"))
+    proc = subprocess.run([sys.executable, "-m", "attnlab.commands.cli", f"hydra.run.dir={run}", "train.steps=30",
+                           "train.snapshot_steps=[0,29]"], cwd=ROOT, env=child_env(), preexec_fn=close,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300)
+    assert proc.returncode == 0
+    assert summary(run)["status"] == "completed"
+    assert_agrees(run, 30, [0, 29])
+    assert {"attention_evolution.png", "loss.png", "report.html"} <= files(run)
+    for f in run.rglob("*"):
+        if f.is_file():
+            assert b"step   0  loss=" not in f.read_bytes() and b"completed: 30 steps" not in f.read_bytes(), f
+
+
+def test_a_console_that_cannot_encode_chinese_gets_escapes(tmp_path, attnlab_here):
+    run, raw = tmp_path / "run", io.BytesIO()
+    console = io.TextIOWrapper(raw, encoding="cp1252")  # PYTHONIOENCODING=cp1252
+    proc = attnlab_here(f"hydra.run.dir={run}", *QUIET, "sentence=你的旅程从一步开始", "train.steps=30", stdout=console)
+    console.flush()
+    out = raw.getvalue().decode("cp1252")
     assert (proc.returncode, proc.stderr) == (0, "")
-    assert "'\\u4f60(2/2)' attends:" in proc.stdout
-    assert proc.stdout.count("\n") == 6  # five snapshot lines and the closing line
+    assert "'\\u4f60(2/2)' attends:" in out
+    assert out.count("\n") == 6  # five snapshot lines and the closing line
     assert (summary(run)["status"], summary(run)["steps_run"]) == ("completed", 30)
 
 
-def test_a_sweep_with_a_failed_job_exits_1_even_when_its_table_cannot_be_written(tmp_path):
+def test_a_sweep_with_a_failed_job_exits_1_even_when_its_table_cannot_be_written(tmp_path, attnlab_here, monkeypatch):
     sweep = tmp_path / "sweep"
-    paused = Paused(tmp_path, "sweep_end", "-m", f"hydra.sweep.dir={sweep}", *QUIET, "train.steps=5",
-                    "model.d_model=6,0")
-    with read_only_view(sweep):  # the sweep folder becomes read-only before its summary.csv is written
-        paused.resume()
-        rc, out, err = paused.finish()
-    assert rc == 1
-    assert err.splitlines() == ["error: model.d_model=0: must be a positive integer",
-                                "error: the sweep summary was not written: read-only file system while writing "
-                                "summary.csv"]
+    views = []
+
+    def read_only() -> None:  # the sweep folder becomes read-only before its summary.csv is written
+        views.append(read_only_view(sweep))
+        views[-1].__enter__()
+
+    at_phase(monkeypatch, "sweep_end", read_only)
+    try:
+        proc = attnlab_here("-m", f"hydra.sweep.dir={sweep}", *QUIET, "train.steps=5", "model.d_model=6,0")
+    finally:
+        for view in views:
+            view.__exit__(None, None, None)
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines() == ["error: model.d_model=0: must be a positive integer",
+                                        "error: the sweep summary was not written: read-only file system while "
+                                        "writing summary.csv"]
     assert not (sweep / "summary.csv").exists()
     statuses = sorted(summary(job)["status"] for job in sweep.iterdir() if job.is_dir())
     assert statuses == ["completed", "failed"]
-
-
-def test_reproduce_dot_from_inside_the_run_dir(finished_run):
-    proc = attnlab(".", module="attnlab.commands.reproduce", cwd=finished_run)
-    assert (proc.returncode, proc.stderr) == (0, "")
-    assert proc.stdout.splitlines()[0] == "reproduced exactly"
-    (repro,) = finished_run.parent.glob("finished-repro-*")
-    assert summary(repro)["status"] == "completed" and not (repro / rundir.LOCK).exists()
 
 
 # ----------------------------------------------------------------------------- the pieces, in process
@@ -656,29 +561,6 @@ def test_run_is_live_never_follows_or_opens_anything_but_a_regular_file(tmp_path
         make(d / rundir.LOCK)
         assert artifacts.run_is_live(d) is False  # returns at once: the FIFO is never opened for reading
     assert artifacts.run_is_live(tmp_path / "missing") is False
-
-
-def test_growing_npz_is_a_standard_archive_and_its_partial_an_npy(tmp_path):
-    rng = np.random.default_rng(0)
-    frames = rng.random((5, 2, 4, 4), dtype=np.float32)
-    g = GrowingNpz(tmp_path / ".partial")
-    for f in frames:
-        g.append(f)
-    np.testing.assert_array_equal(np.load(io.BytesIO((tmp_path / ".partial").read_bytes()[LOCAL_HEADER:])), frames)
-    assert g.finish(tmp_path / "attention.npz", np.arange(3, dtype=np.int64) * 10, (1, 4, 4),
-                    tokens=np.array(["a", "旅(1/2)", "c", "d"]), token_ids=np.arange(4)) == 3
-    import zipfile
-
-    with zipfile.ZipFile(tmp_path / "attention.npz") as zf:
-        assert zf.testzip() is None
-        assert [i.filename for i in zf.infolist()] == ["weights.npy", "steps.npy", "tokens.npy", "token_ids.npy"]
-    with np.load(tmp_path / "attention.npz") as z:
-        np.testing.assert_array_equal(z["weights"], frames[:3])
-        assert z["steps"].tolist() == [0, 10, 20] and z["tokens"].tolist() == ["a", "旅(1/2)", "c", "d"]
-    from attnlab.saved import safe_read
-
-    assert safe_read.read_last_snapshot(tmp_path)[0] == 20
-    assert not (tmp_path / ".partial").exists()
 
 
 def test_safe_stream_escapes_and_goes_silent_on_a_closed_pipe():

@@ -14,12 +14,12 @@ from omegaconf import MISSING
 
 from attnlab.core.config import OPTIMIZERS, Config
 
-from conftest import ROOT, run_cli
+from conftest import ROOT, run_here
 
 
 @pytest.fixture(scope="module")
 def help_text() -> str:
-    proc = run_cli("--help")
+    proc = run_here("--help")
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
     return proc.stdout
@@ -152,7 +152,7 @@ def test_no_internal_schema_groups_and_every_command(help_text):
 
 
 def test_help_shows_the_config_with_the_overrides():
-    proc = run_cli("model.d_model=16", "optimizer=sgd", "--help")
+    proc = run_here("model.d_model=16", "optimizer=sgd", "--help")
     assert proc.returncode == 0, proc.stderr
     config = section(proc.stdout, "Config (the values")
     assert "  d_model: 16\n" in config
@@ -161,7 +161,7 @@ def test_help_shows_the_config_with_the_overrides():
 
 
 def test_hydra_help_still_works():
-    proc = run_cli("--hydra-help")
+    proc = run_here("--hydra-help")
     assert proc.returncode == 0, proc.stderr
     assert "== Flags ==" in proc.stdout
     assert "--multirun,-m" in proc.stdout

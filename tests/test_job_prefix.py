@@ -7,7 +7,11 @@ import re
 import numpy as np
 
 from attnlab.core.records import RunInfo, RunResult, Snapshot
+from attnlab.core.training import train as train_in_process
+from attnlab.outputs import artifacts
 from attnlab.outputs.console import ConsoleSink, prefixed
+
+from conftest import read_csv
 
 SHORT = ["train.steps=21", "train.snapshot_steps=[0,20]", "logging=off"]
 PREFIX = re.compile(r"^\[job (\d+)\](?: (.*))?$")  # a blank line is "[job N]" alone
@@ -23,15 +27,22 @@ def job_lines(stdout: str) -> dict[int, list[str]]:
     return out
 
 
-def test_joblib_sweep_lines_carry_the_job_number(cli, tmp_path):
+def test_joblib_sweep_lines_carry_the_job_number(cli, cfg_of, tmp_path):
+    """The real command with the joblib launcher: each job's lines carry its number, and its
+    folder, summary.csv row and numbers are those of the basic launcher."""
     # one training job (ConsoleSink) and one walkthrough job (its narration), side by side
     sweep = tmp_path / "sweep"
     proc = cli("-m", "task=train,walkthrough", *SHORT, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
                f"hydra.sweep.dir={sweep}")
     assert proc.returncode == 0, proc.stderr
     folders = {int(p.name.split("_", 1)[0]): p for p in sweep.iterdir() if p.is_dir()}
-    assert sorted(folders) == [0, 1]
-    assert "task=train" in folders[0].name and "task=walkthrough" in folders[1].name
+    assert [p.name for p in sorted(folders.values())] == [
+        "0_logging=off,task=train,train.snapshot_steps=[0,20],train.steps=21",
+        "1_logging=off,task=walkthrough,train.snapshot_steps=[0,20],train.steps=21"]
+    assert [(r["job"], r["status"]) for r in read_csv(sweep / "summary.csv")] == [
+        (folders[0].name, "completed"), (folders[1].name, "completed")]
+    reference = train_in_process(cfg_of("task=train", *SHORT))  # the same numbers as the job run in this process
+    assert artifacts.read_metrics(folders[0])[1].tolist() == reference.losses.tolist()
     lines = job_lines(proc.stdout)
     assert sorted(lines) == [0, 1]
     train, walk = lines[0], lines[1]
@@ -48,8 +59,8 @@ def test_joblib_sweep_lines_carry_the_job_number(cli, tmp_path):
     assert [ln for ln in unmarked if not ln.startswith("completed: walkthrough")] == []
 
 
-def test_sequential_sweep_and_single_run_have_no_prefix(cli, tmp_path):
-    proc = cli("-m", "optimizer.lr=0.05,0.1", *SHORT, f"hydra.sweep.dir={tmp_path / 'seq'}")
+def test_sequential_sweep_and_single_run_have_no_prefix(attnlab_here, tmp_path):
+    proc = attnlab_here("-m", "optimizer.lr=0.05,0.1", *SHORT, f"hydra.sweep.dir={tmp_path / 'seq'}")
     assert proc.returncode == 0, proc.stderr
     assert "[job" not in proc.stdout
     assert len([ln for ln in proc.stdout.splitlines() if ln.startswith("step  20")]) == 2

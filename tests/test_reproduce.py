@@ -14,13 +14,15 @@ from pathlib import Path
 import hostile_runs as H
 import numpy as np
 import pytest
+import yaml
 
+from attnlab.commands import job
 from attnlab.commands import reproduce as R
 from attnlab.commands.reproduce import main
 from attnlab.outputs import artifacts
 from attnlab.saved.verdict import compare_runs, environment_differences
 
-from conftest import run_cli
+from conftest import run_here
 
 SMALL = ("logging=off", "train.steps=40", "train.snapshot_steps=[0,10,39]")
 
@@ -31,9 +33,9 @@ def tree_bytes(d: Path) -> dict[str, bytes]:
 
 @pytest.fixture(scope="module")
 def fresh_run(tmp_path_factory) -> Path:
-    """One run made by the CLI (so .hydra/ is Hydra's own)."""
+    """One run made by the command (so .hydra/ is Hydra's own)."""
     run = tmp_path_factory.mktemp("fresh") / "run"
-    proc = run_cli(f"hydra.run.dir={run}", *SMALL)
+    proc = run_here(f"hydra.run.dir={run}", *SMALL)
     assert proc.returncode == 0, proc.stderr
     return run
 
@@ -42,7 +44,7 @@ def fresh_run(tmp_path_factory) -> Path:
 def sweep_dir(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     """A three-job sweep: job 0 diverges (SGD lr 1000), job 1 completes, job 2 is refused (lr < 0)."""
     sweep = tmp_path_factory.mktemp("sweep") / "sw"
-    proc = run_cli("-m", f"hydra.sweep.dir={sweep}", "optimizer=sgd", "optimizer.lr=1000,0.05,-1", *SMALL)
+    proc = run_here("-m", f"hydra.sweep.dir={sweep}", "optimizer=sgd", "optimizer.lr=1000,0.05,-1", *SMALL)
     return sweep, proc
 
 
@@ -74,7 +76,8 @@ def test_fresh_run_reproduces_exactly(fresh_run, tmp_path, capsys):
     assert summary["steps_run"] == 40
     assert summary["reproduced_from"] == str(fresh_run.resolve())
     assert (out / "metrics.csv").read_bytes() == (fresh_run / "metrics.csv").read_bytes()
-    assert (out / ".hydra" / "config.yaml").read_bytes() == (fresh_run / ".hydra" / "config.yaml").read_bytes()
+    saved = yaml.safe_load((out / ".hydra" / "config.yaml").read_text(encoding="utf-8"))
+    assert saved == artifacts.read_summary(fresh_run)["config"]  # the config that ran
 
 
 def test_default_out_is_a_sibling_and_the_repro_is_itself_reproducible(fresh_run, tmp_path, capsys):
@@ -279,16 +282,16 @@ def test_out_inside_run_dir_or_over_a_finished_run_is_refused(fresh_run, tmp_pat
     assert tree_bytes(fresh_run) == before
 
 
-def test_console_script_and_full_error(tmp_path):
+def test_console_script_and_full_error(tmp_path, monkeypatch):
+    from attnlab.core.errors import RunDirError
+
     exe = Path(sys.executable).with_name("attnlab-reproduce")
     proc = subprocess.run([str(exe), str(tmp_path / "nope")], capture_output=True, text=True,
                           env={k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"})
-    assert proc.returncode == 2
-    assert proc.stderr == f"error: {tmp_path / 'nope'}: not a directory\n"
-    full = subprocess.run([sys.executable, "-m", "attnlab.commands.reproduce", str(tmp_path / "nope")], capture_output=True,
-                          text=True, env={**os.environ, "HYDRA_FULL_ERROR": "1"})
-    assert full.returncode != 0
-    assert "Traceback (most recent call last)" in full.stderr
+    assert (proc.returncode, proc.stderr) == (2, f"error: {tmp_path / 'nope'}: not a directory\n")
+    monkeypatch.setenv("HYDRA_FULL_ERROR", "1")  # the exception itself, for its traceback
+    with pytest.raises(RunDirError, match="not a directory"):
+        main([str(tmp_path / "nope")])
 
 
 def test_plain_hydra_rerun_matches_and_never_writes_into_run_dir(fresh_run, tmp_path):
@@ -296,13 +299,13 @@ def test_plain_hydra_rerun_matches_and_never_writes_into_run_dir(fresh_run, tmp_
     the saved config carries no defaults list and no hydra section, so the run goes to Hydra's
     default outputs/DATE/TIME under the working directory; the schema still applies."""
     before = tree_bytes(fresh_run)
-    proc = run_cli("--config-path", str(fresh_run / ".hydra"), "--config-name", "config", cwd=tmp_path)
+    proc = run_here("--config-path", str(fresh_run / ".hydra"), "--config-name", "config", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     (new,) = [p.parent for p in (tmp_path / "outputs").rglob("summary.json")]
     assert (new / "metrics.csv").read_bytes() == (fresh_run / "metrics.csv").read_bytes()
     assert compare_runs(fresh_run, new) == []
     assert tree_bytes(fresh_run) == before
-    bad = run_cli("--config-path", str(fresh_run / ".hydra"), "--config-name", "config",
+    bad = run_here("--config-path", str(fresh_run / ".hydra"), "--config-name", "config",
                   f"hydra.run.dir={tmp_path / 'bad'}", "model.init_std=big", cwd=tmp_path)
     assert bad.returncode == 2
     assert bad.stderr == "error: model.init_std='big': Value 'big' of type 'str' could not be converted to Float\n"
@@ -313,7 +316,6 @@ def test_plain_hydra_rerun_matches_and_never_writes_into_run_dir(fresh_run, tmp_
 def test_a_group_option_on_a_saved_config_says_to_set_keys(fresh_run, section, option):
     """A saved .hydra/config.yaml has no config groups: `attnlab --config-path RUN/.hydra ...
     logging=off` puts a word where a section goes; one line says so, naming the key."""
-    import yaml
 
     from attnlab.core.config import GROUP_HINT, apply_schema
     from attnlab.core.errors import ConfigError
@@ -372,7 +374,7 @@ def test_hostile_or_damaged_original_exits_2_before_anything_runs(case, healthy,
     secret = H.session_secret()
     monkeypatch.setenv(H.SECRET_ENV, secret)
     monkeypatch.setattr(hydra.utils, "instantiate", never)
-    monkeypatch.setattr(R, "_run_job", never)
+    monkeypatch.setattr(job, "run_job", never)
     try:
         run = H.build_case(case, healthy, tmp_path / "run", outside)
     except H.Unsupported as err:
@@ -466,100 +468,38 @@ def test_text_file_is_read_only_when_the_user_names_it(tmp_path, capsys):
     assert "--text-file=" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("edit, why", [
-    (lambda text: text.replace("seed: 42\n", "seed: 7\n"), "(seed: 7 there, 42 recorded)"),
-    (lambda text: text + "seed: 42\x07\n", "not valid YAML (unacceptable character #x0007"),
-    (lambda text: text + "seed: 1\n", "refused YAML: duplicate key seed"),
-    # (adversary) a key left out; a value of another kind that Python calls equal (0 == False, 42 == 42.0)
-    (lambda text: text.replace("seed: 42\n", ""), "(seed: (no such key) there, 42 recorded)"),
-    (lambda text: text.replace("seed: 42\n", "seed: 42.0\n"), "(seed: 42.0 there, 42 recorded)"),
-    (lambda text: text.replace("  causal: false\n", "  causal: 0\n"), "(model.causal: 0 there, False recorded)"),
-    # three differences named whole (each value cut to 80 characters) and the count of the rest
-    (lambda text: text + "".join(f"{c * 100}: {'v' * 200}\n" for c in "abcd"),
-     f"{'c' * 100}: '{'v' * 79}…[+122 chars] there, (no such key) recorded and 1 more)"),
-], ids=["edited", "control_character", "duplicate_key", "key_left_out", "int_as_float", "bool_as_int", "long_keys"])
-def test_a_hydra_config_that_is_not_the_recorded_one_is_named_and_not_copied(fresh_run, tmp_path, capsys, edit, why):
-    """(newcomer) The recorded config (summary.json) is what runs; a .hydra/config.yaml saying
-    other values, or unreadable, was copied as it was into the reproduction, which then recorded a
-    config it did not run: now a warning names it and the recorded config is saved instead."""
-    import yaml
-
+@pytest.mark.parametrize("edit", [
+    lambda text: text.replace("seed: 42\n", "seed: 7\n"),  # other values
+    lambda text: text + "seed: 42\x07\n",  # not valid YAML
+    lambda text: text.replace("  d_k: 4\n", "  d_k: ${attnlab.per_head:4,${model.n_heads}}\n"),  # a preset's resolver
+], ids=["edited", "unreadable", "resolver"])
+def test_the_recorded_config_runs_whatever_hydras_file_says(fresh_run, tmp_path, capsys, edit):
+    """summary.json's recorded config (the resolved values the run used) is what runs and what the
+    reproduction saves as its .hydra/config.yaml; the run's own .hydra/config.yaml is not read."""
     run = copy_run(fresh_run, tmp_path / "run")
     path = run / ".hydra" / "config.yaml"
     path.write_text(edit(path.read_text(encoding="utf-8")), encoding="utf-8")
     out = tmp_path / "repro"
     assert main([str(run), "--out", str(out)]) == 0
     seen = capsys.readouterr()
-    assert seen.out.splitlines()[0] == "reproduced exactly"
-    (warning,) = [line for line in seen.err.splitlines() if line.startswith("warning: ")]
-    assert warning.startswith(f"warning: {path} is not the config summary.json recorded (") and why in warning
-    assert warning.endswith("the recorded one runs and is saved as the reproduction's .hydra/config.yaml")
+    assert seen.out.splitlines()[0] == "reproduced exactly" and "warning: " not in seen.err, seen.err
     recorded = json.loads((run / "summary.json").read_text())["config"]
     assert yaml.safe_load((out / ".hydra" / "config.yaml").read_text(encoding="utf-8")) == recorded
     assert recorded["seed"] == 42
 
 
-def test_the_hydra_config_of_a_healthy_run_is_copied_byte_for_byte_without_a_warning(fresh_run, tmp_path, capsys):
-    out = tmp_path / "repro"
-    assert main([str(fresh_run), "--out", str(out)]) == 0
-    assert "warning: " not in capsys.readouterr().err
-    assert (out / ".hydra" / "config.yaml").read_bytes() == (fresh_run / ".hydra" / "config.yaml").read_bytes()
-
-
-def test_automatic_snapshot_steps_are_the_recorded_ones_not_a_difference(tmp_path, capsys):
-    """(adversary) Without ``train.snapshot_steps`` (the default, null: the tutorial's pattern)
-    Hydra's file says null and summary.json records the steps the run took: every such run
-    reproduced with a warning and lost Hydra's file. Now no warning, the file copied as it is;
-    an edited list is named with both values, whole."""
-    run = tmp_path / "run"
-    proc = run_cli(f"hydra.run.dir={run}", "logging=off", "train.steps=41")
-    assert proc.returncode == 0, proc.stderr
-    hydra_config = run / ".hydra" / "config.yaml"
-    assert "  snapshot_steps: null\n" in hydra_config.read_text(encoding="utf-8")
-    recorded = json.loads((run / "summary.json").read_text(encoding="utf-8"))["config"]
-    assert recorded["train"]["snapshot_steps"] == [0, 4, 10, 20, 40]
-    assert main([str(run), "--out", str(tmp_path / "a")]) == 0
-    seen = capsys.readouterr()
-    assert seen.out.splitlines()[0] == "reproduced exactly" and "warning: " not in seen.err, seen.err
-    assert (tmp_path / "a" / ".hydra" / "config.yaml").read_bytes() == hydra_config.read_bytes()
-    hydra_config.write_text(hydra_config.read_text(encoding="utf-8").replace(
-        "  snapshot_steps: null\n", "  snapshot_steps:\n  - 0\n  - 7\n"), encoding="utf-8")
-    assert main([str(run), "--out", str(tmp_path / "b")]) == 0
-    (warning,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning: ")]
-    assert "(train.snapshot_steps: [0, 7] there, [0, 4, 10, 20, 40] recorded)" in warning
-
-
-def test_a_hydra_config_with_a_presets_resolver_is_not_compared_nor_warned_about(fresh_run, tmp_path, capsys):
-    """(adversary) The heads preset's ``d_k: ${attnlab.per_head:4,${model.n_heads}}`` stays in Hydra's
-    file; attnlab never runs a resolver on a shared config, so the file cannot be compared: every
-    reproduction of such a run warned that the file was not the recorded config. Now the recorded
-    config is saved without a warning (nothing resolved); an edited value next to it is still named."""
-    import yaml
-
-    run = copy_run(fresh_run, tmp_path / "run")
-    path = run / ".hydra" / "config.yaml"
-    text = path.read_text(encoding="utf-8")
-    assert "  d_k: 4\n" in text
-    path.write_text(text.replace("  d_k: 4\n", "  d_k: ${attnlab.per_head:4,${model.n_heads}}\n"), encoding="utf-8")
-    assert main([str(run), "--out", str(tmp_path / "a")]) == 0
-    seen = capsys.readouterr()
-    assert seen.out.splitlines()[0] == "reproduced exactly" and "warning: " not in seen.err, seen.err
-    recorded = json.loads((run / "summary.json").read_text(encoding="utf-8"))["config"]
-    assert yaml.safe_load((tmp_path / "a" / ".hydra" / "config.yaml").read_text(encoding="utf-8")) == recorded
-
-
 def test_a_sentence_with_a_dollar_brace_reproduces_from_hydras_escaped_text(tmp_path, capsys):
     """``attnlab 'sentence=costs ${price} today'``: Hydra saves ``costs \\${price} today``
-    (OmegaConf's escape). That is text: no warning, Hydra's file copied as it is; and a run of an
-    older attnlab (no config in summary.json) reproduces from it instead of being refused."""
+    (OmegaConf's escape) and summary.json records the text. Both are text: the run reproduces from
+    the recorded config, and from Hydra's file when summary.json records no config."""
     run = tmp_path / "run"
-    proc = run_cli(f"hydra.run.dir={run}", *SMALL, "sentence=costs ${price} today")
+    proc = run_here(f"hydra.run.dir={run}", *SMALL, "sentence=costs ${price} today")
     assert proc.returncode == 0, proc.stderr
     assert "sentence: costs \\${price} today\n" in (run / ".hydra" / "config.yaml").read_text(encoding="utf-8")
     assert main([str(run), "--out", str(tmp_path / "a")]) == 0
     seen = capsys.readouterr()
     assert seen.out.splitlines()[0] == "reproduced exactly" and "warning: " not in seen.err
-    assert (tmp_path / "a" / ".hydra" / "config.yaml").read_bytes() == (run / ".hydra" / "config.yaml").read_bytes()
+    assert yaml.safe_load((tmp_path / "a" / ".hydra" / "config.yaml").read_text())["sentence"] == "costs ${price} today"
     summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
     assert summary["config"]["sentence"] == "costs ${price} today"
     del summary["config"]  # as an older attnlab wrote it

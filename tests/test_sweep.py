@@ -1,4 +1,4 @@
-"""Sweeps: job folder names, the sweep summary (table + summary.csv), failing jobs, launchers."""
+"""Sweeps: job folder names, the sweep summary (table + summary.csv), failing jobs."""
 from __future__ import annotations
 
 import json
@@ -8,12 +8,17 @@ import numpy as np
 import pytest
 
 from attnlab.commands.sweep import MAX_NAME_BYTES, job_dirname
-from attnlab.core.training import train
 from attnlab.outputs import artifacts
 
 from conftest import read_csv
 
 FAST = ["train.steps=5", "train.snapshot_steps=[0,4]", "logging=off"]
+
+
+@pytest.fixture
+def cli(attnlab_here):
+    """``attnlab ARGS`` in this process (conftest.run_here); the joblib sweep is test_job_prefix's."""
+    return attnlab_here
 
 
 def job_dirs(sweep_dir: Path) -> list[Path]:
@@ -121,25 +126,6 @@ def test_sentence_sweep_quoting_gives_flat_folders(cli, tmp_path):
     assert {str(p.relative_to(sweep)): p.read_bytes() for p in sorted(sweep.rglob("*")) if p.is_file()} == before
 
 
-# ------------------------------------------------------------------------------ launchers
-@pytest.mark.parametrize("launcher", ["joblib", "submitit_local"])
-def test_launchers_give_same_folders_rows_and_results(cli, cfg_of, tmp_path, launcher):
-    sweep = tmp_path / launcher
-    proc = cli("-m", "model.d_model=6,0", *FAST, f"hydra/launcher={launcher}", f"hydra.sweep.dir={sweep}",
-               timeout=240)
-    assert proc.returncode == 1, proc.stderr
-    names = [d.name for d in job_dirs(sweep)]  # hydra/launcher=... is not part of the names
-    assert names == ["0_logging=off,model.d_model=6,train.snapshot_steps=[0,4],train.steps=5",
-                     "1_logging=off,model.d_model=0,train.snapshot_steps=[0,4],train.steps=5"]
-    rows = assert_csv_matches_jobs(sweep)
-    assert [r["status"] for r in rows] == ["completed", "failed"]
-    # the same numbers as the same job run in this process, whichever launcher ran it
-    reference = train(cfg_of("model.d_model=6", *FAST))
-    assert float(rows[0]["final_loss"]) == reference.final_loss
-    _, losses = artifacts.read_metrics(job_dirs(sweep)[0])
-    np.testing.assert_array_equal(losses, reference.losses)
-
-
 # ------------------------------------------------------------------------------ issue 10
 @pytest.mark.parametrize("args, line", [
     (("model.dmodel=6,16",), "error: model.dmodel=6,16: no such config key (`attnlab --help` lists every key)"),
@@ -199,8 +185,8 @@ def test_without_hydra_output_subdir_runs_are_still_summarized_and_compared(cli,
 
 def test_summary_holds_the_resolved_config_the_run_used(cli, tmp_path, monkeypatch):
     run = tmp_path / "run"
-    proc = cli(f"hydra.run.dir={run}", *FAST, "model.d_model=${oc.env:ATTNLAB_TEST_DMODEL}",
-               env={"ATTNLAB_TEST_DMODEL": "8"})
+    monkeypatch.setenv("ATTNLAB_TEST_DMODEL", "8")
+    proc = cli(f"hydra.run.dir={run}", *FAST, "model.d_model=${oc.env:ATTNLAB_TEST_DMODEL}")
     assert proc.returncode == 0, proc.stderr
     summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
     assert summary["config"]["model"]["d_model"] == 8

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from attnlab.commands import sweep as _sweep  # noqa: F401  (registers attnlab's resolvers)
-from attnlab.core.config import register_configs
+from attnlab.commands.hydra_config import register_configs
 from attnlab.core.records import RunResult, Snapshot
 from attnlab.core.training import train
 from attnlab.core.walkthrough import walkthrough

@@ -15,7 +15,8 @@ strings, lists ``[...]``, dicts ``{...}`` and sweep functions (``choice(...)``, 
 
 :func:`unknown_added_keys` refuses ``+key=value`` / ``++key=value`` for a key attnlab's schema
 does not have (Hydra would add it silently and the run would ignore it); :func:`refused_option`
-refuses Hydra options that would run code from a file or end in a traceback.
+refuses the Hydra option that would run code from a file; :func:`unknown_option` an option
+Hydra does not have (one line instead of argparse's usage block).
 """
 from __future__ import annotations
 
@@ -23,10 +24,17 @@ import re
 import string
 from typing import Iterable
 
+from attnlab.core.files import printable
+
 FREE_TEXT_KEYS = ("sentence", "text_file", "analysis.compare_sentence")
 CONFIG_GROUPS = ("experiment", "model", "optimizer", "train", "logging")
 _SAFE = set(string.ascii_letters + string.digits + " _.-")  # left unquoted, as Hydra reads them
 _FUNCTION = re.compile(r"^\s*(choice|range|interval|glob|sort|shuffle|tag|int|float|str|bool|json_str)\s*\(")
+# Hydra's command-line options (``attnlab --help``): those that take the next argument as a value, the others
+FLAGS_WITH_VALUE = {"-c", "--cfg", "-p", "--package", "-cp", "--config-path", "-cn", "--config-name",
+                    "-cd", "--config-dir", "--experimental-rerun"}
+FLAGS = {"-h", "--help", "--hydra-help", "--version", "--resolve", "-r", "--run", "-m", "--multirun",
+         "-sc", "--shell-completion", "-i", "--info"}
 _OVERRIDE = re.compile(r"^(?P<prefix>\+{0,2}|~)(?P<key>[\w.\-/@]+)=(?P<value>.*)$", re.S)
 
 
@@ -116,15 +124,29 @@ def unknown_added_keys(argv: Iterable[str], schema_keys: set[str]) -> list[str]:
 
 
 def refused_option(argv: list[str]) -> str | None:
-    """The one-line error for a Hydra option attnlab refuses in ``argv`` (as typed), or None:
-    ``--experimental-rerun FILE`` (it unpickles the file: code, when it comes from someone
-    else's run dir) and ``-sc`` / ``--shell-completion`` without a command (Hydra raises)."""
-    for i, arg in enumerate(argv):
-        if arg == "--experimental-rerun" or arg.startswith("--experimental-rerun="):
-            return ("error: --experimental-rerun: refused: it unpickles .hydra/config.pickle, and a pickle from a "
-                    "run dir runs code; use attnlab-reproduce RUN_DIR (it reads the config as data)")
-        if arg in ("-sc", "--shell-completion") and not any(
-                later.startswith(("install=", "uninstall=", "query=")) for later in argv[i + 1:]):
-            return (f"error: {arg}: needs one of install=SHELL, uninstall=SHELL, query=SHELL "
-                    f"(e.g. {arg} install=bash)")
+    """The one-line error for ``--experimental-rerun FILE`` in ``argv``, or None: Hydra would
+    unpickle the file, and a pickle from someone else's run dir runs code."""
+    if any(a == "--experimental-rerun" or a.startswith("--experimental-rerun=") for a in argv):
+        return ("error: --experimental-rerun: refused: it unpickles .hydra/config.pickle, and a pickle from a "
+                "run dir runs code; use attnlab-reproduce RUN_DIR (it reads the config as data)")
+    return None
+
+
+def unknown_option(argv: list[str]) -> str | None:
+    """The one-line error for the first argument of ``argv`` that looks like an option
+    (``-x``, ``--xyz``) but is none of Hydra's (a long option may be cut short, as argparse
+    allows: ``--multi``), or None."""
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        if not arg.startswith("-") or arg == "-":
+            continue
+        name = arg.split("=", 1)[0]
+        matches = {f for f in FLAGS | FLAGS_WITH_VALUE
+                   if f == name or (name.startswith("--") and len(name) > 2 and f.startswith(name))}
+        if not matches:
+            return f"error: {printable(arg, 120)}: no such option (`attnlab --help` lists the options)"
+        skip = "=" not in arg and bool(matches & FLAGS_WITH_VALUE)
     return None

@@ -1,18 +1,17 @@
 """The ``attnlab`` command: one Hydra job (``attnlab [overrides]``) or a sweep (``attnlab -m ...``).
 
 Composes the config (``conf/`` + ``experiment=NAME`` + overrides) and hands it to
-:func:`attnlab.commands.job.run_job`. Exit status: 0 completed; 1 a run (or a sweep job) did not complete
-(diverged, interrupted, failed, a file that could not be written); 2 bad input or an output
-folder that is refused (it holds a run or someone else's files, another attnlab process writes
-there, or it cannot be written), one line on stderr (``HYDRA_FULL_ERROR=1`` shows Hydra's
-report and tracebacks instead).
-
-The console script starts in :mod:`attnlab.commands.launch` (Ctrl-C deferred, console output made safe,
-before this module's imports); ``python -m attnlab.commands.cli`` does the same from :func:`main`.
+:func:`attnlab.commands.job.run_job`. Exit status: 0 completed; 1 a run (or a sweep job) did not
+complete (diverged, interrupted, failed, a file that could not be written); 2 bad input or a
+refused output folder, one line on stderr (:func:`error_line`; ``HYDRA_FULL_ERROR=1`` shows
+Hydra's report and the traceback instead). SIGINT, SIGTERM and SIGHUP stop a run at its next
+training step (status ``interrupted``).
 """
 from __future__ import annotations
 
 import os
+import re
+import signal
 import sys
 from pathlib import Path
 
@@ -20,14 +19,16 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from attnlab.commands import argv, callbacks
-from attnlab.commands import sweep as _sweep  # registers ${attnlab.job_dir:...} in every job process
-from attnlab.commands.fastexit import exit_now
-from attnlab.commands.hydra_errors import CANNOT_WRITE, EXIT_BAD_INPUT, one_line_errors, release_stderr
-from attnlab.commands.job import EXIT_FAILED_RUN, run_job
+from attnlab.commands.hydra_config import register_configs
+from attnlab.commands.job import EXIT_BAD_INPUT, EXIT_FAILED_RUN, run_job
 from attnlab.core import interrupts
-from attnlab.core.config import register_configs, schema_keys
-from attnlab.core.errors import RunDirError
+from attnlab.core.config import schema_keys
+from attnlab.core.errors import AttnlabError, os_reason
+from attnlab.core.files import printable
 from attnlab.outputs import rundir, streams
+
+FULL_ERROR = "ATTNLAB_FULL_ERROR"  # the user's HYDRA_FULL_ERROR (attnlab sets Hydra's to 1 to catch its errors)
+OPTIONS_HINT = "(`attnlab --help` lists the options)"
 
 
 @hydra.main(version_base="1.3", config_path="pkg://attnlab.conf", config_name="config")
@@ -35,35 +36,31 @@ def _hydra_main(cfg: DictConfig) -> str:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    release_stderr()  # the config composed: the job's stderr is live
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
-    in_sweep = HydraConfig.get().mode == RunMode.MULTIRUN
-    overrides = OmegaConf.to_container(HydraConfig.get().overrides.task, resolve=False)  # as typed, never resolved
-    try:
-        result = run_job(cfg, run_dir, overrides=overrides, key="hydra.sweep.dir" if in_sweep else "hydra.run.dir")
-    except RunDirError as err:  # a sweep's job folder refused (a run's own folder was claimed before Hydra wrote)
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(EXIT_BAD_INPUT)
-    if result.exception is not None and os.environ.get("HYDRA_FULL_ERROR") == "1":
-        raise result.exception
     from attnlab.outputs.console import display_path
 
-    if result.status != "completed":
-        callbacks.jobs_not_completed += 1
+    hc = HydraConfig.get()
+    run_dir, in_sweep = Path(hc.runtime.output_dir), hc.mode == RunMode.MULTIRUN
+    overrides = OmegaConf.to_container(hc.overrides.task, resolve=False)  # as typed, never resolved
+    try:
+        result = run_job(cfg, run_dir, overrides=overrides, key="hydra.sweep.dir" if in_sweep else "hydra.run.dir")
+    except AttnlabError as err:  # a sweep job's folder refused
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(EXIT_BAD_INPUT)
+    if result.exception is not None and os.environ.get(FULL_ERROR) == "1":
+        raise result.exception
+    reason = result.error if (result.error or "").startswith(result.status) else f"{result.status}: {result.error}"
     if result.unrecorded is not None:  # not even summary.json could be written: say it here
         print(f"error: {result.unrecorded}; nothing recorded in {display_path(run_dir)}"
               if result.unrecorded == result.error else
-              f"{_reason(result)}; summary.json does not say so ({result.unrecorded}); "
-              f"records kept in {display_path(run_dir)}", file=sys.stderr)
+              f"{reason}; summary.json does not say so ({result.unrecorded}); records kept in {display_path(run_dir)}",
+              file=sys.stderr)
         sys.exit(EXIT_FAILED_RUN)
     if result.status != "completed":
-        if result.bad_input:
-            print(f"error: {result.error}", file=sys.stderr)
-        else:
-            print(f"{_reason(result)}; records kept in {display_path(run_dir)}", file=sys.stderr)
+        print(f"error: {result.error}" if result.bad_input else f"{reason}; records kept in {display_path(run_dir)}",
+              file=sys.stderr)
         if not in_sweep or result.status == "interrupted":  # Ctrl-C stops a sweep; a bad job does not
             sys.exit(result.exit_code)
-    elif interrupts.requested() is not None:  # Ctrl-C after the last step: the run completed
+    elif result.late_signal is not None:  # after the last step: the run completed
         if in_sweep:
             print(f"interrupted: the sweep stops after {display_path(run_dir)}, which completed", file=sys.stderr)
             sys.exit(EXIT_FAILED_RUN)
@@ -72,78 +69,125 @@ def _hydra_main(cfg: DictConfig) -> str:
     return result.status
 
 
-def _reason(result) -> str:
-    """``status: error`` (``failed: file too large while writing loss.png``), the error alone
-    when it already starts with the status (``interrupted at step 12; 12 steps recorded``)."""
-    error = result.error or ""
-    return error if error.startswith(result.status) else f"{result.status}: {error}"
+def error_line(err: BaseException, typed: list[str]) -> str:
+    """An error raised while Hydra read the command line or composed the config, as one line
+    naming the argument and what is allowed, e.g. ``error: model.positional='sin': Invalid value
+    'sin', expected one of [learned, none]`` or ``error: optimizer=adamm: no such option;
+    allowed: adam, adamw, sgd``. ``typed``: the arguments as typed."""
+    from hydra.errors import MissingConfigException, OverrideParseException
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError
+
+    cause = err.__cause__ if err.__cause__ is not None else err
+    text = str(cause)
+    first = text.splitlines()[0] if text.strip() else type(cause).__name__
+    key = getattr(cause, "full_key", None) or next(iter(re.findall(r"full_key: (\S+)", text)), None)
+    given = next((a for a in reversed(typed) if a.split("=", 1)[0].lstrip("+~") == key), None) if key else None
+    if isinstance(err, AttnlabError):
+        return f"error: {err}"
+    if isinstance(err, MissingConfigException) and err.missing_cfg_file and err.options:
+        return f"error: {err.missing_cfg_file.replace('/', '=', 1)}: no such option; allowed: {', '.join(err.options)}"
+    if isinstance(err, OSError):  # Hydra could not save its config into the folder claimed for it
+        held = rundir.claims()
+        if held:
+            return (f"error: {held[-1].shown}: cannot write Hydra's config there ({os_reason(err)}); "
+                    f"choose another {held[-1].shown.name}")
+        return f"error: cannot write {printable(err.filename or 'the output folder', 300)}: {os_reason(err)}"
+    if isinstance(err, OverrideParseException):
+        return _syntax_line(text, typed)
+    if first.startswith("Ambiguous value for argument"):
+        key, value = re.match(r"Ambiguous value for argument '([^=']+)=(.*)'$", first).groups()
+        value = next((a.split("=", 1)[1] for a in reversed(typed) if a.split("=", 1)[0].lstrip("+") == key), value)
+        quoted = '"' + value.replace('"', '\\"') + '"'
+        return (f"error: {key}={value!r}: a comma separates values; to keep it in the value, quote it for Hydra "
+                f"and the shell: '{key}={quoted}'; with -m (--multirun) the commas sweep over the values")
+    if isinstance(cause, (ConfigAttributeError, ConfigKeyError)) and key:
+        return f"error: {printable(given or key, 120)}: no such config key (`attnlab --help` lists every key)"
+    if isinstance(cause, OverflowError):
+        return f"error: {printable(given or key, 120)}: too large for a float (at most 1.8e308)"
+    if given is not None and "=" in given:
+        value = getattr(cause, "value", None)  # in a sweep, the one value of the list that was refused
+        shown = value if isinstance(value, str) else given.split("=", 1)[1]
+        return f"error: {key}={printable(shown, 300)!r}: {printable(first, 300)}"
+    return f"error: {printable(first, 300)} {OPTIONS_HINT}"
+
+
+def _syntax_line(report: str, typed: list[str]) -> str:
+    """Hydra's override-grammar error as one line naming the argument it refused and what to
+    type instead (free text needs only the shell's quotes; other values need Hydra's quotes
+    around = , [ ] { } ( ) : and non-ASCII text)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    lines = [ln.strip() for ln in report.splitlines() if ln.strip() and not ln.startswith("See https")]
+    what = re.sub(r"^Error parsing override '.*'$", "", lines[0]).strip() or (lines[1] if len(lines) > 1 else "")
+    what = re.sub(r" expecting \{.*\}$", "", what)  # the grammar's token list says nothing to a user
+    parser, skip, arg = OverridesParser.create(), False, None
+    for candidate in typed:
+        if skip or candidate.startswith("-"):
+            skip = not skip and candidate in argv.FLAGS_WITH_VALUE | {"-i", "--info"}
+            continue
+        try:
+            parser.parse_overrides(argv.prepare([candidate]))
+        except Exception:  # Hydra's OverrideParseException, or anything its grammar raises
+            arg = candidate
+            break
+    hint = "quote values that contain = , [ ] { } ( ) : or non-ASCII text for Hydra"
+    if arg is None:
+        return f"error: {what} in the overrides (Hydra's override syntax): {hint}, e.g. 'model.positional=\"learned\"'"
+    shown = arg if len(arg) <= 80 else arg[:77] + "..."
+    key = arg.split("=", 1)[0].lstrip("+") if "=" in arg else None
+    if key is None:
+        return (f"error: {shown!r}: not an override (key=value); a text with spaces must be one argument: "
+                "quote the whole override for the shell, e.g. 'sentence=Your journey starts'")
+    if key in argv.FREE_TEXT_KEYS:
+        return (f"error: {shown!r}: not valid override syntax ({what}); {key} takes text as typed unless it "
+                f"starts with a quote, [ or {{, which must then be closed: '{key}=\"[a] b\"' keeps them as text")
+    return f"error: {shown!r}: not valid override syntax ({what}); {hint}, e.g. '{key}=\"a=b\"'"
+
+
+def install_signal_handlers() -> None:
+    """SIGINT, SIGTERM and SIGHUP are held until the training loop's next step, which then ends
+    the run ``interrupted`` (:mod:`attnlab.core.interrupts`); SIGHUP is handled as SIGTERM."""
+    interrupts.install()
+    if hasattr(signal, "SIGHUP"):
+        signal.signal(signal.SIGHUP, signal.getsignal(signal.SIGTERM))
 
 
 def main() -> None:
     """Console-script entry point: ``attnlab [overrides]`` / ``attnlab -m [overrides]``.
 
-    The arguments are made Hydra syntax first (:func:`attnlab.commands.argv.prepare`: free text as typed);
-    Hydra options attnlab refuses (:func:`attnlab.commands.argv.refused_option`) and a ``+key``/``~key``
-    outside attnlab's schema are refused before Hydra sees them."""
-    interrupts.install()  # (already done by attnlab.commands.launch for the console script)
+    Free text is made Hydra syntax first (:func:`attnlab.commands.argv.prepare`);
+    ``--experimental-rerun`` and a ``+key``/``~key`` outside attnlab's schema are refused before
+    Hydra sees them; any error Hydra raises before a job starts is :func:`error_line`."""
+    install_signal_handlers()
     streams.install()
-    callbacks.stop_if_interrupted()
-    register_configs()
     typed = sys.argv[1:]
-    refused = argv.refused_option(typed)
+    refused = argv.refused_option(typed) or argv.unknown_option(typed) or next(
+        (f"error: {bad}: no such config key; attnlab's keys are fixed by its schema and cannot be added or "
+         "removed (`attnlab --help` lists them)" for bad in argv.unknown_added_keys(typed, schema_keys())), None)
     if refused is not None:
         print(refused, file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
-    args = argv.prepare(typed)
-    for bad in argv.unknown_added_keys(args, schema_keys()):
-        print(f"error: {bad}: no such config key; attnlab's keys are fixed by its schema and cannot be "
-              "added or removed (`attnlab --help` lists them)", file=sys.stderr)
-        sys.exit(EXIT_BAD_INPUT)
-    sys.argv[1:] = args
+    register_configs()
+    sys.argv[1:] = argv.prepare(typed)
+    os.environ.setdefault(FULL_ERROR, os.environ.get("HYDRA_FULL_ERROR", "0"))
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises its errors here instead of printing its report
+    code = 0
     try:
-        try:
-            with interrupts.deferred(), one_line_errors(typed, on_error=_unstarted):
-                _hydra_main()
-        except ValueError as err:  # Hydra's own check of its options (-sc without a command, -m with --cfg)
-            if not _raised_by_hydras_option_check(err):
-                raise
-            release_stderr()
-            print(f"error: {str(err).splitlines()[0]} (`attnlab --help` lists the options)", file=sys.stderr)
-            sys.exit(EXIT_BAD_INPUT)
-        except KeyboardInterrupt:  # a second Ctrl-C outside a job (a job records its own)
-            release_stderr()
-            print("interrupted: the sweep stopped; the jobs that ran kept their records" if callbacks.jobs_started
-                  else "interrupted: before the run started; nothing was kept", file=sys.stderr)
-            sys.exit(EXIT_FAILED_RUN)
-        finally:
-            rundir.abandon_all()  # a folder claimed for a job that never started is removed again
-            interrupts.ignore_from_now()
-    except SystemExit as exit_:
-        exit_now(exit_.code)  # without the interpreter's teardown of torch (attnlab.commands.fastexit)
-    # the sweep summary saw a job that did not complete (any launcher): 1
-    exit_now(_sweep.last_exit_status or 0)
-
-
-def _raised_by_hydras_option_check(err: BaseException) -> bool:
-    """Whether ``err`` was raised in Hydra's command-line handling (``hydra/_internal/utils.py``),
-    i.e. by options that cannot go together, not by a job."""
-    tb = err.__traceback__
-    while tb is not None and tb.tb_next is not None:
-        tb = tb.tb_next
-    return tb is not None and Path(tb.tb_frame.f_code.co_filename).parts[-3:] == ("hydra", "_internal", "utils.py")
-
-
-def _unstarted(line: str) -> str | None:
-    """Hydra stopped with an error before a job started: remove what was claimed for it; when
-    Hydra could not save its config into the claimed folder, name that folder."""
-    held = rundir.claims()
-    callbacks.remove_unstarted_sweep()
-    rundir.abandon_all()
-    if held and line.startswith(CANNOT_WRITE):
-        reason = line.rsplit(": ", 1)[-1]
-        name = held[-1].shown.split("=", 1)[0]
-        return f"error: {held[-1].shown}: cannot write Hydra's config there ({reason}); choose another {name}"
-    return None
+        with interrupts.deferred():
+            _hydra_main()
+        code = callbacks.sweep_exit_status or 0  # a sweep with a job that did not complete: 1
+    except KeyboardInterrupt:  # outside a job (a job records its own)
+        print("interrupted: the runs that started kept their records", file=sys.stderr)
+        code = EXIT_FAILED_RUN
+    except Exception as err:
+        if os.environ.get(FULL_ERROR) == "1":
+            raise
+        print(error_line(err, typed), file=sys.stderr)
+        code = EXIT_BAD_INPUT
+    finally:
+        rundir.abandon_all()  # a folder claimed for a job that never started is removed again
+        interrupts.ignore_from_now()
+    sys.exit(code)
 
 
 if __name__ == "__main__":

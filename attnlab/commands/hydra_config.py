@@ -1,0 +1,50 @@
+"""Hydra's side of the config: the schema dataclasses of :mod:`attnlab.core.config` in Hydra's
+ConfigStore, and attnlab's two resolvers.
+
+``conf/config.yaml`` starts from ``base_config`` (:class:`attnlab.core.config.Config`); each
+``conf/optimizer/NAME.yaml`` extends ``schema/optimizer/NAME``. Resolvers:
+``${attnlab.job_dir:NUM,OVERRIDE_DIRNAME}`` names a sweep job's folder
+(:func:`attnlab.commands.sweep.job_dirname`), ``${attnlab.per_head:TOTAL,N_HEADS}`` is a size per
+head (the ``heads`` preset). The resolvers are registered when this module is imported, so every
+job process has them whatever the launcher (a launcher's worker imports ``attnlab.commands.cli``
+to unpickle the task function, and Hydra resolves the job's folder name there).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from attnlab.commands.sweep import job_dirname
+from attnlab.core.config import OPTIMIZERS, Config
+
+
+def per_head(total: Any, n_heads: Any) -> int:
+    """``TOTAL // N_HEADS``, at least 1 (d_k 4 → 4, 2, 1 for 1, 2, 4 heads). Raises ValueError
+    for non-positive integers."""
+    total, n_heads = int(total), int(n_heads)
+    if total < 1 or n_heads < 1:
+        raise ValueError(f"attnlab.per_head needs positive integers, got {total}, {n_heads}")
+    return max(1, total // n_heads)
+
+
+def register_configs() -> None:
+    """Store ``base_config`` and ``schema/optimizer/NAME`` in Hydra's ConfigStore (and register
+    the resolvers). Safe to call more than once."""
+    from hydra.core.config_store import ConfigStore
+
+    cs = ConfigStore.instance()
+    cs.store(name="base_config", node=Config)
+    for name, node in OPTIMIZERS.items():
+        cs.store(group="schema/optimizer", name=name, node=node)
+    register_resolvers()
+
+
+def register_resolvers() -> None:
+    """Register ``attnlab.job_dir`` and ``attnlab.per_head``; idempotent."""
+    for name, function in (("attnlab.job_dir", job_dirname), ("attnlab.per_head", per_head)):
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, function)
+
+
+register_resolvers()
