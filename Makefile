@@ -40,13 +40,14 @@ bench: $(STAMP)
 # ranges admit; PIP_CONSTRAINT=/dev/null lifts this machine's torch cap). The first run downloads torch
 # from PyPI (a CUDA build, ~3 GB per venv); later runs reuse the venvs. The code tested is this working
 # tree, or with COMPAT_REF=BRANCH that commit's tree (git archive into .compat/src; its tests too).
+# tiktoken's cache is a fresh folder per run (a file cached by another version would hide a failing read).
 # Results: docs/compat.md.
 COMPAT_DIR ?= $(CURDIR)/.compat
 COMPAT_REF ?=
 COMPAT_SRC := $(if $(COMPAT_REF),$(COMPAT_DIR)/src,$(CURDIR))
 COMPAT_TESTS := tests/test_golden.py tests/test_differential.py tests/test_model.py \
 	tests/test_model_variants.py tests/test_variants_run.py
-COMPAT_OLDEST := torch==2.1.2 numpy==1.24.4 tiktoken==0.8.0 hydra-core==1.3.2 omegaconf==2.3.0 \
+COMPAT_OLDEST := torch==2.1.2 numpy==1.24.4 tiktoken==0.12.0 hydra-core==1.3.2 omegaconf==2.3.0 \
 	tensorboard==2.14.0 matplotlib==3.7.0 tqdm==4.60.0
 COMPAT_PACKAGES := torch numpy tiktoken hydra-core omegaconf tensorboard matplotlib tqdm
 COMPAT_INSTALL_oldest = PIP_CONSTRAINT=$(COMPAT_DIR)/oldest.txt $(COMPAT_DIR)/oldest/bin/python -m pip install
@@ -65,7 +66,8 @@ compat-oldest compat-newest: compat-%: compat-src
 	@$(COMPAT_DIR)/$*/bin/python -c "import sys, importlib.metadata as md; print('compat $*: python', \
 	sys.version.split()[0], *(f'{p} {md.version(p)}' for p in sys.argv[1:]))" $(COMPAT_PACKAGES) \
 	| tee $(COMPAT_DIR)/$*.versions
-	cd $(COMPAT_SRC) && $(COMPAT_DIR)/$*/bin/python -m pytest -q -p no:cacheprovider -p no:xdist $(COMPAT_TESTS) $(ARGS)
+	rm -rf $(COMPAT_DIR)/$*.tiktoken-cache
+	cd $(COMPAT_SRC) && TIKTOKEN_CACHE_DIR=$(COMPAT_DIR)/$*.tiktoken-cache $(COMPAT_DIR)/$*/bin/python -m pytest -q -p no:cacheprovider -p no:xdist $(COMPAT_TESTS) $(ARGS)
 
 clean:
 	rm -rf $(VENV) $(COMPAT_DIR) outputs multirun .pytest_cache
