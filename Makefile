@@ -59,6 +59,7 @@ compat: compat-oldest compat-newest
 compat-src:
 	@mkdir -p $(COMPAT_DIR) && printf '%s\n' $(COMPAT_OLDEST) > $(COMPAT_DIR)/oldest.txt
 	$(if $(COMPAT_REF),rm -rf $(COMPAT_SRC) && mkdir -p $(COMPAT_SRC) && git archive $(COMPAT_REF) | tar -x -C $(COMPAT_SRC))
+	@echo "compat: code $(if $(COMPAT_REF),$(COMPAT_REF) at $$(git rev-parse --short $(COMPAT_REF)),$(CURDIR) at $$(git describe --always --dirty))"
 
 compat-oldest compat-newest: compat-%: compat-src
 	test -x $(COMPAT_DIR)/$*/bin/python || $(PYTHON) -m venv $(COMPAT_DIR)/$*
