@@ -20,7 +20,7 @@ medians and the median of the per-repetition (paired) ratios.
 
 Every measured thing is its own child process, run to the end: wall seconds from start to exit,
 CPU seconds (user + system) from ``resource.getrusage(RUSAGE_CHILDREN)``. Children get torch's
-default threads (``OMP_NUM_THREADS`` removed) and headless matplotlib.
+default threads (``OMP_NUM_THREADS`` removed; ``--threads N`` sets it for all) and headless matplotlib.
 """
 from __future__ import annotations
 
@@ -58,11 +58,16 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+THREADS: int | None = None  # --threads: OMP_NUM_THREADS for every child (None: torch's default)
+
+
 def child_env() -> dict:
-    """This checkout importable, headless matplotlib, torch's default threads."""
+    """This checkout importable, headless matplotlib, torch's default threads unless --threads."""
     env = {k: v for k, v in os.environ.items() if k not in ("HYDRA_FULL_ERROR", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["MPLBACKEND"] = "Agg"
+    if THREADS:
+        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(THREADS)
     return env
 
 
@@ -237,7 +242,8 @@ def render(res: dict) -> str:
     m = res["machine"]
     lines = [BEGIN, "", f"Measured {res['when']} with `python -m benchmarks.run {' '.join(res['argv'])}`".rstrip()
              + f" ({res['seconds']:.0f} s), code {m['code']}; {m['cores']} cores, {m['platform']}; load average "
-             f"(1 min) {m['load_start']:.2f} at the start, {res['load_end']:.2f} at the end; Python {m['python']}, "
+             f"(1 min) {m['load_start']:.2f} at the start, {res['load_end']:.2f} at the end; children's threads: "
+             f"{res['threads'] or 'torch default'}; Python {m['python']}, "
              + ", ".join(f"{k} {v}" for k, v in m["versions"].items()) + ".", "",
              "| case | variant | wall s (median) | CPU s (median) |", "| --- | --- | ---: | ---: |"]
     for case in ("startup", "default", "sweep"):
@@ -277,12 +283,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, help="repetitions per case (default 5, scaling and sweep 3; quick 1)")
     parser.add_argument("--only", default=",".join(CASES), help=f"comma-separated cases of {', '.join(CASES)}")
     parser.add_argument("--out", type=Path, help="markdown file (default docs/benchmarks.md; quick: outputs/...)")
+    parser.add_argument("--threads", type=int, help="OMP_NUM_THREADS for every child (default: torch's default)")
     args = parser.parse_args(argv)
+    global THREADS
+    THREADS = args.threads
     cases = [c.strip() for c in args.only.split(",") if c.strip()]
     if set(cases) - set(CASES):
         parser.error(f"unknown case(s) {sorted(set(cases) - set(CASES))}")
     out = args.out or ROOT / ("outputs/benchmarks-quick.md" if args.quick else "docs/benchmarks.md")
-    res: dict = {"argv": list(sys.argv[1:] if argv is None else argv), "machine": machine(),
+    res: dict = {"argv": list(sys.argv[1:] if argv is None else argv), "machine": machine(), "threads": THREADS,
                  "when": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
     work = Path(tempfile.mkdtemp(prefix="attnlab-bench-"))
     started = time.perf_counter()
