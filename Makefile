@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.attnlab-installed
 
-.PHONY: setup run test lint bench clean
+.PHONY: setup run test lint bench compat compat-src compat-oldest compat-newest clean
 
 setup: $(STAMP)
 
@@ -35,5 +35,40 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run $(ARGS)
 
+# `make compat`: the golden, differential and variant tests in two scratch venvs under .compat/:
+# "oldest" (the lower bounds in pyproject.toml, pinned) and "newest" (the newest releases the declared
+# ranges admit; PIP_CONSTRAINT=/dev/null lifts this machine's torch cap). The first run downloads torch
+# from PyPI (a CUDA build, ~3 GB per venv); later runs reuse the venvs. The code tested is this working
+# tree, or with COMPAT_REF=BRANCH that commit's tree (git archive into .compat/src; its tests too).
+# tiktoken's cache is a fresh folder per run (a file cached by another version would hide a failing read).
+# Results: docs/compat.md.
+COMPAT_DIR ?= $(CURDIR)/.compat
+COMPAT_REF ?=
+COMPAT_SRC := $(if $(COMPAT_REF),$(COMPAT_DIR)/src,$(CURDIR))
+COMPAT_TESTS := tests/test_golden.py tests/test_differential.py tests/test_model.py \
+	tests/test_model_variants.py tests/test_variants_run.py
+COMPAT_OLDEST := torch==2.1.2 numpy==1.24.4 tiktoken==0.12.0 hydra-core==1.3.2 omegaconf==2.3.0 \
+	tensorboard==2.14.0 matplotlib==3.7.0 tqdm==4.60.0
+COMPAT_PACKAGES := torch numpy tiktoken hydra-core omegaconf tensorboard matplotlib tqdm
+COMPAT_INSTALL_oldest = PIP_CONSTRAINT=$(COMPAT_DIR)/oldest.txt $(COMPAT_DIR)/oldest/bin/python -m pip install
+COMPAT_INSTALL_newest = PIP_CONSTRAINT=/dev/null $(COMPAT_DIR)/newest/bin/python -m pip install \
+	--upgrade --upgrade-strategy eager
+
+compat: compat-oldest compat-newest
+
+compat-src:
+	@mkdir -p $(COMPAT_DIR) && printf '%s\n' $(COMPAT_OLDEST) > $(COMPAT_DIR)/oldest.txt
+	$(if $(COMPAT_REF),rm -rf $(COMPAT_SRC) && mkdir -p $(COMPAT_SRC) && git archive $(COMPAT_REF) | tar -x -C $(COMPAT_SRC))
+	@echo "compat: code $(if $(COMPAT_REF),$(COMPAT_REF) at $$(git rev-parse --short $(COMPAT_REF)),$(CURDIR) at $$(git describe --always --dirty))"
+
+compat-oldest compat-newest: compat-%: compat-src
+	test -x $(COMPAT_DIR)/$*/bin/python || $(PYTHON) -m venv $(COMPAT_DIR)/$*
+	$(COMPAT_INSTALL_$*) --quiet -e $(COMPAT_SRC) pytest
+	@$(COMPAT_DIR)/$*/bin/python -c "import sys, importlib.metadata as md; print('compat $*: python', \
+	sys.version.split()[0], *(f'{p} {md.version(p)}' for p in sys.argv[1:]))" $(COMPAT_PACKAGES) \
+	| tee $(COMPAT_DIR)/$*.versions
+	rm -rf $(COMPAT_DIR)/$*.tiktoken-cache
+	cd $(COMPAT_SRC) && TIKTOKEN_CACHE_DIR=$(COMPAT_DIR)/$*.tiktoken-cache $(COMPAT_DIR)/$*/bin/python -m pytest -q -p no:cacheprovider -p no:xdist $(COMPAT_TESTS) $(ARGS)
+
 clean:
-	rm -rf $(VENV) outputs multirun .pytest_cache
+	rm -rf $(VENV) $(COMPAT_DIR) outputs multirun .pytest_cache

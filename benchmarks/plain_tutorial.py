@@ -1,25 +1,20 @@
 """The tutorial's section-5 training as a plain script: no Hydra, no logging, no run dir.
 
-This is the baseline attnlab is measured against (``benchmarks/run.py``). It is the tutorial's
-code as a reader would paste it into a file, plus two things the tutorial gets from earlier
-sections: the tokens (GPT-2, built offline from the ranks file attnlab ships, with tiktoken's
-public API, because ``tiktoken.get_encoding`` would need the network) and a few command-line
-knobs for the benchmark's other cases (text file, sizes, steps, snapshot steps, repetitions).
+The baseline ``benchmarks/run.py`` measures attnlab against: the tutorial's code as a reader
+would paste it into a file, plus the tokens the tutorial gets from earlier sections (GPT-2, built
+offline from the ranks file attnlab ships with tiktoken's public API: ``tiktoken.get_encoding``
+would need the network) and a few knobs for the sweep case. Threads are torch's defaults.
 
-    python benchmarks/plain_tutorial.py                 # tutorial §5 exactly: 201 steps, 5 lines
-    python benchmarks/plain_tutorial.py --figure evo.png   # ... and the section's figure, as a PNG
-    python benchmarks/plain_tutorial.py --repeat 20 --steps 20    # 20 trainings in one process
+    python benchmarks/plain_tutorial.py                        # tutorial §5: 201 steps, 5 lines
+    MPLBACKEND=Agg python benchmarks/plain_tutorial.py --figure evo.png   # ... and the section's figure
+    python benchmarks/plain_tutorial.py --repeat 20 --steps 20 # 20 trainings in one process
 
-Threads are torch's defaults, as a reader's script gets them. ``--figure PATH`` draws the
-section's "可视化：注意力权重的演化" figure with the tutorial's own pyplot code, ``plt.savefig(PATH)``
-in place of ``plt.show()`` (headless: run it with ``MPLBACKEND=Agg``); it is the fair baseline for
-a default ``attnlab`` run, which also draws that figure.
+``--figure PATH`` draws the section's "可视化：注意力权重的演化" figure with the tutorial's own
+pyplot code, ``plt.savefig(PATH)`` in place of ``plt.show()``.
 """
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 import time
 from pathlib import Path
 
@@ -110,31 +105,20 @@ def draw_figure(snapshots: list, tokens: list[str], path: str) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--text-file", help="UTF-8 text to tokenize instead of the tutorial sentence")
-    p.add_argument("--d-model", type=int, default=6)
-    p.add_argument("--d-k", type=int, default=4, help="Q/K size (the tutorial's d_out)")
     p.add_argument("--steps", type=int, default=201)
-    p.add_argument("--snapshot-steps", default="0,20,50,100,200",
-                   help="comma-separated steps, or 'all' for every step")
+    p.add_argument("--snapshot-steps", default="0,20,50,100,200", help="comma-separated steps")
     p.add_argument("--repeat", type=int, default=1, help="trainings in this process, one after another")
-    p.add_argument("--quiet", action="store_true", help="no per-snapshot lines")
-    p.add_argument("--report", action="store_true", help="print one JSON line with the loop timings")
     p.add_argument("--figure", metavar="PATH", help="also draw the tutorial's figure of the snapshots into PATH")
     a = p.parse_args(argv)
 
     enc = gpt2_encoding()
-    text = Path(a.text_file).read_text(encoding="utf-8") if a.text_file else SENTENCE
-    token_ids = enc.encode(text)
+    token_ids = enc.encode(SENTENCE)
     tokens = [enc.decode([i]) for i in token_ids]
-    snaps = range(a.steps) if a.snapshot_steps == "all" else {int(s) for s in a.snapshot_steps.split(",") if s}
-    loop_s = []
+    snaps = {int(s) for s in a.snapshot_steps.split(",")}
     for _ in range(a.repeat):
-        seconds, snapshots = train(token_ids, tokens, a.d_model, a.d_k, a.steps, snaps, verbose=not a.quiet)
-        loop_s.append(seconds)
+        _, snapshots = train(token_ids, tokens, steps=a.steps, snapshot_steps=snaps)
     if a.figure:
         draw_figure(snapshots, tokens, a.figure)
-    if a.report:
-        print(json.dumps({"T": len(token_ids), "steps": a.steps, "loop_s": loop_s}), file=sys.stderr)
 
 
 if __name__ == "__main__":
