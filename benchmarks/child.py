@@ -25,8 +25,8 @@ def snapshot_steps(steps: int, k: int = 5) -> list[int]:
 def run_attnlab(text_file: str, d_model: int, steps: int, run_dir: str) -> dict:
     from hydra import compose, initialize_config_module
 
-    from attnlab.commands.job import run_job
     from attnlab.commands.hydra_config import register_configs
+    from attnlab.commands.job import run_job
 
     register_configs()
     overrides = [f"text_file={text_file}", f"model.d_model={d_model}", f"model.d_k={d_model}",

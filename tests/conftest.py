@@ -211,3 +211,22 @@ def outside(tmp_path_factory):
     import hostile_runs
 
     return hostile_runs.outside_folder(tmp_path_factory)
+
+
+@pytest.fixture(autouse=True)
+def no_child_left():
+    """A test that fails before it stops the ``attnlab`` it started leaves no process behind: every
+    child of this test process still running at the end is killed (read from /proc)."""
+    yield
+    me = os.getpid()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            pid, rest = stat.read_text().split(" ", 1)
+            ppid = int(rest.rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == me:
+            try:
+                os.kill(int(pid), 9)
+            except OSError:
+                pass

@@ -83,7 +83,7 @@ def write_synthetic_run(run_dir: Path, tokens: Sequence[str], steps: Sequence[in
     T, n_steps = len(tokens), max(steps) + 1
     cfg = config if config is not None else {
         "task": "train", "seed": seed, "sentence": "".join(tokens),
-        "model": {"d_model": 6, "d_k": 4, "d_v": "${model.d_model}"},
+        "model": {"d_model": 6, "d_k": 4, "d_v": "${model.d_model}", "n_heads": heads},
         "train": {"steps": n_steps, "snapshot_steps": list(steps), "focus_token": 1, "loss_threshold": 0.001}}
     (run_dir / ".hydra" / "config.yaml").write_text(yaml.safe_dump(cfg, allow_unicode=True, sort_keys=False),
                                                    encoding="utf-8")

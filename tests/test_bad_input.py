@@ -20,6 +20,7 @@ import pytest
 
 from attnlab.commands.job import run_job
 from attnlab.outputs import artifacts
+from attnlab.saved import safe_read
 
 from conftest import ROOT, compose_cfg
 
@@ -219,7 +220,7 @@ def test_our_errors_name_key_value_and_allowed(case, tmp_path_factory):
     message = result.error
     assert "\n" not in message
     assert case.expect in message
-    summary = artifacts.read_summary(tmp_path)
+    summary = safe_read.read_summary(tmp_path)
     assert summary["status"] == "failed"
     assert summary["error"] == message
     assert not (tmp_path / "metrics.csv").exists()
@@ -230,7 +231,7 @@ def test_accepted_inputs_train_on_the_expected_tokens(case, tmp_path):
     short = () if any(a.startswith("train.steps=") for a in case.args) else ("train.steps=5", "train.snapshot_steps=[0]")
     cfg = compose_cfg(*case.args, *QUIET, *short)
     assert run_job(cfg, tmp_path).status == "completed"
-    assert str(artifacts.read_attention(tmp_path)["token_ids"].tolist()) == case.expect
+    assert str(safe_read.read_attention(tmp_path)["token_ids"].tolist()) == case.expect
 
 
 def test_changing_only_the_steps_scales_the_snapshots(tmp_path):
@@ -241,7 +242,7 @@ def test_changing_only_the_steps_scales_the_snapshots(tmp_path):
         assert snapshot_steps(compose_cfg(f"train.steps={steps}").train) == snaps, steps
     assert snapshot_steps(compose_cfg("train.snapshot_steps=[7,3,3]").train) == [3, 7]  # a list is taken as given
     assert run_job(compose_cfg(*QUIET, "train.steps=100"), tmp_path).status == "completed"
-    assert artifacts.read_attention(tmp_path)["steps"].tolist() == [0, 10, 25, 50, 99]
+    assert safe_read.read_attention(tmp_path)["steps"].tolist() == [0, 10, 25, 50, 99]
 
 
 def grammar_error(args: tuple[str, ...]) -> str | None:
@@ -276,7 +277,7 @@ def test_the_command_prints_one_line_and_exits_2(case, tmp_path, attnlab_here):
     assert (proc.returncode, proc.stderr.count("\n")) == (2, 1), proc.stderr
     assert proc.stderr.startswith("error: ") and case.expect in proc.stderr
     if case.kind == "ours":  # refused by attnlab's checks: the run dir records it
-        summary = artifacts.read_summary(tmp_path / "run")
+        summary = safe_read.read_summary(tmp_path / "run")
         assert (summary["status"], f"error: {summary['error']}\n") == ("failed", proc.stderr)
     else:  # refused while Hydra composes the config, before any run dir exists
         assert not (tmp_path / "run").exists()
@@ -336,7 +337,7 @@ def test_hydra_full_error_shows_the_traceback(tmp_path, attnlab_here, monkeypatc
     monkeypatch.setenv("ATTNLAB_FULL_ERROR", "1")  # what cli.main keeps of the user's HYDRA_FULL_ERROR=1
     with pytest.raises(ConfigError, match="^model.d_model=0: must be a positive integer$"):
         attnlab_here(f"hydra.run.dir={tmp_path / 'run'}", *QUIET, "model.d_model=0")
-    assert artifacts.read_summary(tmp_path / "run")["status"] == "failed"
+    assert safe_read.read_summary(tmp_path / "run")["status"] == "failed"
 
 
 # --- the doc ------------------------------------------------------------------------------------
@@ -373,10 +374,10 @@ def _run(cmd: list[str], tmp: Path, env_extra: dict | None = None) -> subprocess
 def _attnlab_case(case: Case, tmp: Path) -> dict:
     run = tmp / case.id
     proc = _run([sys.executable, "-m", "attnlab.commands.cli", f"hydra.run.dir={run}", *QUIET, *case.args], tmp)
-    summary = artifacts.read_summary(run) if (run / "summary.json").exists() else {}
+    summary = safe_read.read_summary(run) if (run / "summary.json").exists() else {}
     seen = proc.stderr.replace(str(run), "RUN_DIR")
     if case.kind == "ok":
-        ids = artifacts.read_attention(run)["token_ids"].tolist()
+        ids = safe_read.read_attention(run)["token_ids"].tolist()
         seen = f"accepted; token_ids {ids}"
     return {"cmd": shlex.join(["attnlab", *case.args]), "rc": proc.returncode, "seen": seen,
             "status": summary.get("status", "(no run dir)")}
@@ -438,7 +439,7 @@ def _reproduce_case(rid: str, tmp: Path, finished: Path) -> dict:
         proc = _run([sys.executable, "-m", "attnlab.commands.reproduce", str(run)], tmp)
         cmd = "attnlab-reproduce RUN_DIR"
         untouched = None if before is None else _tree(run) == before
-    status = artifacts.read_summary(run).get("status", "-") if (run / "summary.json").exists() else "-"
+    status = safe_read.read_summary(run).get("status", "-") if (run / "summary.json").exists() else "-"
     if untouched is not None:
         status += " (RUN_DIR untouched)" if untouched else " (RUN_DIR CHANGED)"
     return {"cmd": cmd, "rc": proc.returncode, "seen": proc.stderr.replace(str(run), "RUN_DIR"), "status": status}

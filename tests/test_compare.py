@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 from attnlab.commands import compare
 from attnlab.commands.job import run_job
 from attnlab.outputs import artifacts
-from attnlab.saved import runs, table
+from attnlab.saved import runs, safe_read, table
 
 from conftest import ROOT, run_cli
 
@@ -41,10 +41,10 @@ def test_rows_are_the_runs_own_numbers_and_match_summary_csv(sweep):
     for n, row in enumerate(rows):
         d = job(sweep, n)
         summary = json.loads((d / "summary.json").read_text())
-        _, losses = artifacts.read_metrics(d)
+        _, losses = safe_read.read_run_metrics(d)
         assert row["status"] == "completed"
         assert row["final_loss"] == summary["final_loss"] == losses[-1]
-        att = artifacts.read_attention(d)
+        att = safe_read.read_attention(d)
         assert row["snapshot_step"] == 29
         assert row["focus_weight"] == pytest.approx(float(att["weights"][-1, 0, 1].max()), rel=1e-6)
         assert row["overrides"] == f"optimizer.lr={['0.05', '0.5'][n]} train.steps=30 train.snapshot_steps=[0,29] logging=off"
@@ -132,25 +132,25 @@ def test_console_script_is_installed(sweep):
 
 def test_last_snapshot_is_the_last_frame(tmp_path):
     from attnlab.core.records import RunInfo, RunResult, Snapshot
-    from attnlab.outputs import artifacts
 
     rng = np.random.default_rng(0)
     frames = rng.random((7, 1, 5, 5)).astype(np.float32)
     sink = artifacts.RunDirSink(tmp_path)
     sink.on_start(RunInfo(config={}, token_ids=[1, 2, 3, 4, 5], tokens=list("abcde"),
                           snapshot_steps=list(range(0, 70, 10)), steps=70, focus_token=1, run_dir=tmp_path))
+    sink.on_losses(np.arange(70), np.full(70, 0.5))
     for i, w in enumerate(frames):
         sink.on_snapshot(Snapshot(10 * i, 0.5, w))
     sink.on_end(RunResult("completed", 70, 0.5, 0.1))
-    step, last = artifacts.read_last_snapshot(tmp_path)
+    step, last = safe_read.read_last_snapshot(tmp_path)
     assert step == 60
     assert last.shape == (1, 5, 5)
     np.testing.assert_array_equal(last, frames[-1])
-    np.testing.assert_array_equal(last, artifacts.read_attention(tmp_path)["weights"][-1])
+    np.testing.assert_array_equal(last, safe_read.read_attention(tmp_path)["weights"][-1])
     empty = tmp_path / "empty"
     empty.mkdir()
     sink = artifacts.RunDirSink(empty)
     sink.on_start(RunInfo(config={}, token_ids=[1, 2], tokens=["a", "b"], snapshot_steps=[], steps=3,
                           focus_token=0, run_dir=empty))
     sink.on_end(RunResult("completed", 3, 0.5, 0.1))
-    assert artifacts.read_last_snapshot(empty) is None
+    assert safe_read.read_last_snapshot(empty) is None

@@ -8,8 +8,8 @@ import numpy as np
 
 from attnlab.core.records import RunInfo, RunResult, Snapshot
 from attnlab.core.training import train as train_in_process
-from attnlab.outputs import artifacts
 from attnlab.outputs.console import ConsoleSink, prefixed
+from attnlab.saved import safe_read
 
 from conftest import read_csv
 
@@ -42,7 +42,7 @@ def test_joblib_sweep_lines_carry_the_job_number(cli, cfg_of, tmp_path):
     assert [(r["job"], r["status"]) for r in read_csv(sweep / "summary.csv")] == [
         (folders[0].name, "completed"), (folders[1].name, "completed")]
     reference = train_in_process(cfg_of("task=train", *SHORT))  # the same numbers as the job run in this process
-    assert artifacts.read_metrics(folders[0])[1].tolist() == reference.losses.tolist()
+    assert safe_read.read_run_metrics(folders[0])[1].tolist() == reference.losses.tolist()
     lines = job_lines(proc.stdout)
     assert sorted(lines) == [0, 1]
     train, walk = lines[0], lines[1]

@@ -31,9 +31,9 @@ def test_every_config_folder_is_a_listed_package_with_its_yaml():
 
 
 def test_every_python_package_of_attnlab_is_listed():
-    """A sub-package (attnlab/safe_read/) missing from ``packages`` would be missing from the wheel."""
+    """A sub-package (attnlab/core/) missing from ``packages`` would be missing from the wheel."""
     setup = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
     found = {".".join(d.relative_to(ROOT).parts) for d in (ROOT / "attnlab").rglob("*")
              if d.is_dir() and (d / "__init__.py").is_file()}
-    assert "attnlab.saved.safe_read" in found
+    assert {"attnlab.core", "attnlab.outputs", "attnlab.saved", "attnlab.commands"} <= found
     assert found <= set(setup["packages"])

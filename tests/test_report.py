@@ -16,7 +16,6 @@ import yaml
 from report_helpers import DATA_OPEN, network_refs, page_data, scripts_of, write_synthetic_run
 
 from attnlab.commands.job import run_job
-from attnlab.outputs import artifacts
 from attnlab.saved import report, report_data, safe_read, table
 from attnlab.saved.runs import collect_rows
 
@@ -34,8 +33,8 @@ def default_page(default_run) -> Path:
 def test_default_page_embeds_the_runs_own_numbers(default_run, default_page):
     assert default_page == default_run / "report.html"
     (run,) = page_data(default_page)["runs"]
-    att = artifacts.read_attention(default_run)
-    steps, losses = artifacts.read_metrics(default_run)
+    att = safe_read.read_attention(default_run)
+    steps, losses = safe_read.read_run_metrics(default_run)
     # every snapshot step, the weights within 1e-4 (rounded to 4 decimals), tokens and ids
     assert run["steps"] == att["steps"].tolist() == list(GOLDEN_SECTION5)
     assert run["snapshots_total"] == 5 and run["heads"] == 1
@@ -255,7 +254,7 @@ def test_damaged_runs_become_records_and_the_report_is_written(tmp_path):
     runs = {r["name"]: r for r in page_data(page)["runs"]}
     assert set(runs) == {"0_good", *damaged}
     assert runs["0_good"]["error"] is None and runs["0_good"]["steps"] == [0, 5, 9]
-    assert np.abs(np.asarray(runs["0_good"]["weights"]) - artifacts.read_attention(good)["weights"]).max() <= 5.0001e-5
+    assert np.abs(np.asarray(runs["0_good"]["weights"]) - safe_read.read_attention(good)["weights"]).max() <= 5.0001e-5
     # each problem as attnlab.saved.safe_read words it (the one reading layer; the file relative to the run dir)
     expect = {
         "1_truncated": ("completed", "attention.npz: not a zip archive (an .npz is one; empty or truncated?)"),
@@ -311,7 +310,7 @@ def test_large_run_is_downsampled_within_budget(large_run, tmp_path):
     w = np.asarray(run["weights"], dtype=np.float64)
     assert w.shape == (39, 1, 256, 256)
     assert np.abs(w - full[run["steps"]]).max() <= 5.0001e-5
-    _, losses = artifacts.read_metrics(large_run)
+    _, losses = safe_read.read_run_metrics(large_run)
     assert run["loss"]["total"] == 1000 and run["loss"]["values"] == losses.tolist()  # 1000 <= MAX_LOSS_POINTS
     assert run["snapshot_loss"] == losses[run["steps"]].tolist()
 
@@ -338,7 +337,7 @@ def test_compressed_archives_are_read_and_bounded(tmp_path, monkeypatch):
     """np.savez_compressed archives (not attnlab's own) are streamed; the frames are the same."""
     toks = ["a", "b", "c"]
     run_dir = write_synthetic_run(tmp_path / "z", toks, steps=[0, 1, 2, 3])
-    att = artifacts.read_attention(run_dir)
+    att = safe_read.read_attention(run_dir)
     np.savez_compressed(run_dir / "attention.npz", **att)
     rec = report.load_run(run_dir, max_weight_bytes=2 * report.frame_bytes(1, 3))
     assert rec["error"] is None and rec["steps"] == [0, 3]
@@ -348,7 +347,7 @@ def test_compressed_archives_are_read_and_bounded(tmp_path, monkeypatch):
     assert sizes["weights.npy"] > max(v for k, v in sizes.items() if k != "weights.npy")
     # a compressed archive whose members unpack to more than the limit is refused before any is read
     big = write_synthetic_run(tmp_path / "big", toks, steps=list(range(0, 300, 3)))
-    np.savez_compressed(big / "attention.npz", **artifacts.read_attention(big))
+    np.savez_compressed(big / "attention.npz", **safe_read.read_attention(big))
     with zipfile.ZipFile(big / "attention.npz") as zf:
         declared = zf.getinfo("weights.npy").file_size
     limit = (big / "attention.npz").stat().st_size

@@ -19,8 +19,7 @@ import numpy as np
 import pytest
 from report_helpers import page_data, write_synthetic_run
 
-from attnlab.outputs import artifacts
-from attnlab.saved import report
+from attnlab.saved import report, safe_read
 
 from conftest import GOLDEN_SECTION5
 
@@ -292,7 +291,7 @@ def test_head_selector_each_head_and_the_mean(browser, tmp_path, shots):
     run_dir = write_synthetic_run(tmp_path / "heads", tokens, steps=[0, 4], heads=2, seed=3)
     page_path = report.write_run_report(run_dir)
     (run,) = page_data(page_path)["runs"]
-    att = artifacts.read_attention(run_dir)
+    att = safe_read.read_attention(run_dir)
     assert run["heads"] == 2 and np.abs(np.asarray(run["weights"]) - att["weights"]).max() <= 5.0001e-5
     w = np.asarray(run["weights"], dtype=np.float64)  # what the page holds: (S, H, T, T)
 

@@ -20,6 +20,7 @@ from attnlab.commands import job
 from attnlab.commands import reproduce as R
 from attnlab.commands.reproduce import main
 from attnlab.outputs import artifacts
+from attnlab.saved import safe_read
 from attnlab.saved.verdict import compare_runs, environment_differences
 
 from conftest import run_here
@@ -71,13 +72,13 @@ def test_fresh_run_reproduces_exactly(fresh_run, tmp_path, capsys):
     assert stdout.splitlines()[0] == "reproduced exactly"
     assert tree_bytes(fresh_run) == before  # RUN_DIR untouched
     assert artifacts.is_run_dir(out)
-    summary = artifacts.read_summary(out)
+    summary = safe_read.read_summary(out)
     assert summary["status"] == "completed"
     assert summary["steps_run"] == 40
     assert summary["reproduced_from"] == str(fresh_run.resolve())
     assert (out / "metrics.csv").read_bytes() == (fresh_run / "metrics.csv").read_bytes()
     saved = yaml.safe_load((out / ".hydra" / "config.yaml").read_text(encoding="utf-8"))
-    assert saved == artifacts.read_summary(fresh_run)["config"]  # the config that ran
+    assert saved == safe_read.read_summary(fresh_run)["config"]  # the config that ran
 
 
 def test_default_out_is_a_sibling_and_the_repro_is_itself_reproducible(fresh_run, tmp_path, capsys):
@@ -108,7 +109,7 @@ def test_edited_loss_is_reported_with_its_step(fresh_run, tmp_path, capsys):
 
 def test_edited_snapshot_and_row_count_are_reported(fresh_run, tmp_path):
     run = copy_run(fresh_run, tmp_path / "edited")
-    att = artifacts.read_attention(run)
+    att = safe_read.read_attention(run)
     att["weights"][1, 0, 2, 3] += 0.25
     np.savez(run / "attention.npz", **att)
     lines = (run / "metrics.csv").read_text().splitlines()
@@ -129,8 +130,8 @@ def test_sweep_jobs_reproduce_and_a_diverged_job_leaves_the_others(sweep_dir, tm
     assert "error: optimizer.lr=-1.0: must be a positive finite number" in proc.stderr
     jobs = {p.name.split("_")[0]: p for p in sweep.iterdir() if p.is_dir()}  # 0_..., 1_... (or 0, 1)
     assert sorted(jobs) == ["0", "1", "2"]
-    assert artifacts.read_summary(jobs["2"])["status"] == "failed"
-    s0, s1 = artifacts.read_summary(jobs["0"]), artifacts.read_summary(jobs["1"])
+    assert safe_read.read_summary(jobs["2"])["status"] == "failed"
+    s0, s1 = safe_read.read_summary(jobs["0"]), safe_read.read_summary(jobs["1"])
     assert s0["status"] == "diverged"
     assert s0["steps_run"] == 5
     assert s1["status"] == "completed"
@@ -138,18 +139,18 @@ def test_sweep_jobs_reproduce_and_a_diverged_job_leaves_the_others(sweep_dir, tm
     assert "optimizer.lr=1000" in (jobs["0"] / ".hydra" / "overrides.yaml").read_text()
     assert main([str(jobs["0"]), "--out", str(tmp_path / "repro0")]) == 0
     assert capsys.readouterr().out.startswith("reproduced exactly")
-    assert artifacts.read_summary(tmp_path / "repro0")["status"] == "diverged"
+    assert safe_read.read_summary(tmp_path / "repro0")["status"] == "diverged"
     # without --out a job's reproduction goes beside the sweep, not into it
     assert main([str(jobs["1"])]) == 0
     assert capsys.readouterr().out.startswith("reproduced exactly")
     assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == sorted(p.name for p in jobs.values())
     [beside] = [p for p in sweep.parent.iterdir() if p.name.startswith(f"{sweep.name}-repro-")]
-    assert artifacts.read_summary(beside / jobs["1"].name)["status"] == "completed"
+    assert safe_read.read_summary(beside / jobs["1"].name)["status"] == "completed"
 
 
 def test_environment_differences_are_warned_before_running(fresh_run, tmp_path, capsys):
     run = copy_run(fresh_run, tmp_path / "old")
-    summary = artifacts.read_summary(run)
+    summary = safe_read.read_summary(run)
     summary["versions"]["torch"] = "1.0.0"
     summary["versions"]["torch_threads"] = 3
     (run / "summary.json").write_text(json.dumps(summary))
@@ -158,7 +159,7 @@ def test_environment_differences_are_warned_before_running(fresh_run, tmp_path, 
     assert any(line.startswith("warning: torch differs: 1.0.0 when the run was made, ") for line in err)
     # the reproduction runs with the thread count the run recorded, so that is no difference
     assert not any(line.startswith("warning: torch_threads differs") for line in err)
-    assert artifacts.read_summary(tmp_path / "repro")["versions"]["torch_threads"] == 3
+    assert safe_read.read_summary(tmp_path / "repro")["versions"]["torch_threads"] == 3
     del summary["versions"]["torch_threads"]
     (run / "summary.json").write_text(json.dumps(summary))
     assert main([str(run), "--out", str(tmp_path / "repro2")]) == 0
@@ -309,7 +310,7 @@ def test_plain_hydra_rerun_matches_and_never_writes_into_run_dir(fresh_run, tmp_
                   f"hydra.run.dir={tmp_path / 'bad'}", "model.init_std=big", cwd=tmp_path)
     assert bad.returncode == 2
     assert bad.stderr == "error: model.init_std='big': Value 'big' of type 'str' could not be converted to Float\n"
-    assert artifacts.read_summary(tmp_path / "bad")["status"] == "failed"
+    assert safe_read.read_summary(tmp_path / "bad")["status"] == "failed"
 
 
 @pytest.mark.parametrize("section, option", [("logging", "off"), ("optimizer", "sgd"), ("model", "tiny")])
@@ -410,7 +411,7 @@ def test_reproduce_dot_from_inside_the_run_dir(fresh_run, tmp_path, capsys, monk
     assert main(["myrun"]) == 0
     again = capsys.readouterr().out.splitlines()[1]
     assert again.startswith("reproduction: myrun-repro-") and (tmp_path / again.split(": ", 1)[1]).is_dir()
-    assert artifacts.read_summary(beside)["reproduced_from"] == str(run)
+    assert safe_read.read_summary(beside)["reproduced_from"] == str(run)
     assert sorted(p.name for p in run.iterdir()) == sorted(p.name for p in fresh_run.iterdir())
 
 

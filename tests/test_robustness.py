@@ -19,6 +19,7 @@ from attnlab.core.errors import RunDirError
 from attnlab.core.records import Sink
 from attnlab.core.training import train
 from attnlab.outputs import artifacts
+from attnlab.saved import safe_read
 
 from conftest import ROOT, compose_cfg, run_cli
 
@@ -32,10 +33,10 @@ def tree_bytes(d: Path) -> dict[str, bytes]:
 def assert_consistent(run: Path, steps_run: int) -> None:
     """metrics.csv has exactly steps 0..steps_run-1; attention.npz is readable and holds only
     snapshots of recorded steps; no temporary or partial file is left behind."""
-    steps, losses = artifacts.read_metrics(run)
+    steps, losses = safe_read.read_run_metrics(run)
     assert steps.tolist() == list(range(steps_run))
     assert np.isfinite(losses).all()
-    att = artifacts.read_attention(run)
+    att = safe_read.read_attention(run)
     assert att["weights"].shape[1:] == (1, 6, 6)
     assert att["weights"].shape[0] == len(att["steps"])
     assert all(0 <= s < steps_run for s in att["steps"].tolist())
@@ -63,14 +64,14 @@ def assert_consistent(run: Path, steps_run: int) -> None:
 def test_divergence_stops_at_the_step_and_keeps_everything_before(tmp_path, overrides, step, message):
     cfg = compose_cfg(*SMALL, *overrides)
     assert run_job(cfg, tmp_path / "run").status == "diverged"
-    summary = artifacts.read_summary(tmp_path / "run")
+    summary = safe_read.read_summary(tmp_path / "run")
     assert summary["status"] == "diverged"
     assert summary["steps_run"] == step
     assert summary["error"] == message
     assert_consistent(tmp_path / "run", step)
     expected = train(cfg).losses
-    assert artifacts.read_metrics(tmp_path / "run")[1].tolist() == expected.tolist()
-    assert artifacts.read_attention(tmp_path / "run")["steps"].tolist() == ([0] if step else [])
+    assert safe_read.read_run_metrics(tmp_path / "run")[1].tolist() == expected.tolist()
+    assert safe_read.read_attention(tmp_path / "run")["steps"].tolist() == ([0] if step else [])
 
 
 # --- never overwrite ----------------------------------------------------------------------
@@ -122,7 +123,7 @@ def test_keyboard_interrupt_in_process_keeps_recorded_steps(tmp_path):
     assert result.status == "interrupted"
     assert result.steps_run == 11
     assert_consistent(tmp_path, 11)
-    assert artifacts.read_attention(tmp_path)["steps"].tolist() == [0, 10]
+    assert safe_read.read_attention(tmp_path)["steps"].tolist() == [0, 10]
 
 
 def test_interrupted_run_leaves_a_readable_tensorboard_file(tmp_path):
@@ -178,18 +179,18 @@ def test_signal_mid_run_records_interrupted_and_flushes_everything(tmp_path, sig
     partial = run / ".metrics.csv.partial"
     # running, and past the last snapshot (200) and one flush of 256 steps
     _wait_for(lambda: partial.is_file() and partial.read_text().count("\n") > 300, 120, proc)
-    assert artifacts.read_summary(run)["status"] == "running"  # written first, as running
+    assert safe_read.read_summary(run)["status"] == "running"  # written first, as running
     proc.send_signal(sig)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 1
-    summary = artifacts.read_summary(run)
+    summary = safe_read.read_summary(run)
     assert summary["status"] == "interrupted"
     n = summary["steps_run"]
     assert n >= 300
     assert summary["error"] == f"interrupted at step {n}; {n} steps recorded"
     assert stderr.splitlines()[-1] == f"{summary['error']}; records kept in {run}"
     assert_consistent(run, n)
-    att = artifacts.read_attention(run)
+    att = safe_read.read_attention(run)
     assert att["steps"].tolist() == [0, 20, 50, 100, 200]
     np.testing.assert_allclose(att["weights"].sum(-1), 1.0, rtol=1e-5)
     if tensorboard:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from attnlab.commands.sweep import MAX_NAME_BYTES, job_dirname
-from attnlab.outputs import artifacts
+from attnlab.saved import safe_read
 
 from conftest import read_csv
 
@@ -93,7 +93,7 @@ def test_sweep_keeps_going_past_failed_and_diverged_jobs(cli, tmp_path):
     done = job_dirs(sweep)[0]
     for name in ("metrics.csv", "attention.npz", "summary.json", ".hydra/config.yaml"):
         assert (done / name).is_file()
-    att = artifacts.read_attention(done)
+    att = safe_read.read_attention(done)
     w = att["weights"][-1, 0, 1]
     assert rows[0]["focus_token"] == " journey"
     assert rows[0]["snapshot_step"] == "4"

@@ -7,7 +7,7 @@ from omegaconf import OmegaConf
 
 from attnlab.commands import compare
 from attnlab.commands.job import run_job
-from attnlab.outputs import artifacts
+from attnlab.saved import safe_read
 
 from conftest import compose_cfg
 
@@ -28,7 +28,7 @@ def test_labels_in_console_npz_tensorboard_and_compare(tmp_path, capsys):
     line = next(ln for ln in out.splitlines() if ln.startswith("step   0"))
     assert "|  '旅(1/2)' attends: '你(1/2)'=" in line
     assert " '🚶(1/3)'=" in line and " '程(3/3)'=" in line  # labels stripped, like the tutorial's t.strip()
-    npz = artifacts.read_attention(run_dir)
+    npz = safe_read.read_attention(run_dir)
     assert npz["token_ids"].tolist() == [19526, 254, 21410, 33768, 227, 163, 101, 233, 12520, 248, 114]
     assert npz["tokens"].tolist() == LABELS
     ea = EventAccumulator(str(run_dir)).Reload()

@@ -207,8 +207,6 @@ def test_the_loss_is_named_by_the_objective_in_every_figure_and_page(tmp_path):
     assert (runs_made["next_token"] / "loss.png").read_bytes() == ce
     assert (runs_made["mse"] / "loss.png").read_bytes() == plots.loss_png(losses["mse"])
     assert ce != plots.loss_png(losses["next_token"])  # the label is drawn
-    fresh = plots.LossLayout("loss (cross-entropy, nats)").draw(losses["next_token"], "loss")
-    assert plots.figure_bytes(fresh) == ce  # a reused layout with another label draws a fresh one's pixels
 
     rows = {o: runs.job_row(r) for o, r in runs_made.items()}
     assert (rows["mse"]["objective"], rows["next_token"]["objective"]) == ("mse", "next_token")

@@ -90,7 +90,7 @@ def error_line(err: BaseException, typed: list[str]) -> str:
         held = rundir.claims()
         if held:
             return (f"error: {held[-1].shown}: cannot write Hydra's config there ({os_reason(err)}); "
-                    f"choose another {held[-1].shown.name}")
+                    f"choose another {held[-1].shown.split('=', 1)[0]}")
         return f"error: cannot write {printable(err.filename or 'the output folder', 300)}: {os_reason(err)}"
     if isinstance(err, OverrideParseException):
         return _syntax_line(text, typed)

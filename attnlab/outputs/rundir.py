@@ -61,6 +61,16 @@ def claims() -> list[Claim]:
     return list(_claims.values())
 
 
+def _holder(path: Path) -> str:
+    """`` (pid N)`` from the first line of ``path``'s lock file (at most 32 bytes read), else ``""``."""
+    try:
+        with open(path / LOCK, "rb", buffering=0, opener=lambda f, m: os.open(f, m | os.O_NOFOLLOW | os.O_NONBLOCK)) as f:
+            pid = f.read(32).split(b"\n", 1)[0]
+    except OSError:
+        return ""
+    return f" (pid {int(pid)})" if pid.isdigit() else ""
+
+
 def claim(path: Path, key: str = "hydra.run.dir", hydra_subdir: str | None = None, value: str | None = None,
           hydra_log: str | None = None) -> Claim:
     """Claim ``path`` (created when missing) for this process; returns the claim (the same one
@@ -86,7 +96,7 @@ def claim(path: Path, key: str = "hydra.run.dir", hydra_subdir: str | None = Non
         fd = os.open(path / LOCK, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     except FileExistsError:  # another process's lock, live or left by a killed run
         if run_is_live(path) or (time.sleep(0.05) or run_is_live(path)):  # (a claim flocks just after creating)
-            raise RunDirError(f"{shown}: another attnlab process is writing a run there; {choose}") from None
+            raise RunDirError(f"{shown}: another attnlab process{_holder(path)} is writing a run there; {choose}") from None
         raise RunDirError(f"{shown}: {_contents_problem(path, None, None, choose, stale_lock=True)}") from None
     except OSError as err:
         _remove_created(path, created)
