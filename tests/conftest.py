@@ -216,7 +216,7 @@ def outside(tmp_path_factory):
 @pytest.fixture(autouse=True)
 def no_child_left():
     """A test that fails before it stops the ``attnlab`` it started leaves no process behind: every
-    child of this test process still running at the end is killed (read from /proc)."""
+    ``attnlab`` child of this test process still running at the end is killed (read from /proc)."""
     yield
     me = os.getpid()
     for stat in Path("/proc").glob("[0-9]*/stat"):
@@ -225,7 +225,7 @@ def no_child_left():
             ppid = int(rest.rsplit(")", 1)[1].split()[1])
         except (OSError, ValueError, IndexError):
             continue
-        if ppid == me:
+        if ppid == me and b"attnlab" in (stat.parent / "cmdline").read_bytes():
             try:
                 os.kill(int(pid), 9)
             except OSError:
