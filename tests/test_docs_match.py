@@ -1,4 +1,4 @@
-"""README promises checked against behaviour: TensorBoard's text tag names and the HParams
+"""README and docs/reference.md promises checked against behaviour: TensorBoard's text tag names and the HParams
 ``status``/``error`` columns as TensorBoard's own reader lists them, and the ``make run ARGS=...``
 forms the README gives for quoted text."""
 from __future__ import annotations
@@ -18,7 +18,7 @@ from attnlab.outputs.tensorboard import TensorBoardSink  # noqa: E402
 
 from conftest import ROOT  # noqa: E402
 
-README = (ROOT / "README.md").read_text(encoding="utf-8")
+README = "\n".join((ROOT / name).read_text(encoding="utf-8") for name in ("README.md", "docs/reference.md"))
 CONFIG = {"sentence": "Your journey starts with one step", "optimizer": {"lr": 0.05}}
 
 
