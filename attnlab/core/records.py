@@ -23,8 +23,7 @@ class RunInfo:
     run_dir: Path | None = None
 
     @property
-    def seq_len(self) -> int:
-        """T, the number of tokens."""
+    def seq_len(self) -> int:  # T
         return len(self.token_ids)
 
 
@@ -46,11 +45,9 @@ def head_mean(weights: np.ndarray) -> np.ndarray:
 
 @dataclass
 class RunResult:
-    """How a run ended: ``status`` completed, diverged, interrupted or failed; ``steps_run``
-    recorded, the last one's ``final_loss``; ``steps_to_threshold`` the first step with loss <
-    ``train.loss_threshold`` (or None); ``wall_time_s`` seconds from the first step; ``error``
-    one line unless completed; ``token_ids`` (T,) and ``tokens``; ``losses`` (steps_run,) float64
-    and ``snapshots`` when ``train`` was asked to keep them."""
+    """How a run ended: ``status`` completed, diverged, interrupted or failed; ``error`` one line
+    unless completed; ``steps_to_threshold`` the first step with loss < ``train.loss_threshold``;
+    ``wall_time_s`` seconds; ``losses`` (steps_run,) float64 and ``snapshots`` when kept."""
 
     status: str
     steps_run: int
@@ -72,16 +69,16 @@ class Sink:
         """Before the first step."""
 
     def on_losses(self, steps: np.ndarray, losses: np.ndarray) -> None:
-        """A batch of consecutive steps ``(n,)`` int64 and their losses ``(n,)`` float64."""
+        """Consecutive steps ``(n,)`` int64 and their losses ``(n,)`` float64."""
 
     def on_snapshot(self, snapshot: Snapshot) -> None:
-        """One attention snapshot, after the losses up to its step were sent."""
+        """After the losses up to its step."""
 
     def flush(self) -> None:
-        """Write what is buffered: once, after the last step, before any sink's ``on_end``."""
+        """Once, after the last step, before any sink's ``on_end``."""
 
     def on_end(self, result: RunResult) -> None:
-        """Once, with the final status (``result.losses`` holds every loss)."""
+        """Once, with the final status."""
 
     def close(self) -> None:
-        """Release files, after ``on_end``."""
+        """After ``on_end``."""
