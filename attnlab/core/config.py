@@ -42,14 +42,14 @@ LOSS_NAMES = {Objective.mse.value: "MSE", Objective.next_token.value: "cross-ent
 
 
 def objective_of(config: Any) -> Any:
-    """``train.objective`` of plain config data from a run dir; None when absent (= ``mse``)."""
+    """``train.objective`` of plain config data; None when absent (= ``mse``)."""
     train = config.get("train") if isinstance(config, dict) else None
     return train.get("objective") if isinstance(train, dict) else None
 
 
 def loss_name(objectives: Any) -> str | None:
-    """"MSE" or "cross-entropy, nats" for runs trained with ``objectives`` (``train.objective``
-    values, None = mse); None when they differ or one is not attnlab's."""
+    """"MSE" or "cross-entropy, nats" for runs with these ``train.objective`` values (None = mse);
+    None when they differ or one is not attnlab's."""
     names = {LOSS_NAMES.get(Objective.mse.value if o is None else o) if isinstance(o, (str, type(None))) else None
              for o in objectives}
     return names.pop() if len(names) == 1 else None
@@ -231,8 +231,7 @@ def schema_keys() -> frozenset[str]:
 
 
 def literal(data: Any) -> Any:
-    """Plain data with every ``${`` in a string escaped: a resolved config (summary.json's) loads
-    again as text, nothing interpolated, no resolver run."""
+    """Plain data with every ``${`` in a string escaped: it loads again as text, nothing resolved."""
     import re
 
     if isinstance(data, str):
@@ -256,7 +255,7 @@ def resolve(cfg: DictConfig) -> dict:
         raise ConfigError(extra[0], _raw(raw, extra[0]),
                           "no such config key in attnlab's schema (see `attnlab --help`)")
     try:
-        data = to_plain(cfg)
+        data = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     except RecursionError:
         raise ConfigError("<config>", None, "an interpolation refers to itself (recursive ${...})") from None
     except OmegaConfBaseException as err:
@@ -269,11 +268,6 @@ def resolve(cfg: DictConfig) -> dict:
 def plain(value: Any) -> Any:
     """An Enum config value as its string (``Positional.learned`` → ``"learned"``), others as is."""
     return value.value if isinstance(value, Enum) else value
-
-
-def to_plain(cfg: DictConfig) -> dict:
-    """The resolved config as plain Python values (enums as strings), e.g. for JSON or hparams."""
-    return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)  # type: ignore[return-value]
 
 
 GROUP_HINT = ("is a section of keys, not a value: a config group option such as logging=off or optimizer=sgd "

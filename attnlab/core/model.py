@@ -116,11 +116,8 @@ class MultiHeadSelfAttention(nn.Module):
         scores = weights = None
         if self.attention == "explicit":
             all_scores, all_weights, heads = [], [], []
-            # head h is tutorial §4.2–4.4 on its own columns h·d_k … (h+1)·d_k - 1 of Q and K (one
-            # head: the whole of them, not split: the same numbers, fewer ops a step)
-            per_head = (zip(Q_all.split(self.d_k, -1), K_all.split(self.d_k, -1), V_all.split(self.d_v, -1))
-                        if self.n_heads > 1 else ((Q_all, K_all, V_all),))
-            for q, k, v in per_head:
+            # head h is tutorial §4.2–4.4 on its own columns h·d_k … (h+1)·d_k - 1 of Q and K
+            for q, k, v in zip(Q_all.split(self.d_k, -1), K_all.split(self.d_k, -1), V_all.split(self.d_v, -1)):
                 s = scaled_scores(q, k, mask)  # (T, T)
                 w = torch.softmax(s, dim=-1)  # (T, T), rows sum to 1
                 heads.append(self._drop(w) @ v)  # (T, d_v)
@@ -153,10 +150,7 @@ class MultiHeadSelfAttention(nn.Module):
 
 def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
     """(T, H·d) → (H, T, d), a view: head h is columns h·d … (h+1)·d - 1."""
-    if n_heads == 1:
-        return x.unsqueeze(0)  # the same view in one op
-    T = x.shape[0]
-    return x.view(T, n_heads, -1).transpose(0, 1)
+    return x.view(x.shape[0], n_heads, -1).transpose(0, 1)
 
 
 def merge_heads(x: torch.Tensor) -> torch.Tensor:

@@ -11,8 +11,8 @@ import numpy as np
 
 @dataclass
 class RunInfo:
-    """What a sink knows before the first step: ``config`` resolved, as a plain dict; ``tokens``
-    one readable label per position (T); ``run_dir`` None when nothing is written (Python API)."""
+    """What a sink knows before the first step: ``config`` resolved, plain; ``tokens`` (T) labels;
+    ``run_dir`` None when nothing is written (Python API)."""
 
     config: dict[str, Any]
     token_ids: list[int]
@@ -29,8 +29,7 @@ class RunInfo:
 
 @dataclass
 class Snapshot:
-    """``weights`` (H, T, T) float32, rows sum to 1, at ``step``; ``loss`` that of the same
-    forward pass (as §5 prints them)."""
+    """``weights`` (H, T, T) float32 at ``step``, rows sum to 1; ``loss`` of the same forward (§5)."""
 
     step: int
     loss: float

@@ -55,13 +55,6 @@ def deterministic_algorithms() -> None:
         setter(True)
 
 
-def model_spec(cfg: DictConfig) -> ModelSpec:
-    m = cfg.model
-    return ModelSpec(m.d_model, m.d_k, m.d_v, m.init_std, positional=plain(m.positional) == "learned",
-                     n_heads=m.n_heads, causal=m.causal, dropout=m.dropout, qkv_bias=m.qkv_bias,
-                     attention=plain(m.attention), out_proj=checks.out_proj(cfg))
-
-
 @one_at_a_time
 def build_model(cfg: DictConfig, tokens: tokenizer.Tokens, order: str = "training") -> AttentionModel:
     """Set torch's threads, seed, make the parameters on the CPU in §5's order (``"training"``)
@@ -69,7 +62,10 @@ def build_model(cfg: DictConfig, tokens: tokenizer.Tokens, order: str = "trainin
     threads.configure(cfg, tokens.seq_len)
     torch.manual_seed(cfg.seed)
     deterministic_algorithms()
-    spec = model_spec(cfg)
+    m = cfg.model
+    spec = ModelSpec(m.d_model, m.d_k, m.d_v, m.init_std, positional=plain(m.positional) == "learned",
+                     n_heads=m.n_heads, causal=m.causal, dropout=m.dropout, qkv_bias=m.qkv_bias,
+                     attention=plain(m.attention), out_proj=checks.out_proj(cfg))
     if order == "walkthrough":
         model = build_walkthrough(spec, tokens.vocab_size, tokens.seq_len)
     else:
