@@ -13,12 +13,13 @@ import pytest
 from hydra import compose, initialize_config_module
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
+from attnlab.commands.hydra_config import register_configs
 from attnlab.core import exercises
-from attnlab.core.config import register_configs
 from attnlab.core.focus import FocusSink
 from attnlab.core.tokenizer import encode, token_labels
 from attnlab.core.training import train
 from attnlab.core.walkthrough import walkthrough
+from attnlab.saved import exercise_columns
 
 from conftest import compose_cfg, read_csv
 
@@ -53,7 +54,7 @@ def walkthrough_answers(n: int) -> list[tuple[dict, dict]]:
         arrays = walkthrough(cfg, print_line=lambda line: None)
         ids = arrays["token_ids"].tolist()
         observed = exercises.observe(cfg, ids, token_labels(ids, cfg.tokenizer.encoding), arrays)
-        answers.append((observed, exercises.columns(observed)))
+        answers.append((observed, exercise_columns.columns(observed)))
     return answers
 
 

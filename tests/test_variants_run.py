@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from attnlab.commands.job import run_job
-from attnlab.core import exercises
 from attnlab.core.focus import FocusSink
 from attnlab.core.training import train
+from attnlab.saved import exercise_columns as exercises
 
 from conftest import compose_cfg
 

@@ -1,8 +1,6 @@
-"""Value checks a schema type cannot express: one table (:data:`RULES`) of (key, check,
-what is allowed), each failure one ConfigError line ``key=value: what is allowed``.
-
-:func:`validate` runs before anything is built; :func:`resources` once the token count T is
-known: it refuses a run whose memory or run-dir files cannot fit, before anything is allocated.
+"""Value checks a schema type cannot express: :data:`RULES` of (key, check, what is allowed), each
+failure one ConfigError ``key=value: what is allowed``. :func:`validate` runs before anything is
+built; :func:`resources`, once T is known, refuses a run whose memory or files cannot fit.
 """
 from __future__ import annotations
 
@@ -36,7 +34,6 @@ def _real(ok: Callable[[float], bool]) -> Check:
 
 
 def _optional(check: Check) -> Check:
-    """``check``, or the key is absent / null (an optimizer without it, ``threads`` unset)."""
     return lambda v, cfg: v is None or check(v, cfg)
 
 
@@ -93,7 +90,7 @@ RULES: list[tuple[str, Check, str | Callable[[DictConfig], str]]] = [
 
 
 def validate(cfg: DictConfig) -> None:
-    """Check every rule of :data:`RULES` in order; raises ConfigError at the first bad value."""
+    """Raises ConfigError at the first value :data:`RULES` refuses."""
     for key, ok, allowed in RULES:
         value = OmegaConf.select(cfg, key, default=None)
         if OmegaConf.is_config(value):
@@ -103,8 +100,7 @@ def validate(cfg: DictConfig) -> None:
 
 
 def out_proj(cfg: DictConfig) -> bool:
-    """Whether the model gets W_out (``model.out_proj`` auto / true / false, the rule of
-    :func:`resolve_out_proj`). Raises ConfigError("model.out_proj", ...)."""
+    """Whether the model gets W_out (:func:`resolve_out_proj`); ConfigError("model.out_proj", ...)."""
     value = cfg.model.out_proj
     value = {"true": True, "false": False}.get(value, value) if isinstance(value, str) else value
     m = cfg.model
@@ -115,15 +111,10 @@ def out_proj(cfg: DictConfig) -> bool:
 
 
 def resolve_out_proj(out_proj: bool | str, n_heads: int, d_v: int, d_model: int, *, z_in_d_model: bool) -> bool:
-    """Whether the attention gets an output projection W_out (H·d_v → d_model).
-
-    ``z_in_d_model``: something needs Z in d_model columns (§5 training: the MSE compares Z with
-    X; the next-token head reads d_model); the walkthrough (§4) does not. ``"auto"``: W_out when
-    H > 1 (it mixes the heads, Vaswani et al. 2017 §3.2.2) or when ``z_in_d_model`` and
-    H·d_v ≠ d_model, so the tutorial's configurations get none; ``True`` / ``False``: always /
-    never. Raises ConfigError("out_proj", value, ...) for another value, or for ``False`` when
-    ``z_in_d_model`` and H·d_v ≠ d_model.
-    """
+    """Whether the attention gets W_out (H·d_v → d_model). ``"auto"``: when H > 1 (it mixes the
+    heads, Vaswani et al. §3.2.2) or when ``z_in_d_model`` (§5's loss needs Z in d_model columns)
+    and H·d_v ≠ d_model; ``True`` / ``False``: always / never. ConfigError("out_proj", ...) for
+    another value, or ``False`` when ``z_in_d_model`` and H·d_v ≠ d_model."""
     mismatch = z_in_d_model and n_heads * d_v != d_model
     if out_proj == "auto":
         return n_heads > 1 or mismatch
@@ -138,7 +129,6 @@ def resolve_out_proj(out_proj: bool | str, n_heads: int, d_v: int, d_model: int,
 
 
 def _size(n_bytes: float) -> str:
-    """``n_bytes`` in the largest of GiB, MiB, KiB it reaches (one decimal), else bytes."""
     for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if n_bytes >= size:
             return f"{n_bytes / size:.1f} {unit}"
@@ -161,10 +151,9 @@ def available_memory() -> int | None:
 
 
 def memory_estimate(cfg: DictConfig, seq_len: int, vocab_size: int) -> dict[str, float]:
-    """Bytes a run needs by part, float32, a lower bound: ``token_embedding`` (vocab, d_model);
-    ``attention`` (W_q, W_k, W_v, W_out with gradients and two Adam moments); ``next_token_head``
-    (trained (vocab, d_model) head and its (T, vocab) logits); ``activations`` (X, Q, K, V, Z and
-    the (H, T, T) scores and weights, forward and backward)."""
+    """Bytes a run needs by part, float32, a lower bound: the (vocab, d_model) table; the attention
+    weights with gradients and two Adam moments; the next-token head and its (T, vocab) logits;
+    activations (X, Q, K, V, Z, the (H, T, T) scores and weights, forward and backward)."""
     m, t = cfg.model, seq_len
     next_token = plain(cfg.train.objective) == "next_token" and plain(cfg.task) == "train"
     return {
@@ -176,8 +165,7 @@ def memory_estimate(cfg: DictConfig, seq_len: int, vocab_size: int) -> dict[str,
 
 
 def disk_estimate(cfg: DictConfig, seq_len: int) -> dict[str, float]:
-    """Bytes a training run writes, by file: a metrics.csv row per step, a (H, T, T) float32 per
-    snapshot in attention.npz, TensorBoard's scalar per step and PNG per snapshot."""
+    """Bytes a training run writes, by file (a row per step, a (H, T, T) float32 per snapshot)."""
     n_snaps = len(snapshot_steps(cfg.train))
     parts = {"metrics.csv": METRICS_ROW_BYTES * cfg.train.steps,
              "attention.npz": FLOAT32_BYTES * n_snaps * cfg.model.n_heads * seq_len * seq_len}
@@ -188,8 +176,8 @@ def disk_estimate(cfg: DictConfig, seq_len: int) -> dict[str, float]:
 
 
 def resources(cfg: DictConfig, seq_len: int, vocab_size: int, run_dir: Path | None = None) -> None:
-    """Refuse a run that needs more memory than is available, or (training with a ``run_dir``)
-    more disk than is free there. Raises ConfigError naming the key that makes it large."""
+    """ConfigError naming the key that makes it large when a run needs more memory than is
+    available, or (training into ``run_dir``) more disk than is free there."""
     need = memory_estimate(cfg, seq_len, vocab_size)
     available = available_memory()
     if available is not None and sum(need.values()) > available:

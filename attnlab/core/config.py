@@ -1,9 +1,7 @@
-"""The config schema as plain dataclasses: every key's type and default, written once.
-
-``conf/`` YAML files add only what differs from these defaults; OmegaConf reports a mistyped key
-or a value of the wrong type (``model.d_model=abc``). Value checks a type cannot express are in
-:mod:`attnlab.core.checks`. Defaults are tutorial §5's (seed 42, d_model 6, d_k 4, d_v = d_model,
-init std 1.0, Adam lr 0.05, 201 steps, snapshots at 0, 20, 50, 100, 200, focus on ' journey').
+"""The config schema as plain dataclasses: every key's type and default, written once
+(tutorial §5's: seed 42, d_model 6, d_k 4, d_v = d_model, init std 1.0, Adam lr 0.05, 201 steps,
+snapshots at 0, 20, 50, 100, 200, focus on ' journey'). ``conf/`` adds only what differs;
+value checks a type cannot express are in :mod:`attnlab.core.checks`.
 """
 from __future__ import annotations
 
@@ -44,14 +42,14 @@ LOSS_NAMES = {Objective.mse.value: "MSE", Objective.next_token.value: "cross-ent
 
 
 def objective_of(config: Any) -> Any:
-    """``train.objective`` of plain config data from a run dir; None when absent (= ``mse``)."""
+    """``train.objective`` of plain config data; None when absent (= ``mse``)."""
     train = config.get("train") if isinstance(config, dict) else None
     return train.get("objective") if isinstance(train, dict) else None
 
 
 def loss_name(objectives: Any) -> str | None:
-    """"MSE" or "cross-entropy, nats" for runs trained with ``objectives`` (``train.objective``
-    values, None = mse); None when they differ or one is not attnlab's."""
+    """"MSE" or "cross-entropy, nats" for runs with these ``train.objective`` values (None = mse);
+    None when they differ or one is not attnlab's."""
     names = {LOSS_NAMES.get(Objective.mse.value if o is None else o) if isinstance(o, (str, type(None))) else None
              for o in objectives}
     return names.pop() if len(names) == 1 else None
@@ -171,8 +169,7 @@ OPTIMIZERS = {"adam": AdamConfig, "adamw": AdamWConfig, "sgd": SGDConfig}
 
 
 def optimizer_schema(target: Any) -> type[OptimizerConfig]:
-    """The schema of a shipped optimizer ``_target_`` (``torch.optim.Adam`` → AdamConfig): the
-    allow-list of what attnlab builds. Raises ConfigError for any other target."""
+    """The schema of a shipped ``_target_`` (``torch.optim.Adam`` → AdamConfig); else ConfigError."""
     for node in OPTIMIZERS.values():
         if node._target_ == target:
             return node
@@ -180,37 +177,24 @@ def optimizer_schema(target: Any) -> type[OptimizerConfig]:
     raise ConfigError("optimizer._target_", target, f"must be one of the shipped optimizers: {allowed}")
 
 
-def register_configs() -> None:
-    """TRANSITIONAL, until attnlab.commands.hydra_config.register_configs replaces it: register
-    the schema nodes ``conf/`` extends in Hydra's ConfigStore. Safe to call more than once."""
-    from hydra.core.config_store import ConfigStore
-
-    cs = ConfigStore.instance()
-    cs.store(name="base_config", node=Config)
-    for name, node in OPTIMIZERS.items():
-        cs.store(group="schema/optimizer", name=name, node=node)
-
-
 SNAPSHOT_FRACTIONS = (0.0, 0.1, 0.25, 0.5, 1.0)  # tutorial §5: steps 0, 20, 50, 100, 200 of 0..200
 
 
 def snapshot_steps(train: Any) -> list[int]:
-    """The ``train`` node's snapshot steps, sorted and unique (null: :func:`automatic_snapshot_steps`)."""
+    """The ``train`` node's snapshot steps, sorted and unique (null: automatic)."""
     if train.snapshot_steps is not None:
         return sorted(set(train.snapshot_steps))
     return automatic_snapshot_steps(train.steps)
 
 
 def automatic_snapshot_steps(steps: int) -> list[int]:
-    """§5's pattern scaled to the run: ``round(f · (steps - 1))`` for f in 0, 0.1, 0.25, 0.5, 1
-    (201 steps: 0, 20, 50, 100, 200), sorted and unique."""
+    """§5's steps scaled to the run: ``round(f · (steps - 1))`` for f in :data:`SNAPSHOT_FRACTIONS`."""
     last = steps - 1
     return sorted({int(f * last + 0.5) for f in SNAPSHOT_FRACTIONS})
 
 
 def with_recorded_snapshot_steps(data: dict) -> dict:
-    """Plain config ``data`` as summary.json records it: a null ``train.snapshot_steps`` replaced in
-    place by the steps taken, when ``train.steps`` is a positive int. Returns ``data``."""
+    """``data`` with a null ``train.snapshot_steps`` replaced in place by the steps taken."""
     train = data.get("train")
     if isinstance(train, dict) and train.get("snapshot_steps") is None:
         steps = train.get("steps")
@@ -247,8 +231,7 @@ def schema_keys() -> frozenset[str]:
 
 
 def literal(data: Any) -> Any:
-    """Plain data with every ``${`` in a string escaped: a resolved config (summary.json's) loads
-    again as text, nothing interpolated, no resolver run."""
+    """Plain data with every ``${`` in a string escaped: it loads again as text, nothing resolved."""
     import re
 
     if isinstance(data, str):
@@ -272,7 +255,7 @@ def resolve(cfg: DictConfig) -> dict:
         raise ConfigError(extra[0], _raw(raw, extra[0]),
                           "no such config key in attnlab's schema (see `attnlab --help`)")
     try:
-        data = to_plain(cfg)
+        data = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     except RecursionError:
         raise ConfigError("<config>", None, "an interpolation refers to itself (recursive ${...})") from None
     except OmegaConfBaseException as err:
@@ -287,19 +270,13 @@ def plain(value: Any) -> Any:
     return value.value if isinstance(value, Enum) else value
 
 
-def to_plain(cfg: DictConfig) -> dict:
-    """The resolved config as plain Python values (enums as strings), e.g. for JSON or hparams."""
-    return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)  # type: ignore[return-value]
-
-
 GROUP_HINT = ("is a section of keys, not a value: a config group option such as logging=off or optimizer=sgd "
               "works with attnlab's own configs, not with --config-path to a saved .hydra/config.yaml (it has "
               "no groups); set the section's keys instead (e.g. logging.tensorboard=false, optimizer.lr=0.01)")
 
 
 def _check_sections(cfg: DictConfig) -> None:
-    """Raises ConfigError (:data:`GROUP_HINT`) when a section (``model``, ``optimizer``, ...)
-    holds a plain value: a group option given to a config without groups."""
+    """ConfigError (:data:`GROUP_HINT`) when a section (``model``, ...) holds a plain value."""
     sections = {f.name for f in fields(Config) if f.name == "optimizer" or is_dataclass(f.default_factory)}
     raw = OmegaConf.to_container(cfg, resolve=False)
     for key in sorted(sections & set(raw)):
@@ -308,11 +285,9 @@ def _check_sections(cfg: DictConfig) -> None:
 
 
 def apply_schema(cfg: Any) -> DictConfig:
-    """``cfg`` (composed, or a saved ``.hydra/config.yaml`` as plain data) merged onto
-    :class:`Config`, ``optimizer`` onto the shipped schema its ``_target_`` names; nothing is
-    imported or instantiated. A config Hydra already typed is returned as is. Raises
-    ConfigError (one line) for a section given a plain value, another ``_target_``, a key the
-    schema lacks or a value of the wrong type."""
+    """``cfg`` (composed, or a saved ``.hydra/config.yaml`` as data) merged onto :class:`Config`,
+    ``optimizer`` onto the shipped schema its ``_target_`` names; nothing instantiated. Raises
+    ConfigError for a section given a value, another ``_target_``, an unknown key or a wrong type."""
     from omegaconf.errors import OmegaConfBaseException
 
     if not isinstance(cfg, DictConfig):

@@ -1,4 +1,7 @@
 """attnlab's own errors: each carries one line that names the key, the value and what is allowed."""
+import os
+import traceback
+from pathlib import Path
 
 
 class AttnlabError(Exception):
@@ -22,9 +25,8 @@ class RunDirError(AttnlabError):
 
 
 class WriteError(AttnlabError, OSError):
-    """A run-dir file could not be written: ``no space left on device while writing metrics.csv
-    at step 57``. ``file`` (name in the run dir), ``reason`` (the OS's, in words), ``step`` (the
-    first step not written, None for a file that is no per-step record), ``errno``."""
+    """``no space left on device while writing metrics.csv at step 57``: ``file`` (in the run dir),
+    ``reason`` (the OS's, in words), ``step`` (the first not written, or None), ``errno``."""
 
     def __init__(self, file: str, reason: str, step: int | None = None, errno: int | None = None) -> None:
         self.file, self.reason, self.step = file, reason, step
@@ -33,17 +35,13 @@ class WriteError(AttnlabError, OSError):
 
     @classmethod
     def from_os_error(cls, err: OSError, file: str, step: int | None = None) -> "WriteError":
-        """``err`` (from writing ``file``) as a WriteError; a WriteError is returned as it is."""
         if isinstance(err, WriteError):
             return err
         return cls(file, os_reason(err), step, err.errno)
 
 
 def os_reason(err: OSError) -> str:
-    """The OS's reason for ``err`` in words, lower case: ``no space left on device``,
-    ``file too large``, ``read-only file system`` (``str(err)`` when it has no errno)."""
-    import os
-
+    """The OS's reason for ``err`` in words, lower case (``no space left on device``)."""
     if err.errno is None:
         return str(err) or type(err).__name__
     text = os.strerror(err.errno)
@@ -55,26 +53,15 @@ def as_write_error(err: BaseException, step: int | None = None) -> BaseException
     from: ``the TensorBoard event file`` or ``the run's files``) and ``step``; else ``err``."""
     if isinstance(err, WriteError) or not isinstance(err, OSError) or err.errno is None:
         return err
-    from pathlib import Path
-
+    writers = ("tensorboard.", "torch.utils.tensorboard", "attnlab.outputs.tensorboard")
     if err.filename:
         what = Path(str(err.filename)).name
-    elif any(_module(tb.tb_frame).startswith(("tensorboard.", "torch.utils.tensorboard", "attnlab.outputs.tensorboard"))
-             for tb in _frames(err.__traceback__)):
+    elif any(str(frame.f_globals.get("__name__", "")).startswith(writers)
+             for frame, _ in traceback.walk_tb(err.__traceback__)):
         what = "the TensorBoard event file"
     else:
         what = "the run's files"
     return WriteError(what, os_reason(err), step, err.errno)
-
-
-def _frames(tb):
-    while tb is not None:
-        yield tb
-        tb = tb.tb_next
-
-
-def _module(frame) -> str:
-    return str(frame.f_globals.get("__name__", ""))
 
 
 def describe(err: BaseException) -> str:

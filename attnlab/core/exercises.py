@@ -4,8 +4,7 @@
 :data:`MAX_TABLE`) for exercise 2; for the walkthrough ``shapes`` (exercise 1) and
 ``max_abs_weight_minus_uniform`` (exercise 3, 0 = uniform); with ``analysis.compare_sentence``
 ``permutation_check`` (exercise 5). Exercise 4 (lr x steps) reads ``final_loss`` and
-``steps_to_threshold``. :func:`columns` makes the table cells (:data:`COLUMNS`) the sweep table
-and attnlab-compare show, so a new field is added in this file only.
+``steps_to_threshold``. :mod:`attnlab.saved.exercise_columns` turns them into table cells.
 """
 from __future__ import annotations
 
@@ -18,14 +17,6 @@ from attnlab.core.config import Task, plain
 
 MAX_TABLE = 256  # token_table rows kept in summary.json (n_tokens is always exact)
 STAGES = ("token_embeddings", "pos_embeddings", "X", "Q", "K", "V", "scores", "weights", "Z")
-# table columns made from the observations (see :func:`columns`), their printed headers, and
-# those the printed table shows only when they differ between rows
-COLUMNS = ["focus_step", "heads_focus", "upper_max", "n_tokens", "tokens", "shapes", "max_abs_weight_minus_uniform",
-           "perm_tokens_match", "perm_z_max_abs_diff"]
-HEADERS = {"focus_step": "focus>0.9 at", "heads_focus": "heads: strongest key", "upper_max": "max above diag",
-           "max_abs_weight_minus_uniform": "max|w-1/T|", "perm_tokens_match": "perm_tokens",
-           "perm_z_max_abs_diff": "perm_max|ΔZ|"}
-SAME_HIDDEN = {"n_tokens", "tokens", "shapes"}
 
 
 def token_table(token_ids: Sequence[int], labels: Sequence[str], limit: int = MAX_TABLE) -> list[list[Any]]:
@@ -51,15 +42,11 @@ def row_matching(ids_a: Sequence[int], ids_b: Sequence[int]) -> list[int] | None
 
 
 def permutation_check(cfg: DictConfig) -> dict[str, Any]:
-    """Exercise 5: the job's initial parameters applied to ``sentence`` (A) and
-    ``analysis.compare_sentence`` (B): are B's context vectors A's rows permuted?
-
-    Returns ``compare_sentence``, ``token_ids_a`` / ``_b``, ``tokens_are_permutation`` (B's ids
-    reorder A's), ``permutation`` (row i of Z_B matches row ``permutation[i]`` of Z_A),
-    ``z_max_abs_diff`` = max |Z_B - Z_A[permutation]| and ``x_max_abs_diff`` the same for X (None
-    when not a reordering). Without positions z_max_abs_diff is ~1e-7 (self-attention is
-    permutation-equivariant); with them, of the order of the values. Raises ConfigError /
-    TokenizerError when B cannot be tokenized."""
+    """Exercise 5: the job's initial parameters on ``sentence`` (A) and ``analysis.compare_sentence``
+    (B): are B's context vectors A's rows permuted? ``permutation``: row i of Z_B is row
+    ``permutation[i]`` of Z_A; ``z_max_abs_diff`` = max |Z_B - Z_A[permutation]| (~1e-7 without
+    positions: self-attention is permutation-equivariant), ``x_max_abs_diff`` the same for X
+    (None when B does not reorder A's ids). ConfigError / TokenizerError when B cannot be tokenized."""
     import torch
 
     from attnlab.core import tokenizer
@@ -94,8 +81,7 @@ def permutation_check(cfg: DictConfig) -> dict[str, Any]:
 
 def observe(cfg: DictConfig, token_ids: Sequence[int], labels: Sequence[str],
             arrays: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
-    """The fields above for a finished job on ``token_ids`` (T,); ``arrays`` the walkthrough's
-    return value (None for training)."""
+    """The fields above for a job on ``token_ids`` (T,); ``arrays`` the walkthrough's (None: training)."""
     out: dict[str, Any] = {"n_tokens": len(token_ids), "token_table": token_table(token_ids, labels)}
     if arrays is not None:
         out["shapes"] = {k: list(arrays[k].shape) for k in STAGES if k in arrays}
@@ -103,50 +89,4 @@ def observe(cfg: DictConfig, token_ids: Sequence[int], labels: Sequence[str],
     analysis = cfg.get("analysis")
     if analysis is not None and analysis.get("compare_sentence") is not None:
         out["permutation_check"] = permutation_check(cfg)
-    return out
-
-
-def _two_decimals(value: Any) -> str:
-    """A weight from someone else's summary.json as ``0.97``; ``?`` for anything not a number."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        try:
-            return f"{value:.2f}"
-        except OverflowError:  # an integer too large for a float
-            pass
-    return "?"
-
-
-def columns(summary: dict[str, Any]) -> dict[str, Any]:
-    """The observations a job's ``summary.json`` holds, flattened into table cells
-    (:data:`COLUMNS`; only those present)."""
-    from attnlab.core.tokenizer import show
-
-    out: dict[str, Any] = {}
-    focus = summary.get("focus")
-    if isinstance(focus, dict):  # attnlab.core.focus.FocusSink: training runs
-        mean, heads = focus.get("mean"), focus.get("heads")
-        if isinstance(mean, dict):
-            out["focus_step"] = mean.get("first_step_above")
-        if isinstance(heads, list) and len(heads) > 1:
-            out["heads_focus"] = " ".join(f"{h}:{show(str(e.get('token')).strip())}={_two_decimals(e.get('weight', 0))}"
-                                          for h, e in enumerate(heads) if isinstance(e, dict))
-        config = summary.get("config")
-        causal = isinstance(config, dict) and isinstance(config.get("model"), dict) and config["model"].get("causal")
-        if causal is True:
-            out["upper_max"] = focus.get("upper_triangle_max")
-    if summary.get("n_tokens") is not None:
-        out["n_tokens"] = summary["n_tokens"]
-    table = summary.get("token_table")
-    if isinstance(table, list) and table:
-        out["tokens"] = " ".join(show(str(t[1])) for t in table if isinstance(t, list) and len(t) == 2)
-    shapes = summary.get("shapes")
-    if isinstance(shapes, dict) and shapes:
-        out["shapes"] = " ".join(f"{k}={'x'.join(str(d) for d in v)}" for k, v in shapes.items()
-                                 if k in ("X", "Q", "K", "V", "weights", "Z") and isinstance(v, list))
-    if summary.get("max_abs_weight_minus_uniform") is not None:
-        out["max_abs_weight_minus_uniform"] = summary["max_abs_weight_minus_uniform"]
-    perm = summary.get("permutation_check")
-    if isinstance(perm, dict):
-        out["perm_tokens_match"] = perm.get("tokens_are_permutation")
-        out["perm_z_max_abs_diff"] = perm.get("z_max_abs_diff")
     return out

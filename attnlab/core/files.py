@@ -1,7 +1,5 @@
-"""Reading files that someone else may have made, bounded and never blocking, and showing their
-text safely: the primitives every reader shares (the tokenizer's ``text_file``, the run-dir
-readers of :mod:`attnlab.saved`, the claim of a run dir), and the limits that writers and readers
-share, so attnlab never writes a run its own readers refuse.
+"""Bounded, never-blocking reads of files someone else may have made, :func:`printable` to show
+their text, and the limits writers and readers share (attnlab never writes a run it refuses).
 
 Errors: :class:`RunFileError` (one line ``<file>: <reason>``), :class:`MissingRunFile`.
 """
@@ -30,16 +28,13 @@ YAML_MAX_DEPTH = 32  # nesting of YAML/JSON collections (attnlab's configs: 4)
 JSON_MAX_DEPTH = 32
 REFERENCE_CHAIN = 8  # ${a} -> ${b} -> ... plain references followed at most
 TEXT_LIMIT = 200  # characters printable() keeps by default
-CHUNK = 1 << 20  # bytes per read/decompress step
 
 # bytes read from run-dir files, and bytes of .npz member data decompressed (or copied)
 _counters = {"bytes_read": 0, "bytes_decompressed": 0}
 
 
 def counters() -> dict[str, int]:
-    """Bytes read from run-dir files and bytes of .npz member data decompressed (or copied)
-    by :mod:`attnlab.saved.safe_read` since :func:`reset_counters`: the bound on memory and time the
-    tests assert."""
+    """Bytes read and .npz bytes decompressed since :func:`reset_counters` (what tests bound)."""
     return dict(_counters)
 
 
@@ -78,12 +73,10 @@ def _escape(ch: str) -> str:
 
 
 def printable(text: Any, limit: int = TEXT_LIMIT) -> str:
-    """``text`` (``str()`` of anything else) safe to print to a terminal or write into a table
-    cell or CSV: C0/C1 control characters (ESC, so CSI/OSC sequences; BEL; newlines), DEL,
-    bidi overrides and isolates (U+202A-E, U+2066-9, LRM/RLM/ALM), line/paragraph separators,
-    BOM and lone surrogates are written as ``\\x1b`` / ``\\n`` / ``\\u202e`` escapes; text
-    longer than ``limit`` characters (after escaping) is cut and ends with ``…[+N chars]``
-    (N = characters of ``text`` not shown). Work is O(limit) whatever the length of ``text``."""
+    """``text`` (``str()`` of anything else) safe for a terminal, table cell or CSV: control
+    characters, DEL, bidi controls, line separators, BOM and lone surrogates as ``\\x1b`` /
+    ``\\n`` / ``\\u202e`` escapes; cut to ``limit`` characters, ending ``…[+N chars]`` (N not
+    shown). O(limit) work."""
     if not isinstance(text, str):
         text = str(text)
     head = text[: limit + 1]
@@ -104,12 +97,6 @@ def printable(text: Any, limit: int = TEXT_LIMIT) -> str:
 
 _KINDS = [(stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
           (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISLNK, "a symbolic link")]
-_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
-_O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
-_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-_O_BINARY = getattr(os, "O_BINARY", 0)
-_DIR_FD = os.open in os.supports_dir_fd and bool(_O_NOFOLLOW)
 
 
 def _kind(mode: int) -> str:
@@ -158,31 +145,14 @@ def _split(path: Path, root: Path | None) -> tuple[Path, list[str]]:
 
 
 def open_run_file(path: Path, limit: int, *, root: Path | None = None) -> _BoundedFile:
-    """Open ``path`` (a file inside the run dir ``root``; default: ``path``'s folder) for
-    reading, as a binary file object that never reads past the size checked here. Refuses,
-    with :class:`RunFileError` and without reading a byte: a symbolic link anywhere between
-    ``root`` and the file, anything but a regular file (FIFO, socket, device, folder), a file
-    with more than one hard link, a file larger than ``limit`` bytes; :class:`MissingRunFile`
-    when it does not exist. Use as a context manager."""
+    """``path`` (inside the run dir ``root``, default its folder) open for binary reading, never
+    past the size checked here; opened component by component with ``openat`` (no link
+    followed). RunFileError, before a byte is read, for a symbolic link on the way, anything but
+    a regular file, more than one hard link or more than ``limit`` bytes; MissingRunFile."""
     root, parts = _split(path, root)
     shown = Path(path)
-    if not _DIR_FD:  # no openat (Windows): lstat every component, then open (racy, still no links)
-        current = root
-        for part in parts:
-            current = current / part
-            try:
-                st = os.lstat(current)
-            except FileNotFoundError:
-                raise MissingRunFile(shown, "missing") from None
-            except OSError as err:
-                raise RunFileError(shown, f"cannot be read ({type(err).__name__}: {err.strerror})") from None
-            if stat.S_ISLNK(st.st_mode):
-                raise RunFileError(shown, f"{'' if current == shown else printable(part) + ' '}is a symbolic link "
-                                   "(refused: a run dir holds no links)")
-        fd = os.open(current, os.O_RDONLY | _O_BINARY | _O_NONBLOCK)
-        return _checked(fd, shown, limit)
     try:
-        dir_fd = os.open(root, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
+        dir_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except FileNotFoundError:
         raise MissingRunFile(shown, f"missing (no folder {printable(str(root), 300)})") from None
     except OSError as err:
@@ -203,7 +173,7 @@ def open_run_file(path: Path, limit: int, *, root: Path | None = None) -> _Bound
                 raise RunFileError(shown, f"{printable(part)} is {_kind(st.st_mode)}, not a folder")
             if last and not stat.S_ISREG(st.st_mode):
                 raise RunFileError(shown, f"is {_kind(st.st_mode)}, not a regular file (refused)")
-            flags = os.O_RDONLY | _O_NOFOLLOW | _O_NONBLOCK | _O_CLOEXEC | (0 if last else _O_DIRECTORY)
+            flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | (0 if last else os.O_DIRECTORY)
             try:
                 fd = os.open(part, flags, dir_fd=dir_fd)
             except OSError as err:  # ELOOP: swapped for a link since the stat
@@ -220,14 +190,13 @@ def open_run_file(path: Path, limit: int, *, root: Path | None = None) -> _Bound
 def _checked(fd: int, shown: Path, limit: int) -> _BoundedFile:
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):  # swapped since the lstat: check the descriptor itself
+        if not stat.S_ISREG(st.st_mode):  # swapped since the stat: check the descriptor itself
             raise RunFileError(shown, f"is {_kind(st.st_mode)}, not a regular file (refused)")
         if st.st_nlink > 1:
             raise RunFileError(shown, f"has {st.st_nlink} hard links (refused: it may be a file outside the run dir)")
         if st.st_size > limit:
             raise RunFileError(shown, f"is {st.st_size} bytes, more than the limit of {limit} bytes")
-        if _O_NONBLOCK:
-            os.set_blocking(fd, True)
+        os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)
         raise
@@ -237,14 +206,7 @@ def _checked(fd: int, shown: Path, limit: int) -> _BoundedFile:
 def read_bytes(path: Path, limit: int, *, root: Path | None = None) -> bytes:
     """The bytes of ``path`` (checked as :func:`open_run_file`; at most ``limit`` bytes)."""
     with open_run_file(path, limit, root=root) as f:
-        chunks, left = [], f.size
-        while left > 0:
-            data = f.read(min(left, CHUNK))
-            if not data:
-                break
-            chunks.append(data)
-            left -= len(data)
-        return b"".join(chunks)
+        return f.read()
 
 
 def decode_utf8(data: bytes, path: Path) -> str:

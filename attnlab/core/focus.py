@@ -10,8 +10,7 @@ from attnlab.core.records import RunInfo, Sink, Snapshot
 
 
 class Focus(NamedTuple):
-    """One query's strongest key per head: ``key`` (..., H) int64, the key position with the
-    largest weight (the first one on a tie), and its ``weight`` (..., H) float64."""
+    """One query's strongest key per head: ``key`` (..., H) int64 (the first on a tie), ``weight`` float64."""
 
     key: np.ndarray
     weight: np.ndarray
@@ -25,8 +24,7 @@ def _as_weights(weights: np.ndarray, dtype: type | None = np.float64) -> np.ndar
 
 
 def _query_row(weights: np.ndarray, query: int) -> np.ndarray:
-    """Row ``query`` of every (T, T) of ``weights`` (..., T, T) as float64 (..., T), converting
-    only that row. Raises ValueError as :func:`focus` does."""
+    """Row ``query`` of ``weights`` (..., T, T) as float64 (..., T), converting only that row."""
     w = _as_weights(weights, dtype=None)
     T = w.shape[-1]
     if not 0 <= query < T:
@@ -54,8 +52,8 @@ def row_entropy(weights: np.ndarray) -> np.ndarray:
 
 
 def first_step_above(steps: Sequence[int], values: Sequence[float], threshold: float = 0.9) -> int | None:
-    """The first of ``steps`` (S,) whose ``values`` (S,) entry is > ``threshold``, or None (100
-    for §5's run). Raises ValueError unless both are 1-D of one length."""
+    """The first of ``steps`` (S,) whose ``values`` (S,) is > ``threshold``, or None (§5's run: 100).
+    Raises ValueError unless both are 1-D of one length."""
     s = np.asarray(steps)
     v = np.asarray(values, dtype=np.float64)
     if v.ndim != 1 or s.shape != v.shape:
@@ -68,15 +66,14 @@ FOCUS_THRESHOLD = 0.9  # "focused": the focus token gives its strongest key more
 
 
 def _with_mean(w: np.ndarray) -> np.ndarray:
-    """``w`` (H, ...) float64 with the mean over heads after the heads: (H + 1, ...)."""
+    """(H, ...) → (H + 1, ...): the heads, then their mean."""
     return np.concatenate([w, w.mean(axis=0, keepdims=True)])
 
 
 class FocusSink(Sink):
-    """The focus metrics of a run for summary.json (:meth:`summary`): per head and for the head
-    mean, the focus token's strongest key at the last snapshot, its weight and the first step
-    it exceeds :data:`FOCUS_THRESHOLD`; row entropies; the largest weight above the diagonal.
-    Memory: H + 1 numbers per snapshot and a copy of the last snapshot."""
+    """The focus metrics for summary.json: per head and for the head mean, the focus token's
+    strongest key at the last snapshot, its weight and the first step above the threshold; row
+    entropies; the largest weight above the diagonal. Keeps H + 1 numbers per snapshot."""
 
     def __init__(self, threshold: float = FOCUS_THRESHOLD) -> None:
         self.threshold = threshold
@@ -90,8 +87,7 @@ class FocusSink(Sink):
         self.query, self.tokens = info.focus_token, list(info.tokens)
 
     def on_snapshot(self, snapshot: Snapshot) -> None:
-        """Record ``snapshot`` (weights (H, T, T)). Raises ValueError for weights of another shape
-        or a focus token outside [0, T)."""
+        """Raises ValueError unless the weights are (H, T, T) with the focus token in [0, T)."""
         w = np.asarray(snapshot.weights)
         if w.ndim != 3:
             raise ValueError(f"snapshot weights must be (H, T, T), got shape {w.shape}")
@@ -101,10 +97,8 @@ class FocusSink(Sink):
         self.last = np.array(w)  # a copy: the summary is of the snapshot as taken, whatever its owner does later
 
     def summary(self) -> dict[str, Any]:
-        """``{"focus": {...}}`` for summary.json ({} before the first snapshot): ``query`` and
-        ``token`` (the focus token), ``threshold``, ``step`` (the last snapshot), ``heads`` (one
-        ``{"key", "token", "weight", "first_step_above"}`` per head), ``mean`` (the same for the
-        head mean), ``entropy_nats`` (per head, the T row entropies) and ``upper_triangle_max``."""
+        """``{"focus": {query, token, threshold, step, heads: [{key, token, weight, first_step_above}],
+        mean, entropy_nats (H, T), upper_triangle_max}}``; {} before the first snapshot."""
         if self.last is None:
             return {}
         heads_and_mean = _with_mean(_as_weights(self.last))  # (H + 1, T, T)

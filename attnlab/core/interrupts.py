@@ -1,11 +1,7 @@
-"""Stopping at a safe point: the loop calls :func:`check` between steps, which raises
-``KeyboardInterrupt`` when a signal was recorded, and turns it into status ``interrupted``.
-
-Recording signals is the caller's choice: inside :func:`deferred` (or after :func:`install`,
-the ``attnlab`` command's) the first SIGINT / SIGTERM is only recorded; a second one raises at
-once, except inside :func:`shielded` (a job's last writes). :func:`interruptible` (the loop)
-lets it raise even within a shield; the innermost block decides. Handlers can only be set in
-the main thread; elsewhere these change nothing.
+"""Stopping at a safe point: :func:`check` (between steps) raises ``KeyboardInterrupt`` once a
+signal was recorded. Inside :func:`deferred` (or after :func:`install`) the first SIGINT /
+SIGTERM is only recorded; a second raises at once, except inside :func:`shielded`;
+:func:`interruptible` lets it raise even there (the innermost block decides). Main thread only.
 
 :func:`pause_point` is a test hook: with ``ATTNLAB_TEST_PAUSE_AT=<phase>`` and
 ``ATTNLAB_TEST_PAUSE_FILE=<path>`` set, the process creates the file at that phase and waits
@@ -14,6 +10,7 @@ the main thread; elsewhere these change nothing.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import time
@@ -33,7 +30,7 @@ def _handler(signum, frame) -> None:
 
 
 def _set_handlers(handler) -> dict:
-    """Install ``handler`` for :data:`SIGNALS`; the previous handlers ({} outside the main thread)."""
+    """The previous handlers ({} outside the main thread)."""
     try:
         return {sig: signal.signal(sig, handler) for sig in SIGNALS}
     except ValueError:
@@ -73,24 +70,8 @@ def _mode(shield: bool) -> Iterator[None]:
         _modes.pop()
 
 
-def shielded() -> contextlib.AbstractContextManager:
-    """A second signal inside the block is recorded too, instead of raising."""
-    return _mode(True)
-
-
-def interruptible() -> contextlib.AbstractContextManager:
-    """A second signal inside the block raises at once, even within :func:`shielded`."""
-    return _mode(False)
-
-
-def enter_shield() -> None:
-    """:func:`shielded` without a ``with`` block, until :func:`exit_shield`."""
-    _modes.append(True)
-
-
-def exit_shield() -> None:
-    if _modes:
-        _modes.pop()
+shielded = functools.partial(_mode, True)  # a second signal inside the block is recorded too
+interruptible = functools.partial(_mode, False)  # a second signal raises at once, even when shielded
 
 
 def ignore_from_now() -> None:
@@ -111,7 +92,6 @@ def check() -> None:
 
 
 def pause_point(phase: str) -> None:
-    """Test hook (see the module docstring): pause at ``phase`` when the environment asks."""
     path = os.environ.get("ATTNLAB_TEST_PAUSE_FILE")
     if os.environ.get("ATTNLAB_TEST_PAUSE_AT") != phase or not path:
         return

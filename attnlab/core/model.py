@@ -1,9 +1,7 @@
-"""The tutorial's model, one small module per concept, and the order its parameters are made in.
-
-§2–3 :class:`InputEmbedding`; §4 :class:`MultiHeadSelfAttention` (one head with the switches off
-is the tutorial's §4 code, bit for bit); §5's objectives :func:`mse` against
-:func:`next_token_targets`, or :func:`next_token_cross_entropy` through a head (GPT's);
-:func:`build_section5` / :func:`build_walkthrough`: the tutorial's two random-number orders.
+"""The tutorial's model: §2–3 :class:`InputEmbedding`, §4 :class:`MultiHeadSelfAttention` (one
+head, switches off: §4's code bit for bit), §5's :func:`mse` or GPT's
+:func:`next_token_cross_entropy`; :func:`build_section5` / :func:`build_walkthrough` make the
+parameters in the tutorial's two random-number orders.
 
 Shapes: T tokens, d_model embedding size, H heads, d_k query/key and d_v value size per head.
 """
@@ -27,18 +25,12 @@ NEXT_TOKEN_HEAD_STD = 0.02  # GPT-2's init std for its weights (as nanoGPT's _in
 
 class InputEmbedding(nn.Module):
     """X = token_embedding(ids) + position_embedding(0..T-1), (T, d_model) (tutorial §2–3).
-
-    Takes the two tables already made (their order decides the random numbers drawn: the
-    builders'). ``positional=False`` leaves the position table out of the sum (exercise 5); it
-    still exists, so what is drawn after it does not change.
-    """
+    ``positional=False`` leaves the position table out of the sum (exercise 5), not out of the
+    model: what is drawn after it does not change."""
 
     def __init__(self, token_embedding: nn.Embedding, position_embedding: nn.Embedding,
                  positional: bool = True) -> None:
         super().__init__()
-        if token_embedding.embedding_dim != position_embedding.embedding_dim:
-            raise ValueError(f"token and position tables must have the same width, got "
-                             f"{token_embedding.embedding_dim} and {position_embedding.embedding_dim}")
         self.token_embedding = token_embedding  # (vocab_size, d_model)
         self.position_embedding = position_embedding  # (seq_len, d_model)
         self.positional = positional
@@ -52,11 +44,9 @@ class InputEmbedding(nn.Module):
 
 
 class AttentionOutput(NamedTuple):
-    """One forward of :class:`MultiHeadSelfAttention`, named as in §4 (head h is index h):
-    ``Q``, ``K`` (H, T, d_k); ``V`` (H, T, d_v); ``scores`` (H, T, T) = Q Kᵀ / √d_k, -inf above the
-    diagonal when causal; ``weights`` (H, T, T) = softmax(scores), rows sum to 1, always without
-    dropout (scores and weights None with ``need_weights=False``); ``Z`` (T, H·d_v), or
-    (T, d_model) after W_out."""
+    """One forward, named as in §4: ``Q``, ``K`` (H, T, d_k); ``V`` (H, T, d_v); ``scores`` (H, T, T)
+    = Q Kᵀ / √d_k (-inf above the diagonal when causal); ``weights`` = softmax(scores) without
+    dropout (both None with ``need_weights=False``); ``Z`` (T, H·d_v), or (T, d_model) after W_out."""
 
     Q: torch.Tensor
     K: torch.Tensor
@@ -80,23 +70,15 @@ def scaled_scores(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None = 
 
 
 class MultiHeadSelfAttention(nn.Module):
-    """H heads of scaled dot-product self-attention side by side (tutorial §4; Vaswani et al.
-    2017, eq. 1 and §3.2.2).
+    """H heads of scaled dot-product self-attention (tutorial §4; Vaswani et al. 2017, §3.2.2).
 
     Per head: Q_h = X W_qhᵀ, K_h = X W_khᵀ, V_h = X W_vhᵀ; weights_h = softmax(Q_h K_hᵀ / √d_k);
     head_h = dropout(weights_h) V_h; Z = [head_1 … head_H] (T, H·d_v), then Z W_outᵀ with ``out_proj``.
-
-    Parameters, in creation order (it decides the random numbers): W_query, W_key (Linear(d_model,
-    H·d_k)), W_value (Linear(d_model, H·d_v)), bias-free, nn.Linear's init (rows h·d_k … of head h;
-    H = 1: the tutorial's three layers); with ``qkv_bias`` their biases, U(±1/√d_model), after all
-    three weights; with ``out_proj`` W_out = Linear(H·d_v, d_model), bias-free.
-
-    ``attention="explicit"``: §4's matmul-softmax-matmul one head at a time with 2-D matmuls (a
-    batched (H, T, T) matmul rounds differently); ``"sdpa"``: F.scaled_dot_product_attention for
-    all heads, the weights recomputed without gradient only when asked. ``dropout`` p zeroes
-    weights in training mode only (the two paths draw different masks). Raises ConfigError (key =
-    the argument) for a size that is not a positive int, dropout outside [0, 1), another
-    ``attention``, or ``out_proj`` not a bool.
+    Made in this order (it decides the random numbers): W_query, W_key (d_model → H·d_k), W_value
+    (d_model → H·d_v), bias-free; with ``qkv_bias`` their biases U(±1/√d_model); W_out (H·d_v →
+    d_model). ``attention="explicit"``: §4's 2-D matmuls one head at a time; ``"sdpa"``:
+    F.scaled_dot_product_attention, weights recomputed without gradient when asked. Raises
+    ConfigError (key = the argument) for a bad size, dropout, ``attention`` or ``out_proj``.
     """
 
     def __init__(self, d_model: int, d_k: int, d_v: int, n_heads: int = 1, *, causal: bool = False,
@@ -123,8 +105,7 @@ class MultiHeadSelfAttention(nn.Module):
         self.W_out = nn.Linear(n_heads * d_v, d_model, bias=False) if out_proj else None
 
     @property
-    def d_out(self) -> int:
-        """The width of Z: d_model with W_out, else H·d_v."""
+    def d_out(self) -> int:  # the width of Z
         return self.d_model if self.W_out is not None else self.n_heads * self.d_v
 
     def forward(self, X: torch.Tensor, need_weights: bool = True) -> AttentionOutput:
@@ -135,11 +116,8 @@ class MultiHeadSelfAttention(nn.Module):
         scores = weights = None
         if self.attention == "explicit":
             all_scores, all_weights, heads = [], [], []
-            # head h is tutorial §4.2–4.4 on its own columns h·d_k … (h+1)·d_k - 1 of Q and K (one
-            # head: the whole of them, not split: the same numbers, fewer ops a step)
-            per_head = (zip(Q_all.split(self.d_k, -1), K_all.split(self.d_k, -1), V_all.split(self.d_v, -1))
-                        if self.n_heads > 1 else ((Q_all, K_all, V_all),))
-            for q, k, v in per_head:
+            # head h is tutorial §4.2–4.4 on its own columns h·d_k … (h+1)·d_k - 1 of Q and K
+            for q, k, v in zip(Q_all.split(self.d_k, -1), K_all.split(self.d_k, -1), V_all.split(self.d_v, -1)):
                 s = scaled_scores(q, k, mask)  # (T, T)
                 w = torch.softmax(s, dim=-1)  # (T, T), rows sum to 1
                 heads.append(self._drop(w) @ v)  # (T, d_v)
@@ -165,7 +143,6 @@ class MultiHeadSelfAttention(nn.Module):
         return AttentionOutput(Q, K, V, scores, weights, Z)
 
     def _drop(self, weights: torch.Tensor) -> torch.Tensor:
-        """Dropout on one head's weights in training mode; the weights themselves otherwise."""
         if self.training and self.dropout > 0:
             return F.dropout(weights, self.dropout)
         return weights
@@ -173,10 +150,7 @@ class MultiHeadSelfAttention(nn.Module):
 
 def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
     """(T, H·d) → (H, T, d), a view: head h is columns h·d … (h+1)·d - 1."""
-    if n_heads == 1:
-        return x.unsqueeze(0)  # the same view in one op
-    T = x.shape[0]
-    return x.view(T, n_heads, -1).transpose(0, 1)
+    return x.view(x.shape[0], n_heads, -1).transpose(0, 1)
 
 
 def merge_heads(x: torch.Tensor) -> torch.Tensor:
@@ -186,7 +160,7 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
 
 
 def _add_bias(linear: nn.Linear) -> None:
-    """Give a bias-free ``linear`` a bias drawn like nn.Linear's own, U(-1/√in, 1/√in)."""
+    """A bias for ``linear`` drawn like nn.Linear's own, U(-1/√in, 1/√in)."""
     bound = 1 / math.sqrt(linear.in_features)
     linear.bias = nn.Parameter(torch.empty(linear.out_features))
     nn.init.uniform_(linear.bias, -bound, bound)
@@ -194,8 +168,7 @@ def _add_bias(linear: nn.Linear) -> None:
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """The ``model.*`` keys as plain values (``out_proj`` "auto" | True | False, resolved by
-    :func:`~attnlab.core.checks.resolve_out_proj`); the switches' defaults are the tutorial's."""
+    """The ``model.*`` keys as plain values (``out_proj`` "auto" | True | False); defaults the tutorial's."""
 
     d_model: int
     d_k: int
@@ -236,12 +209,9 @@ def _attention(spec: ModelSpec, z_in_d_model: bool) -> MultiHeadSelfAttention:
 
 
 def build_section5(spec: ModelSpec, vocab_size: int, seq_len: int, next_token_head: bool = False) -> AttentionModel:
-    """Tutorial §5's model, made in §5's order from torch's generator (seed first, on the CPU):
-    token table nn.Embedding(vocab_size, d_model) and position table nn.Embedding(seq_len,
-    d_model) (nn.Embedding's N(0, 1) drawn), both re-drawn N(0, init_std²); the attention (Z in
-    d_model); with ``next_token_head`` Linear(d_model, vocab_size), bias-free, N(0, 0.02²)
-    (GPT-2's). Whatever a switch adds comes after the tutorial's, so the defaults draw its numbers.
-    """
+    """Tutorial §5's model in §5's order: token (vocab_size, d_model) and position (seq_len,
+    d_model) tables, both re-drawn N(0, init_std²); the attention (Z in d_model); with
+    ``next_token_head`` Linear(d_model, vocab_size), bias-free, N(0, 0.02²) (GPT-2's), drawn last."""
     token_embedding = nn.Embedding(vocab_size, spec.d_model)
     position_embedding = nn.Embedding(seq_len, spec.d_model)
     nn.init.normal_(token_embedding.weight, mean=0.0, std=spec.init_std)
@@ -256,9 +226,8 @@ def build_section5(spec: ModelSpec, vocab_size: int, seq_len: int, next_token_he
 
 
 def build_walkthrough(spec: ModelSpec, vocab_size: int, seq_len: int) -> AttentionModel:
-    """Tutorial §2–4's model, in the order its text runs (the only one that prints its §2
-    numbers): token table made and re-drawn N(0, init_std²), then the position table, then the
-    attention (no loss, so "auto" gives W_out only for H > 1). No next-token head."""
+    """Tutorial §2–4's model in the order its text runs: token table made and re-drawn, then the
+    position table, then the attention (no loss: "auto" gives W_out only for H > 1)."""
     token_embedding = nn.Embedding(vocab_size, spec.d_model)
     nn.init.normal_(token_embedding.weight, mean=0.0, std=spec.init_std)
     position_embedding = nn.Embedding(seq_len, spec.d_model)
@@ -282,8 +251,7 @@ def mse(Z: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 
 def next_token_cross_entropy(logits: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
     """GPT's objective in nats: mean over i < T-1 of -log softmax(logits[i])[token_ids[i+1]];
-    ``logits`` (T, vocab_size), ``token_ids`` (T,). The last position has no next token (§5's
-    MSE uses X[-1] itself there). Raises ValueError for T < 2."""
+    ``logits`` (T, vocab_size), ``token_ids`` (T,). Raises ValueError for T < 2."""
     if token_ids.shape[0] < 2:
         raise ValueError(f"next_token_cross_entropy needs at least 2 tokens, got {token_ids.shape[0]}")
     return F.cross_entropy(logits[:-1], token_ids[1:])

@@ -1,13 +1,10 @@
-"""The shipped optimizers (Adam, AdamW, SGD) for tutorial §5's ``optimizer.step()``.
+"""The shipped optimizers (Adam, AdamW, SGD) for tutorial §5's ``optimizer.step()``: :func:`build`.
 
-:func:`build` is the entry point. The public path is the ``torch.optim`` class. Building one
-imports ``torch._dynamo`` (seconds of CPU for a toy run that never compiles), so when the
-installed torch's update functions ``torch.optim.adam.adam`` / ``torch.optim.sgd.sgd`` take
-exactly the keywords passed here (:func:`fast_path_ok`), :class:`Adam` / :class:`SGD` call them
-directly with the state the classes would create: the same numbers bit for bit
-(tests/test_optim.py compares both paths). Any other torch gets the class.
-
-Only what the loop uses: one parameter group, ``zero_grad()`` to None, ``step()`` without a closure.
+Building a ``torch.optim`` class imports ``torch._dynamo`` (seconds of CPU), so when this torch's
+``torch.optim.adam.adam`` / ``torch.optim.sgd.sgd`` take exactly the keywords passed here
+(:func:`fast_path_ok`), :class:`Adam` / :class:`SGD` call them with the state the classes would
+make: the same numbers bit for bit (tests/test_optim.py). Otherwise the class. One parameter
+group, ``zero_grad()`` to None, ``step()`` without a closure.
 """
 from __future__ import annotations
 
@@ -107,5 +104,3 @@ def build(name: str, params: Iterable[torch.nn.Parameter], fast: bool | None = N
         return SGD(params, **kwargs)
     return Adam(params, decoupled_weight_decay=name == "AdamW", **kwargs)
 
-
-OPTIMIZERS = {"Adam": Adam, "AdamW": functools.partial(Adam, decoupled_weight_decay=True), "SGD": SGD}

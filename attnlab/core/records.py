@@ -11,8 +11,8 @@ import numpy as np
 
 @dataclass
 class RunInfo:
-    """What a sink knows before the first step: ``config`` resolved, as a plain dict; ``tokens``
-    one readable label per position (T); ``run_dir`` None when nothing is written (Python API)."""
+    """What a sink knows before the first step: ``config`` resolved, plain; ``tokens`` (T) labels;
+    ``run_dir`` None when nothing is written (Python API)."""
 
     config: dict[str, Any]
     token_ids: list[int]
@@ -23,15 +23,13 @@ class RunInfo:
     run_dir: Path | None = None
 
     @property
-    def seq_len(self) -> int:
-        """T, the number of tokens."""
+    def seq_len(self) -> int:  # T
         return len(self.token_ids)
 
 
 @dataclass
 class Snapshot:
-    """``weights`` (H, T, T) float32, rows sum to 1, at ``step``; ``loss`` that of the same
-    forward pass (as §5 prints them)."""
+    """``weights`` (H, T, T) float32 at ``step``, rows sum to 1; ``loss`` of the same forward (§5)."""
 
     step: int
     loss: float
@@ -46,11 +44,9 @@ def head_mean(weights: np.ndarray) -> np.ndarray:
 
 @dataclass
 class RunResult:
-    """How a run ended: ``status`` completed, diverged, interrupted or failed; ``steps_run``
-    recorded, the last one's ``final_loss``; ``steps_to_threshold`` the first step with loss <
-    ``train.loss_threshold`` (or None); ``wall_time_s`` seconds from the first step; ``error``
-    one line unless completed; ``token_ids`` (T,) and ``tokens``; ``losses`` (steps_run,) float64
-    and ``snapshots`` when ``train`` was asked to keep them."""
+    """How a run ended: ``status`` completed, diverged, interrupted or failed; ``error`` one line
+    unless completed; ``steps_to_threshold`` the first step with loss < ``train.loss_threshold``;
+    ``wall_time_s`` seconds; ``losses`` (steps_run,) float64 and ``snapshots`` when kept."""
 
     status: str
     steps_run: int
@@ -72,16 +68,16 @@ class Sink:
         """Before the first step."""
 
     def on_losses(self, steps: np.ndarray, losses: np.ndarray) -> None:
-        """A batch of consecutive steps ``(n,)`` int64 and their losses ``(n,)`` float64."""
+        """Consecutive steps ``(n,)`` int64 and their losses ``(n,)`` float64."""
 
     def on_snapshot(self, snapshot: Snapshot) -> None:
-        """One attention snapshot, after the losses up to its step were sent."""
+        """After the losses up to its step."""
 
     def flush(self) -> None:
-        """Write what is buffered: once, after the last step, before any sink's ``on_end``."""
+        """Once, after the last step, before any sink's ``on_end``."""
 
     def on_end(self, result: RunResult) -> None:
-        """Once, with the final status (``result.losses`` holds every loss)."""
+        """Once, with the final status."""
 
     def close(self) -> None:
-        """Release files, after ``on_end``."""
+        """After ``on_end``."""

@@ -1,10 +1,7 @@
-"""torch's intra-op threads for a job: ``threads=auto`` picks them from the problem size.
-
-At the tutorial's sizes every op is a few hundred multiply-adds and a second thread only adds
-synchronisation, so ``auto`` is one thread below :data:`MIN_WORK_FOR_MORE` multiply-adds per
-training step and torch's own count above it (measured in ``benchmarks/``); a positive integer
-is used as given. Set once per job before the first tensor (:func:`configure`); summary.json
-records the count as ``versions.torch_threads`` and attnlab-reproduce reuses it.
+"""torch's intra-op threads for a job: ``threads=auto`` is one thread below
+:data:`MIN_WORK_FOR_MORE` multiply-adds per step (at the tutorial's sizes a second thread only
+adds synchronisation; measured in ``benchmarks/``), else torch's own count; an int is used as is.
+summary.json records the count as ``versions.torch_threads``; attnlab-reproduce reuses it.
 """
 from __future__ import annotations
 
@@ -22,20 +19,17 @@ def work_per_step(seq_len: int, d_model: int, d_k: int | None = None, d_v: int |
     return 3.0 * n_heads * (seq_len * d_model * (2 * d_k + d_v) + seq_len * seq_len * (d_k + d_v))
 
 
-def default_threads() -> int:
-    """torch's intra-op thread count before attnlab set one (cores or ``OMP_NUM_THREADS``)."""
+def auto_threads(seq_len: int, d_model: int, d_k: int | None = None, d_v: int | None = None,
+                 n_heads: int = 1) -> int:
+    """1 below :data:`MIN_WORK_FOR_MORE` multiply-adds per step, else torch's default count."""
     global _default
+    if work_per_step(seq_len, d_model, d_k, d_v, n_heads) < MIN_WORK_FOR_MORE:
+        return 1
     if _default is None:
         import torch
 
         _default = torch.get_num_threads()
     return _default
-
-
-def auto_threads(seq_len: int, d_model: int, d_k: int | None = None, d_v: int | None = None,
-                 n_heads: int = 1) -> int:
-    """1 below :data:`MIN_WORK_FOR_MORE` multiply-adds per step, else torch's default count."""
-    return 1 if work_per_step(seq_len, d_model, d_k, d_v, n_heads) < MIN_WORK_FOR_MORE else default_threads()
 
 
 def resolve(value: Any, seq_len: int, d_model: int, d_k: int | None = None, d_v: int | None = None,
@@ -45,20 +39,20 @@ def resolve(value: Any, seq_len: int, d_model: int, d_k: int | None = None, d_v:
 
 
 def configure(cfg: Any, seq_len: int) -> int:
-    """``torch.set_num_threads`` for job ``cfg`` at ``seq_len`` tokens (no ``threads`` key: auto);
-    returns the count torch then reports."""
+    """``torch.set_num_threads`` for job ``cfg`` at ``seq_len`` tokens; the count torch then reports."""
+    global _default
     import torch
 
+    if _default is None:
+        _default = torch.get_num_threads()  # remembered before it changes
     m = cfg.model
     n = resolve(cfg.get("threads", "auto"), seq_len, m.d_model, m.d_k, m.d_v, m.n_heads)
-    default_threads()  # remembered before it changes
     if torch.get_num_threads() != n:
         torch.set_num_threads(n)
     return torch.get_num_threads()
 
 
 def for_reproduction(recorded_versions: Any) -> int | None:
-    """``torch_threads`` of a summary.json's ``versions`` (someone else's data) when it is a
-    positive int, else None (the caller warns and keeps ``threads=auto``)."""
+    """``versions.torch_threads`` of someone else's summary.json when a positive int, else None."""
     value = recorded_versions.get("torch_threads") if isinstance(recorded_versions, dict) else None
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None

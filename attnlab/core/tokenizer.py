@@ -1,10 +1,8 @@
-"""Tutorial §1, text → token ids: the text to read, GPT-2 tokenization that works offline,
-readable token labels, and the checks that need the token count.
+"""Tutorial §1, text → token ids, offline for GPT-2, with readable token labels.
 
-``gpt2`` (alias ``r50k_base``) is built with tiktoken's public API from the ranks file shipped in
-``attnlab/data/gpt2.tiktoken`` (MIT, OpenAI; provenance in ``attnlab/data/README.md``), its
-sha256 checked at load. Other encodings load through ``tiktoken.get_encoding`` as usual, which
-downloads once and caches in ``TIKTOKEN_CACHE_DIR``.
+``gpt2`` (alias ``r50k_base``) is built with tiktoken's public API from the shipped ranks file
+``attnlab/data/gpt2.tiktoken`` (MIT, OpenAI; see ``attnlab/data/README.md``), sha256 checked.
+Other encodings load through ``tiktoken.get_encoding`` (downloaded once, ``TIKTOKEN_CACHE_DIR``).
 """
 from __future__ import annotations
 
@@ -27,25 +25,21 @@ _PACKAGED = {"gpt2", "r50k_base"}
 
 @dataclass(frozen=True)
 class Tokens:
-    """A tokenized text (tutorial §1): ``token_ids`` (T,), one readable label per token
-    (:func:`token_labels`), and ``vocab_size``, the rows of the token-embedding table
-    (at least GPT-2's 50,257)."""
+    """``token_ids`` (T,), one label per token, ``vocab_size`` (rows of the embedding table, ≥ 50,257)."""
 
     token_ids: list[int]
     labels: list[str]
     vocab_size: int
 
     @property
-    def seq_len(self) -> int:
-        """T, the number of tokens."""
+    def seq_len(self) -> int:  # T
         return len(self.token_ids)
 
 
 @functools.lru_cache(maxsize=None)
 def get_encoding(name: str = "gpt2") -> tiktoken.Encoding:
-    """The tiktoken ``Encoding`` ``name``, once per process (gpt2 / r50k_base from the packaged
-    ranks). Raises TokenizerError (one line) for a corrupted packaged file, an unknown name, or
-    a download that fails (says how to fill ``TIKTOKEN_CACHE_DIR``)."""
+    """The tiktoken ``Encoding`` ``name``, once per process. TokenizerError (one line) for a
+    corrupted packaged file, an unknown name, or a failed download (how to fill the cache)."""
     if name in _PACKAGED:
         from tiktoken.load import load_tiktoken_bpe
         from tiktoken_ext.openai_public import r50k_pat_str
@@ -72,9 +66,7 @@ def get_encoding(name: str = "gpt2") -> tiktoken.Encoding:
 
 
 def encode(text: str, name: str = "gpt2", special_tokens: str = "special") -> list[int]:
-    """Token ids ``(T,)`` of ``text``. With ``special_tokens="special"`` a literal
-    ``<|endoftext|>`` becomes its special token (50256 in GPT-2); with ``"text"`` it is
-    encoded as ordinary text (several tokens)."""
+    """Token ids ``(T,)`` of ``text``; ``special_tokens="special"``: ``<|endoftext|>`` is 50256."""
     enc = get_encoding(name)
     if special_tokens == "special":
         return enc.encode(text, allowed_special="all")
@@ -127,9 +119,8 @@ def show(label: str) -> str:
 
 
 def read_text(cfg: DictConfig) -> str:
-    """The text to tokenize: ``text_file`` when set (UTF-8, without the file's final line
-    break, which ends the file rather than belonging to the text), else ``sentence``.
-    Raises ConfigError when the file cannot be read as UTF-8."""
+    """``text_file`` when set (UTF-8, without its final line break), else ``sentence``.
+    ConfigError when the file cannot be read as UTF-8."""
     if not cfg.get("text_file"):
         return cfg.sentence
     try:
@@ -141,9 +132,8 @@ def read_text(cfg: DictConfig) -> str:
 
 
 def tokenize(cfg: DictConfig) -> Tokens:
-    """Tutorial §1: read the text, encode it, label every token. Raises TokenizerError, or
-    ConfigError when the text is empty, over ``tokenizer.max_tokens``, one token for training,
-    or ``train.focus_token`` is not in [0, T)."""
+    """Tutorial §1: read, encode, label. TokenizerError, or ConfigError for an empty text, more
+    than ``tokenizer.max_tokens``, one token for training, or ``train.focus_token`` not in [0, T)."""
     name = cfg.tokenizer.encoding
     ids = encode(read_text(cfg), name, plain(cfg.tokenizer.special_tokens))
     _check_length(cfg, len(ids))

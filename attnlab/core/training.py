@@ -1,8 +1,5 @@
 """Tutorial §5, the toy training run: build the model, then forward → loss → backward → step.
-
-:func:`train` takes a composed config and returns a :class:`~attnlab.core.records.RunResult`
-with every loss and snapshot; it writes nothing itself (sinks do) and never touches the
-working directory.
+:func:`train` returns a :class:`~attnlab.core.records.RunResult`; it writes nothing (sinks do).
 """
 from __future__ import annotations
 
@@ -49,10 +46,8 @@ def one_at_a_time(function):
 
 
 def deterministic_algorithms() -> None:
-    """Deterministic algorithms on. ``torch.use_deterministic_algorithms(True)`` also imports
-    ``torch._inductor.config`` (seconds of CPU, for a flag only ``torch.compile`` reads), so the
-    setter it calls, ``torch._C._set_deterministic_algorithms``, is used when this torch has it
-    and the compiler is not loaded already (then its flag must be set too: the public function)."""
+    """Deterministic algorithms on. The public function imports ``torch._inductor.config`` (seconds
+    of CPU), so the setter it calls is used when this torch has it and the compiler is not loaded."""
     setter = getattr(torch._C, DETERMINISTIC_SETTER, None)
     if setter is None or "torch._inductor.config" in sys.modules:
         torch.use_deterministic_algorithms(True)
@@ -60,23 +55,17 @@ def deterministic_algorithms() -> None:
         setter(True)
 
 
-def model_spec(cfg: DictConfig) -> ModelSpec:
-    """The ``model.*`` keys as a :class:`~attnlab.core.model.ModelSpec`."""
-    m = cfg.model
-    return ModelSpec(m.d_model, m.d_k, m.d_v, m.init_std, positional=plain(m.positional) == "learned",
-                     n_heads=m.n_heads, causal=m.causal, dropout=m.dropout, qkv_bias=m.qkv_bias,
-                     attention=plain(m.attention), out_proj=checks.out_proj(cfg))
-
-
 @one_at_a_time
 def build_model(cfg: DictConfig, tokens: tokenizer.Tokens, order: str = "training") -> AttentionModel:
-    """Set torch's threads (:mod:`attnlab.core.threads`), seed, and create the parameters on the
-    CPU in §5's order (``order="training"``, with the next-token head for
-    ``train.objective=next_token``) or §2–4's (``"walkthrough"``); then move to ``cfg.device``."""
+    """Set torch's threads, seed, make the parameters on the CPU in §5's order (``"training"``)
+    or §2–4's (``"walkthrough"``), then move them to ``cfg.device``."""
     threads.configure(cfg, tokens.seq_len)
     torch.manual_seed(cfg.seed)
     deterministic_algorithms()
-    spec = model_spec(cfg)
+    m = cfg.model
+    spec = ModelSpec(m.d_model, m.d_k, m.d_v, m.init_std, positional=plain(m.positional) == "learned",
+                     n_heads=m.n_heads, causal=m.causal, dropout=m.dropout, qkv_bias=m.qkv_bias,
+                     attention=plain(m.attention), out_proj=checks.out_proj(cfg))
     if order == "walkthrough":
         model = build_walkthrough(spec, tokens.vocab_size, tokens.seq_len)
     else:
@@ -86,9 +75,7 @@ def build_model(cfg: DictConfig, tokens: tokenizer.Tokens, order: str = "trainin
 
 
 def build_optimizer(opt_cfg: DictConfig, params: Iterable[torch.nn.Parameter]):
-    """The ``optimizer`` group over ``params`` (:func:`attnlab.core.optim.build`). The class comes
-    from the shipped allow-list (:func:`~attnlab.core.config.optimizer_schema`, ConfigError for
-    any other ``_target_``); nothing is instantiated from the config itself."""
+    """The ``optimizer`` group over ``params``, from the shipped allow-list (ConfigError otherwise)."""
     name = optimizer_schema(opt_cfg.get("_target_"))._target_.rsplit(".", 1)[1]
     kwargs = {k: v for k, v in OmegaConf.to_container(opt_cfg, resolve=True).items() if k != "_target_"}
     if "betas" in kwargs:
@@ -97,14 +84,10 @@ def build_optimizer(opt_cfg: DictConfig, params: Iterable[torch.nn.Parameter]):
 
 
 class LossRecorder:
-    """The loop's loss bookkeeping: each step's loss kept as a tensor (no ``.item()`` sync per
-    step), sent to the sinks in batches of consecutive steps, up to the first non-finite loss.
-
-    ``recorded`` steps were sent (a batch on which a later sink fails still counts: the first
-    sink, the run's own record, took it); ``final_loss`` the last of them; ``steps_to_threshold``
-    the first step with loss < ``threshold``; ``diverged_at`` / ``bad_value`` the first step
-    whose loss was not finite, and that value. ``losses`` (recorded,) float64 when ``keep``.
-    """
+    """Each step's loss kept as a tensor (no ``.item()`` sync per step), sent to the sinks in
+    batches of consecutive steps up to the first non-finite loss (``diverged_at``, ``bad_value``).
+    ``recorded`` steps were sent (a batch a later sink fails on counts: the first sink took it);
+    ``steps_to_threshold`` the first with loss < ``threshold``; ``losses`` (recorded,) float64."""
 
     def __init__(self, sinks: list[Sink], threshold: float, keep: bool = True) -> None:
         self.sinks, self.threshold = sinks, threshold
@@ -160,11 +143,9 @@ def train(cfg: DictConfig, sinks: Iterable[Sink] = (), run_dir: Path | None = No
           keep_snapshots: bool = True, keep_losses: bool = True) -> RunResult:
     """Run tutorial §5's training as ``cfg`` says, sending records to ``sinks`` in order.
 
-    ``status``: completed; diverged (a non-finite loss or an update torch cannot represent;
-    records kept up to the step before); interrupted (KeyboardInterrupt, e.g. raised by
-    :func:`attnlab.core.interrupts.check` between steps; the finished steps kept); failed (a sink
-    or torch raised: re-raised, an OSError as WriteError, after every sink ended). Raises
-    ConfigError / TokenizerError before any sink starts when the config is bad.
+    ``status``: completed; diverged (a non-finite loss or update, kept up to the step before);
+    interrupted (KeyboardInterrupt between steps); failed (re-raised, an OSError as WriteError,
+    after every sink ended). ConfigError / TokenizerError before any sink starts.
     """
     sinks = list(sinks)
     # build: text → ids (§1), parameters in §5's order (§2–4), the optimizer
@@ -262,9 +243,8 @@ def _result(recorder: LossRecorder, info: RunInfo, kept: list[Snapshot], t0: flo
 
 
 def _finish(sinks: list[Sink], result: RunResult) -> None:
-    """``flush`` on every sink, then ``on_end`` and ``close`` on each in turn, shielded from a
-    second signal; a failing sink does not stop the others, and those after it end the run as
-    ``failed`` with its reason. Re-raises the first failure."""
+    """``flush`` on every sink, then ``on_end`` and ``close`` on each, shielded; a failing sink
+    does not stop the others (those after it see ``failed``). Re-raises the first failure."""
     errors = []
 
     def call(method, *args) -> None:

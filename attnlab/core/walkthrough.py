@@ -1,8 +1,6 @@
-"""Tutorial sections 1–4 as a narrated run (``task=walkthrough``).
-
-Parameters are created in the walkthrough's order (§2: token embedding created and initialised,
-§3: position embedding, §4.1: W_query, W_key, W_value) after ``torch.manual_seed(seed)``; with
-the tutorial_walkthrough preset (seed 123, std 0.02) this prints the tutorial's numbers.
+"""Tutorial sections 1–4 as a narrated run (``task=walkthrough``), parameters made in the text's
+order (§2 token table, §3 position table, §4.1 W_query, W_key, W_value); with the
+tutorial_walkthrough preset (seed 123, std 0.02) it prints the tutorial's numbers.
 """
 from __future__ import annotations
 
@@ -19,10 +17,10 @@ from attnlab.core.training import build_model, one_at_a_time
 
 @one_at_a_time
 def walkthrough(cfg: DictConfig, print_line: Callable[[str], object] = print) -> dict[str, np.ndarray]:
-    """Print sections 1–4 for ``cfg``, one line per ``print_line(str)`` call, and return the
-    intermediates (head 0): ``token_ids`` (T,), ``token_embeddings``, ``pos_embeddings``, ``X``
-    (T, d_model), ``Q``, ``K`` (T, d_k), ``V`` (T, d_v), ``scores``, ``weights`` (T, T), ``Z``
-    (T, d_v). Writes nothing. Raises ConfigError / TokenizerError on bad input."""
+    """Print sections 1–4 through ``print_line(str)``; return head 0's intermediates: ``token_ids``
+    (T,), ``token_embeddings``, ``pos_embeddings``, ``X`` (T, d_model), ``Q``, ``K`` (T, d_k), ``V``
+    (T, d_v), ``scores``, ``weights`` (T, T), ``Z`` (T, d_v). Writes nothing. ConfigError /
+    TokenizerError on bad input."""
 
     def p(*args: object) -> None:
         for line in " ".join(str(a) for a in args).split("\n"):

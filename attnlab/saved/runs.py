@@ -28,12 +28,12 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from attnlab.core import exercises
 from attnlab.core.config import objective_of
 from attnlab.core.errors import RunDirError
 from attnlab.core.records import head_mean
 from attnlab.core.tokenizer import token_labels
 from attnlab.outputs import rundir
+from attnlab.saved import exercise_columns as exercises
 from attnlab.saved import safe_read
 from attnlab.saved.safe_read import ATTENTION, CONFIG, METRICS, SUMMARY, WALKTHROUGH, MissingRunFile, RunFileError
 

@@ -19,9 +19,9 @@ import unicodedata
 from pathlib import Path
 from typing import Any, Sequence
 
-from attnlab.core import exercises
 from attnlab.core.tokenizer import show
 from attnlab.outputs import artifacts
+from attnlab.saved import exercise_columns as exercises
 from attnlab.saved.runs import COLUMNS
 from attnlab.saved.safe_read import printable
 

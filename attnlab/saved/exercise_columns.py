@@ -1,0 +1,60 @@
+"""The exercise observations of a job's summary.json (:mod:`attnlab.core.exercises`) as the table
+cells the sweep table and attnlab-compare show: :func:`columns`, their :data:`HEADERS`."""
+from __future__ import annotations
+
+from typing import Any
+
+from attnlab.core.tokenizer import show
+
+# table columns made from the observations, their printed headers, and
+# those the printed table shows only when they differ between rows
+COLUMNS = ["focus_step", "heads_focus", "upper_max", "n_tokens", "tokens", "shapes", "max_abs_weight_minus_uniform",
+           "perm_tokens_match", "perm_z_max_abs_diff"]
+HEADERS = {"focus_step": "focus>0.9 at", "heads_focus": "heads: strongest key", "upper_max": "max above diag",
+           "max_abs_weight_minus_uniform": "max|w-1/T|", "perm_tokens_match": "perm_tokens",
+           "perm_z_max_abs_diff": "perm_max|ΔZ|"}
+SAME_HIDDEN = {"n_tokens", "tokens", "shapes"}
+
+
+def _two_decimals(value: Any) -> str:
+    """A weight from someone else's summary.json as ``0.97``; ``?`` for anything not a number."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            return f"{value:.2f}"
+        except OverflowError:  # an integer too large for a float
+            pass
+    return "?"
+
+
+def columns(summary: dict[str, Any]) -> dict[str, Any]:
+    """The observations a job's ``summary.json`` holds, flattened into table cells
+    (:data:`COLUMNS`; only those present)."""
+    out: dict[str, Any] = {}
+    focus = summary.get("focus")
+    if isinstance(focus, dict):  # attnlab.core.focus.FocusSink: training runs
+        mean, heads = focus.get("mean"), focus.get("heads")
+        if isinstance(mean, dict):
+            out["focus_step"] = mean.get("first_step_above")
+        if isinstance(heads, list) and len(heads) > 1:
+            out["heads_focus"] = " ".join(f"{h}:{show(str(e.get('token')).strip())}={_two_decimals(e.get('weight', 0))}"
+                                          for h, e in enumerate(heads) if isinstance(e, dict))
+        config = summary.get("config")
+        causal = isinstance(config, dict) and isinstance(config.get("model"), dict) and config["model"].get("causal")
+        if causal is True:
+            out["upper_max"] = focus.get("upper_triangle_max")
+    if summary.get("n_tokens") is not None:
+        out["n_tokens"] = summary["n_tokens"]
+    table = summary.get("token_table")
+    if isinstance(table, list) and table:
+        out["tokens"] = " ".join(show(str(t[1])) for t in table if isinstance(t, list) and len(t) == 2)
+    shapes = summary.get("shapes")
+    if isinstance(shapes, dict) and shapes:
+        out["shapes"] = " ".join(f"{k}={'x'.join(str(d) for d in v)}" for k, v in shapes.items()
+                                 if k in ("X", "Q", "K", "V", "weights", "Z") and isinstance(v, list))
+    if summary.get("max_abs_weight_minus_uniform") is not None:
+        out["max_abs_weight_minus_uniform"] = summary["max_abs_weight_minus_uniform"]
+    perm = summary.get("permutation_check")
+    if isinstance(perm, dict):
+        out["perm_tokens_match"] = perm.get("tokens_are_permutation")
+        out["perm_z_max_abs_diff"] = perm.get("z_max_abs_diff")
+    return out
