@@ -6,6 +6,7 @@ whose snapshots do not fit keeps ``max(2, share // frame_bytes)``, evenly spaced
 kept. Loss curves are thinned to :data:`MAX_LOSS_POINTS`, keeping every shown snapshot's step."""
 from __future__ import annotations
 
+import contextlib
 import math
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -141,12 +142,12 @@ def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int
         row = runs.row_from(files, name, metrics=None, last=None)
         return {**rec, "status": "unreadable", "error": files.problems[0], "problems": files.problems,
                 "table": table.page_cells(row)}
-    summary, used = files.summary, files.used_config
+    summary, used = files.summary, files.config
     rec["status"] = _jsonable(files.status)
-    try:  # Hydra's file of an older run: its plain ${a.b} references looked up, anything else shown as text
-        shown = used if used is not files.config else safe_read.resolve_references(used)
-    except RunFileError:
-        shown = used
+    shown = used
+    if not isinstance(summary.get("config"), dict):  # Hydra's file: plain ${a.b} looked up, the rest shown as text
+        with contextlib.suppress(RunFileError):
+            shown = safe_read.resolve_references(used)
     rec["config"] = _jsonable(shown)
     rec["overrides"] = _jsonable(files.overrides)
     rec["versions"] = _jsonable(summary.get("versions") or {})

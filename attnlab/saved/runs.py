@@ -67,8 +67,9 @@ def find_runs(path: Path) -> list[Path]:
 @dataclass
 class RunFiles:
     """What a run dir says about itself (:func:`read_run`): ``summary`` ({} when unusable),
-    ``status``, ``config`` (nothing resolved), ``overrides``, ``problems`` (a line per unreadable
-    file), ``root`` (no link followed below it), ``linked`` (reached through a link: nothing read)."""
+    ``status``, ``config`` (summary.json's, else ``.hydra/config.yaml``; nothing resolved),
+    ``overrides``, ``problems`` (a line per unreadable file), ``root`` (no link followed below
+    it), ``linked`` (reached through a link: nothing read)."""
 
     run_dir: Path
     root: Path
@@ -80,18 +81,12 @@ class RunFiles:
     linked: bool = False
 
     @property
-    def used_config(self) -> dict[str, Any]:
-        """summary.json's config when it has one, else :attr:`config`."""
-        recorded = self.summary.get("config")
-        return recorded if isinstance(recorded, dict) else self.config
-
-    @property
     def objective(self) -> Any:
-        return objective_of(self.used_config)
+        return objective_of(self.config)
 
     @property
     def task(self) -> str:
-        task = self.summary.get("task") or safe_read.select(self.used_config, "task")
+        task = self.summary.get("task") or safe_read.select(self.config, "task")
         return task if task in ("train", "walkthrough") else "train"
 
     def attempt(self, read: Callable[..., Any], *args: Any, missing_ok: bool = False, **kwargs: Any) -> Any:
@@ -257,7 +252,7 @@ def row_from(files: RunFiles, job: str | None = None, *, sweep_end: bool = False
 
 
 def _fill_row(row: dict[str, Any], files: RunFiles, sweep_end: bool, metrics: Any, last: Any) -> None:
-    run_dir, summary, config = files.run_dir, files.summary, files.used_config
+    run_dir, summary, config = files.run_dir, files.summary, files.config
     row["status"] = files.status
     if files.linked:
         row["error"], row["problems"] = files.problems[0], files.problems

@@ -48,7 +48,6 @@ ATTENTION = "attention.npz"
 WALKTHROUGH = "walkthrough.npz"
 
 
-# ----------------------------------------------------------------------------- YAML
 _CORE = "tag:yaml.org,2002:"
 _TAGS = {None, "!", *(_CORE + t for t in ("null", "bool", "int", "float", "str", "seq", "map"))}
 MAX_NUMBER_CHARS = 4300  # Python's limit on the digits of an int converted from text
@@ -165,7 +164,6 @@ def read_yaml_data(path: Path, limit: int = CONFIG_LIMIT, *, root: Path | None =
     return parse_yaml_data(read_text(path, limit, root=root), Path(path))
 
 
-# ----------------------------------------------------------------------------- JSON, metrics.csv
 def read_json_data(path: Path, limit: int = SUMMARY_LIMIT, *, root: Path | None = None) -> Any:
     """``path`` as JSON (NaN/Infinity allowed), nested at most :data:`JSON_MAX_DEPTH` levels."""
     path = Path(path)
@@ -236,9 +234,7 @@ def read_metrics(path: Path, limit: int = METRICS_LIMIT, *, root: Path | None = 
     return np.array(steps, dtype=np.int64), np.array(losses, dtype=np.float64)
 
 
-# ----------------------------------------------------------------------------- the files of a run dir
-# ``root`` (default ``run_dir``): the folder below which no symbolic link is followed (the sweep
-# folder the user named, when ``run_dir`` is a job found inside it).
+# ``root`` (default ``run_dir``): no symbolic link is followed below it (the sweep folder a job was found in)
 def read_config(run_dir: Path, limit: int = CONFIG_LIMIT, *, root: Path | None = None,
                 resolve: bool = True) -> dict[str, Any]:
     """``.hydra/config.yaml`` as a mapping, plain references resolved unless ``resolve=False``."""

@@ -30,13 +30,9 @@ def environment_differences(recorded: dict[str, Any] | None, current: dict[str, 
     """One warning line per key whose recorded ``versions`` differ from ``current``."""
     if not recorded:
         return ["warning: summary.json records no environment (versions); cannot check it matches"]
-    lines = []
-    for key in sorted(set(recorded) | set(current), key=str):
-        was, now = recorded.get(key), current.get(key)
-        if was != now:
-            lines.append(f"warning: {printable(key, 60)} differs: {printable(was, 100)} when the run was made, "
-                         f"{printable(now, 100)} now")
-    return lines
+    return [f"warning: {printable(key, 60)} differs: {printable(recorded.get(key), 100)} when the run was made, "
+            f"{printable(current.get(key), 100)} now"
+            for key in sorted(set(recorded) | set(current), key=str) if recorded.get(key) != current.get(key)]
 
 
 def _first_and_max(a: np.ndarray, b: np.ndarray, steps: np.ndarray) -> tuple[int | None, float | None]:
@@ -44,8 +40,7 @@ def _first_and_max(a: np.ndarray, b: np.ndarray, steps: np.ndarray) -> tuple[int
     n = min(len(a), len(b))
     a, b = a[:n], b[:n]
     same = (a == b) | (np.isnan(a) & np.isnan(b)) if a.dtype.kind == "f" else a == b
-    same = same.reshape(n, -1).all(axis=1)
-    bad = np.flatnonzero(~same)
+    bad = np.flatnonzero(~same.reshape(n, -1).all(axis=1))
     if not bad.size:
         return None, None
     diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
