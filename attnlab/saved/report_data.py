@@ -41,12 +41,7 @@ def frame_bytes(H: int, T: int) -> int:
 
 def pick_frames(n: int, budget: int, fbytes: int) -> list[int]:
     """Indices of the snapshots to show out of ``n`` (see the module docstring)."""
-    if n <= 0:
-        return []
-    k = max(MIN_FRAMES, budget // max(fbytes, 1))
-    if n <= k:
-        return list(range(n))
-    return sorted({int(i) for i in np.round(np.linspace(0, n - 1, k))})
+    return _thin(n, max(MIN_FRAMES, budget // max(fbytes, 1))).tolist()
 
 
 def weight_need(run_dir: Path, root: Path | None = None) -> int:
