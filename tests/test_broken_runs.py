@@ -161,7 +161,7 @@ def test_a_damaged_run_is_one_row_and_one_record_beside_a_healthy_one(case, base
     assert [r["name"] for r in records] == ["0_healthy", f"1_{case.name}"]
     assert_healthy_record(records[0], folder / "0_healthy")
     assert (records[1]["status"], records[1]["error"]) == (
-        S.printable(status, report.MAX_STR), None if error is None else S.printable(error, report.MAX_STR))
+        S.printable(status, report_data.MAX_STR), None if error is None else S.printable(error, report_data.MAX_STR))
     assert bool(records[1]["problems"]) == broken
     page = tmp_path / "page.html"
     code = report.main([str(folder), "-o", str(page)])

@@ -170,7 +170,7 @@ def test_walkthrough_run_is_one_snapshot(tmp_path):
     (run_dir / ".hydra").mkdir(parents=True)
     OmegaConf.save(cfg, run_dir / ".hydra" / "config.yaml")  # as Hydra saves it
     assert run_job(cfg, run_dir).status == "completed"
-    rec = report.load_run(run_dir)
+    rec = report_data.load_run(run_dir)
     with np.load(run_dir / "walkthrough.npz") as npz:
         weights, ids = npz["weights"], npz["token_ids"]
     assert rec["kind"] == "walkthrough" and rec["steps"] == [0] and rec["token_ids"] == ids.tolist() == TUTORIAL_IDS
@@ -281,18 +281,18 @@ def test_damaged_runs_become_records_and_the_report_is_written(tmp_path):
 
 # ------------------------------------------------------------------ downsampling and the page budget
 def test_pick_frames_and_share_budget():
-    assert report.pick_frames(5, 10_000, 100) == [0, 1, 2, 3, 4]
-    picked = report.pick_frames(1000, 39 * 500, 500)
+    assert report_data.pick_frames(5, 10_000, 100) == [0, 1, 2, 3, 4]
+    picked = report_data.pick_frames(1000, 39 * 500, 500)
     assert len(picked) == 39 and picked[0] == 0 and picked[-1] == 999
     gaps = np.diff(picked)
     assert gaps.min() >= 26 and gaps.max() <= 27  # evenly spaced: 999 / 38 = 26.3
-    assert report.pick_frames(1000, 10, 500) == [0, 999]  # first and last whatever the budget
-    shares = report.share_budget([100, 5_000, 0, 50_000], budget=30_000)
+    assert report_data.pick_frames(1000, 10, 500) == [0, 999]  # first and last whatever the budget
+    shares = report_data.share_budget([100, 5_000, 0, 50_000], budget=30_000)
     assert shares == [100, 5_000, 0, 24_900]  # the small runs get what they need, the large one the rest
-    assert report.share_budget([50_000, 40_000], budget=30_000) == [15_000, 15_000]
+    assert report_data.share_budget([50_000, 40_000], budget=30_000) == [15_000, 15_000]
     # one frame of T = 256, H = 1 as JSON is at most 7 bytes per weight
     frame = np.full((1, 256, 256), 0.1234, dtype=np.float64)
-    assert len(json.dumps(frame.tolist(), separators=(",", ":"))) <= report.frame_bytes(1, 256)
+    assert len(json.dumps(frame.tolist(), separators=(",", ":"))) <= report_data.frame_bytes(1, 256)
 
 
 def test_large_run_is_downsampled_within_budget(large_run, tmp_path):
@@ -300,7 +300,7 @@ def test_large_run_is_downsampled_within_budget(large_run, tmp_path):
     size = page.stat().st_size
     assert size <= 20_000_000, f"{size:,} bytes"
     (run,) = page_data(page)["runs"]
-    k = report.WEIGHT_BUDGET // report.frame_bytes(1, 256)  # 18e6 // 459,268 = 39
+    k = report_data.WEIGHT_BUDGET // report_data.frame_bytes(1, 256)  # 18e6 // 459,268 = 39
     assert run["snapshots_total"] == 1000 and len(run["steps"]) == k == 39
     assert run["steps"][0] == 0 and run["steps"][-1] == 999
     gaps = np.diff(run["steps"])
@@ -317,8 +317,8 @@ def test_large_run_is_downsampled_within_budget(large_run, tmp_path):
 
 def test_long_loss_curves_are_thinned_keeping_snapshot_steps(tmp_path):
     run_dir = write_synthetic_run(tmp_path / "long", ["a", "b", "c"], steps=[0, 1234, 4999])
-    rec = report.load_run(run_dir)
-    n = report.MAX_LOSS_POINTS
+    rec = report_data.load_run(run_dir)
+    n = report_data.MAX_LOSS_POINTS
     assert rec["loss"]["total"] == 5000 and n <= len(rec["loss"]["steps"]) <= n + 3
     assert {0, 1234, 4999} <= set(rec["loss"]["steps"])
     assert rec["snapshot_loss"] == [1.0, 1.0 / 1235, 1.0 / 5000]
@@ -339,7 +339,7 @@ def test_compressed_archives_are_read_and_bounded(tmp_path, monkeypatch):
     run_dir = write_synthetic_run(tmp_path / "z", toks, steps=[0, 1, 2, 3])
     att = safe_read.read_attention(run_dir)
     np.savez_compressed(run_dir / "attention.npz", **att)
-    rec = report.load_run(run_dir, max_weight_bytes=2 * report.frame_bytes(1, 3))
+    rec = report_data.load_run(run_dir, max_weight_bytes=2 * report_data.frame_bytes(1, 3))
     assert rec["error"] is None and rec["steps"] == [0, 3]
     assert np.abs(np.asarray(rec["weights"]) - att["weights"][[0, 3]]).max() <= 5.0001e-5
     with zipfile.ZipFile(run_dir / "attention.npz") as zf:
@@ -354,7 +354,7 @@ def test_compressed_archives_are_read_and_bounded(tmp_path, monkeypatch):
     assert declared > limit  # the weights compress: the archive is smaller than what it unpacks to
     monkeypatch.setattr(report_data, "NPZ_LIMIT", limit)
     safe_read.reset_counters()
-    rec = report.load_run(big)
+    rec = report_data.load_run(big)
     assert rec["error"].startswith("attention.npz: members declare ")
     assert rec["error"].endswith(f" bytes uncompressed, more than the limit of {limit}")
     assert rec["weights"] == [] and rec["tokens"] == []  # a refused archive is not used at all
@@ -367,17 +367,17 @@ def test_yaml_alias_bomb_and_reference_chains_stay_small(tmp_path):
     lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 9)]  # 10^9 leaves
     refs = ["r0: v"] + [f"r{i}: " + "'" + "${r%d}" % (i - 1) * 40 + "'" for i in range(1, 30)]  # 40^29 expansions
     (run_dir / ".hydra" / "config.yaml").write_text("\n".join(refs + lines) + "\n")
-    rec = report.load_run(run_dir)  # the alias bomb is refused while parsing (safe_read's node bound)
+    rec = report_data.load_run(run_dir)  # the alias bomb is refused while parsing (safe_read's node bound)
     assert rec["error"] == (f".hydra/config.yaml: refused YAML: more than {safe_read.YAML_MAX_NODES} YAML nodes "
                             "(aliases expanded)")
     assert rec["config"] == {} and rec["weights"]  # the rest of the run is shown
     (run_dir / ".hydra" / "config.yaml").write_text("\n".join(refs) + "\n")
     summary = json.loads((run_dir / "summary.json").read_text())  # many values: JSON has no aliases, only size
     (run_dir / "summary.json").write_text(json.dumps({**summary, "many": [0] * 100_000}))
-    rec = report.load_run(run_dir)
+    rec = report_data.load_run(run_dir)
     assert rec["error"] is None
     text = json.dumps([rec["config"], rec["recorded"]], ensure_ascii=False)
-    assert len(text) < 40 * report.MAX_NODES + 40 * report.MAX_STR and "…" in text
+    assert len(text) < 40 * report_data.MAX_NODES + 40 * report_data.MAX_STR and "…" in text
     assert rec["config"]["r1"] == "${r0}" * 40  # text around a reference: shown as written, never expanded
 
 

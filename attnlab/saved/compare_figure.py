@@ -1,9 +1,8 @@
-"""The comparison figure of ``attnlab-compare --plot``: the runs' loss curves overlaid and each
-run's last-snapshot attention heatmap, drawn with the heatmap and loss-curve helpers of
-:mod:`attnlab.outputs.plots` (object API, Agg). Runs are read through :mod:`attnlab.saved.runs` (bounded,
-data only)."""
+"""The figure of ``attnlab-compare --plot``: the runs' loss curves overlaid and each run's last
+attention heatmap, drawn with :mod:`attnlab.outputs.plots`."""
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -15,6 +14,7 @@ from attnlab.outputs.fonts import drawable, label, rc
 from attnlab.outputs.plots import DPI, draw_heatmap, plot_loss, save_figure
 from attnlab.saved import safe_read
 from attnlab.saved.runs import last_attention
+from attnlab.saved.safe_read import METRICS
 from attnlab.saved.swept import run_labels, short_names, wrap
 
 MAX_HEATMAPS = 8  # at most this many heatmap panels
@@ -22,22 +22,12 @@ HEATMAP_COLS = 4  # ... per row
 
 
 def comparison_figure(rows: Sequence[dict[str, Any]], path: Path) -> Path:
-    """Write one PNG to ``path``: every run's loss curve overlaid on a log y axis (top; zeros
-    clipped to the smallest positive loss, non-finite losses left out), and each run's
-    last-snapshot attention heatmap side by side (bottom; at most :data:`MAX_HEATMAPS`,
-    colour scale [0, 1]). Matplotlib object API (Figure + Agg canvas), written atomically.
-
-    Legend entries and heatmap titles name each run by its job number (or folder) and the
-    values of the swept keys, the overrides that differ between the runs, with short key names
-    (``3  lr=0.05 steps=120``; :mod:`attnlab.saved.swept`), wrapped to the panel's width. The layout
-    (constrained) keeps every text inside the figure and clear of the others; the figure is
-    ``max(9, 3.4 * cols + 0.9)`` inches wide and ``4.3 + rows * (3.5 + 0.17 * title lines)``
-    high at 100 dpi (cols ≤ 4 heatmaps per row).
-    """
+    """Write one PNG to ``path``: loss curves on a log axis (top; non-finite losses left out) and up
+    to :data:`MAX_HEATMAPS` last-snapshot heatmaps (colour scale [0, 1]), titled by job number and
+    swept values wrapped to the panel; constrained layout, written atomically."""
     import matplotlib
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
-
 
     TITLE_CHARS, MAX_TITLE_LINES = 34, 3  # heatmap titles: name and swept values wrapped at 34 characters
     names = short_names([r["job"] for r in rows])
@@ -55,19 +45,14 @@ def comparison_figure(rows: Sequence[dict[str, Any]], path: Path) -> Path:
     for r in rows:
         run_dir = Path(r["path"])
         root = Path(r.get("root") or run_dir)  # no link below the PATH the run was found under is followed
-        metrics = None
-        if safe_read.exists(run_dir, safe_read.METRICS):
-            try:
-                metrics = safe_read.read_run_metrics(run_dir, root=root)
-            except RunDirError:  # the row names it
-                pass
+        metrics = last = None
+        with contextlib.suppress(RunDirError):  # the row names a file that cannot be read
+            metrics = safe_read.read_run_metrics(run_dir, root=root) if safe_read.exists(run_dir, METRICS) else None
+        with contextlib.suppress(RunDirError):
+            last = last_attention(run_dir, root=root)
         if metrics is not None and metrics[1].size:
             curves.append((legend_name(r), *metrics))
             objectives.append(r.get("objective"))
-        try:
-            last = last_attention(run_dir, root=root)
-        except RunDirError:
-            last = None
         if last is not None:
             w, labels, step = last
             maps.append((panel_title(r, "walkthrough" if step is None else f"step={step}"), w, labels))
@@ -107,7 +92,7 @@ def comparison_figure(rows: Sequence[dict[str, Any]], path: Path) -> Path:
         if im is not None:
             fig.colorbar(im, ax=axes, shrink=0.8, label="attention weight")
         path = Path(path)
-        if path.parent and not path.parent.exists():
+        if not path.parent.exists():
             raise RunDirError(f"--plot {path}: folder {path.parent} does not exist")
         return save_figure(fig, path)
 
@@ -116,8 +101,7 @@ LINESTYLES = ("-", "--", ":", "-.")
 
 
 def curve_styles(n: int) -> list[dict[str, str]]:
-    """Colour and line style of ``n`` loss curves: matplotlib's colour cycle (10 colours), then
-    the same colours dashed, dotted, dash-dotted: up to 40 curves told apart in the legend."""
+    """Colour and line style of ``n`` curves: 10 colours, then dashed, dotted, dash-dotted."""
     import matplotlib
 
     colors = matplotlib.rcParams["axes.prop_cycle"].by_key().get("color") or ["C0"]

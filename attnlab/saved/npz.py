@@ -1,7 +1,7 @@
-""".npz archives of a run dir (attention.npz, walkthrough.npz), checked before any member's
-data is decompressed: zipfile's directory (entries, names, compression, declared sizes), each
-member's .npy header read by numpy's own header reader (dtype allow-list, rank, shape x itemsize =
-declared size, named dims equal across members), then ``np.load(allow_pickle=False)``."""
+""".npz archives of a run dir, checked before any member's data is decompressed: the zip directory
+(entries, names, compression, declared sizes), each member's .npy header by numpy's reader (dtype
+allow-list, rank, shape x itemsize = declared size, named dims equal across members), then
+``np.load(allow_pickle=False)``."""
 from __future__ import annotations
 
 import math
@@ -30,9 +30,8 @@ from attnlab.core.files import (
 
 @dataclass(frozen=True)
 class Member:
-    """What an .npz member must be: ``dims`` names each axis (a name has one length across all
-    members), ``kinds`` the dtype kinds allowed: ``f`` float32/64, ``i`` int32/64, ``U`` strings
-    of at most :data:`TOKEN_CHARS` characters."""
+    """What a member must be: ``dims`` names each axis (one length per name across members), ``kinds``
+    the dtype kinds: ``f`` float32/64, ``i`` int32/64, ``U`` strings of at most :data:`TOKEN_CHARS`."""
 
     dims: tuple[str, ...]
     kinds: str
@@ -69,14 +68,9 @@ def _dtype_ok(dtype: np.dtype, kinds: str) -> bool:
 
 
 class NpzArchive:
-    """An .npz of a run dir, checked before any member's data is decompressed: at most
-    :data:`NPZ_MAX_MEMBERS` entries and a :data:`NPZ_DIRECTORY_LIMIT`-byte directory, no
-    duplicate names, no encryption, stored or deflate only, every required member of ``members``
-    present; each member's ``.npy`` header (C order, an allowed dtype, rank = len(dims), shape x
-    itemsize = its declared size) and the named dims equal across members; declared sizes in
-    all at most ``limit``. ``infos``: name -> :class:`MemberInfo`. Reads (``np.load`` with
-    ``allow_pickle=False``) verify the CRC. Every problem is one RunFileError naming the file.
-    Use as a context manager."""
+    """An .npz of a run dir, checked as the module docstring says (at most :data:`NPZ_MAX_MEMBERS`
+    entries, declared sizes within ``limit``); ``infos``: name -> :class:`MemberInfo`. Every
+    problem is one RunFileError naming the file. A context manager."""
 
     def __init__(self, path: Path, members: Mapping[str, Member], limit: int = NPZ_LIMIT, *,
                  root: Path | None = None) -> None:
@@ -87,12 +81,9 @@ class NpzArchive:
             self._check_directory()
             self._zip = zipfile.ZipFile(self._file)
             self.infos = self._check_members(members, limit)
-        except _DAMAGE as err:
+        except BaseException as err:
             self.close()
-            raise self._damaged(err) from None
-        except BaseException:
-            self.close()
-            raise
+            raise (self._damaged(err) if isinstance(err, _DAMAGE) else err) from None
 
     def _damaged(self, err: BaseException) -> RunFileError:
         if isinstance(err, RunFileError):
@@ -182,7 +173,7 @@ class NpzArchive:
         return out
 
     def read(self, name: str) -> np.ndarray:
-        """Member ``name`` (``np.load``, ``allow_pickle=False``; CRC verified). Raises RunFileError."""
+        """Member ``name`` (CRC verified). Raises RunFileError."""
         if name not in self.infos:
             raise RunFileError(self.path, f"no member {name}.npy")
         try:
@@ -198,15 +189,14 @@ class NpzArchive:
         return arr
 
     def read_frame(self, name: str, index: int) -> np.ndarray:
-        """One axis-0 slice of member ``name`` (``index`` may be negative). Raises RunFileError
-        (also for an index out of range)."""
+        """Axis-0 slice ``index`` of member ``name``. Raises RunFileError when out of range."""
         n = self.infos[name].shape[0] if name in self.infos else 0
         if not -n <= index < n:
             raise RunFileError(self.path, f"{name} has {n} frames; no frame {index}")
         return self.read(name)[index]
 
     def verify(self) -> None:
-        """Read every checked member through, so a CRC error or truncation is found now."""
+        """Read every member through, so a CRC error or truncation is found now."""
         for name in self.infos:
             self.read(name)
 
@@ -224,6 +214,6 @@ class NpzArchive:
 
 def read_npz(path: Path, members: Mapping[str, Member], limit: int = NPZ_LIMIT, *,
              root: Path | None = None, load: Iterable[str] | None = None) -> dict[str, np.ndarray]:
-    """The arrays ``load`` (default: every member of ``members`` present) of a checked .npz."""
+    """The arrays ``load`` (default all present) of a checked .npz."""
     with NpzArchive(path, members, limit, root=root) as npz:
         return {k: npz.read(k) for k in (list(npz.infos) if load is None else load)}

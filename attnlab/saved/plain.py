@@ -1,6 +1,5 @@
-"""Plain data read from a run dir (dict/list/str/int/float/bool/None): walking it, the
-interpolations and Hydra instantiation keys it holds, plain references resolved by copying
-(nothing evaluated), and field types (summary.json's)."""
+"""Plain data read from a run dir: walking it, its interpolations and Hydra keys, plain references
+resolved by copying (nothing evaluated), and summary.json's field types."""
 from __future__ import annotations
 
 import re
@@ -12,8 +11,7 @@ SUMMARY = "summary.json"
 
 
 def walk(data: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
-    """(key path, value) of every node, depth first in document order: ``("", data)``, then
-    ``("a", ...)``, ``("a.b", ...)``, ``("a.b[0]", ...)``."""
+    """(key path, value) of every node, depth first: ``("", data)``, ``("a", ...)``, ``("a.b[0]", ...)``."""
     stack = [(prefix, data)]
     while stack:
         key, value = stack.pop()
@@ -25,7 +23,7 @@ def walk(data: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
 
 
 def interpolations(data: Any) -> list[tuple[str, str]]:
-    """``(key path, value)`` of every string holding ``${`` (an OmegaConf interpolation), in order."""
+    """``(key path, value)`` of every string holding ``${``."""
     return [(k, v) for k, v in walk(data) if isinstance(v, str) and "${" in v]
 
 
@@ -33,15 +31,13 @@ HYDRA_SPECIAL = ("_target_", "_args_", "_partial_", "_recursive_", "_convert_")
 
 
 def special_keys(data: Any) -> list[tuple[str, Any]]:
-    """``(key path, value)`` of every Hydra instantiation key (:data:`HYDRA_SPECIAL`) anywhere in
-    ``data``, e.g. ``[("optimizer._target_", "torch.optim.Adam")]``: the caller refuses what it
-    does not expect."""
+    """``(key path, value)`` of every Hydra instantiation key (:data:`HYDRA_SPECIAL`) in ``data``."""
     return [(f"{key}.{k}" if key else str(k), v) for key, value in walk(data) if isinstance(value, dict)
             for k, v in value.items() if k in HYDRA_SPECIAL]
 
 
 def select(data: Any, dotted: str, default: Any = None) -> Any:
-    """``data["a"]["b"]`` for ``"a.b"`` in plain data (nothing resolved), else ``default``."""
+    """``data["a"]["b"]`` for ``"a.b"`` (nothing resolved), else ``default``."""
     for part in dotted.split("."):
         if not isinstance(data, dict) or part not in data:
             return default
@@ -54,12 +50,9 @@ _REFERENCE = re.compile(r"\$\{([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)\}")
 
 
 def resolve_references(data: Any, label: Any = "config.yaml") -> Any:
-    r"""A copy of ``data`` with plain references resolved by copying values: a string that is
-    exactly ``${a.b}`` naming a scalar key (Hydra saves ``d_v: ${model.d_model}``) becomes that
-    scalar (chains up to :data:`REFERENCE_CHAIN`); a string whose every ``${`` is escaped
-    (``\${``) becomes its text. Anything else with ``${`` raises: :class:`ResolverInterpolation`
-    for a resolver or text around an interpolation, RunFileError for a missing key, a section,
-    a cycle or a long chain. Nothing is evaluated."""
+    r"""A copy of ``data`` where a string that is exactly ``${a.b}`` naming a scalar becomes it
+    (chains up to :data:`REFERENCE_CHAIN`) and a wholly escaped ``\${`` becomes text. Other ``${``:
+    :class:`ResolverInterpolation`; a missing key, section, cycle or long chain: RunFileError."""
     resolved: dict[str, Any] = {}
     for key, value in interpolations(data):
         seen, current = [key], value
@@ -127,9 +120,7 @@ def _is(value: Any, t: Any) -> bool:
 
 
 def type_problems(data: Any, types: Mapping[str, tuple], label: str = SUMMARY) -> list[str]:
-    """One line per field of ``data`` whose type is not in ``types[field]`` (``str``, ``dict``,
-    ``list``, :data:`NUMBER`, :data:`INTEGER`, None; a bool is none of them), e.g.
-    ``summary.json: final_loss is a str, expected a number or null``."""
+    """One line per field of ``data`` not of a type in ``types[field]`` (a bool is no number)."""
     if not isinstance(data, dict):
         return [f"{label}: is {type_name(data)}, expected an object"]
     return [f"{label}: {k} is {type_name(data[k])}, expected {' or '.join(_TYPE_NAMES[t] for t in allowed)}"

@@ -1,22 +1,12 @@
-"""The data of ``attnlab-report``'s page (:mod:`attnlab.saved.report` renders it): one JSON-ready
-record per run (:func:`load_run`), built from the same :func:`attnlab.saved.runs.read_run` and row
-as attnlab-compare's, the runs under some PATHs (:func:`collect_records`), and the downsampling
-that keeps a page in budget.
-
-Every file is read through :mod:`attnlab.saved.safe_read`; every string put on the page goes
-through :func:`~attnlab.saved.safe_read.printable` (at most :data:`MAX_STR` characters) and a
-record holds at most :data:`MAX_NODES` values of config and summary. A damaged run is a record
-whose ``error`` and ``problems`` name the file; the rest of the page is written.
-
-Budget: the weights of all runs on one page share :data:`WEIGHT_BUDGET` bytes of JSON (the rest
-of the 20 MB page budget holds the template, tokens, losses and configs). A weight rounded to 4
-decimals takes at most 7 bytes (``0.1234,``), a snapshot at most :func:`frame_bytes`; a run whose
-snapshots do not all fit keeps ``max(2, share // frame_bytes)`` of them, evenly spaced, first and
-last kept (:func:`pick_frames`); e.g. 1,000 snapshots at T = 256: 39 of them, ~11 MB. Loss curves
-longer than :data:`MAX_LOSS_POINTS` are thinned alike, keeping the loss at every shown snapshot.
-"""
+"""The data of ``attnlab-report``'s page: one JSON-ready record per run (:func:`load_run`) built from
+attnlab-compare's row, and the downsampling that keeps a page in budget. Text goes through
+``printable`` (:data:`MAX_STR`), configs are cut at :data:`MAX_NODES` values. The runs share
+:data:`WEIGHT_BUDGET` bytes of weights JSON (at most 7 bytes a weight at 4 decimals); a run
+whose snapshots do not fit keeps ``max(2, share // frame_bytes)``, evenly spaced, first and last
+kept. Loss curves are thinned to :data:`MAX_LOSS_POINTS`, keeping every shown snapshot's step."""
 from __future__ import annotations
 
+import contextlib
 import math
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -44,26 +34,18 @@ _KNOWN_SUMMARY = {"status", "task", "started_at", "final_loss", "steps_run", "wa
                   "versions", "steps_to_threshold", "token_table", "config", "overrides"}
 
 
-# ============================================================================ downsampling
 def frame_bytes(H: int, T: int) -> int:
-    """Upper bound of the JSON bytes of one snapshot (H, T, T) rounded to :data:`DECIMALS`."""
+    """Upper bound of the JSON bytes of one (H, T, T) snapshot."""
     return H * T * (BYTES_PER_WEIGHT * T + 2) + 2 * H + 2
 
 
 def pick_frames(n: int, budget: int, fbytes: int) -> list[int]:
-    """Indices of the snapshots to show out of ``n``: all when they fit in ``budget`` bytes
-    (``fbytes`` each), else ``max(2, budget // fbytes)`` evenly spaced, first and last kept."""
-    if n <= 0:
-        return []
-    k = max(MIN_FRAMES, budget // max(fbytes, 1))
-    if n <= k:
-        return list(range(n))
-    return sorted({int(i) for i in np.round(np.linspace(0, n - 1, k))})
+    """Indices of the snapshots to show out of ``n`` (see the module docstring)."""
+    return _thin(n, max(MIN_FRAMES, budget // max(fbytes, 1))).tolist()
 
 
 def weight_need(run_dir: Path, root: Path | None = None) -> int:
-    """JSON bytes all of ``run_dir``'s snapshots would take on the page (0 when there are none
-    or they cannot be read); reads only the archive's directory and ``.npy`` headers."""
+    """JSON bytes all of ``run_dir``'s snapshots would take (0 without any); reads only headers."""
     if not safe_read.exists(run_dir, ATTENTION):
         return 0
     try:
@@ -75,8 +57,7 @@ def weight_need(run_dir: Path, root: Path | None = None) -> int:
 
 
 def share_budget(needs: Sequence[int], budget: int = WEIGHT_BUDGET) -> list[int]:
-    """Split ``budget`` bytes among runs needing ``needs`` bytes (0: no attention.npz): equal
-    shares, and what a run needs less than its share goes to the others (water filling)."""
+    """Split ``budget`` among runs needing ``needs`` bytes: equal shares, unused share passed on."""
     out = [0] * len(needs)
     todo = sorted((i for i in range(len(needs)) if needs[i] > 0), key=lambda i: needs[i])
     left = budget
@@ -87,8 +68,7 @@ def share_budget(needs: Sequence[int], budget: int = WEIGHT_BUDGET) -> list[int]
 
 
 def _rounded(w: np.ndarray) -> list:
-    """(k, H, T, T) weights as nested lists rounded to :data:`DECIMALS`, clipped to [0, 1];
-    non-finite values (a diverged run) as None."""
+    """(k, H, T, T) weights as nested lists, rounded, clipped to [0, 1], non-finite as None."""
     w = np.clip(np.round(np.asarray(w, dtype=np.float64), DECIMALS), 0.0, 1.0)
     finite = np.isfinite(w)
     if finite.all():
@@ -99,7 +79,7 @@ def _rounded(w: np.ndarray) -> list:
 
 
 def _thin(n: int, k: int, keep: Iterable[int] = ()) -> np.ndarray:
-    """Indices of at most about ``k`` of ``n`` points, evenly spaced, first/last and ``keep`` kept."""
+    """At most about ``k`` of ``n`` indices, evenly spaced, first, last and ``keep`` kept."""
     if n <= k:
         return np.arange(n)
     idx = set(np.round(np.linspace(0, n - 1, k)).astype(int).tolist())
@@ -111,11 +91,9 @@ def _finite_or_none(values: Iterable[float]) -> list[float | None]:
     return [float(v) if math.isfinite(v) else None for v in values]
 
 
-# ============================================================================ text and config
 def _jsonable(value: Any, budget: list[int] | None = None, depth: int = 0) -> Any:
-    """Plain JSON data from YAML/JSON/numpy data: keys and strings :func:`~attnlab.saved.safe_read.printable`
-    (at most :data:`MAX_STR` characters), non-finite floats as "nan"/"inf"/"-inf", at most
-    :data:`MAX_NODES` values and :data:`MAX_DEPTH` levels (the rest becomes "…")."""
+    """JSON data from YAML/JSON/numpy data: text printable, non-finite floats as "nan"/"inf"/"-inf",
+    at most :data:`MAX_NODES` values and :data:`MAX_DEPTH` levels (the rest "…")."""
     budget = [MAX_NODES] if budget is None else budget
     budget[0] -= 1
     if budget[0] < 0 or depth > MAX_DEPTH:
@@ -127,62 +105,44 @@ def _jsonable(value: Any, budget: list[int] | None = None, depth: int = 0) -> An
     if isinstance(value, (float, np.floating)):
         v = float(value)
         return v if math.isfinite(v) else ("nan" if math.isnan(v) else "inf" if v > 0 else "-inf")
-    if isinstance(value, dict):
-        out: dict[str, Any] = {}
-        for k, v in value.items():
+    if isinstance(value, (dict, list, tuple)):
+        pairs = [(printable(k, MAX_STR), v) for k, v in value.items()] if isinstance(value, dict) else enumerate(value)
+        out: dict[Any, Any] = {}
+        for k, v in pairs:
             if budget[0] < 0:
-                out["…"] = "…"
+                out["…" if isinstance(value, dict) else len(out)] = "…"
                 break
-            out[printable(k, MAX_STR)] = _jsonable(v, budget, depth + 1)
-        return out
-    if isinstance(value, (list, tuple)):
-        items: list[Any] = []
-        for v in value:
-            if budget[0] < 0:
-                items.append("…")
-                break
-            items.append(_jsonable(v, budget, depth + 1))
-        return items
+            out[k] = _jsonable(v, budget, depth + 1)
+        return out if isinstance(value, dict) else list(out.values())
     return printable(value, MAX_STR)
 
 
-# ============================================================================ one run
 def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int = WEIGHT_BUDGET, *,
              root: Path | None = None) -> dict[str, Any]:
-    """One run dir as the page's run record (JSON-ready; DESIGN.md's contract and more):
-    ``name``, ``run_dir``, ``status`` and ``error`` (as attnlab-compare's row), ``problems`` (one
-    line per file that cannot be read), ``kind`` (train, walkthrough), ``tokens`` [T],
-    ``token_ids`` [T], ``steps`` [k] (the snapshot steps shown), ``snapshots_total`` (n),
-    ``weights`` k x H x T x T (rounded to 4 decimals, None where not finite), ``heads`` (H),
-    ``snapshot_loss`` [k], ``loss`` {``steps``, ``values``, ``total``}, ``loss_name``,
-    ``loss_threshold``, ``steps_to_threshold``, ``final_loss``, ``steps_run``, ``wall_time_s``
-    (seconds), ``focus_token`` (position), ``focus`` {``token``, ``target``, ``weight``, ``step``}
-    (the row's focus cells), ``config`` (the config the run used: summary.json's, else
-    ``.hydra/config.yaml`` with plain references looked up), ``overrides``, ``versions``,
-    ``recorded`` (the other summary.json fields), ``table`` (the row's cells,
-    :func:`attnlab.saved.table.page_cells`). ``max_weight_bytes``: see :func:`pick_frames`.
-    Never raises for a damaged run."""
+    """One run dir as the page's record (DESIGN.md's contract): name, status, error, problems, kind,
+    tokens [T], token_ids [T], steps [k], snapshots_total, weights k x H x T x T, heads,
+    snapshot_loss [k], loss {steps, values, total}, loss_name, loss_threshold, steps_to_threshold,
+    final_loss, steps_run, wall_time_s, focus_token, focus, config, overrides, versions, recorded
+    (other summary fields), table (:func:`attnlab.saved.table.page_cells`). Never raises."""
     run_dir = Path(run_dir)
     rec: dict[str, Any] = {
         "name": printable(name if name is not None else run_dir.name, MAX_STR), "run_dir": printable(run_dir, MAX_STR),
         "status": None, "error": None, "problems": [], "kind": None, "tokens": [], "token_ids": [], "steps": [],
-        "snapshots_total": 0, "weights": [], "heads": 0, "snapshot_loss": [],
-        "loss": {"steps": [], "values": [], "total": 0}, "loss_name": None, "loss_threshold": None,
-        "steps_to_threshold": None,
-        "final_loss": None, "steps_run": None, "wall_time_s": None, "focus_token": None, "focus": None,
-        "config": {}, "overrides": [], "versions": {}, "recorded": {}, "table": {},
-    }
+        "snapshots_total": 0, "weights": [], "heads": 0, "snapshot_loss": [], "loss": {"steps": [], "values": [],
+        "total": 0}, "loss_name": None, "loss_threshold": None, "steps_to_threshold": None, "final_loss": None,
+        "steps_run": None, "wall_time_s": None, "focus_token": None, "focus": None, "config": {}, "overrides": [],
+        "versions": {}, "recorded": {}, "table": {}}
     files = runs.read_run(run_dir, root)  # as attnlab-compare reads it: the row below is its row
     if files.linked:  # nothing read through a link
         row = runs.row_from(files, name, metrics=None, last=None)
         return {**rec, "status": "unreadable", "error": files.problems[0], "problems": files.problems,
                 "table": table.page_cells(row)}
-    summary, used = files.summary, files.used_config
+    summary, used = files.summary, files.config
     rec["status"] = _jsonable(files.status)
-    try:  # Hydra's file of an older run: its plain ${a.b} references looked up, anything else shown as text
-        shown = used if used is not files.config else safe_read.resolve_references(used)
-    except RunFileError:
-        shown = used
+    shown = used
+    if not isinstance(summary.get("config"), dict):  # Hydra's file: plain ${a.b} looked up, the rest shown as text
+        with contextlib.suppress(RunFileError):
+            shown = safe_read.resolve_references(used)
     rec["config"] = _jsonable(shown)
     rec["overrides"] = _jsonable(files.overrides)
     rec["versions"] = _jsonable(summary.get("versions") or {})
@@ -191,12 +151,9 @@ def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int
     rec["kind"] = kind if kind in ("train", "walkthrough") else None
     rec["loss_name"] = loss_name([files.objective])
     focus = runs.setting(used, "train.focus_token", int, 1)
-    steps = losses = metrics = None
-    if safe_read.exists(run_dir, METRICS):
-        metrics = files.attempt(safe_read.read_run_metrics, run_dir, root=files.root)
-        if metrics is not None:
-            steps, losses = metrics
-            rec["loss"]["total"] = int(steps.size)
+    metrics = (files.attempt(safe_read.read_run_metrics, run_dir, root=files.root)
+               if safe_read.exists(run_dir, METRICS) else None)
+    steps, losses = metrics if metrics is not None else (None, None)
 
     last = None  # the last snapshot as attnlab-compare reads it (runs.last_attention), from the frames read here
     if safe_read.exists(run_dir, ATTENTION):
@@ -213,6 +170,7 @@ def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int
     rec["loss_threshold"] = threshold if math.isfinite(threshold) and threshold > 0 else None  # a log axis' line
 
     if steps is not None and steps.size:
+        rec["loss"]["total"] = int(steps.size)
         at = {int(s): i for i, s in enumerate(steps.tolist())}
         keep = [at[s] for s in rec["steps"] if s in at]
         idx = _thin(int(steps.size), MAX_LOSS_POINTS, keep)
@@ -223,7 +181,7 @@ def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int
         rec["snapshot_loss"] = [None] * len(rec["steps"])
 
     T = len(rec["tokens"])
-    rec["focus_token"] = focus if focus is not None and 0 <= focus < T else None
+    rec["focus_token"] = focus if 0 <= focus < T else None
     if row.get("focus_token") is not None:  # the row's focus cells: attnlab-compare's, weight unrounded
         rec["focus"] = {"token": printable(row["focus_token"], MAX_STR),
                         "target": printable(row["focus_target"], MAX_STR),
@@ -235,9 +193,7 @@ def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int
 
 def _load_attention(rec: dict[str, Any], run_dir: Path, root: Path,
                     max_weight_bytes: int) -> tuple[np.ndarray, list[str], int] | None:
-    """Fill ``rec``'s snapshots from attention.npz; returns the last snapshot as
-    :func:`attnlab.saved.runs.last_attention` does (its (T, T) head mean unrounded, the token labels
-    as read, its step), None without snapshots."""
+    """Fill ``rec``'s snapshots from attention.npz; returns the last as :func:`runs.last_attention`."""
     with safe_read.open_attention(run_dir, NPZ_LIMIT, root=root) as npz:
         steps = npz.read("steps")
         labels = [str(t) for t in npz.read("tokens").tolist()]
@@ -256,8 +212,7 @@ def _load_attention(rec: dict[str, Any], run_dir: Path, root: Path,
 
 def _load_walkthrough(rec: dict[str, Any], run_dir: Path, root: Path,
                       encoding: Any) -> tuple[np.ndarray, list[str], None]:
-    """Fill ``rec`` from walkthrough.npz; returns it as :func:`attnlab.saved.runs.last_attention` does
-    (its (T, T) weights unrounded, the token labels, step None)."""
+    """Fill ``rec`` from walkthrough.npz; returns it as :func:`runs.last_attention`."""
     walk = safe_read.read_walkthrough(run_dir, NPZ_LIMIT, root=root, keys=("weights", "token_ids"))
     rec["kind"] = "walkthrough"
     rec["token_ids"] = [int(i) for i in walk["token_ids"].tolist()]
@@ -269,13 +224,10 @@ def _load_walkthrough(rec: dict[str, Any], run_dir: Path, root: Path,
     return head_mean(walk["weights"]), labels, None
 
 
-# ============================================================================ many runs
 def collect_records(paths: Iterable[Path | str], budget: int = WEIGHT_BUDGET, *,
                     found: list[tuple[Path, str, Path]] | None = None) -> list[dict[str, Any]]:
-    """One record (:func:`load_run`) per run under ``paths``, in the order and with the names of
-    attnlab-compare's rows (:func:`attnlab.saved.runs.named_runs`, or ``found`` when the caller
-    has it), ``label`` a short legend name; the runs share ``budget`` bytes of weights
-    (:func:`share_budget`). Raises RunDirError for a PATH that is not a run or sweep dir."""
+    """:func:`load_run` of every run under ``paths`` (or ``found``), named as attnlab-compare names
+    them, with a legend ``label``, sharing ``budget``. Raises RunDirError."""
     found = runs.named_runs(Path(p) for p in paths) if found is None else found
     shares = share_budget([weight_need(r, root) for r, _, root in found], budget)
     records = [load_run(r, name=name, max_weight_bytes=share, root=root)

@@ -1,23 +1,9 @@
-"""Saved runs as rows: finding run dirs under PATHs, and one row per run, the row that
-attnlab-compare's table and CSV, the end-of-sweep table and the report's runs table all show.
-
-A row is built from the run's own files only, each read through :mod:`attnlab.saved.safe_read`
-(bounded, no symbolic links, data only). Cells hold text as read; whoever shows them makes them
-printable. Row keys (:data:`COLUMNS`, then the exercise observations a row has):
-
-- ``job``: the run's folder relative to the common parent of the PATHs; ``overrides``: its
-  command-line overrides, space-separated;
-- ``status``: summary.json's (completed, diverged, interrupted, failed, running), ``killed``
-  (it says running and no process holds the run's lock), ``missing`` (no summary.json) or
-  ``unreadable``; ``error``: the run's own error, then one ``<file>: <what is wrong>`` per file
-  that cannot be read, ``; ``-joined;
-- ``final_loss`` (MSE, or cross-entropy in nats with ``train.objective=next_token``),
-  ``steps_run``, ``steps_to_threshold`` (first step with loss below ``loss_threshold``);
-- ``focus_token``, ``focus_target``, ``focus_weight``, ``snapshot_step``: at the last snapshot,
-  where the focus token attends most (heads averaged; a walkthrough: its one set of weights);
-- ``wall_time_s`` (seconds); ``path``; ``problems`` (not a column): the files that cannot be
-  read. A row with problems is broken (:func:`broken`).
-"""
+"""Saved runs as rows: the run dirs under PATHs, and one row per run, as attnlab-compare's table and
+CSV, the sweep's end table and the report's runs table show it. Rows are built from the run's own
+files through :mod:`attnlab.saved.safe_read`; cells hold text as read (shown via ``printable``).
+Keys: :data:`COLUMNS` (status is summary.json's, or ``killed``, ``missing``, ``unreadable``;
+``final_loss`` is MSE or cross-entropy in nats; the focus cells are at the last snapshot, heads
+averaged), the exercise observations, ``path`` and ``problems`` (files that cannot be read)."""
 from __future__ import annotations
 
 import math
@@ -48,15 +34,13 @@ SHIPPED_ENCODINGS = ("gpt2", "r50k_base")  # token ids are labelled only with th
 
 
 def is_job_dir(path: Path) -> bool:
-    """A run dir: it has ``.hydra/config.yaml`` or ``summary.json`` in any form (a link or a
-    FIFO there is found, then refused when read)."""
+    """A run dir: it has ``.hydra/config.yaml`` or ``summary.json`` in any form."""
     return os.path.lexists(path / CONFIG) or os.path.lexists(path / SUMMARY)
 
 
 def find_runs(path: Path) -> list[Path]:
-    """``[path]`` for a run dir, else the run dirs at most :data:`MAX_DEPTH` levels below it (not
-    looking inside them; a folder that is a link is listed, not entered). Raises RunDirError
-    when ``path`` does not exist or holds no run."""
+    """``[path]`` for a run dir, else the run dirs at most :data:`MAX_DEPTH` levels below it (a
+    linked folder is listed, not entered). Raises RunDirError when there is none."""
     path = Path(path)
     shown = safe_read.printable(str(path), 300)
     if not path.is_dir():
@@ -83,10 +67,9 @@ def find_runs(path: Path) -> list[Path]:
 @dataclass
 class RunFiles:
     """What a run dir says about itself (:func:`read_run`): ``summary`` ({} when unusable),
-    ``status`` (see the module docstring), ``config`` (summary.json's recorded config, else
-    ``.hydra/config.yaml``, nothing resolved), ``overrides``, ``problems`` (one line per file that
-    cannot be read), ``root`` (no symbolic link is followed below it), ``linked`` (the run dir is
-    reached through a link below ``root``: nothing in it is read)."""
+    ``status``, ``config`` (summary.json's, else ``.hydra/config.yaml``; nothing resolved),
+    ``overrides``, ``problems`` (a line per unreadable file), ``root`` (no link followed below
+    it), ``linked`` (reached through a link: nothing read)."""
 
     run_dir: Path
     root: Path
@@ -98,18 +81,12 @@ class RunFiles:
     linked: bool = False
 
     @property
-    def used_config(self) -> dict[str, Any]:
-        """The config the run used: summary.json's when it has one, else :attr:`config`."""
-        recorded = self.summary.get("config")
-        return recorded if isinstance(recorded, dict) else self.config
-
-    @property
     def objective(self) -> Any:
-        return objective_of(self.used_config)
+        return objective_of(self.config)
 
     @property
     def task(self) -> str:
-        task = self.summary.get("task") or safe_read.select(self.used_config, "task")
+        task = self.summary.get("task") or safe_read.select(self.config, "task")
         return task if task in ("train", "walkthrough") else "train"
 
     def attempt(self, read: Callable[..., Any], *args: Any, missing_ok: bool = False, **kwargs: Any) -> Any:
@@ -122,8 +99,7 @@ class RunFiles:
         return None
 
     def expected_files(self) -> list[str]:
-        """The artifacts this run must have: metrics.csv and attention.npz for training that took
-        steps, walkthrough.npz for a completed walkthrough."""
+        """The artifacts this run must have (by task and status)."""
         if self.task == "walkthrough":
             return [WALKTHROUGH] if self.status == "completed" else []
         steps = self.summary.get("steps_run")
@@ -167,7 +143,7 @@ def read_run(run_dir: Path, root: Path | None = None) -> RunFiles:
 
 
 def _link_below(root: Path, run_dir: Path) -> str | None:
-    """The first folder from ``root`` (excluded) down to ``run_dir`` that is a link, or None."""
+    """The first folder below ``root`` down to ``run_dir`` that is a link, or None."""
     try:
         parts = run_dir.relative_to(root).parts
     except ValueError:
@@ -177,24 +153,20 @@ def _link_below(root: Path, run_dir: Path) -> str | None:
 
 
 def _job_num(run_dir: Path, root: Path | None = None) -> int | None:
-    """The sweep job's number (summary.json's ``job_num``, else hydra.yaml's ``hydra.job.num``, else
-    the number the folder's name starts with): it only orders rows, so an unreadable file is no
-    problem of the row."""
+    """The job's number (summary.json, hydra.yaml, else the folder name's), only to order rows."""
     for read in (lambda: safe_read.read_summary(run_dir, root=root).get("job_num"),
                  lambda: safe_read.read_job_num(run_dir, root=root)):
         try:
-            num = read()
+            if (num := read()) is not None:
+                return num
         except RunFileError:
-            continue
-        if num is not None:
-            return num
+            pass
     head = run_dir.name.split("_", 1)[0]
     return int(head) if head.isdigit() else None
 
 
 def token_labels_for(token_ids: Sequence[int], encoding: Any) -> list[str]:
-    """Labels for token ids read from a run: ``tokenizer.token_labels`` with a shipped encoding,
-    else ``#id``."""
+    """Labels for token ids read from a run: a shipped encoding's, else ``#id``."""
     if encoding in SHIPPED_ENCODINGS:
         try:
             return token_labels([int(t) for t in token_ids], encoding)
@@ -205,9 +177,8 @@ def token_labels_for(token_ids: Sequence[int], encoding: Any) -> list[str]:
 
 def last_attention(run_dir: Path, encoding: str = "gpt2", *,
                    root: Path | None = None) -> tuple[np.ndarray, list[str], int | None] | None:
-    """``(weights (T, T) heads averaged, token labels, step)`` at the last snapshot of
-    attention.npz, or of walkthrough.npz (step None); None when the run has neither or no
-    snapshot. Raises RunFileError."""
+    """``(weights (T, T) heads averaged, token labels, step)`` at the last snapshot of attention.npz,
+    or of walkthrough.npz (step None); None without one. Raises RunFileError."""
     run_dir = Path(run_dir)
     if safe_read.exists(run_dir, ATTENTION):
         with safe_read.open_attention(run_dir, root=root) as npz:
@@ -223,24 +194,22 @@ def last_attention(run_dir: Path, encoding: str = "gpt2", *,
 
 
 def _focus(last: tuple[np.ndarray, list[str], int | None] | None, focus: Any) -> dict[str, Any]:
-    if last is None:
+    if last is None or not isinstance(focus, int) or isinstance(focus, bool) or not 0 <= focus < last[0].shape[0]:
         return {}
     w, labels, step = last
-    if not isinstance(focus, int) or isinstance(focus, bool) or not 0 <= focus < w.shape[0]:
-        return {}
     j = int(np.argmax(w[focus]))
     return {"focus_token": labels[focus], "focus_target": labels[j], "focus_weight": float(w[focus, j]),
             "snapshot_step": step}
 
 
 def setting(config: Any, key: str, kind: type | tuple[type, ...], default: Any) -> Any:
-    """``config[key]`` (dotted) when it is of type ``kind`` (not a bool), else ``default``."""
+    """``config[key]`` (dotted) when of type ``kind`` (not a bool), else ``default``."""
     value = safe_read.select(config, key, default)
     return value if isinstance(value, kind) and not isinstance(value, bool) else default
 
 
 def as_float(value: int | float) -> float:
-    """A number read from a run as a float (an int too large for one, e.g. 10**400, as ±inf)."""
+    """A number read from a run as a float (an int too large for one as ±inf)."""
     try:
         return float(value)
     except OverflowError:
@@ -257,8 +226,7 @@ UNREAD: Any = object()  # row_from's ``metrics`` / ``last`` not read by the call
 
 def job_row(run_dir: Path, job: str | None = None, sweep_end: bool = False, *,
             root: Path | None = None) -> dict[str, Any]:
-    """The row of ``run_dir`` (keys: :data:`COLUMNS`, the observations it has, ``path``,
-    ``problems``); never raises. ``sweep_end``: a ``running`` summary means the job died."""
+    """The row of ``run_dir``; never raises. ``sweep_end``: a ``running`` summary means the job died."""
     try:
         files = read_run(Path(run_dir), root)
     except Exception as err:  # a defect of attnlab's, not of the run: still a row, naming it
@@ -269,9 +237,8 @@ def job_row(run_dir: Path, job: str | None = None, sweep_end: bool = False, *,
 
 def row_from(files: RunFiles, job: str | None = None, *, sweep_end: bool = False, metrics: Any = UNREAD,
              last: Any = UNREAD) -> dict[str, Any]:
-    """:func:`job_row` from a :func:`read_run` the caller made; ``metrics`` ``(steps, losses)``
-    and ``last`` (as :func:`last_attention` gives it) may be passed in when already read
-    (None: there is none); :data:`UNREAD` reads them here. Never raises."""
+    """:func:`job_row` from a :func:`read_run`; ``metrics`` and ``last`` may be passed when already
+    read (None: there is none; :data:`UNREAD`: read here). Never raises."""
     row: dict[str, Any] = dict.fromkeys(COLUMNS)
     row["job"] = job if job is not None else files.run_dir.name
     row["path"], row["root"] = str(files.run_dir), str(files.root)  # root: not a column
@@ -285,7 +252,7 @@ def row_from(files: RunFiles, job: str | None = None, *, sweep_end: bool = False
 
 
 def _fill_row(row: dict[str, Any], files: RunFiles, sweep_end: bool, metrics: Any, last: Any) -> None:
-    run_dir, summary, config = files.run_dir, files.summary, files.used_config
+    run_dir, summary, config = files.run_dir, files.summary, files.config
     row["status"] = files.status
     if files.linked:
         row["error"], row["problems"] = files.problems[0], files.problems
@@ -317,9 +284,8 @@ def _fill_row(row: dict[str, Any], files: RunFiles, sweep_end: bool, metrics: An
 
 
 def named_runs(paths: Iterable[Path]) -> list[tuple[Path, str, Path]]:
-    """``(run dir, name, root)`` for every run under ``paths``, in PATH order, then by job number,
-    then folder name. ``name``: the folder relative to the common parent of all PATHs (the folder
-    name for one sweep); ``root``: the PATH it was found under. Raises RunDirError."""
+    """``(run dir, name, root)`` for every run under ``paths``, by PATH, job number, folder name;
+    ``name`` is relative to the PATHs' common parent, ``root`` the PATH. Raises RunDirError."""
     paths = [Path(p) for p in paths]
     found = [(i, r) for i, p in enumerate(paths) for r in find_runs(p)]
     if not found:
@@ -340,6 +306,5 @@ def named_runs(paths: Iterable[Path]) -> list[tuple[Path, str, Path]]:
 
 
 def collect_rows(paths: Iterable[Path], sweep_end: bool = False) -> list[dict[str, Any]]:
-    """The rows of every run under ``paths`` (:func:`named_runs`). Raises RunDirError for a PATH
-    that is not a run or sweep dir; a run that cannot be read is a row."""
+    """The rows of every run under ``paths``. Raises RunDirError for a PATH with no run."""
     return [job_row(r, job=name, sweep_end=sweep_end, root=root) for r, name, root in named_runs(paths)]

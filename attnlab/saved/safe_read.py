@@ -1,25 +1,10 @@
-"""The one reader of run dirs someone else may have made: every tool over saved runs
-(attnlab-compare, the end-of-sweep table, attnlab-report, attnlab-reproduce) reads through here.
-
-A run dir is data, never code. Every file is opened by :func:`attnlab.core.files.open_run_file`
-(regular files only, no symbolic link anywhere below ``root``, size checked before one byte is
-read, never blocks) and then:
-
-- YAML (``.hydra/*.yaml``): a pre-scan of ``yaml.parse`` events bounds the nodes after alias
-  expansion (:data:`YAML_MAX_NODES`), the depth (:data:`YAML_MAX_DEPTH`) and refuses tags other
-  than YAML's core ones, merge keys and duplicate keys; then ``yaml.load`` with PyYAML's
-  CSafeLoader (SafeLoader without libyaml). ``${...}`` stays text; nothing is resolved here
-  except by :func:`resolve_references` (a whole-string reference to another scalar key).
-- JSON (``summary.json``): bounded size and depth; :func:`read_summary` checks field types.
-- ``metrics.csv``: header ``step,loss``, lines bounded, rows checked; errors name the line.
-- ``.npz``: ``zipfile`` member checks (count, names, stored/deflate only, declared sizes within
-  the limit) and each member's ``.npy`` header (numpy's own reader: dtype from an allow-list,
-  shape x itemsize = the declared size, named dims equal across members) before
-  ``np.load(allow_pickle=False)`` reads a member.
-
-Every error is one line, :class:`RunFileError` ``<file>: <what is wrong>`` (a RunDirError);
-:class:`MissingRunFile` when the file is absent. Show read text only through :func:`printable`.
-"""
+"""The one reader of run dirs someone else made (attnlab-compare, the sweep table, attnlab-report,
+attnlab-reproduce). A run dir is data, never code: every file is opened by
+:func:`attnlab.core.files.open_run_file` (regular files only, no link below ``root``, size
+checked first, never blocks); YAML is pre-scanned (nodes after alias expansion, depth, core tags
+only, no merge or duplicate keys) then loaded with CSafeLoader; JSON, metrics.csv and .npz
+(:mod:`attnlab.saved.npz`) are bounded and checked. Every error is one line,
+:class:`RunFileError` ``<file>: <what is wrong>`` (:class:`MissingRunFile` when absent)."""
 from __future__ import annotations
 
 import functools
@@ -49,24 +34,9 @@ from attnlab.core.files import (
     read_bytes,
     read_text,
 )
-from attnlab.saved.npz import ATTENTION_MEMBERS, WALKTHROUGH_MEMBERS, Member, MemberInfo, NpzArchive, read_npz
-from attnlab.saved.plain import (
-    HYDRA_SPECIAL,
-    INTEGER,
-    NUMBER,
-    SUMMARY_TYPES,
-    interpolations,
-    resolve_references,
-    select,
-    special_keys,
-    type_name,
-    type_problems,
-    walk,
-)
-
-__all__ = ["ATTENTION_MEMBERS", "WALKTHROUGH_MEMBERS", "Member", "MemberInfo", "NpzArchive", "read_npz",
-           "HYDRA_SPECIAL", "INTEGER", "NUMBER", "SUMMARY_TYPES", "interpolations", "resolve_references", "select",
-           "special_keys", "type_name", "type_problems", "walk"]  # re-exported; the rest is defined here
+from attnlab.saved import npz, plain
+from attnlab.saved.npz import *  # noqa: F401,F403  (Member, NpzArchive, read_npz, ...)
+from attnlab.saved.plain import *  # noqa: F401,F403  (select, walk, resolve_references, ...)
 
 HYDRA_DIR = ".hydra"
 CONFIG = f"{HYDRA_DIR}/config.yaml"
@@ -78,7 +48,6 @@ ATTENTION = "attention.npz"
 WALKTHROUGH = "walkthrough.npz"
 
 
-# ----------------------------------------------------------------------------- YAML
 _CORE = "tag:yaml.org,2002:"
 _TAGS = {None, "!", *(_CORE + t for t in ("null", "bool", "int", "float", "str", "seq", "map"))}
 MAX_NUMBER_CHARS = 4300  # Python's limit on the digits of an int converted from text
@@ -89,8 +58,7 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 @functools.cache
 def _loader() -> type:
-    """CSafeLoader (SafeLoader without libyaml), dates left as text, and the floats OmegaConf reads
-    too (``1e-3`` without a dot is a float)."""
+    """CSafeLoader without timestamps, reading ``1e-3`` as a float as OmegaConf does."""
     class Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
         yaml_implicit_resolvers = {k: [(t, r) for t, r in v if t != _CORE + "timestamp"]
                                    for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
@@ -105,10 +73,9 @@ def _loader() -> type:
 
 
 def _prescan(text: str) -> None:
-    """Walk ``yaml.parse`` events (no tree is built) and raise ValueError past the bounds: nodes
-    after alias expansion, depth (each alias counted as its whole anchored node), a tag outside
-    :data:`_TAGS`, a merge key, a duplicate or non-scalar key, an alias of a node it is inside,
-    a number of more than :data:`MAX_NUMBER_CHARS` characters, more than one document."""
+    """Walk ``yaml.parse`` events (no tree built); ValueError past the bounds: nodes after alias
+    expansion, depth, a tag outside :data:`_TAGS`, a merge, duplicate or non-scalar key, a
+    recursive alias, a number longer than :data:`MAX_NUMBER_CHARS`, a second document."""
     anchored: dict[str, tuple[int, int]] = {}  # anchor -> (expanded nodes, depth)
     stack: list[list] = []  # open collections: [anchor, total at start, depth below, keys or None, next is key]
     total = documents = 0
@@ -164,13 +131,12 @@ def _prescan(text: str) -> None:
 
 
 def parse_yaml_data(text: str, label: Any = "<yaml>") -> Any:
-    """YAML ``text`` as plain data (dict with str keys, list, str, int, float, bool, None),
-    checked by :func:`_prescan` first. Raises RunFileError naming ``label``: ``not valid YAML
-    (line N: ...)`` or ``refused YAML: ...`` (bounds, tags, keys, lone surrogates)."""
+    """YAML ``text`` as plain data, :func:`_prescan` first. Raises RunFileError naming ``label``:
+    ``not valid YAML (line N: ...)`` or ``refused YAML: ...``."""
     try:
         _prescan(text)
         data = yaml.load(text, Loader=_loader())  # noqa: S506 (a SafeLoader subclass)
-        for _, value in walk(data):
+        for _, value in plain.walk(data):
             if isinstance(value, dict) and not all(isinstance(k, str) for k in value):
                 bad = next(k for k in value if not isinstance(k, str))
                 raise ValueError(f"a mapping key that is not a string ({printable(repr(bad), 40)})")
@@ -194,14 +160,12 @@ def parse_yaml_data(text: str, label: Any = "<yaml>") -> Any:
 
 
 def read_yaml_data(path: Path, limit: int = CONFIG_LIMIT, *, root: Path | None = None) -> Any:
-    """:func:`parse_yaml_data` of ``path`` (bounded UTF-8 text). Raises RunFileError."""
+    """:func:`parse_yaml_data` of ``path`` (bounded UTF-8 text)."""
     return parse_yaml_data(read_text(path, limit, root=root), Path(path))
 
 
-# ----------------------------------------------------------------------------- JSON, metrics.csv
 def read_json_data(path: Path, limit: int = SUMMARY_LIMIT, *, root: Path | None = None) -> Any:
-    """``path`` (bounded UTF-8 text) as JSON data (NaN/Infinity allowed, as Python writes them),
-    nested at most :data:`JSON_MAX_DEPTH` levels. Raises RunFileError."""
+    """``path`` as JSON (NaN/Infinity allowed), nested at most :data:`JSON_MAX_DEPTH` levels."""
     path = Path(path)
     text = read_text(path, limit, root=root)
     deep = f"nested deeper than {JSON_MAX_DEPTH} levels"
@@ -227,11 +191,9 @@ _INT = re.compile(r"\s*\+?[0-9]+\s*")
 
 
 def read_metrics(path: Path, limit: int = METRICS_LIMIT, *, root: Path | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """``metrics.csv`` as ``(steps (N,) int64, losses (N,) float64)``: line 1 starts with
-    ``step,loss`` (more columns ignored); every other non-empty line has a non-negative integer
-    step larger than the line before and a float loss (``nan``/``inf`` allowed). Raises
-    RunFileError naming the line, e.g. ``metrics.csv: line 7: loss 'abc' is not a number``;
-    a line longer than :data:`METRICS_LINE_LIMIT` bytes is refused before anything is parsed."""
+    """``metrics.csv`` as ``(steps (N,) int64, losses (N,) float64)``: header ``step,loss``, steps
+    non-negative and increasing, losses floats. Raises RunFileError naming the line, e.g.
+    ``metrics.csv: line 7: loss 'abc' is not a number``."""
     path = Path(path)
     raw = read_bytes(path, limit, root=root)
     lengths = np.diff(np.concatenate(([-1], np.flatnonzero(np.frombuffer(raw, np.uint8) == 10), [len(raw)]))) - 1
@@ -272,22 +234,19 @@ def read_metrics(path: Path, limit: int = METRICS_LIMIT, *, root: Path | None = 
     return np.array(steps, dtype=np.int64), np.array(losses, dtype=np.float64)
 
 
-# ----------------------------------------------------------------------------- the files of a run dir
-# ``root`` (default ``run_dir``): the folder below which no symbolic link is followed (the sweep
-# folder the user named, when ``run_dir`` is a job found inside it).
+# ``root`` (default ``run_dir``): no symbolic link is followed below it (the sweep folder a job was found in)
 def read_config(run_dir: Path, limit: int = CONFIG_LIMIT, *, root: Path | None = None,
                 resolve: bool = True) -> dict[str, Any]:
-    """``.hydra/config.yaml`` as a plain mapping, plain references resolved
-    (:func:`resolve_references`) unless ``resolve=False`` (every ``${...}`` stays text)."""
+    """``.hydra/config.yaml`` as a mapping, plain references resolved unless ``resolve=False``."""
     path = Path(run_dir) / CONFIG
     data = read_yaml_data(path, limit, root=root or run_dir)
     if not isinstance(data, dict):
-        raise RunFileError(path, f"not a config (a YAML mapping is expected, found {type_name(data)})")
-    return resolve_references(data, path) if resolve else data
+        raise RunFileError(path, f"not a config (a YAML mapping is expected, found {plain.type_name(data)})")
+    return plain.resolve_references(data, path) if resolve else data
 
 
 def read_overrides(run_dir: Path, limit: int = CONFIG_LIMIT, *, root: Path | None = None) -> list[str]:
-    """``.hydra/overrides.yaml``: the command-line overrides (raw text: show via :func:`printable`)."""
+    """``.hydra/overrides.yaml``: the command-line overrides (raw text)."""
     path = Path(run_dir) / OVERRIDES
     data = read_yaml_data(path, limit, root=root or run_dir)
     if data is None:
@@ -298,21 +257,19 @@ def read_overrides(run_dir: Path, limit: int = CONFIG_LIMIT, *, root: Path | Non
 
 
 def read_job_num(run_dir: Path, limit: int = CONFIG_LIMIT, *, root: Path | None = None) -> int | None:
-    """``hydra.job.num`` of ``.hydra/hydra.yaml`` when an integer, else None (a single run has ``???``)."""
-    num = select(read_yaml_data(Path(run_dir) / HYDRA, limit, root=root or run_dir), "hydra.job.num")
+    """``hydra.job.num`` of ``.hydra/hydra.yaml`` when an integer, else None."""
+    num = plain.select(read_yaml_data(Path(run_dir) / HYDRA, limit, root=root or run_dir), "hydra.job.num")
     return num if isinstance(num, int) and not isinstance(num, bool) else None
 
 
 def read_summary(run_dir: Path, limit: int = SUMMARY_LIMIT, *, root: Path | None = None) -> dict[str, Any]:
-    """``summary.json``, its known fields (:data:`SUMMARY_TYPES`) of their types, ``overrides``
-    strings. Raises MissingRunFile when absent, else RunFileError (the first problem, and how
-    many more)."""
+    """``summary.json`` with its fields (:data:`SUMMARY_TYPES`) type-checked; MissingRunFile when absent."""
     path = Path(run_dir) / SUMMARY
     data = read_json_data(path, limit, root=root or run_dir)
-    problems = type_problems(data, SUMMARY_TYPES)
+    problems = plain.type_problems(data, plain.SUMMARY_TYPES)
     if not problems:
         odd = [o for o in data.get("overrides", []) if not isinstance(o, str)]
-        problems = [f"{SUMMARY}: overrides holds {type_name(odd[0])}, expected strings"] if odd else []
+        problems = [f"{SUMMARY}: overrides holds {plain.type_name(odd[0])}, expected strings"] if odd else []
     if problems:
         more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
         raise RunFileError(path, problems[0].removeprefix(f"{SUMMARY}: ") + more)
@@ -325,42 +282,38 @@ def read_run_metrics(run_dir: Path, limit: int = METRICS_LIMIT, *,
     return read_metrics(Path(run_dir) / METRICS, limit, root=root or run_dir)
 
 
-def open_attention(run_dir: Path, limit: int = NPZ_LIMIT, *, root: Path | None = None) -> NpzArchive:
-    """``attention.npz`` as a checked :class:`NpzArchive` (:data:`ATTENTION_MEMBERS`)."""
-    return NpzArchive(Path(run_dir) / ATTENTION, ATTENTION_MEMBERS, limit, root=root or run_dir)
+def open_attention(run_dir: Path, limit: int = NPZ_LIMIT, *, root: Path | None = None) -> npz.NpzArchive:
+    """``attention.npz`` as a checked :class:`NpzArchive`."""
+    return npz.NpzArchive(Path(run_dir) / ATTENTION, npz.ATTENTION_MEMBERS, limit, root=root or run_dir)
 
 
 def read_attention(run_dir: Path, keys: Sequence[str] | None = None, limit: int = NPZ_LIMIT, *,
                    root: Path | None = None) -> dict[str, np.ndarray]:
-    """``attention.npz`` members ``keys`` (default all: steps (S,), weights (S, H, T, T),
-    tokens (T,), token_ids (T,))."""
-    return read_npz(Path(run_dir) / ATTENTION, ATTENTION_MEMBERS, limit, root=root or run_dir, load=keys)
+    """``attention.npz`` members ``keys`` (default all: steps (S,), weights (S, H, T, T), tokens, token_ids)."""
+    return npz.read_npz(Path(run_dir) / ATTENTION, npz.ATTENTION_MEMBERS, limit, root=root or run_dir, load=keys)
 
 
 def read_last_snapshot(run_dir: Path, limit: int = NPZ_LIMIT, *,
                        root: Path | None = None) -> tuple[int, np.ndarray] | None:
-    """``(step, weights (H, T, T))`` of the last snapshot in ``attention.npz``, None when it has none."""
-    with open_attention(run_dir, limit, root=root) as npz:
-        steps = npz.read("steps")
-        return (int(steps[-1]), npz.read_frame("weights", -1)) if steps.size else None
+    """``(step, weights (H, T, T))`` of attention.npz's last snapshot, None without one."""
+    with open_attention(run_dir, limit, root=root) as archive:
+        steps = archive.read("steps")
+        return (int(steps[-1]), archive.read_frame("weights", -1)) if steps.size else None
 
 
 def read_walkthrough(run_dir: Path, limit: int = NPZ_LIMIT, *, root: Path | None = None,
                      keys: Sequence[str] | None = None) -> dict[str, np.ndarray]:
-    """``walkthrough.npz`` members ``keys`` (default all; :data:`WALKTHROUGH_MEMBERS`: token_ids
-    (T,), X (T, d_model), Q/K (T, d_k), V/Z (T, d_v), scores/weights (T, T), ...)."""
-    return read_npz(Path(run_dir) / WALKTHROUGH, WALKTHROUGH_MEMBERS, limit, root=root or run_dir, load=keys)
+    """``walkthrough.npz`` members ``keys`` (default all, :data:`WALKTHROUGH_MEMBERS`)."""
+    return npz.read_npz(Path(run_dir) / WALKTHROUGH, npz.WALKTHROUGH_MEMBERS, limit, root=root or run_dir, load=keys)
 
 
 def exists(run_dir: Path, name: str) -> bool:
-    """Whether ``RUN_DIR/name`` is there in any form (file, folder, link, FIFO): read (and refused
-    when not a regular file) rather than reported missing."""
+    """Whether ``RUN_DIR/name`` is there in any form (then read, and refused unless a regular file)."""
     return os.path.lexists(Path(run_dir) / name)
 
 
 def file_problem(err: RunFileError, run_dir: Path) -> str:
-    """``err`` as one printable line naming its file relative to ``run_dir``, as tables and
-    reports show it: ``attention.npz: damaged archive (...)``."""
+    """``err`` as one printable line naming its file relative to ``run_dir``."""
     try:
         name = Path(err.path).relative_to(run_dir).as_posix()
     except ValueError:
@@ -369,11 +322,8 @@ def file_problem(err: RunFileError, run_dir: Path) -> str:
 
 
 def output_problem(out: Path, run_dirs: Iterable[Path], *, key: str = "--out", allow: Sequence[str] = ()) -> str | None:
-    """Why a tool must not write ``out`` (a file or folder it is about to write), or None: it is
-    one of the run dirs it reads or inside one (a tool never writes into a run it reads), unless
-    it is a file named in ``allow`` directly in that run dir (attnlab-report's ``report.html``).
-    ``key`` names the option in the line, e.g. ``-o RUN/summary.json: inside the run dir RUN it
-    reads; choose a path outside it``. Links are resolved first."""
+    """Why a tool must not write ``out``, or None: it is (inside) a run dir it reads, unless a file
+    named in ``allow`` directly in it. ``key`` names the option in the line."""
     target = Path(os.path.realpath(out))
     for run in run_dirs:
         run = Path(os.path.realpath(run))

@@ -1,7 +1,5 @@
-"""What tells compared runs apart: the swept keys (the overrides whose values differ between the
-runs) with short key names, for the titles and legends of ``attnlab-compare --plot`` and the
-report's run labels. The overrides are the rows' (:mod:`attnlab.saved.runs`: summary.json's, else
-``.hydra/overrides.yaml``'s, read as data)."""
+"""What tells compared runs apart: the swept keys (overrides whose values differ) with short names,
+for the titles and legends of ``attnlab-compare --plot`` and the report."""
 from __future__ import annotations
 
 from typing import Any, Callable, Sequence
@@ -10,17 +8,14 @@ MAX_VALUE_CHARS = 60  # a value longer than this is cut, with "…"
 
 
 def split_override(override: str) -> tuple[str, str]:
-    """``"optimizer.lr=0.05"`` -> ``("optimizer.lr", "0.05")``; a group override
-    ``"optimizer=sgd"`` -> ``("optimizer", "sgd")``; the ``+``/``++``/``~`` of Hydra's add, force
-    and delete overrides is dropped from the key. Without ``=``: ``(override, "")``."""
+    """``"+optimizer.lr=0.05"`` -> ``("optimizer.lr", "0.05")``; without ``=``: ``(override, "")``."""
     key, _, value = override.partition("=")
     return key.lstrip("+~"), value
 
 
 def swept(override_lists: Sequence[Sequence[str]]) -> list[dict[str, str]]:
-    """For each run (one list of overrides per run), ``{key: value}`` of the keys that tell the
-    runs apart: those whose value differs between the runs, or that some runs do not set. With
-    one run, all its overrides. Keys keep the order they first appear in."""
+    """Per run ``{key: value}`` of the keys whose value differs between the runs or that some do not
+    set (one run: all its overrides), in first-seen order."""
     parsed = [dict(split_override(o) for o in overrides) for overrides in override_lists]
     keys: list[str] = []
     for p in parsed:
@@ -31,9 +26,7 @@ def swept(override_lists: Sequence[Sequence[str]]) -> list[dict[str, str]]:
 
 
 def short_keys(keys: Sequence[str]) -> dict[str, str]:
-    """Each dotted key shortened to its last part (``optimizer.lr`` -> ``lr``,
-    ``train.steps`` -> ``steps``) unless two keys would then look the same: those keep as many
-    trailing parts as make them distinct (``optimizer.weight_decay``, ``other.weight_decay``)."""
+    """Each dotted key by its last part, or as many trailing parts as keep keys distinct."""
     out = {}
     for key in keys:
         parts = key.split(".")
@@ -46,16 +39,13 @@ def short_keys(keys: Sequence[str]) -> dict[str, str]:
 
 
 def clip_value(value: str, n: int = MAX_VALUE_CHARS) -> str:
-    """``value`` on one line, at most ``n`` characters (``…`` marks a cut; 60 by default: about
-    two lines of a heatmap title)."""
+    """``value`` on one line, at most ``n`` characters (``…`` marks a cut)."""
     value = " ".join(str(value).split())
     return value if len(value) <= n else value[: n - 1] + "…"
 
 
 def run_labels(rows: Sequence[dict[str, Any]], names: dict[str, str]) -> list[tuple[str, str]]:
-    """``(name, values)`` per row: ``name`` the job's short name (``names[row["job"]]``, e.g. the
-    job number ``"3"``), ``values`` its swept keys with short names, e.g. ``"lr=0.05 steps=30"``
-    (see :func:`swept`, :func:`short_keys`); ``""`` when the runs differ in no override."""
+    """``(name, values)`` per row: its short name and its swept keys, e.g. ``("3", "lr=0.05 steps=30")``."""
     values = swept([r.get("override_list") or [] for r in rows])
     short = short_keys(list(dict.fromkeys(k for v in values for k in v)))
     return [(names.get(r["job"], r["job"]), " ".join(f"{short[k]}={clip_value(x)}" for k, x in v.items()))
@@ -63,10 +53,8 @@ def run_labels(rows: Sequence[dict[str, Any]], names: dict[str, str]) -> list[tu
 
 
 def wrap(text: str, width: int, max_lines: int, measure: Callable[[str], int] = len) -> list[str]:
-    """``text`` in at most ``max_lines`` lines of at most ``width`` as ``measure`` counts
-    (e.g. the length after :func:`attnlab.outputs.fonts.drawable` escapes what no font can draw), broken
-    at spaces; a word longer than a line is split between characters, so an escape made per
-    character later is never cut. A cut text ends with ``…``."""
+    """``text`` in at most ``max_lines`` lines of at most ``width`` by ``measure``, broken at spaces,
+    a long word between characters; a cut text ends with ``…``."""
     lines: list[str] = []
     line = ""
     for word in text.split():
@@ -93,9 +81,7 @@ def wrap(text: str, width: int, max_lines: int, measure: Callable[[str], int] = 
 
 
 def short_names(jobs: Sequence[str]) -> dict[str, str]:
-    """Legend/title names: a sweep job (``[folder/]N_overrides``) by its folder prefix and job
-    number (``N``, ``sweep/N``; the swept values are added by :func:`attnlab.saved.swept.run_labels`),
-    any other run by its whole name (``2026-11-29/12-00-00.123456``)."""
+    """A sweep job ``[folder/]N_overrides`` as ``[folder/]N``, any other run by its whole name."""
     out = {}
     for job in jobs:
         head, _, tail = job.rpartition("/")

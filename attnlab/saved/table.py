@@ -1,14 +1,7 @@
-"""Rows of saved runs (:mod:`attnlab.saved.runs`) as a printed table and as CSV, and sorting them.
-
-The CSV keeps every column at full precision (floats as ``repr``); the printed table leaves out
-CSV-only and empty columns, cuts wide cells and counts Chinese and emoji as two columns.
-
-Text read from a run dir (job names, overrides, statuses, errors, tokens, paths) is shown
-through :func:`attnlab.saved.safe_read.printable` in both: control characters and escape sequences
-are written as ``\\x1b``-style escapes, never sent to the terminal or the file. A CSV text cell
-that starts with ``=``, ``+``, ``-`` or ``@`` (what a spreadsheet reads as a formula) is written
-with a leading ``'``; numbers are written as numbers.
-"""
+"""Rows of saved runs as a printed table and as CSV, and sorting them. The CSV keeps every column
+at full precision (floats as ``repr``), text through ``printable`` and a leading ``'`` before a
+formula start (``= + - @``); the printed table drops CSV-only and empty columns, cuts wide cells
+and counts Chinese and emoji as two columns."""
 from __future__ import annotations
 
 import csv
@@ -25,21 +18,18 @@ from attnlab.saved import exercise_columns as exercises
 from attnlab.saved.runs import COLUMNS
 from attnlab.saved.safe_read import printable
 
-TRAILING_COLUMNS = ["path"]
 TABLE_SKIP = {"overrides", "loss_threshold", "steps_run", "path"}  # CSV only (the job name shows overrides)
-MAX_JOB = 100  # characters of the job column in the printed table
 MAX_CELL = 48  # characters of a cell in the printed table (the CSV keeps everything)
-WIDE = {"job": MAX_JOB, "heads_focus": 100}  # columns allowed more (a name; one entry per head)
+WIDE = {"job": 100, "heads_focus": 100}  # columns allowed more (a name; one entry per head)
 CSV_TEXT_LIMIT = 10_000  # characters of one CSV text cell, escapes included (a summary.json holds at most 1 MiB)
 SORT_TEXT = 2_000  # characters of a text cell the page sorts by (two texts alike that far are equal there)
 FORMULA_START = ("=", "+", "-", "@")  # a spreadsheet reads a cell starting with one of these as a formula
 
 
 def columns_of(rows: Sequence[dict[str, Any]], table: bool = False) -> list[str]:
-    """The columns to show: :data:`COLUMNS`, then each observation column some row has, then
-    ``path``; for the printed table (``table=True``) without CSV-only columns and with ``error``
-    (the longest cell) last."""
-    cols = COLUMNS + [c for c in exercises.COLUMNS if any(r.get(c) is not None for r in rows)] + TRAILING_COLUMNS
+    """:data:`COLUMNS`, the observation columns some row has, ``path``; with ``table=True`` without
+    CSV-only, empty and shared columns, ``error`` last."""
+    cols = COLUMNS + [c for c in exercises.COLUMNS if any(r.get(c) is not None for r in rows)] + ["path"]
     if table:
         cols = [c for c in cols if c not in TABLE_SKIP]
         cols = [c for c in cols if c in ("job", "status") or any(r.get(c) not in (None, "") for r in rows)]
@@ -51,8 +41,7 @@ def columns_of(rows: Sequence[dict[str, Any]], table: bool = False) -> list[str]
 
 
 def sort_key(v: Any) -> tuple[int, float, str]:
-    """How :func:`sort_rows` orders a cell: numbers numerically, then text (``str``), then empty
-    cells (None, NaN)."""
+    """Numbers numerically, then text, then empty cells (None, NaN)."""
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return (2, 0, "")
     if isinstance(v, (int, float)) and not isinstance(v, bool):
@@ -61,8 +50,7 @@ def sort_key(v: Any) -> tuple[int, float, str]:
 
 
 def sort_rows(rows: list[dict[str, Any]], column: str, reverse: bool = False) -> list[dict[str, Any]]:
-    """``rows`` sorted by ``column`` (numbers numerically, text as text, empty cells last:
-    :func:`sort_key`). Raises KeyError with the allowed columns when ``column`` is not one."""
+    """``rows`` sorted by ``column`` (:func:`sort_key`, empty last). KeyError naming the allowed columns."""
     allowed = columns_of(rows)
     if column not in allowed:
         raise KeyError(f"--sort {column!r}: unknown column; one of {', '.join(allowed)}")
@@ -83,23 +71,17 @@ def _csv_value(v: Any) -> Any:
 
 
 def csv_text(rows: Sequence[dict[str, Any]]) -> str:
-    """The rows as CSV text: header = :func:`columns_of`, floats at full precision (``repr``),
-    empty cells for missing values, text printable and guarded against formulas (see the
-    module docstring)."""
+    """The rows as CSV text (header :func:`columns_of`)."""
     cols = columns_of(rows)
     buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(cols)
-    for r in rows:
-        writer.writerow([_csv_value(r.get(c)) for c in cols])
+    csv.writer(buf, lineterminator="\n").writerows([cols] + [[_csv_value(r.get(c)) for c in cols] for r in rows])
     return buf.getvalue()
 
 
 def write_csv(rows: Sequence[dict[str, Any]], path: Path) -> Path:
-    """Write :func:`csv_text` to ``path`` atomically (UTF-8); returns ``path``."""
-    path = Path(path)
-    artifacts.atomic_write_text(path, csv_text(rows))
-    return path
+    """Write :func:`csv_text` to ``path`` atomically; returns ``path``."""
+    artifacts.atomic_write_text(Path(path), csv_text(rows))
+    return Path(path)
 
 
 def _cell(col: str, v: Any) -> str:
@@ -110,47 +92,38 @@ def _cell(col: str, v: Any) -> str:
     if isinstance(v, bool):
         return "yes" if v else "no"
     if isinstance(v, float):
-        if col == "focus_weight":
-            return f"{v:.3f}"
-        if col == "wall_time_s":
-            return f"{v:.2f}"
-        if v != 0 and (abs(v) < 1e-3 or abs(v) >= 1e5):
-            return f"{v:.2e}"
-        return f"{v:.4f}"
+        fmt = {"focus_weight": ".3f", "wall_time_s": ".2f"}.get(col)
+        return format(v, fmt or (".2e" if v != 0 and (abs(v) < 1e-3 or abs(v) >= 1e5) else ".4f"))
     if isinstance(v, int):
         return str(v)
     return printable(v, WIDE.get(col, MAX_CELL) + 1)  # clip() then cuts it to its width
 
 
 def _right_aligned(v: Any) -> bool:
-    """A cell of a column that is right-aligned when all its cells are: a number or empty (None)."""
+    """A number or empty: right-aligned when the whole column is."""
     return v is None or isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def cell_text(col: str, v: Any) -> str:
-    """A cell as :func:`format_table` prints it (formatted, printable, one line, cut with ``…``)."""
+    """A cell as :func:`format_table` prints it."""
     return clip(_cell(col, v), WIDE.get(col, MAX_CELL))
 
 
 def page_cells(row: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """One row's cells for attnlab-report's runs table, so the page shows attnlab-compare's
-    table: for every column the printed table can have (:func:`columns_of` less the CSV-only
-    ones), ``text`` (:func:`cell_text`), ``full`` (the whole printable text, up to
-    :data:`CSV_TEXT_LIMIT` characters, when ``text`` is cut), ``key`` (:func:`sort_key` as
-    JSON data without the text itself: a number's ``repr``, a text's code points, up to
-    :data:`SORT_TEXT`; None for an empty cell), ``right`` (a number or empty: the column is
-    right-aligned when every cell is) and ``shown`` (None for None, "" for "", else a digest of
-    the value: :func:`page_table` hides the columns :func:`columns_of` hides, without the value
-    in the page twice). JSON-ready; :func:`page_table` turns ``key`` into each run's place."""
+    """One row's cells for attnlab-report's runs table: per printed-table column ``text``
+    (:func:`cell_text`), ``full`` (when ``text`` is cut), ``key`` (:func:`sort_key` as JSON: a
+    number's ``repr`` or a text's code points up to :data:`SORT_TEXT`; None when empty), ``right``
+    and ``shown`` (a digest, so :func:`page_table` hides the columns :func:`columns_of` hides)."""
     out: dict[str, dict[str, Any]] = {}
     for c in columns_of([row]):
         if c in TABLE_SKIP:
             continue
         v = row.get(c)
         rank, number, text = sort_key(v)
+        digest = hashlib.sha256(str(v).encode("utf-8", "surrogatepass")).hexdigest()[:16]
         cell = {"text": cell_text(c, v), "key": None if rank == 2 else [0, repr(number)] if rank == 0
                 else [1, [ord(ch) for ch in text[:SORT_TEXT]]],
-                "right": _right_aligned(v), "shown": v if v is None or v == "" else _digest(v)}
+                "right": _right_aligned(v), "shown": v if v is None or v == "" else digest}
         if rank < 2:  # a cut cell (clip's … or printable's …[+N chars]; a 400-digit number too): whole on hover
             full = printable(show(text) if c in ("focus_token", "focus_target") else text if rank else repr(v),
                              CSV_TEXT_LIMIT)
@@ -160,13 +133,8 @@ def page_cells(row: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _digest(v: Any) -> str:
-    return hashlib.sha256(str(v).encode("utf-8", "surrogatepass")).hexdigest()[:16]
-
-
 def _exact(key: list) -> tuple:
-    """A cell's ``key`` back as what :func:`sort_key` compares (a number exactly: ``repr`` of an
-    int or a float reads back as the same value)."""
+    """A cell's ``key`` back as :func:`sort_key` compares it."""
     if key[0] == 0:
         text = key[1]
         return (0, float(text) if any(ch in text for ch in ".eEn") else int(text))
@@ -177,12 +145,9 @@ Cells = dict[str, dict[str, Any]]  # column -> cell (page_cells)
 
 
 def page_table(tables: Sequence[Cells]) -> tuple[list[dict[str, Any]], list[Cells]]:
-    """The runs table of attnlab-report for the runs' :func:`page_cells`: its columns, those
-    :func:`columns_of` shows in the printed table for the same rows, in its order, each
-    ``{"key", "title" (the printed header), "right" (right-aligned)}``; and each run's cells of
-    those columns with ``sort`` (the run's place in :func:`sort_rows`' order by that column: 0,
-    1, ...; runs with equal cells share one; None for an empty cell) in place of ``key``, so a
-    click on a header in the page orders the runs exactly as ``attnlab-compare --sort`` does."""
+    """attnlab-report's runs table from the runs' :func:`page_cells`: the printed table's columns
+    (``key``, ``title``, ``right``) and each run's cells with ``sort``, its place in
+    :func:`sort_rows`' order by that column (ties share one; None when empty)."""
     rows = [{c: cell.get("shown") for c, cell in t.items()} for t in tables]
     cols = columns_of(rows, table=True)
     columns = [{"key": c, "title": HEADERS.get(c, c), "right": all(t.get(c, {}).get("right", True) for t in tables)}
@@ -208,14 +173,13 @@ def clip(text: str, n: int = MAX_CELL) -> str:
     text = " ".join(text.split())  # one line
     if _width(text) <= n:
         return text
-    out, w = [], 0
+    out, w = "", 0
     for ch in text:
-        cw = _width(ch)
-        if w + cw > n - 1:
+        w += _width(ch)
+        if w > n - 1:
             break
-        out.append(ch)
-        w += cw
-    return "".join(out) + "…"
+        out += ch
+    return out + "…"
 
 
 HEADERS = {"steps_to_threshold": "steps<thr", "focus_token": "focus", "focus_target": "→ target",
@@ -223,8 +187,7 @@ HEADERS = {"steps_to_threshold": "steps<thr", "focus_token": "focus", "focus_tar
 
 
 def format_table(rows: Sequence[dict[str, Any]]) -> str:
-    """The rows as an aligned plain-text table (one line per row; wide cells cut at
-    :data:`MAX_CELL` characters with ``…``; Chinese and emoji counted as two columns)."""
+    """The rows as an aligned plain-text table."""
     cols = columns_of(rows, table=True)
     head = [HEADERS.get(c, c) for c in cols]
     body = [[clip(_cell(c, r.get(c)), WIDE.get(c, MAX_CELL)) for c in cols] for r in rows]
@@ -232,11 +195,7 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
     numeric = {c for c in cols if all(_right_aligned(r.get(c)) for r in rows)}
 
     def line(cells: Sequence[str]) -> str:
-        parts = []
-        for c, x, w in zip(cols, cells, widths):
-            pad = " " * (w - _width(x))
-            parts.append(pad + x if c in numeric else x + pad)
-        return "  ".join(parts).rstrip()
+        pads = [" " * (w - _width(x)) for x, w in zip(cells, widths)]
+        return "  ".join(p + x if c in numeric else x + p for c, x, p in zip(cols, cells, pads)).rstrip()
 
-    sep = "  ".join("-" * w for w in widths)
-    return "\n".join([line(head), sep] + [line(b) for b in body])
+    return "\n".join([line(head), "  ".join("-" * w for w in widths)] + [line(b) for b in body])

@@ -1,10 +1,5 @@
-"""Bit-for-bit comparison of a run and its reproduction (``attnlab-reproduce``'s verdict).
-
-Both run dirs are read through :mod:`attnlab.saved.safe_read` (bounded, data only): ``summary.json``
-(status, task, the recorded ``versions``), ``metrics.csv`` (step, loss), ``attention.npz``
-(steps, tokens, token_ids, weights (S, H, T, T)) or ``walkthrough.npz``. Every text taken from a run is shown through
-:func:`attnlab.saved.safe_read.printable`.
-"""
+"""Bit-for-bit comparison of a run and its reproduction (``attnlab-reproduce``'s verdict), both read
+through :mod:`attnlab.saved.safe_read`."""
 from __future__ import annotations
 
 import math
@@ -23,9 +18,7 @@ NOTE_LIMIT = 120  # characters of a note in the verdict table
 
 @dataclass
 class Difference:
-    """One quantity that differs. ``step`` is the first differing step (None when the
-    quantity has no steps, e.g. ``status``); ``max_abs_diff`` is over the steps both runs have
-    (None for non-numeric quantities); ``note`` says what differs in words (printable)."""
+    """One quantity that differs: first differing ``step``, ``max_abs_diff`` over shared steps, ``note``."""
 
     quantity: str
     step: int | None = None
@@ -34,27 +27,20 @@ class Difference:
 
 
 def environment_differences(recorded: dict[str, Any] | None, current: dict[str, Any]) -> list[str]:
-    """One warning line per key whose value differs between the ``versions`` recorded in a
-    run's summary.json and ``current`` (``artifacts.environment()``); recorded text is shown
-    through ``printable``."""
+    """One warning line per key whose recorded ``versions`` differ from ``current``."""
     if not recorded:
         return ["warning: summary.json records no environment (versions); cannot check it matches"]
-    lines = []
-    for key in sorted(set(recorded) | set(current), key=str):
-        was, now = recorded.get(key), current.get(key)
-        if was != now:
-            lines.append(f"warning: {printable(key, 60)} differs: {printable(was, 100)} when the run was made, "
-                         f"{printable(now, 100)} now")
-    return lines
+    return [f"warning: {printable(key, 60)} differs: {printable(recorded.get(key), 100)} when the run was made, "
+            f"{printable(current.get(key), 100)} now"
+            for key in sorted(set(recorded) | set(current), key=str) if recorded.get(key) != current.get(key)]
 
 
 def _first_and_max(a: np.ndarray, b: np.ndarray, steps: np.ndarray) -> tuple[int | None, float | None]:
-    """First step where ``a`` and ``b`` differ (bitwise, along axis 0) and the largest |a-b|."""
+    """First step where ``a`` and ``b`` differ bitwise (axis 0) and the largest |a-b|."""
     n = min(len(a), len(b))
     a, b = a[:n], b[:n]
     same = (a == b) | (np.isnan(a) & np.isnan(b)) if a.dtype.kind == "f" else a == b
-    same = same.reshape(n, -1).all(axis=1)
-    bad = np.flatnonzero(~same)
+    bad = np.flatnonzero(~same.reshape(n, -1).all(axis=1))
     if not bad.size:
         return None, None
     diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
@@ -76,11 +62,8 @@ def _compare_walkthrough(original: Path, reproduction: Path) -> list[Difference]
 
 
 def compare_runs(original: Path, reproduction: Path) -> list[Difference]:
-    """What differs between two finished run dirs: status, metrics (step, loss), attention
-    snapshots (steps, weights, tokens, token_ids), and walkthrough arrays. An empty list
-    means bitwise identical. When ``original`` was interrupted, only the steps it recorded
-    are compared (the reproduction runs every step). Both are read through
-    :mod:`attnlab.saved.safe_read`; raises RunDirError (one line naming the file) for a damaged one."""
+    """What differs between two run dirs (status, metrics, snapshots, walkthrough arrays); empty when
+    bitwise identical. An interrupted ``original`` is compared over its own steps. Raises RunDirError."""
     s_a, s_b = safe_read.read_summary(original), safe_read.read_summary(reproduction)
     diffs: list[Difference] = []
     prefix_only = s_a.get("status") == "interrupted"
@@ -127,8 +110,7 @@ def compare_runs(original: Path, reproduction: Path) -> list[Difference]:
 
 
 def format_verdict(diffs: list[Difference]) -> str:
-    """``reproduced exactly``, or a header line and a table: quantity, first differing step,
-    max abs diff, note."""
+    """``reproduced exactly``, or a header line and a table of the differences."""
     if not diffs:
         return "reproduced exactly"
     rows = [("quantity", "first differing step", "max abs diff", "note")]
