@@ -17,14 +17,14 @@ from attnlab.commands.job import run_job
 from attnlab.outputs import artifacts
 from attnlab.saved import runs, safe_read, table
 
-from conftest import ROOT, run_cli
+from conftest import ROOT, run_here
 
 
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory) -> Path:
     """A finished 2-job sweep: lr 0.05 (learns) and lr 0.5 (stalls), 30 steps."""
     out = tmp_path_factory.mktemp("cmp") / "sweep"
-    proc = run_cli("-m", "optimizer.lr=0.05,0.5", "train.steps=30", "train.snapshot_steps=[0,29]", "logging=off",
+    proc = run_here("-m", "optimizer.lr=0.05,0.5", "train.steps=30", "train.snapshot_steps=[0,29]", "logging=off",
                    f"hydra.sweep.dir={out}")
     assert proc.returncode == 0, proc.stderr
     return out

@@ -68,7 +68,7 @@ def test_exercise1_shapes_at_every_stage():
     assert rows[1]["shapes"] == "X=6x16 Q=6x4 K=6x4 V=6x4 weights=6x6 Z=6x4"
 
 
-def test_exercise2_token_count_and_table_for_english_chinese_emoji(cli, tmp_path):
+def test_exercise2_token_count_and_table_for_english_chinese_emoji(attnlab_here, tmp_path):
     sums, rows = zip(*walkthrough_answers(2))
     sentences = ["Attention is all you need", "你的旅程从一步开始", "One small step 🚶 at a time"]
     assert [s["n_tokens"] for s in sums] == [len(encode(t)) for t in sentences] == [6, 17, 9]
@@ -86,7 +86,7 @@ def test_exercise2_token_count_and_table_for_english_chinese_emoji(cli, tmp_path
     assert [i for i, _ in sums[2]["token_table"]][3:6] == [12520, 248, 114]
     assert [r["n_tokens"] for r in rows] == [6, 17, 9]
     # your own sentence replaces the preset's three
-    rows, sums = run_exercise(cli, tmp_path / "own", 2, 'sentence="Your journey starts with one step"')
+    rows, sums = run_exercise(attnlab_here, tmp_path / "own", 2, 'sentence="Your journey starts with one step"')
     assert len(rows) == 1
     assert sums[0]["n_tokens"] == 6
     assert [i for i, _ in sums[0]["token_table"]] == [7120, 7002, 4940, 351, 530, 2239]

@@ -79,8 +79,8 @@ def test_cli_default_run_prints_tutorial_lines_and_writes_artifacts(default_cli_
     assert (run_dir / ".hydra" / "config.yaml").is_file()
 
 
-def test_cli_walkthrough_writes_walkthrough_npz(cli, tmp_path):
-    proc = cli("experiment=tutorial_walkthrough", f"hydra.run.dir={tmp_path}")
+def test_cli_walkthrough_writes_walkthrough_npz(attnlab_here, tmp_path):
+    proc = attnlab_here("experiment=tutorial_walkthrough", f"hydra.run.dir={tmp_path}")
     assert proc.returncode == 0, proc.stderr
     with np.load(tmp_path / "walkthrough.npz") as npz:
         assert set(npz.files) == {"token_ids", "token_embeddings", "pos_embeddings", "X", "Q", "K", "V",
@@ -89,7 +89,7 @@ def test_cli_walkthrough_writes_walkthrough_npz(cli, tmp_path):
     assert json.loads((tmp_path / "summary.json").read_text())["status"] == "completed"
 
 
-def test_cli_logging_switches(cli, tmp_path, default_cli_run):
+def test_cli_logging_switches(attnlab_here, tmp_path, default_cli_run):
     (on, on_proc), off = default_cli_run, tmp_path / "off"
     assert on_proc.returncode == 0
     names = sorted(p.name for p in on.iterdir())
@@ -97,7 +97,7 @@ def test_cli_logging_switches(cli, tmp_path, default_cli_run):
     assert "loss.png" in names
     assert any(n.startswith("events.out.tfevents.") for n in names)
     assert compose_cfg("logging=off").logging.console is True  # logging=off keeps the console lines
-    proc = cli(f"hydra.run.dir={off}", "logging=off", "logging.console=false")
+    proc = attnlab_here(f"hydra.run.dir={off}", "logging=off", "logging.console=false")
     assert proc.returncode == 0
     assert proc.stdout == ""
     assert proc.stderr == ""

@@ -112,10 +112,10 @@ def test_sweep_report_matches_attnlab_compare(report_sweep):
 def test_the_focus_weight_of_several_heads_is_the_runs_not_a_mean_of_rounded_weights(tmp_path):
     """With several heads the focus weight is the heads' mean of the unrounded last snapshot, as
     summary.json and attnlab-compare have it (0.605540), not a mean of the page's rounded weights."""
-    from conftest import run_cli
+    from conftest import run_here
 
     run = tmp_path / "h2"
-    proc = run_cli(f"hydra.run.dir={run}", "logging=off", "model.n_heads=2", "model.d_k=2", "model.d_v=3")
+    proc = run_here(f"hydra.run.dir={run}", "logging=off", "model.n_heads=2", "model.d_k=2", "model.d_v=3")
     assert proc.returncode == 0, proc.stderr
     mean = json.loads((run / "summary.json").read_text(encoding="utf-8"))["focus"]["mean"]
     (row,) = collect_rows([run])
@@ -381,21 +381,21 @@ def test_yaml_alias_bomb_and_reference_chains_stay_small(tmp_path):
     assert rec["config"]["r1"] == "${r0}" * 40  # text around a reference: shown as written, never expanded
 
 
-def test_every_run_and_sweep_writes_its_report(default_run, tmp_path, cli):
+def test_every_run_and_sweep_writes_its_report(default_run, tmp_path, attnlab_here):
     """logging.report (default true): the run's report.html is its last file; a sweep writes
     one over its jobs at its end; logging=off writes none."""
     runs = page_data(default_run / "report.html")["runs"]
     assert [r["steps"] for r in runs] == [[0, 20, 50, 100, 200]]
     assert runs[0]["status"] == "completed"
     sweep = tmp_path / "sweep"
-    proc = cli("-m", "seed=1,2", "train.steps=20", "logging=off", "logging.report=true", f"hydra.sweep.dir={sweep}")
+    proc = attnlab_here("-m", "seed=1,2", "train.steps=20", "logging=off", "logging.report=true", f"hydra.sweep.dir={sweep}")
     assert proc.returncode == 0, proc.stderr
     assert f"report: {sweep / 'report.html'}" in proc.stdout
     assert [r["name"] for r in page_data(sweep / "report.html")["runs"]] == [
         "0_logging.report=True,logging=off,seed=1,train.steps=20", "1_logging.report=True,logging=off,seed=2,train.steps=20"]  # Hydra writes the bool back
     assert sorted(p.name for p in sweep.glob("*/report.html")) == ["report.html", "report.html"]
     quiet = tmp_path / "quiet"
-    assert cli(f"hydra.run.dir={quiet}", "train.steps=20", "logging=off").returncode == 0
+    assert attnlab_here(f"hydra.run.dir={quiet}", "train.steps=20", "logging=off").returncode == 0
     assert not (quiet / "report.html").exists()
 
 

@@ -21,7 +21,7 @@ from attnlab.core.training import train
 from attnlab.outputs import artifacts
 from attnlab.saved import safe_read
 
-from conftest import ROOT, compose_cfg, run_cli
+from conftest import ROOT, compose_cfg
 
 SMALL = ("logging=off", "train.steps=40", "train.snapshot_steps=[0,10,39]")
 
@@ -77,10 +77,10 @@ def test_divergence_stops_at_the_step_and_keeps_everything_before(tmp_path, over
 # --- never overwrite ----------------------------------------------------------------------
 
 def test_cli_diverged_exit_then_same_dir_is_refused_byte_identical(tmp_path, attnlab_here):
-    """The real command exits 1 for a run that diverged; the same folder again is refused (exit 2,
-    here in process; test_faults' two runs started together get exit 2 from the real command)."""
+    """A run that diverged exits 1; the same folder again is refused (exit 2). In process: test_faults'
+    two runs started together get exit 2 from the real command."""
     run = tmp_path / "run"
-    first = run_cli(f"hydra.run.dir={run}", *SMALL, "optimizer=sgd", "optimizer.lr=1000")
+    first = attnlab_here(f"hydra.run.dir={run}", *SMALL, "optimizer=sgd", "optimizer.lr=1000")
     assert first.returncode == 1
     assert first.stderr.splitlines() == [
         f"diverged: loss became inf at step 5 (optimizer.lr=1000.0); try a smaller optimizer.lr; records kept in {run}"]

@@ -111,9 +111,9 @@ def test_focus_sink_per_head_and_first_step_above():
     assert summary["upper_triangle_max"] == pytest.approx(0.901)
 
 
-def test_variants_print_their_answer_in_the_sweep_table(cli, tmp_path):
+def test_variants_print_their_answer_in_the_sweep_table(attnlab_here, tmp_path):
     sweep = tmp_path / "heads"
-    proc = cli("experiment=heads", f"hydra.sweep.dir={sweep}", "logging=off", "train.steps=60")
+    proc = attnlab_here("experiment=heads", f"hydra.sweep.dir={sweep}", "logging=off", "train.steps=60")
     assert proc.returncode == 0, proc.stderr
     header = next(line for line in proc.stdout.splitlines() if line.startswith("job "))
     assert "heads: strongest key" in header

@@ -2,14 +2,13 @@
 
 >>> from attnlab.commands.api import compose, train
 >>> result = train(compose("model.d_model=16", "optimizer.lr=0.01"))
->>> result.losses.shape, [s.step for s in result.snapshots]
-
-Nothing is written and the working directory is untouched unless sinks are passed to ``train``.
+>>> result.losses.shape, [s.step for s in result.snapshots]  # nothing written unless sinks are passed
 """
 from __future__ import annotations
 
 from omegaconf import DictConfig
 
+from attnlab.commands.argv import prepare
 from attnlab.commands.hydra_config import register_configs
 from attnlab.core.records import RunResult, Snapshot
 from attnlab.core.training import train
@@ -19,22 +18,15 @@ __all__ = ["compose", "train", "walkthrough", "RunResult", "Snapshot"]
 
 
 def compose(*overrides: str, config_name: str = "config") -> DictConfig:
-    """The config that ``attnlab OVERRIDES`` would run, e.g. ``compose("experiment=tutorial_walkthrough")``.
-
-    Uses Hydra's compose API on the packaged ``conf/``, with free text taken as typed as on the
-    command line (:func:`attnlab.commands.argv.prepare`: ``compose("sentence=你好")`` works); raises
-    Hydra's own errors for unknown keys or wrongly typed values (``ConfigCompositionException`` /
-    ``ValidationError``).
-    """
+    """The config that ``attnlab OVERRIDES`` would run (free text as typed: ``compose("sentence=你好")``).
+    Raises Hydra's ``ConfigCompositionException`` / ``ValidationError`` for unknown keys or bad values."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
 
-    from attnlab.commands.argv import prepare
-
     register_configs()
-    overrides = tuple(prepare(overrides))
+    overrides = prepare(overrides)
     if GlobalHydra.instance().is_initialized():  # e.g. inside a Hydra app or another compose
-        return hydra_compose(config_name, overrides=list(overrides))
+        return hydra_compose(config_name, overrides=overrides)
     with initialize_config_module("attnlab.conf", version_base="1.3"):
-        return hydra_compose(config_name, overrides=list(overrides))
+        return hydra_compose(config_name, overrides=overrides)

@@ -1,22 +1,11 @@
 """The command line made friendly before Hydra parses it: free text as typed, and no silent keys.
 
-Free-text keys (:data:`FREE_TEXT_KEYS`: ``sentence``, ``text_file``,
-``analysis.compare_sentence``) take what the user typed as text:
-
-- unquoted text that Hydra's override grammar would refuse (Chinese, emoji, ``<|endoftext|>``,
-  ``=``, quotes, ...) is quoted for Hydra (``sentence=你的旅程`` works as typed);
-- an ASCII comma still separates values, as everywhere in Hydra: with ``-m`` it sweeps
-  (``-m sentence=你好,世界`` is two jobs); in a single run it is refused with a hint on quoting;
-- ``${...}`` is literal text, never an interpolation or a resolver (``sentence="costs ${x}"``
-  trains on the characters ``$``, ``{``, ``x``, ``}``), quoted or not.
-
-Values that are already Hydra syntax are left alone apart from the ``${`` escape: quoted
-strings, lists ``[...]``, dicts ``{...}`` and sweep functions (``choice(...)``, ``glob(...)``).
-
-:func:`unknown_added_keys` refuses ``+key=value`` / ``++key=value`` for a key attnlab's schema
-does not have (Hydra would add it silently and the run would ignore it); :func:`refused_option`
-refuses the Hydra option that would run code from a file; :func:`unknown_option` an option
-Hydra does not have (one line instead of argparse's usage block).
+Free-text keys (:data:`FREE_TEXT_KEYS`) take what the user typed as text: text Hydra's grammar
+would refuse (Chinese, emoji, ``=``, quotes, ...) is quoted for Hydra; an ASCII comma still
+separates values (with ``-m`` it sweeps); ``${...}`` is literal text, never an interpolation.
+Values already in Hydra syntax (quoted strings, ``[...]``, ``{...}``, ``choice(...)``) are left
+alone apart from the ``${`` escape. Refused before Hydra sees them: ``+key`` / ``~key`` outside
+the schema, ``--experimental-rerun`` (it unpickles a file) and options Hydra does not have.
 """
 from __future__ import annotations
 
@@ -35,52 +24,22 @@ FLAGS_WITH_VALUE = {"-c", "--cfg", "-p", "--package", "-cp", "--config-path", "-
                     "-cd", "--config-dir", "--experimental-rerun"}
 FLAGS = {"-h", "--help", "--hydra-help", "--version", "--resolve", "-r", "--run", "-m", "--multirun",
          "-sc", "--shell-completion", "-i", "--info"}
+_BACKSLASHES_BEFORE_QUOTE = re.compile(r'\\+(?="|\Z)')
+_QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"?|\'(?:[^\'\\]|\\.)*\'?', re.S)  # an open quote runs to the end
+_IN_QUOTES = re.compile(r"\\.|\$\{", re.S)
 _OVERRIDE = re.compile(r"^(?P<prefix>\+{0,2}|~)(?P<key>[\w.\-/@]+)=(?P<value>.*)$", re.S)
 
 
 def quote(text: str) -> str:
     """``text`` as one double-quoted Hydra value that reads back as exactly ``text``, with
     ``${`` escaped so OmegaConf keeps it literal."""
-    out, i = [], 0
-    while i < len(text):
-        j = i
-        while j < len(text) and text[j] == "\\":
-            j += 1
-        if j > i:  # a run of backslashes: doubled only where it ends at a quote or the end
-            run = j - i
-            out.append("\\" * (2 * run if j == len(text) or text[j] == '"' else run))
-            i = j
-            continue
-        ch = text[i]
-        if ch == '"':
-            out.append('\\"')
-        elif text.startswith("${", i):
-            out.append("\\$")
-        else:
-            out.append(ch)
-        i += 1
-    return '"' + "".join(out) + '"'
+    body = _BACKSLASHES_BEFORE_QUOTE.sub(lambda m: m[0] * 2, text)  # Hydra unescapes only these
+    return '"' + body.replace('"', '\\"').replace("${", "\\${") + '"'
 
 
 def _escape_interpolations_in_quotes(value: str) -> str:
     """``${`` inside the quoted strings of ``value`` preceded by a backslash (literal text)."""
-    out, quote_char, i = [], None, 0
-    while i < len(value):
-        ch = value[i]
-        if quote_char is None:
-            if ch in "'\"":
-                quote_char = ch
-        elif ch == "\\" and i + 1 < len(value):
-            out.append(value[i:i + 2])
-            i += 2
-            continue
-        elif ch == quote_char:
-            quote_char = None
-        elif value.startswith("${", i):
-            out.append("\\")
-        out.append(ch)
-        i += 1
-    return "".join(out)
+    return _QUOTED.sub(lambda q: _IN_QUOTES.sub(lambda m: "\\${" if m[0] == "${" else m[0], q[0]), value)
 
 
 def free_text_value(value: str) -> str:
@@ -109,7 +68,7 @@ def prepare(argv: Iterable[str]) -> list[str]:
 
 def unknown_added_keys(argv: Iterable[str], schema_keys: set[str]) -> list[str]:
     """The arguments ``+key=value``, ``++key=value`` or ``~key`` whose key is neither in
-    ``schema_keys`` (dotted paths of attnlab's schema) nor a config group nor Hydra's own."""
+    ``schema_keys`` (dotted paths) nor a config group nor Hydra's own."""
     bad = []
     for arg in argv:
         match = _OVERRIDE.match(arg) or re.match(r"^(?P<prefix>~)(?P<key>[\w.\-/@]+)$", arg)
@@ -133,15 +92,12 @@ def refused_option(argv: list[str]) -> str | None:
 
 
 def unknown_option(argv: list[str]) -> str | None:
-    """The one-line error for the first argument of ``argv`` that looks like an option
-    (``-x``, ``--xyz``) but is none of Hydra's (a long option may be cut short, as argparse
-    allows: ``--multi``), or None."""
+    """The one-line error for the first option-like argument that is none of Hydra's (a long
+    option may be cut short, as argparse allows: ``--multi``), or None."""
     skip = False
     for arg in argv:
-        if skip:
+        if skip or not arg.startswith("-") or arg == "-":  # an option's value, or not an option
             skip = False
-            continue
-        if not arg.startswith("-") or arg == "-":
             continue
         name = arg.split("=", 1)[0]
         matches = {f for f in FLAGS | FLAGS_WITH_VALUE

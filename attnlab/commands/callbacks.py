@@ -20,22 +20,16 @@ from attnlab.outputs import rundir
 sweep_exit_status: int | None = None
 
 
-def _dir(config: DictConfig, kind: str) -> str:
-    """``hydra.<kind>.dir`` resolved; ConfigError when it cannot be (an unset environment
-    variable: Hydra would only warn, and fail later at length)."""
-    try:
-        return str(config.hydra[kind].dir)
-    except OmegaConfBaseException as err:
-        raw = OmegaConf.to_container(config.hydra[kind], resolve=False).get("dir")
-        raise ConfigError(f"hydra.{kind}.dir", raw, f"cannot be resolved: {str(err).splitlines()[0]}") from None
-
-
 def _claim(config: DictConfig, kind: str) -> None:
-    """Claim ``hydra.<kind>.dir``; one line and exit status 2 when it is refused (Hydra turns a
-    callback's exception into a warning, so this exits)."""
+    """Claim ``hydra.<kind>.dir``; one line and exit status 2 when it is refused or cannot be
+    resolved (Hydra turns a callback's exception into a warning, so this exits)."""
     interrupts.check()
     try:
-        value = _dir(config, kind)
+        try:
+            value = str(config.hydra[kind].dir)
+        except OmegaConfBaseException as err:  # e.g. an unset environment variable
+            raw = OmegaConf.to_container(config.hydra[kind], resolve=False).get("dir")
+            raise ConfigError(f"hydra.{kind}.dir", raw, f"cannot be resolved: {str(err).splitlines()[0]}") from None
         rundir.claim(Path(value), key=f"hydra.{kind}.dir", value=value)
     except AttnlabError as err:
         print(f"error: {err}", file=sys.stderr)
@@ -43,11 +37,9 @@ def _claim(config: DictConfig, kind: str) -> None:
 
 
 class NeverOverwrite(Callback):
-    """Claim ``hydra.run.dir`` (a run) or ``hydra.sweep.dir`` (a sweep; each job's folder is
-    claimed by :func:`attnlab.commands.job.run_job`) before Hydra writes ``.hydra/`` into it
-    (:func:`attnlab.outputs.rundir.claim`: new or empty, one live process per folder). A refused
-    folder is one line on stderr and exit status 2, and nothing is written. A
-    Ctrl-C that came while Python was importing stops here, before any folder is made."""
+    """Claim ``hydra.run.dir`` or ``hydra.sweep.dir`` (each job's folder: ``run_job``) before
+    Hydra writes ``.hydra/`` into it (:func:`attnlab.outputs.rundir.claim`). A Ctrl-C that came
+    while Python was importing stops here, before any folder is made."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         _claim(config, "run")
@@ -60,13 +52,8 @@ class NeverOverwrite(Callback):
 
 
 class SweepSummary(Callback):
-    """At the end of a multirun: :func:`attnlab.commands.sweep.summarize` (the jobs' table,
-    ``summary.csv``, the sweep's exit status in :data:`sweep_exit_status`), then with
-    ``logging.report`` the sweep's ``report.html``."""
-
-    def __init__(self, print_table: bool = True, csv_name: str = sweep.SUMMARY_CSV) -> None:
-        self.print_table = print_table
-        self.csv_name = csv_name
+    """At the end of a multirun: :func:`attnlab.commands.sweep.summarize` (its exit status in
+    :data:`sweep_exit_status`), then with ``logging.report`` the sweep's ``report.html``."""
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         global sweep_exit_status
@@ -74,7 +61,7 @@ class SweepSummary(Callback):
         sweep_dir = Path(str(config.hydra.sweep.dir))
         interrupts.pause_point("sweep_end")
         try:
-            sweep_exit_status = sweep.summarize(sweep_dir, self.print_table, self.csv_name)
+            sweep_exit_status = sweep.summarize(sweep_dir)
         except Exception as err:  # the table is a view: its failure never hides the jobs' status
             print(f"error: the sweep summary was not written: {describe(err)}", file=sys.stderr)
         if config.logging.get("report", False):

@@ -16,7 +16,11 @@ import sys
 from pathlib import Path
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.errors import MissingConfigException, OverrideParseException
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError
 
 from attnlab.commands import argv, callbacks
 from attnlab.commands.hydra_config import register_configs
@@ -26,18 +30,13 @@ from attnlab.core.config import schema_keys
 from attnlab.core.errors import AttnlabError, os_reason
 from attnlab.core.files import printable
 from attnlab.outputs import rundir, streams
+from attnlab.outputs.console import display_path
 
 FULL_ERROR = "ATTNLAB_FULL_ERROR"  # the user's HYDRA_FULL_ERROR (attnlab sets Hydra's to 1 to catch its errors)
-OPTIONS_HINT = "(`attnlab --help` lists the options)"
 
 
 @hydra.main(version_base="1.3", config_path="pkg://attnlab.conf", config_name="config")
 def _hydra_main(cfg: DictConfig) -> str:
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
-    from attnlab.outputs.console import display_path
-
     hc = HydraConfig.get()
     run_dir, in_sweep = Path(hc.runtime.output_dir), hc.mode == RunMode.MULTIRUN
     overrides = OmegaConf.to_container(hc.overrides.task, resolve=False)  # as typed, never resolved
@@ -70,13 +69,9 @@ def _hydra_main(cfg: DictConfig) -> str:
 
 
 def error_line(err: BaseException, typed: list[str]) -> str:
-    """An error raised while Hydra read the command line or composed the config, as one line
-    naming the argument and what is allowed, e.g. ``error: model.positional='sin': Invalid value
-    'sin', expected one of [learned, none]`` or ``error: optimizer=adamm: no such option;
-    allowed: adam, adamw, sgd``. ``typed``: the arguments as typed."""
-    from hydra.errors import MissingConfigException, OverrideParseException
-    from omegaconf.errors import ConfigAttributeError, ConfigKeyError
-
+    """An error Hydra raised reading the command line ``typed`` or composing the config, as one
+    line naming the argument and what is allowed, e.g. ``error: optimizer=adamm: no such
+    option; allowed: adam, adamw, sgd``."""
     cause = err.__cause__ if err.__cause__ is not None else err
     text = str(cause)
     first = text.splitlines()[0] if text.strip() else type(cause).__name__
@@ -108,13 +103,11 @@ def error_line(err: BaseException, typed: list[str]) -> str:
         value = getattr(cause, "value", None)  # in a sweep, the one value of the list that was refused
         shown = value if isinstance(value, str) else given.split("=", 1)[1]
         return f"error: {key}={printable(shown, 300)!r}: {printable(first, 300)}"
-    return f"error: {printable(first, 300)} {OPTIONS_HINT}"
+    return f"error: {printable(first, 300)} (`attnlab --help` lists the options)"
 
 
 def _syntax_line(report: str, typed: list[str]) -> str:
-    """Hydra's override-grammar error as one line naming the argument it refused and what to
-    type instead (free text needs only the shell's quotes; other values need Hydra's quotes
-    around = , [ ] { } ( ) : and non-ASCII text)."""
+    """Hydra's override-grammar error as one line naming the refused argument and what to type."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     lines = [ln.strip() for ln in report.splitlines() if ln.strip() and not ln.startswith("See https")]
@@ -145,19 +138,15 @@ def _syntax_line(report: str, typed: list[str]) -> str:
 
 
 def install_signal_handlers() -> None:
-    """SIGINT, SIGTERM and SIGHUP are held until the training loop's next step, which then ends
-    the run ``interrupted`` (:mod:`attnlab.core.interrupts`); SIGHUP is handled as SIGTERM."""
+    """SIGINT, SIGTERM and SIGHUP (as SIGTERM) end the run ``interrupted`` at the training loop's
+    next step (:mod:`attnlab.core.interrupts`)."""
     interrupts.install()
-    if hasattr(signal, "SIGHUP"):
-        signal.signal(signal.SIGHUP, signal.getsignal(signal.SIGTERM))
+    signal.signal(signal.SIGHUP, signal.getsignal(signal.SIGTERM))
 
 
 def main() -> None:
-    """Console-script entry point: ``attnlab [overrides]`` / ``attnlab -m [overrides]``.
-
-    Free text is made Hydra syntax first (:func:`attnlab.commands.argv.prepare`);
-    ``--experimental-rerun`` and a ``+key``/``~key`` outside attnlab's schema are refused before
-    Hydra sees them; any error Hydra raises before a job starts is :func:`error_line`."""
+    """``attnlab [overrides]`` / ``attnlab -m [overrides]``: the arguments checked and made Hydra
+    syntax (:mod:`attnlab.commands.argv`), then Hydra; its errors before a job are :func:`error_line`."""
     install_signal_handlers()
     streams.install()
     typed = sys.argv[1:]

@@ -1,20 +1,11 @@
 """``attnlab-compare PATH... [--sort COLUMN] [--reverse] [--csv FILE] [--plot FILE]``: one table
-over saved runs.
+over saved runs (run dirs, or sweep dirs: every run dir below them).
 
-A PATH is a run dir (``.hydra/config.yaml`` inside) or a sweep dir (run dirs anywhere below
-it). The rows (:mod:`attnlab.saved.runs`, columns described there) are built by the same code as the
-end-of-sweep table, so ``summary.csv`` and this table always agree; :mod:`attnlab.saved.table` prints
-and writes them, :func:`attnlab.saved.compare_figure.comparison_figure` draws ``--plot``.
-
-A run whose files cannot be read (a damaged archive, a ``metrics.csv`` with a garbage row, a
-``summary.json`` that is not an object, a symbolic link, ...) is still a row: its status
-(``unreadable`` when summary.json itself cannot be used, ``missing`` without one) and, in
-``error``, one line per file naming it and what is wrong; the other rows, the CSV and the figure
-are written as usual, and a warning line per such run goes to stderr (the reason in full).
-
-Exit status: 0; 1 when some run cannot be read completely (see above); 2 with one line on
-stderr for a PATH that is not a run/sweep dir, an unknown ``--sort`` column, or a figure that
-cannot be written.
+The rows are :func:`attnlab.saved.runs.collect_rows`, as in the end-of-sweep table. A run whose
+files cannot be read is still a row (status ``unreadable`` / ``missing``, ``error`` naming each
+file) plus a warning line on stderr. Exit status: 0; 1 when some run cannot be read completely;
+2 with one line on stderr for a PATH that is not a run/sweep dir, an unknown ``--sort`` column,
+or a figure that cannot be written.
 """
 from __future__ import annotations
 
@@ -24,6 +15,7 @@ from pathlib import Path
 from typing import Sequence
 
 from attnlab.core.errors import AttnlabError
+from attnlab.outputs import streams
 from attnlab.saved.compare_figure import comparison_figure
 from attnlab.saved.runs import broken, collect_rows
 from attnlab.saved.safe_read import printable
@@ -31,7 +23,7 @@ from attnlab.saved.table import format_table, sort_rows, write_csv
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``attnlab-compare PATH... [--sort COLUMN] [--reverse] [--csv FILE] [--plot FILE]``."""
+    """The exit status of ``attnlab-compare ARGV`` (module docstring)."""
     parser = argparse.ArgumentParser(
         prog="attnlab-compare",
         description="One table over saved attnlab runs: run dirs, or sweep dirs (every job below them).")
@@ -53,11 +45,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.plot:
             comparison_figure(rows, args.plot)
             print(f"figure: {printable(str(args.plot), 300)}")
-    except KeyError as err:
-        print(f"attnlab-compare: error: {err.args[0]}", file=sys.stderr)
-        return 2
-    except (AttnlabError, OSError, ValueError) as err:
-        print(f"attnlab-compare: error: {printable(str(err), 1500)}", file=sys.stderr)
+    except (KeyError, AttnlabError, OSError, ValueError) as err:  # KeyError: an unknown --sort column
+        print(f"attnlab-compare: error: {printable(str(err.args[0] if isinstance(err, KeyError) else err), 1500)}",
+              file=sys.stderr)
         return 2
     bad = [r for r in rows if broken(r)]
     for r in bad:
@@ -67,9 +57,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def cli() -> None:
-    """Console-script entry point."""
-    from attnlab.outputs import streams
-
     streams.install()
     sys.exit(main())
 

@@ -1,13 +1,8 @@
-"""Hydra's side of the config: the schema dataclasses of :mod:`attnlab.core.config` in Hydra's
-ConfigStore, and attnlab's two resolvers.
-
-``conf/config.yaml`` starts from ``base_config`` (:class:`attnlab.core.config.Config`); each
-``conf/optimizer/NAME.yaml`` extends ``schema/optimizer/NAME``. Resolvers:
-``${attnlab.job_dir:NUM,OVERRIDE_DIRNAME}`` names a sweep job's folder
-(:func:`attnlab.commands.sweep.job_dirname`), ``${attnlab.per_head:TOTAL,N_HEADS}`` is a size per
-head (the ``heads`` preset). The resolvers are registered when this module is imported, so every
-job process has them whatever the launcher (a launcher's worker imports ``attnlab.commands.cli``
-to unpickle the task function, and Hydra resolves the job's folder name there).
+"""Hydra's side of the config: the schema of :mod:`attnlab.core.config` in Hydra's ConfigStore
+(``base_config``, ``schema/optimizer/NAME``), and attnlab's resolvers ``${attnlab.job_dir:NUM,
+OVERRIDE_DIRNAME}`` (:func:`attnlab.commands.sweep.job_dirname`) and ``${attnlab.per_head:TOTAL,
+N_HEADS}``. The resolvers are registered on import, so every job process has them whatever the
+launcher (a worker imports ``attnlab.commands.cli`` to unpickle the task function).
 """
 from __future__ import annotations
 
@@ -20,8 +15,7 @@ from attnlab.core.config import OPTIMIZERS, Config
 
 
 def per_head(total: Any, n_heads: Any) -> int:
-    """``TOTAL // N_HEADS``, at least 1 (d_k 4 → 4, 2, 1 for 1, 2, 4 heads). Raises ValueError
-    for non-positive integers."""
+    """``TOTAL // N_HEADS``, at least 1 (d_k 4 → 4, 2, 1 for 1, 2, 4 heads); ValueError if not positive."""
     total, n_heads = int(total), int(n_heads)
     if total < 1 or n_heads < 1:
         raise ValueError(f"attnlab.per_head needs positive integers, got {total}, {n_heads}")
@@ -29,8 +23,7 @@ def per_head(total: Any, n_heads: Any) -> int:
 
 
 def register_configs() -> None:
-    """Store ``base_config`` and ``schema/optimizer/NAME`` in Hydra's ConfigStore (and register
-    the resolvers). Safe to call more than once."""
+    """Store the schema in Hydra's ConfigStore and register the resolvers; idempotent."""
     from hydra.core.config_store import ConfigStore
 
     cs = ConfigStore.instance()

@@ -1,26 +1,29 @@
 """One job: the run dir, the sinks ``logging`` asks for, ``summary.json`` and the final status.
 
-:func:`run_job` is what ``attnlab``, ``attnlab-reproduce`` and the benchmarks call. It never
-raises for a job that went wrong: a bad value, a divergence, an interrupt or a crash each end
-as a :class:`JobResult` whose status and error ``summary.json`` also holds.
+:func:`run_job` (``attnlab``, ``attnlab-reproduce``, the benchmarks) never raises for a job that
+went wrong: a bad value, a divergence, an interrupt or a crash each end as a :class:`JobResult`.
 """
 from __future__ import annotations
 
 import datetime as _dt
-import inspect
 import sys
 import time
 from pathlib import Path
 from typing import NamedTuple
 
-from omegaconf import DictConfig
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
 
 from attnlab.core import checks, interrupts
 from attnlab.core.config import Task, apply_schema, resolve
 from attnlab.core.errors import AttnlabError, WriteError, describe
+from attnlab.core.exercises import observe
+from attnlab.core.focus import FocusSink
 from attnlab.core.records import Sink
-from attnlab.core.tokenizer import tokenize
+from attnlab.core.tokenizer import token_labels, tokenize
 from attnlab.outputs import artifacts, rundir
+from attnlab.outputs.console import ConsoleSink, display_path, job_prefix, prefixed
+from attnlab.saved.report import write_run_report
 
 EXIT_COMPLETED = 0
 EXIT_FAILED_RUN = 1  # the run started but did not complete (diverged, interrupted, crashed)
@@ -28,11 +31,10 @@ EXIT_BAD_INPUT = 2  # the config or the text was refused before training
 
 
 class JobResult(NamedTuple):
-    """How a job ended: ``status`` completed, diverged, interrupted or failed; ``error`` one line
-    (None when completed); ``bad_input`` when attnlab refused the config or text (exit status 2);
-    ``exception`` the exception behind a failure (``HYDRA_FULL_ERROR=1`` raises it);
-    ``unrecorded`` the reason when not even ``summary.json`` could be written; ``late_signal``
-    a Ctrl-C / SIGTERM that came after the last step (the run completed)."""
+    """How a job ended: ``status`` completed, diverged, interrupted or failed; ``error`` one line;
+    ``bad_input`` the config or text was refused (exit 2); ``exception`` behind a failure
+    (``HYDRA_FULL_ERROR=1`` raises it); ``unrecorded`` why not even ``summary.json`` could be
+    written; ``late_signal`` a Ctrl-C / SIGTERM after the last step (the run completed)."""
 
     status: str
     error: str | None = None
@@ -44,16 +46,12 @@ class JobResult(NamedTuple):
     @property
     def exit_code(self) -> int:
         """0 completed, 2 bad input, 1 any other ending."""
-        if self.status == "completed":
-            return EXIT_COMPLETED
-        return EXIT_BAD_INPUT if self.bad_input else EXIT_FAILED_RUN
+        return EXIT_COMPLETED if self.status == "completed" else EXIT_BAD_INPUT if self.bad_input else EXIT_FAILED_RUN
 
 
 def make_sinks(cfg: DictConfig, run_dir: Path) -> list[Sink]:
-    """The sinks ``logging.*`` asks for; the run-dir files are always written. The order is the
-    order in which they end: the files first, then the figures, then the sinks that show the
-    run's status (TensorBoard's session, the console's last line), so a file that cannot be
-    written at the end makes those say ``failed`` too."""
+    """The sinks ``logging.*`` asks for (the run-dir files always), in the order they end: files,
+    figures, then those showing the status, so a file not written at the end makes them say ``failed``."""
     sinks: list[Sink] = [artifacts.RunDirSink(run_dir, final_status=False)]  # the status: _job, at the end
     if cfg.logging.figures:
         from attnlab.outputs.plots import FigureSink
@@ -64,8 +62,6 @@ def make_sinks(cfg: DictConfig, run_dir: Path) -> list[Sink]:
 
         sinks.append(TensorBoardSink(run_dir, images=cfg.logging.images))
     if cfg.logging.console:
-        from attnlab.outputs.console import ConsoleSink, job_prefix
-
         sinks.append(ConsoleSink(progress=cfg.logging.progress, prefix=job_prefix()))
     return sinks
 
@@ -73,19 +69,13 @@ def make_sinks(cfg: DictConfig, run_dir: Path) -> list[Sink]:
 def run_job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None,
             key: str = "hydra.run.dir") -> JobResult:
     """Run one job into ``run_dir``: ``task=train`` trains (tutorial §5), ``task=walkthrough``
-    narrates §1–4. ``cfg`` may be untyped (a saved config): it is checked against the schema
-    (``config.apply_schema``) and resolved once (``config.resolve``).
+    narrates §1–4. ``cfg`` may be untyped (a saved config): it is checked against the schema.
 
-    ``run_dir`` is claimed first (:func:`attnlab.outputs.rundir.claim`; new, empty, or holding
-    only what Hydra wrote for this job); RunDirError, naming ``key``, when it is refused, and
-    nothing is written. ``summary.json`` is written first as ``running`` (with the resolved
-    ``config`` and the command-line ``overrides``, so the run can be reproduced from it alone)
-    and last with the status and error. A signal is held until the training loop's next step
-    (:mod:`attnlab.core.interrupts`) and ends the job ``interrupted``; after the last step it
-    changes nothing (``late_signal``). A file that cannot be written ends the job ``failed``."""
-    from hydra.core.hydra_config import HydraConfig
-    from omegaconf import OmegaConf
-
+    ``run_dir`` is claimed first (:func:`attnlab.outputs.rundir.claim`); RunDirError naming
+    ``key`` when refused, and nothing is written. ``summary.json`` says ``running`` first (with
+    the resolved ``config`` and the ``overrides``: enough to reproduce the run) and the status
+    last. A signal ends the job ``interrupted`` at the next training step; after the last step
+    it is only reported (``late_signal``). A file that cannot be written ends the job ``failed``."""
     run_dir = Path(run_dir)
     subdir, log, job_num = ".hydra", None, None
     if HydraConfig.initialized():  # what Hydra wrote for this job: its saved config and its job log
@@ -137,8 +127,6 @@ def _job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None, job_num: i
     except WriteError as err:
         return result._replace(unrecorded=str(err))
     if result.status == "completed" and typed.logging.report:
-        from attnlab.saved.report import write_run_report
-
         try:
             write_run_report(run_dir)
         except (OSError, AttnlabError) as err:  # a view: never the run's status
@@ -147,14 +135,11 @@ def _job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None, job_num: i
 
 
 def _run(cfg: DictConfig, run_dir: Path) -> JobResult:
-    from attnlab.core.exercises import observe
-    from attnlab.outputs.console import display_path, job_prefix, prefixed
+    if cfg.task == Task.walkthrough:  # §1–4 printed, [job N]-prefixed in a parallel sweep; arrays saved
+        from attnlab.core.walkthrough import walkthrough
 
-    if cfg.task == Task.walkthrough:
-        from attnlab.core.tokenizer import token_labels
-
-        t0 = time.perf_counter()
-        arrays = _walkthrough(cfg)
+        t0, prefix, shown = time.perf_counter(), job_prefix(), cfg.logging.console
+        arrays = walkthrough(cfg, print_line=lambda line: print(prefixed(line, prefix)) if shown else None)
         artifacts.atomic_savez(run_dir / artifacts.WALKTHROUGH, **arrays)
         ids = arrays["token_ids"].tolist()
         artifacts.write_summary(run_dir, status="completed", wall_time_s=round(time.perf_counter() - t0, 6),
@@ -164,7 +149,6 @@ def _run(cfg: DictConfig, run_dir: Path) -> JobResult:
             print(prefixed(f"\ncompleted: walkthrough  ->  {display_path(run_dir)}/{artifacts.WALKTHROUGH}",
                            job_prefix()))
         return JobResult("completed")
-    from attnlab.core.focus import FocusSink
     from attnlab.core.training import train
 
     focus = FocusSink()
@@ -173,21 +157,3 @@ def _run(cfg: DictConfig, run_dir: Path) -> JobResult:
                             **focus.summary(), **observe(cfg, result.token_ids, result.tokens))
     return JobResult(result.status, result.error)
 
-
-def _walkthrough(cfg: DictConfig):
-    """Tutorial §1–4 printed (each line ``[job N] ``-prefixed when jobs run side by side; nothing
-    with ``logging.console=false``); the intermediates as arrays (:mod:`attnlab.core.walkthrough`)."""
-    from attnlab.core.walkthrough import walkthrough
-    from attnlab.outputs.console import job_prefix, prefixed
-
-    prefix = job_prefix()
-
-    def print_line(line: str) -> None:
-        if cfg.logging.console:
-            print(prefixed(line, prefix))
-
-    if "print_line" not in inspect.signature(walkthrough).parameters:  # core before walkthrough(cfg, print_line)
-        import io
-
-        return walkthrough(cfg, file=sys.stdout if cfg.logging.console else io.StringIO())
-    return walkthrough(cfg, print_line=print_line)

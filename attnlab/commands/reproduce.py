@@ -1,14 +1,11 @@
 """``attnlab-reproduce RUN_DIR [--out DIR] [--text-file FILE]``: re-run a saved run, check it
 gives the same numbers.
 
-RUN_DIR is data (:mod:`attnlab.saved.safe_read`: bounded reads, regular files, no symlinks, no
-YAML tags). What runs is the config ``summary.json`` recorded (else ``.hydra/config.yaml``, its
-plain ``${key}`` references resolved), checked: a ``_target_`` only at ``optimizer._target_``, a
-``text_file`` only with ``--text-file FILE``, then the schema. The original's files are checked
-in full before anything runs; the job runs through ``run_job`` into ``RUN_DIR-repro-<time>`` (or
-``--out DIR``) and :mod:`attnlab.saved.verdict` compares the two bit for bit. Exit status 0
-identical, 1 different, 2 not a run that can be reproduced (one line; ``HYDRA_FULL_ERROR=1``
-raises instead).
+RUN_DIR is data (:mod:`attnlab.saved.safe_read`). The config that runs is the one ``summary.json``
+recorded (else ``.hydra/config.yaml``), checked; the original's files are checked in full first.
+The job runs into ``RUN_DIR-repro-<time>`` (or ``--out DIR``) and :mod:`attnlab.saved.verdict`
+compares the two bit for bit. Exit status 0 identical, 1 different, 2 not a run that can be
+reproduced (one line; ``HYDRA_FULL_ERROR=1`` raises instead).
 """
 from __future__ import annotations
 
@@ -21,9 +18,14 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+import yaml
+
+from attnlab.commands.job import run_job
+from attnlab.core import checks, threads, tokenizer
+from attnlab.core.config import apply_schema, literal, plain
 from attnlab.core.errors import AttnlabError, ConfigError, RunDirError
 from attnlab.core.files import printable
-from attnlab.outputs import artifacts
+from attnlab.outputs import artifacts, rundir, streams
 from attnlab.outputs.console import display_path
 from attnlab.saved import runs, safe_read
 from attnlab.saved.verdict import Difference, compare_runs, environment_differences, format_verdict
@@ -31,15 +33,12 @@ from attnlab.saved.verdict import Difference, compare_runs, environment_differen
 EXIT_SAME, EXIT_DIFFERENT, EXIT_NOT_A_RUN = 0, 1, 2
 ALLOWED_TARGETS = ("optimizer._target_",)  # the only instantiation key a saved config may hold
 MAX_JOBS_LISTED = 8  # job folders named when RUN_DIR is a sweep folder (at most 10,000 entries looked at)
-ERROR_LIMIT = 1500  # characters of an error line
 JOB_NAME_LIMIT = 100  # characters of one job name in a sweep folder's list
 
 
 def saved_config(run_dir: Path, text_file: Path | None = None) -> tuple[dict[str, Any], Path]:
-    """The config to run as checked plain data (see the module docstring), and the file it
-    came from. Raises RunDirError
-    (missing, a sweep folder, unsafe or unreadable, not a mapping) or ConfigError (a refused
-    ``_target_``, a ``text_file`` without ``--text-file``), one line each."""
+    """The config to run as checked plain data (:func:`_checked`), and the file it came from.
+    Raises RunDirError (missing, a sweep folder, unsafe, not a mapping) or ConfigError, one line."""
     try:
         recorded = safe_read.read_json_data(run_dir / safe_read.SUMMARY, root=run_dir).get("config")
     except (RunDirError, AttributeError):  # no summary (check_original says so), or not a mapping
@@ -64,7 +63,7 @@ def saved_config(run_dir: Path, text_file: Path | None = None) -> tuple[dict[str
 
 def _sweep_jobs(folder: Path) -> list[str]:
     """The sub-folders of ``folder`` holding ``.hydra/config.yaml`` (a sweep's jobs), in job order."""
-    names = []
+    names: list[str] = []
     with contextlib.suppress(OSError), os.scandir(folder) as entries:
         for entry in itertools.islice(entries, 10_000):
             hydra = Path(entry.path) / ".hydra"
@@ -75,8 +74,9 @@ def _sweep_jobs(folder: Path) -> list[str]:
 
 
 def _checked(data: Any, path: Path, text_file: Path | None, references: bool) -> dict[str, Any]:
-    """``data`` (a saved config) checked as the module docstring says; ``references``: resolve
-    whole-string ``${key}`` references (Hydra's saved config; in a recorded config ``${`` is text)."""
+    """``data`` checked: a ``_target_`` only at ``optimizer._target_``, no ``???``, a ``text_file``
+    only with ``--text-file FILE``. ``references``: resolve whole-string ``${key}`` references
+    (Hydra's saved config; in a recorded config ``${`` is text)."""
     if not isinstance(data, dict):
         raise safe_read.RunFileError(path, "not a config (a YAML mapping is expected)")
     for key, value in safe_read.special_keys(data):
@@ -101,9 +101,8 @@ def _checked(data: Any, path: Path, text_file: Path | None, references: bool) ->
 
 
 def check_original(run_dir: Path, task: str) -> dict[str, Any]:
-    """The original's summary, after checking everything the comparison reads: a reproducible
-    status, every row of ``metrics.csv``, every member (CRC) of ``attention.npz`` or
-    ``walkthrough.npz``. Raises RunDirError (one line naming the file)."""
+    """The original's summary, after checking what the comparison reads: the status, every row
+    of ``metrics.csv``, every member (CRC) of the npz. Raises RunDirError (one line)."""
     path = run_dir / safe_read.SUMMARY
     try:
         summary = safe_read.read_summary(run_dir)
@@ -138,16 +137,8 @@ def default_out(run_dir: Path) -> Path:
 def reproduce(run_dir: Path, out: Path | None = None, stderr=None,
               text_file: Path | None = None) -> tuple[int, Path, list[Difference]]:
     """Re-run ``run_dir`` into ``out`` (default :func:`default_out`) and compare; returns
-    ``(exit status, out, differences)``. Raises RunDirError / ConfigError (one line) when
-    ``run_dir`` cannot be reproduced or ``out`` is refused (inside RUN_DIR, or not new or empty).
-    Environment warnings go to ``stderr`` before the run starts."""
-    import yaml
-
-    from attnlab.commands.job import run_job
-    from attnlab.core import checks, threads, tokenizer
-    from attnlab.core.config import apply_schema, literal, plain
-    from attnlab.outputs import rundir
-
+    ``(exit status, out, differences)``. Raises RunDirError / ConfigError (one line) when it
+    cannot be reproduced or ``out`` is refused. Environment warnings go to ``stderr`` first."""
     stderr = stderr or sys.stderr
     if not Path(run_dir).is_dir():
         raise RunDirError(f"{printable(str(run_dir), 300)}: not a directory")
@@ -200,7 +191,7 @@ def reproduce(run_dir: Path, out: Path | None = None, stderr=None,
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Console entry point; returns the exit status (0 same, 1 different, 2 not a run)."""
+    """The exit status of ``attnlab-reproduce ARGV``: 0 same, 1 different, 2 not a run."""
     parser = argparse.ArgumentParser(
         prog="attnlab-reproduce",
         description="Re-run a saved attnlab run from its recorded config into a new folder and check its "
@@ -216,7 +207,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except AttnlabError as err:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
-        print(f"error: {printable(str(err), ERROR_LIMIT)}", file=sys.stderr)
+        print(f"error: {printable(str(err), 1500)}", file=sys.stderr)
         return EXIT_NOT_A_RUN
     print(format_verdict(diffs))
     print(f"reproduction: {printable(display_path(out), 300)}")  # relative below the working folder
@@ -224,9 +215,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def console_main() -> None:
-    """``attnlab-reproduce`` console script."""
-    from attnlab.outputs import streams
-
     streams.install()
     sys.exit(main())
 

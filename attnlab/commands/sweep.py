@@ -1,11 +1,5 @@
-"""Sweeps: job folder names, and the table printed at the end of every multirun.
-
-``conf/config.yaml`` sets ``hydra.sweep.subdir`` to
-``${attnlab.job_dir:${hydra.job.num},${hydra.job.override_dirname}}``, e.g.
-``0_model.d_model=6,model.init_std=0.02`` (:func:`job_dirname`). :func:`summarize` reads every
-job folder back from disk with the same code as ``attnlab-compare``
-(:func:`attnlab.saved.runs.collect_rows`), so the two always agree.
-"""
+"""Sweeps: job folder names (``hydra.sweep.subdir``, e.g. ``0_model.d_model=6``), and the table
+printed at the end of every multirun, read back from disk as ``attnlab-compare`` reads it."""
 from __future__ import annotations
 
 import hashlib
@@ -13,6 +7,10 @@ import re
 import sys
 from pathlib import Path
 from typing import Any
+
+from attnlab.core.files import printable
+from attnlab.saved.runs import broken, collect_rows
+from attnlab.saved.table import format_table, write_csv
 
 MAX_NAME_BYTES = 160  # well under the 255-byte file-name limit of common filesystems
 SUMMARY_CSV = "summary.csv"
@@ -23,11 +21,9 @@ _ESCAPED = re.compile(r"\\([\\()\[\]{}:=, \t])")
 
 
 def job_dirname(num: Any, override_dirname: Any = "", max_bytes: int = MAX_NAME_BYTES) -> str:
-    """One safe folder name for a sweep job: ``"{num}_{override_dirname}"`` (``"{num}"`` without
-    overrides), Hydra's quotes and backslash escapes dropped, path separators, control characters,
-    whitespace and the ``$`` of ``${`` as ``_``, at most ``max_bytes`` UTF-8 bytes (a longer name is
-    cut at a character boundary and ends in ``~`` + 8 hex digits of its sha1, so cut names stay
-    distinct). Chinese and emoji are kept.
+    """``"{num}_{override_dirname}"`` as one safe folder name: Hydra's quotes and escapes dropped;
+    separators, control characters, whitespace and the ``$`` of ``${`` as ``_``; at most
+    ``max_bytes`` UTF-8 bytes (a cut name ends in ``~`` + 8 hex digits of its sha1).
 
     >>> job_dirname(1, 'sentence="a/b c"')
     '1_sentence=a_b_c'
@@ -42,21 +38,17 @@ def job_dirname(num: Any, override_dirname: Any = "", max_bytes: int = MAX_NAME_
     return name
 
 
-def summarize(sweep_dir: Path, print_table: bool = True, csv_name: str = SUMMARY_CSV) -> int:
-    """Print the jobs' table of ``sweep_dir`` and write ``csv_name`` in it (one row per job
+def summarize(sweep_dir: Path, print_table: bool = True) -> int:
+    """Print the jobs' table of ``sweep_dir`` and write ``summary.csv`` in it (one row per job
     folder). Returns the sweep's exit status: 1 when a job did not complete, has a file that
     cannot be read, or there is no job, else 0. A job that cannot be read is its own row
     (status ``missing``/``unreadable``/``running``, ``error`` naming the file)."""
-    from attnlab.core.files import printable
-    from attnlab.saved.runs import broken, collect_rows
-    from attnlab.saved.table import format_table, write_csv
-
     sweep_dir = Path(sweep_dir)
     rows = collect_rows([sweep_dir], sweep_end=True)
     if not rows:
         print(f"sweep summary: no job folders under {sweep_dir}", file=sys.stderr)
         return EXIT_SOME_JOBS_FAILED
-    csv_path = sweep_dir / csv_name
+    csv_path = sweep_dir / SUMMARY_CSV
     write_csv(rows, csv_path)
     bad = [r for r in rows if r["status"] != "completed"]
     damaged = [r for r in rows if r["status"] == "completed" and broken(r)]
