@@ -1,12 +1,10 @@
 """The run-dir files attnlab writes (DESIGN.md), each atomically (a file with its final name is
-complete): ``metrics.csv`` (``step,loss``, one row per step, losses as ``repr``), ``attention.npz``
-(``steps`` (S,) int64, ``weights`` (S, H, T, T) float32, ``tokens`` (T,) str, ``token_ids`` (T,)
-int64; at most core.files.NPZ_LIMIT bytes, the readers' limit), ``summary.json`` (first as
-``running``, last with the final status) and ``walkthrough.npz`` (:func:`atomic_savez`).
-
-While a run goes its records are in hidden partial files that reach the OS at every batch and
-snapshot (``kill -9`` keeps them): ``.metrics.csv.partial`` and ``.attention.npy.partial`` (an
-``.npy`` of the planned snapshots, its space allocated before the first step).
+complete): ``metrics.csv`` (``step,loss``, losses as ``repr``), ``attention.npz`` (``steps`` (S,)
+int64, ``weights`` (S, H, T, T) float32, ``tokens`` (T,) str, ``token_ids`` (T,) int64; at most
+core.files.NPZ_LIMIT bytes), ``summary.json`` and ``walkthrough.npz`` (:func:`atomic_savez`).
+While a run goes, its records reach the OS at every batch and snapshot (``kill -9`` keeps them) in
+hidden partial files: ``.metrics.csv.partial`` and ``.attention.npy.partial`` (an ``.npy`` of the
+planned snapshots, its space allocated before the first step).
 """
 from __future__ import annotations
 
@@ -14,9 +12,8 @@ import functools
 import json
 import os
 import platform
+import resource
 import subprocess
-import tempfile
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +21,7 @@ import numpy as np
 
 from attnlab.core.errors import ConfigError, WriteError
 from attnlab.core.files import NPZ_LIMIT
+from attnlab.core.interrupts import pause_point
 from attnlab.core.records import RunInfo, RunResult, Sink, Snapshot
 from attnlab.outputs import rundir
 from attnlab.outputs.rundir import FINISHED, LOCK, run_is_live  # noqa: F401  (part of the run-dir contract)
@@ -37,31 +35,23 @@ NPZ_OVERHEAD = 64 * 1024  # bytes of an attention.npz besides the weights: heade
 
 # ------------------------------------------------------------------------------ atomic writes
 def _replace_from_temp(path: Path, write) -> None:
-    """``write(tmp_path)`` into a temporary file beside ``path``, then rename it to ``path``.
+    """``write(tmp_path)`` into a hidden file beside ``path``, then rename it to ``path``.
     Raises WriteError naming ``path``'s file (``path`` untouched, no temporary file left)."""
     path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as err:
-        raise WriteError.from_os_error(err, path.name) from err
-    try:
-        mask = os.umask(0)
-        os.umask(mask)
-        os.fchmod(fd, 0o666 & ~mask)  # what a plain open() would give
-        os.close(fd)
         write(tmp)
         os.replace(tmp, path)
-    except OSError as err:
-        Path(tmp).unlink(missing_ok=True)
-        raise WriteError.from_os_error(err, path.name) from err
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+    except BaseException as err:
+        tmp.unlink(missing_ok=True)
+        if isinstance(err, OSError):
+            raise WriteError.from_os_error(err, path.name) from err
         raise
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` through a temporary file and a rename; raises WriteError."""
-    _replace_from_temp(path, lambda tmp: Path(tmp).write_bytes(data))
+    _replace_from_temp(path, lambda tmp: tmp.write_bytes(data))
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -70,14 +60,11 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def atomic_savez(path: Path, **arrays: Any) -> None:
-    """Write ``arrays`` to ``path`` as an uncompressed ``.npz`` (what ``np.savez`` writes:
-    stored ``.npy`` members in argument order, no pickles), atomically. An array may be a
-    memmap: it is copied in chunks, so memory stays flat. Raises WriteError."""
-    def write(tmp: str) -> None:
-        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
-            for name, value in arrays.items():
-                with zf.open(f"{name}.npy", "w", force_zip64=True) as member:
-                    np.lib.format.write_array(member, np.asanyarray(value), allow_pickle=False)
+    """``np.savez(path, **arrays)`` (uncompressed, members in argument order), atomically; a
+    memmap is copied in chunks, so memory stays flat. Raises WriteError."""
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as f:
+            np.savez(f, **arrays)
 
     _replace_from_temp(path, write)
 
@@ -134,17 +121,11 @@ def is_run_dir(path: Path) -> bool:
 
 
 # ------------------------------------------------------------------------------ size check
-def attention_bytes(snapshots: int, heads: int, tokens: int) -> int:
-    """The size of an attention.npz of ``snapshots`` frames (H, T, T) float32, in bytes (an
-    upper bound: the weights plus :data:`NPZ_OVERHEAD`)."""
-    return 4 * snapshots * heads * tokens * tokens + NPZ_OVERHEAD + 64 * tokens
-
-
 def check_attention_size(snapshots: int, heads: int, tokens: int) -> None:
-    """Raise ConfigError (one line) when the run's attention.npz would exceed
-    :data:`attnlab.core.files.NPZ_LIMIT`, the limit every reader of run dirs applies; call it
+    """Raise ConfigError (one line) when an attention.npz of ``snapshots`` frames (H, T, T)
+    float32 would exceed :data:`attnlab.core.files.NPZ_LIMIT`, the readers' limit; call it
     before the first step."""
-    size = attention_bytes(snapshots, heads, tokens)
+    size = 4 * snapshots * heads * tokens * tokens + NPZ_OVERHEAD + 64 * tokens  # an upper bound, bytes
     if size > NPZ_LIMIT:
         raise ConfigError("train.snapshot_steps", f"{snapshots} snapshots",
                           f"{heads} head(s) x {tokens} x {tokens} tokens each make an attention.npz of "
@@ -195,8 +176,9 @@ class RunDirSink(Sink):
             file = ATTENTION
             shape = (len(info.snapshot_steps), heads, info.seq_len, info.seq_len)
             self._weights = np.lib.format.open_memmap(self._weights_tmp, "w+", np.float32, shape)
-            with open(self._weights_tmp, "r+b") as f:  # allocate now: a full disk fails here, never as SIGBUS
-                os.posix_fallocate(f.fileno(), 0, os.path.getsize(self._weights_tmp))
+            if hasattr(os, "posix_fallocate"):  # (Linux) allocate now: a full disk fails here, never as SIGBUS
+                with open(self._weights_tmp, "r+b") as f:
+                    os.posix_fallocate(f.fileno(), 0, os.path.getsize(self._weights_tmp))
         except OSError as err:
             self.close()  # nothing recorded yet: no partial file left
             self._metrics_tmp.unlink(missing_ok=True)
@@ -226,15 +208,11 @@ class RunDirSink(Sink):
         self._weights[len(self._steps)] = snapshot.weights
         self._steps.append(snapshot.step)
         if len(self._steps) == 1:
-            from attnlab.core.interrupts import pause_point
-
             pause_point("first_snapshot")  # a test hook (a fault made real at this moment)
 
     def on_end(self, result: RunResult) -> None:
         if self._info is None:
             return
-        from attnlab.core.interrupts import pause_point
-
         pause_point("finishing")  # a test hook: the run's last writes begin
         rundir.release_reserve(self.run_dir)  # the last writes (figures, TensorBoard, summary) get the reserve
         failure = self.failure
@@ -294,8 +272,6 @@ class RunDirSink(Sink):
 
 def _room(folder: Path) -> int:
     """Bytes a new file in ``folder`` may take: the free space, at most the file-size limit."""
-    import resource
-
     fs = os.statvfs(folder)
     soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
     room = fs.f_bavail * fs.f_frsize

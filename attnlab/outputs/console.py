@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 
@@ -12,15 +13,12 @@ from attnlab.outputs.streams import safe
 
 PROGRESS_MIN_STEPS = 1000  # shorter runs finish too fast for a bar to help
 MAX_TARGETS_SHOWN = 12  # longer rows show the strongest targets only
-BASIC_LAUNCHER = "BasicLauncher"  # the class name of Hydra's sequential launcher
 
 
 def job_prefix() -> str:
-    """``"[job N] "`` for a job of a sweep whose launcher may run jobs side by side (joblib,
-    submitit, ray, ...: anything but Hydra's basic, sequential launcher), so the console lines of
-    parallel jobs can be told apart; N is Hydra's job number, the number the job folder starts
-    with. ``""`` for a single run, a sequential sweep, or outside Hydra (Python API, reproduce).
-    """
+    """``"[job N] "`` for a sweep job whose launcher may run jobs side by side (any choice of
+    ``hydra/launcher`` but Hydra's sequential ``basic``: joblib, submitit, ...), N being the number
+    its folder starts with; ``""`` for a single run, a sequential sweep, or outside Hydra."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
@@ -29,9 +27,7 @@ def job_prefix() -> str:
     hc = HydraConfig.get()
     if hc.mode != RunMode.MULTIRUN or hc.job.get("num") is None:
         return ""
-    if str((hc.get("launcher") or {}).get("_target_", BASIC_LAUNCHER)).rsplit(".", 1)[-1] == BASIC_LAUNCHER:
-        return ""
-    return f"[job {hc.job.num}] "
+    return "" if hc.runtime.choices.get("hydra/launcher", "basic") == "basic" else f"[job {hc.job.num}] "
 
 
 def prefixed(text: str, prefix: str) -> str:
@@ -44,8 +40,6 @@ def prefixed(text: str, prefix: str) -> str:
 
 def display_path(path) -> str:
     """``path`` relative to the working directory when it lies below it, else absolute."""
-    from pathlib import Path
-
     try:
         path = Path(path).resolve()
         return str(path.relative_to(Path.cwd()))
@@ -72,13 +66,10 @@ def snapshot_line(step: int, loss: float, row: np.ndarray, tokens: list[str], fo
 
 
 class ConsoleSink(Sink):
-    """Prints one :func:`snapshot_line` per snapshot and a closing line with the status;
-    shows a tqdm progress bar (on a terminal) when ``progress`` and the run has ≥ 1000 steps.
-    ``prefix`` (e.g. :func:`job_prefix`'s ``"[job 3] "``) starts every line and names the bar.
-
-    Printing never stops a run (:class:`attnlab.outputs.streams.SafeStream`): text the console cannot
-    encode is written with backslash escapes, and a closed pipe (``attnlab | head -2``) only
-    silences the console."""
+    """Prints one :func:`snapshot_line` per snapshot and a closing line with the status; a tqdm
+    progress bar (on a terminal) when ``progress`` and the run has ≥ 1000 steps. ``prefix``
+    (:func:`job_prefix`) starts every line and names the bar. Printing never stops a run
+    (:class:`attnlab.outputs.streams.SafeStream`)."""
 
     def __init__(self, progress: bool = True, file=None, prefix: str = "") -> None:
         self.progress = progress

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Any
 
 TITLE_ZH = "注意力权重的训练演化"  # tutorial §5's figure title
 TITLE_EN = "Attention weights during training"
@@ -20,7 +19,6 @@ _CJK_FONT = re.compile(
 )
 
 
-# ---------------------------------------------------------------------------------- fonts
 @functools.lru_cache(maxsize=None)
 def cjk_font() -> str | None:
     """The family name of an installed CJK font, or None (first match in the font list)."""
@@ -37,7 +35,7 @@ def _drawable() -> frozenset[int]:
     from matplotlib.ft2font import FT2Font
 
     points: set[int] = set()
-    for family in ["DejaVu Sans"] + ([cjk_font()] if cjk_font() else []):
+    for family in rc()["font.family"]:
         path = font_manager.findfont(font_manager.FontProperties(family=family))
         points.update(FT2Font(path).get_charmap())
     return frozenset(points)
@@ -49,22 +47,15 @@ _NOT_STYLE = frozenset({"backend", "backend_fallback", "interactive", "toolbar",
                         "date.epoch"})
 
 
-@functools.lru_cache(maxsize=1)
-def _defaults() -> tuple[tuple[str, Any], ...]:
-    import matplotlib
-
-    return tuple((k, v) for k, v in matplotlib.rcParamsDefault.items()
-                 if k not in _NOT_STYLE and not k.startswith("webagg."))
-
-
 def rc() -> dict:
     """rcParams for every figure here (used with ``matplotlib.rc_context``): matplotlib's own
-    defaults, so a ``matplotlibrc`` in the working directory or the user's configuration never
-    changes a run's figures (they are part of what a run reproduces), plus attnlab's fonts."""
-    # a list of concrete families gives per-glyph fallback (matplotlib >= 3.6); a generic
-    # "sans-serif" with the same list in font.sans-serif would use only the first one found
-    families = ["DejaVu Sans"] + ([cjk_font()] if cjk_font() else [])
-    return {**dict(_defaults()), "font.family": families, "axes.unicode_minus": False}
+    defaults, so a ``matplotlibrc`` or the caller's rcParams never change a run's figures (they
+    are part of what a run reproduces), plus attnlab's fonts: a list of concrete families gives
+    per-glyph fallback (a generic "sans-serif" would use only the first one found)."""
+    import matplotlib
+
+    style = {k: v for k, v in matplotlib.rcParamsDefault.items() if k not in _NOT_STYLE and not k.startswith("webagg.")}
+    return {**style, "font.family": ["DejaVu Sans"] + ([cjk_font()] if cjk_font() else []), "axes.unicode_minus": False}
 
 
 def drawable(text: str) -> str:

@@ -1,10 +1,7 @@
 """Matplotlib figures (tutorial §5): the attention-evolution figure, the loss curve, and the
-heatmap they share with TensorBoard's images and the comparison figure
-(:mod:`attnlab.saved.compare_figure`).
-
-Object API only (``Figure`` + ``FigureCanvasAgg``), never ``pyplot``: no global figure state,
-no GUI backend. Matplotlib is imported inside the functions, so importing this module costs
-nothing until a figure is drawn. Fonts and rcParams: :mod:`attnlab.outputs.fonts`.
+heatmap they share with TensorBoard's images and :mod:`attnlab.saved.compare_figure`.
+Object API only (``Figure`` + ``FigureCanvasAgg``, never ``pyplot``: no global state, no GUI);
+matplotlib is imported only when a figure is drawn. Fonts and rcParams: :mod:`attnlab.outputs.fonts`.
 """
 from __future__ import annotations
 
@@ -14,6 +11,8 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
+from attnlab.core.config import loss_axis_label, objective_of
+from attnlab.core.interrupts import pause_point
 from attnlab.core.records import RunInfo, RunResult, Sink, Snapshot, head_mean
 from attnlab.outputs.fonts import default_title, drawable, label, rc
 
@@ -33,9 +32,15 @@ MAX_CELL_VALUES = 12  # longer texts get no values in the cells
 MSE_LABEL = "loss (MSE)"  # the tutorial's objective (attnlab.core.config.loss_axis_label names the others)
 
 
+def style():
+    """``matplotlib.rc_context(fonts.rc())``: draw every figure inside it."""
+    import matplotlib
+
+    return matplotlib.rc_context(rc())
+
+
 def new_figure(width_in: float, height_in: float) -> "Figure":
-    """An Agg figure of that size at :data:`DPI` with constrained layout (call inside
-    ``matplotlib.rc_context(fonts.rc())``)."""
+    """An Agg figure of that size at :data:`DPI` with constrained layout (call inside :func:`style`)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -77,7 +82,7 @@ def pick_snapshots(snapshots: Sequence, max_panels: int = MAX_PANELS) -> list:
 
 def evolution_figure(snapshots: Sequence[Snapshot], tokens: Sequence[str], title: str | None = None,
                      max_panels: int = MAX_PANELS, total: int | None = None) -> "Figure":
-    """Tutorial §5's figure (call inside ``rc_context(rc())``): one heatmap per snapshot, titled
+    """Tutorial §5's figure (call inside :func:`style`): one heatmap per snapshot, titled
     ``step=N\\nloss=X.XXX``, one shared colour bar over [0, 1].
 
     With more than ``max_panels`` snapshots, that many evenly spaced ones (first and last
@@ -114,20 +119,14 @@ def evolution_figure(snapshots: Sequence[Snapshot], tokens: Sequence[str], title
     return fig
 
 
-def finite_losses(steps: np.ndarray, losses: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The finite points of a loss curve ``(steps (m,), losses (m,))``, zeros clipped to the
-    smallest positive loss (1e-12 if none) so a log axis stays finite."""
+def plot_loss(ax, steps: np.ndarray, losses: np.ndarray, ylabel: str = MSE_LABEL, **line_kw) -> bool:
+    """One loss curve (``steps`` (n,), ``losses`` (n,)) on ``ax``: log y axis labelled ``ylabel``,
+    grid; non-finite losses (a diverged run) left out, zeros clipped to the smallest positive loss
+    (1e-12 if none) so the log axis stays finite. False when there was nothing to draw."""
     y = np.asarray(losses, dtype=np.float64)
     ok = np.isfinite(y)
     positive = y[ok & (y > 0)]
-    return np.asarray(steps)[ok], np.clip(y[ok], positive.min() if positive.size else 1e-12, None)
-
-
-def plot_loss(ax, steps: np.ndarray, losses: np.ndarray, ylabel: str = MSE_LABEL, **line_kw) -> bool:
-    """One loss curve (``steps`` (n,), ``losses`` (n,)) on ``ax``: log y axis labelled ``ylabel``,
-    grid; non-finite losses (a diverged run) left out, zeros clipped (:func:`finite_losses`).
-    False when there was nothing to draw."""
-    x, y = finite_losses(steps, losses)
+    x, y = np.asarray(steps)[ok], np.clip(y[ok], positive.min() if positive.size else 1e-12, None)
     if x.size:
         ax.plot(x, y, **{"lw": 1.5, **line_kw})
     ax.set_yscale("log")
@@ -171,26 +170,20 @@ def save_figure(fig: "Figure", path: Path) -> Path:
 def attention_evolution(snapshots: Sequence[Snapshot], tokens: Sequence[str], path: Path, title: str | None = None,
                         max_panels: int = MAX_PANELS, total: int | None = None) -> Path:
     """Write :func:`evolution_figure` to ``path`` (format from its suffix, PNG by default)."""
-    import matplotlib
-
-    with matplotlib.rc_context(rc()):
+    with style():
         return save_figure(evolution_figure(snapshots, tokens, title, max_panels, total), path)
 
 
 def loss_png(losses: np.ndarray, title: str = "loss", fmt: str = "png", ylabel: str = MSE_LABEL) -> bytes | None:
     """:func:`loss_figure` as the bytes of a ``fmt`` file; None when no loss is finite."""
-    import matplotlib
-
-    with matplotlib.rc_context(rc()):
+    with style():
         fig = loss_figure(losses, title, ylabel)
         return None if fig is None else figure_bytes(fig, fmt)
 
 
 def loss_curve(losses: np.ndarray, path: Path, title: str = "loss", ylabel: str = MSE_LABEL) -> Path | None:
     """Write ``loss.png`` (:func:`loss_figure`) to ``path``; None (no file) when no loss is finite."""
-    import matplotlib
-
-    with matplotlib.rc_context(rc()):
+    with style():
         fig = loss_figure(losses, title, ylabel)
         return None if fig is None else save_figure(fig, path)
 
@@ -220,8 +213,6 @@ class FigureSink(Sink):
         self._ylabel = MSE_LABEL
 
     def on_start(self, info: RunInfo) -> None:
-        from attnlab.core.config import loss_axis_label, objective_of
-
         self.tokens = list(info.tokens)
         self._shown = set(pick_snapshots(list(info.snapshot_steps)))
         self._ylabel = loss_axis_label([objective_of(info.config)])
@@ -242,8 +233,6 @@ class FigureSink(Sink):
         return np.concatenate(self._losses) if self._losses else np.zeros(0)
 
     def on_end(self, result: RunResult) -> None:
-        from attnlab.core.interrupts import pause_point
-
         pause_point("drawing")  # a test hook: the run's records are written, its figures not yet
         snapshots = self.snapshots
         if self._latest is not None and (not snapshots or self._latest.step > snapshots[-1].step):
