@@ -8,6 +8,7 @@ planned snapshots, its space allocated before the first step).
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -135,15 +136,12 @@ def check_attention_size(snapshots: int, heads: int, tokens: int) -> None:
 
 # ------------------------------------------------------------------------------ the sink
 class RunDirSink(Sink):
-    """Writes ``metrics.csv``, ``attention.npz`` and the final ``summary.json`` into ``run_dir``.
-
-    ``on_end`` promotes the partial files whatever the status: ``metrics.csv`` holds exactly
-    ``steps_run`` rows, ``attention.npz`` the snapshots of those steps. A write the filesystem
-    refuses raises WriteError (``no space left on device while writing metrics.csv at step 57``;
-    the loop then stops) and summary.json says ``failed`` with that reason.
+    """Writes ``metrics.csv``, ``attention.npz`` and the final ``summary.json`` into ``run_dir``;
+    ``on_end`` promotes the partial files whatever the status (``steps_run`` rows, the snapshots
+    of those steps). A refused write raises WriteError (``no space left on device while writing
+    metrics.csv at step 57``) and summary.json says ``failed`` with that reason.
     ``final_status=False`` (a job): summary.json keeps ``status: running`` for the job to write
-    once every other file is written, so a run killed while drawing reads as killed.
-    """
+    once every other file is written, so a run killed while drawing reads as killed."""
 
     def __init__(self, run_dir: Path, final_status: bool = True) -> None:
         self.run_dir = Path(run_dir)
@@ -182,7 +180,6 @@ class RunDirSink(Sink):
         except OSError as err:
             self.close()  # nothing recorded yet: no partial file left
             self._metrics_tmp.unlink(missing_ok=True)
-            self._weights_tmp.unlink(missing_ok=True)
             raise self._fail(err, file, 0) from err
 
     def on_losses(self, steps: np.ndarray, losses: np.ndarray) -> None:
@@ -194,10 +191,8 @@ class RunDirSink(Sink):
             self._metrics.write(data)
             self._metrics.flush()  # to the OS: kill -9 keeps it
         except OSError as err:
-            try:  # no half-written batch: on_end promotes the whole rows before it
+            with contextlib.suppress(OSError):  # no half-written batch: on_end promotes the rows before it
                 self._metrics.close()
-            except OSError:
-                pass
             self._metrics = None
             raise self._fail(err, METRICS, int(steps[0])) from err
         self._rows.append((rows + len(steps), end + len(data), float(losses[-1])))
@@ -235,11 +230,9 @@ class RunDirSink(Sink):
                 failure = failure or err
                 fit = (_room(self.run_dir) - 4096 - 8 * kept - 64 * self._info.seq_len) // self._weights[0].nbytes
                 if 0 <= fit < kept:
-                    try:
+                    with contextlib.suppress(WriteError):
                         self._write_attention(int(fit))
-                    except WriteError:
-                        pass
-            self._close_weights()
+            self.close()
         threshold = result.steps_to_threshold
         fields = {"status": result.status, "final_loss": final_loss if n else None, "steps_run": n,
                   "steps_to_threshold": threshold if threshold is not None and threshold < n else None,
@@ -258,16 +251,12 @@ class RunDirSink(Sink):
                      tokens=np.asarray(self._info.tokens, dtype=str),
                      token_ids=np.asarray(self._info.token_ids, dtype=np.int64))
 
-    def _close_weights(self) -> None:
-        if self._weights is not None:
-            self._weights = None  # the memmap is unmapped with its last reference
-            self._weights_tmp.unlink(missing_ok=True)
-
     def close(self) -> None:
         if self._metrics is not None:
             self._metrics.close()
             self._metrics = None
-        self._close_weights()
+        self._weights = None  # the memmap is unmapped with its last reference
+        self._weights_tmp.unlink(missing_ok=True)
 
 
 def _room(folder: Path) -> int:

@@ -31,8 +31,7 @@ def job_prefix() -> str:
 
 
 def prefixed(text: str, prefix: str) -> str:
-    """``text`` with ``prefix`` before each of its lines (an empty line gets the prefix without
-    its trailing space); ``text`` unchanged when ``prefix`` is empty."""
+    """``text`` with ``prefix`` before each line (an empty line gets it without its trailing space)."""
     if not prefix:
         return text
     return "\n".join(prefix + line if line else prefix.rstrip() for line in text.split("\n"))
@@ -48,13 +47,10 @@ def display_path(path) -> str:
 
 
 def snapshot_line(step: int, loss: float, row: np.ndarray, tokens: list[str], focus: int) -> str:
-    """The tutorial §5 line for one snapshot, e.g.
-    ``step   0  loss=2.3566  |  ' journey' attends: 'Your'=0.22 'journey'=0.12 ...``.
-
-    ``row`` (T,) is the focus token's attention weights; with more than 12 tokens only the 12
-    strongest are shown, in position order, and the line says so. A token the text holds more
-    than once is named with its position, ``'the'@7=0.12`` (as attnlab-report's line names it).
-    """
+    """The tutorial §5 line for one snapshot, ``step   0  loss=2.3566  |  ' journey' attends:
+    'Your'=0.22 'journey'=0.12 ...``: ``row`` (T,) is the focus token's weights; over 12 tokens
+    only the 12 strongest, in position order, and the line says so; a token the text holds more
+    than once is named with its position, ``'the'@7=0.12`` (as attnlab-report's line names it)."""
     shown, more = range(len(tokens)), ""
     if len(tokens) > MAX_TARGETS_SHOWN:
         shown = sorted(np.argsort(-row, kind="stable")[:MAX_TARGETS_SHOWN].tolist())

@@ -1,10 +1,7 @@
-"""Fonts for every figure: a CJK fallback when one is installed, and text made drawable.
-
-When a CJK font is installed (Noto Sans CJK, WenQuanYi, SimHei, Source Han, ...) it is used as a
-fallback after DejaVu Sans and the evolution figure's title is the tutorial's Chinese one;
-otherwise the title is English and any character no installed font can draw is shown escaped
-(``\\u4f60``) instead of as an empty box with a "Glyph missing" warning.
-"""
+"""Fonts for every figure: with a CJK font installed (Noto Sans CJK, WenQuanYi, SimHei, ...) it is
+the fallback after DejaVu Sans and the evolution figure has the tutorial's Chinese title; else the
+English one, and a character no font can draw is shown escaped (``\\u4f60``), never as an empty
+box with a "Glyph missing" warning."""
 from __future__ import annotations
 
 import functools
@@ -12,11 +9,8 @@ import re
 
 TITLE_ZH = "注意力权重的训练演化"  # tutorial §5's figure title
 TITLE_EN = "Attention weights during training"
-_CJK_FONT = re.compile(
-    r"CJK|WenQuanYi|WQY|SimHei|SimSun|Source Han|Microsoft YaHei|PingFang|Hiragino"
-    r"|Heiti|Songti|Arial Unicode|Droid Sans Fallback|AR PL|Unifont",
-    re.IGNORECASE,
-)
+_CJK_FONT = re.compile(r"CJK|WenQuanYi|WQY|SimHei|SimSun|Source Han|Microsoft YaHei|PingFang|Hiragino"
+                       r"|Heiti|Songti|Arial Unicode|Droid Sans Fallback|AR PL|Unifont", re.IGNORECASE)
 
 
 @functools.lru_cache(maxsize=None)
@@ -62,15 +56,8 @@ def drawable(text: str) -> str:
     """``text`` with each character no font here can draw escaped (``你`` -> ``\\u4f60``
     without a CJK font) and ``$`` escaped so it is never read as mathtext."""
     points = _drawable()
-    out = []
-    for ch in text:
-        if ch == "$":
-            out.append(r"\$")
-        elif ord(ch) in points or ch in "\n\t":
-            out.append(ch)
-        else:
-            out.append(f"\\u{ord(ch):04x}" if ord(ch) <= 0xFFFF else f"\\U{ord(ch):08x}")
-    return "".join(out)
+    return "".join(r"\$" if ch == "$" else ch if ord(ch) in points or ch in "\n\t"
+                   else f"\\u{ord(ch):04x}" if ord(ch) <= 0xFFFF else f"\\U{ord(ch):08x}" for ch in text)
 
 
 def label(token: str) -> str:

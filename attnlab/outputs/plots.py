@@ -14,7 +14,8 @@ import numpy as np
 from attnlab.core.config import loss_axis_label, objective_of
 from attnlab.core.interrupts import pause_point
 from attnlab.core.records import RunInfo, RunResult, Sink, Snapshot, head_mean
-from attnlab.outputs.fonts import default_title, drawable, label, rc
+from attnlab.outputs.artifacts import atomic_write_bytes
+from attnlab.outputs.fonts import default_title, label, rc
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
@@ -80,19 +81,14 @@ def pick_snapshots(snapshots: Sequence, max_panels: int = MAX_PANELS) -> list:
     return [snapshots[i] for i in np.unique(np.round(np.linspace(0, n - 1, max_panels)).astype(int))]
 
 
-def evolution_figure(snapshots: Sequence[Snapshot], tokens: Sequence[str], title: str | None = None,
-                     max_panels: int = MAX_PANELS, total: int | None = None) -> "Figure":
+def evolution_figure(snapshots: Sequence[Snapshot], tokens: Sequence[str], total: int | None = None) -> "Figure":
     """Tutorial §5's figure (call inside :func:`style`): one heatmap per snapshot, titled
-    ``step=N\\nloss=X.XXX``, one shared colour bar over [0, 1].
-
-    With more than ``max_panels`` snapshots, that many evenly spaced ones (first and last
-    included) in rows of at most :data:`MAX_COLS`. With several heads (weights (H, T, T), H > 1)
-    each shown snapshot is a row of its H heads (at most :data:`MAX_HEAD_ROWS` snapshots). The
-    suptitle says ``(k of n snapshots)`` when it shows k of the run's ``total`` (default
-    ``len(snapshots)``). Size: ``cols * 3.4 + 0.9`` by ``rows * 3.6 + 0.5`` inches at 100 dpi.
-    """
+    ``step=N\\nloss=X.XXX``, one shared colour bar over [0, 1]; at most :data:`MAX_PANELS` snapshots
+    (:func:`pick_snapshots`) in rows of :data:`MAX_COLS`, or with H > 1 heads (weights (H, T, T))
+    a row of H heads per snapshot (at most :data:`MAX_HEAD_ROWS`). The suptitle says ``(k of n
+    snapshots)`` when it shows k of the run's ``total`` (default ``len(snapshots)``)."""
     heads = np.shape(snapshots[0].weights)[0] if np.ndim(snapshots[0].weights) == 3 else 1
-    shown = pick_snapshots(snapshots, min(max_panels, MAX_HEAD_ROWS) if heads > 1 else max_panels)
+    shown = pick_snapshots(snapshots, MAX_HEAD_ROWS if heads > 1 else MAX_PANELS)
     if heads > 1:  # a row of heads per snapshot
         cols, rows = heads, len(shown)
         panels = [(np.asarray(s.weights[h], dtype=np.float64),
@@ -102,7 +98,7 @@ def evolution_figure(snapshots: Sequence[Snapshot], tokens: Sequence[str], title
         cols = min(len(shown), MAX_COLS)
         rows = -(-len(shown) // cols)
         panels = [(head_mean(s.weights), f"step={s.step}\nloss={s.loss:.3f}") for s in shown]
-    suptitle = default_title() if title is None else drawable(title)
+    suptitle = default_title()
     total = len(snapshots) if total is None else total
     if len(shown) < total:
         suptitle += f"  ({len(shown)} of {total} snapshots)"
@@ -136,14 +132,14 @@ def plot_loss(ax, steps: np.ndarray, losses: np.ndarray, ylabel: str = MSE_LABEL
     return bool(x.size)
 
 
-def loss_figure(losses: np.ndarray, title: str = "loss", ylabel: str = MSE_LABEL) -> "Figure | None":
+def loss_figure(losses: np.ndarray, ylabel: str = MSE_LABEL) -> "Figure | None":
     """``loss.png``'s figure (6.4 x 4.0 in): ``losses`` (n,) against step 0..n-1
     (:func:`plot_loss`); None when no loss is finite."""
     fig = new_figure(*LOSS_IN)
     ax = fig.add_subplot()
     if not plot_loss(ax, np.arange(np.size(losses)), losses, ylabel):
         return None
-    ax.set_title(drawable(title))
+    ax.set_title("loss")
     return fig
 
 
@@ -158,8 +154,6 @@ def figure_bytes(fig: "Figure", fmt: str = "png") -> bytes:
 def save_figure(fig: "Figure", path: Path) -> Path:
     """Render ``fig`` in the format ``path``'s suffix names (PNG when none) and write it
     atomically, creating its folder; raises WriteError naming the file."""
-    from attnlab.outputs.artifacts import atomic_write_bytes
-
     path = Path(path)
     data = figure_bytes(fig, path.suffix.lstrip(".").lower() or "png")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -167,37 +161,33 @@ def save_figure(fig: "Figure", path: Path) -> Path:
     return path
 
 
-def attention_evolution(snapshots: Sequence[Snapshot], tokens: Sequence[str], path: Path, title: str | None = None,
-                        max_panels: int = MAX_PANELS, total: int | None = None) -> Path:
+def attention_evolution(snapshots: Sequence[Snapshot], tokens: Sequence[str], path: Path,
+                        total: int | None = None) -> Path:
     """Write :func:`evolution_figure` to ``path`` (format from its suffix, PNG by default)."""
     with style():
-        return save_figure(evolution_figure(snapshots, tokens, title, max_panels, total), path)
+        return save_figure(evolution_figure(snapshots, tokens, total), path)
 
 
-def loss_png(losses: np.ndarray, title: str = "loss", fmt: str = "png", ylabel: str = MSE_LABEL) -> bytes | None:
-    """:func:`loss_figure` as the bytes of a ``fmt`` file; None when no loss is finite."""
+def loss_png(losses: np.ndarray, ylabel: str = MSE_LABEL) -> bytes | None:
+    """:func:`loss_figure` as the bytes of a PNG file; None when no loss is finite."""
     with style():
-        fig = loss_figure(losses, title, ylabel)
-        return None if fig is None else figure_bytes(fig, fmt)
+        fig = loss_figure(losses, ylabel)
+        return None if fig is None else figure_bytes(fig)
 
 
-def loss_curve(losses: np.ndarray, path: Path, title: str = "loss", ylabel: str = MSE_LABEL) -> Path | None:
+def loss_curve(losses: np.ndarray, path: Path, ylabel: str = MSE_LABEL) -> Path | None:
     """Write ``loss.png`` (:func:`loss_figure`) to ``path``; None (no file) when no loss is finite."""
     with style():
-        fig = loss_figure(losses, title, ylabel)
+        fig = loss_figure(losses, ylabel)
         return None if fig is None else save_figure(fig, path)
 
 
 # ------------------------------------------------------------------------------ the sink
 class FigureSink(Sink):
     """Writes ``attention_evolution.png`` and ``loss.png`` into ``run_dir`` at the end of a run
-    (whatever its status); each is skipped when there is nothing to draw.
-
-    Memory stays flat however many snapshots a run takes: only the snapshots the figure will
-    show (chosen from ``RunInfo.snapshot_steps``, :func:`pick_snapshots`) and the latest one (for
-    a run that stops early) are kept; the title says ``(k of n snapshots)`` when the figure
-    shows k of the n the run took.
-    """
+    (whatever its status), each unless there is nothing to draw. Memory stays flat: only the
+    snapshots the figure will show (:func:`pick_snapshots` of ``RunInfo.snapshot_steps``) and the
+    latest one (for a run that stops early) are kept."""
 
     EVOLUTION = "attention_evolution.png"
     LOSS = "loss.png"

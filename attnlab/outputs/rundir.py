@@ -8,6 +8,7 @@ gives back when a write fails or the last writes begin: a full disk still record
 """
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -117,10 +118,9 @@ def _reserve(fd: int) -> bool:
         size = min(RESERVE_BYTES, fs.f_bavail * fs.f_frsize // 8)
         if size > 0:
             os.posix_fallocate(fd, os.lseek(fd, 0, os.SEEK_CUR), size)
-            return True
+        return size > 0
     except (OSError, AttributeError):  # no room, a file-size limit, no posix_fallocate (macOS): no reserve
-        pass
-    return False
+        return False
 
 
 def _contents_problem(path: Path, hydra_subdir: str | None, hydra_log: str | None, choose: str,
@@ -179,11 +179,9 @@ def _remove_created(path: Path, top: Path | None) -> None:
 
 def _drop(held: Claim) -> None:
     """Delete the lock file this claim created and close it (which releases the flock)."""
-    try:
+    with contextlib.suppress(OSError):  # only the lock file this claim created
         if os.path.samestat(os.stat(held.path / LOCK, follow_symlinks=False), os.fstat(held.fd)):
             os.unlink(held.path / LOCK)
-    except OSError:
-        pass
     os.close(held.fd)
 
 
@@ -200,10 +198,8 @@ def release_reserve(path: Path) -> None:
     held = claimed(path)
     if held is not None and held.reserve:
         held.reserve = False
-        try:
+        with contextlib.suppress(OSError):
             os.ftruncate(held.fd, len(f"{os.getpid()}\n"))
-        except OSError:
-            pass
 
 
 def release(path: Path) -> None:
@@ -227,15 +223,10 @@ def abandon(path: Path, extra: tuple[str, ...] = ()) -> None:
         names, inner = {"?"}, set()
     if held.started or not names <= {".hydra", *extra} or not inner <= HYDRA_FILES:
         return release(path)
-    for name in inner:
-        (hydra / name).unlink(missing_ok=True)
-    for name in names - {".hydra"}:
-        (held.path / name).unlink(missing_ok=True)
-    if ".hydra" in names:
-        try:
-            hydra.rmdir()
-        except OSError:
-            pass
+    for file in [hydra / n for n in inner] + [held.path / n for n in names - {".hydra"}]:
+        file.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):  # (none there: FileNotFoundError)
+        hydra.rmdir()
     release(path)
     _remove_created(held.path, held.created)
 

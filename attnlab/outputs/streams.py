@@ -1,9 +1,6 @@
-"""Console output that degrades and never stops a run.
-
-Text the console cannot encode (Chinese on a ``cp1252`` console) is written with backslash
-escapes (``\\u4f60``); a closed pipe (``attnlab | head -2``) or a gone terminal silences the
-stream, and training and every run file go on. :func:`install` does this for the whole process.
-"""
+"""Console output that never stops a run: text the console cannot encode (Chinese on a ``cp1252``
+console) is written with backslash escapes (``\\u4f60``); a closed pipe (``attnlab | head -2``)
+or a gone terminal silences the stream. :func:`install` does this for the whole process."""
 from __future__ import annotations
 
 import os
@@ -12,10 +9,9 @@ import threading
 
 
 class SafeStream:
-    """A text stream whose ``write`` / ``flush`` never raise: text it cannot encode is written
-    with backslash escapes; after a broken pipe or I/O error it is silent (:attr:`broken`) and
-    its descriptor points at ``os.devnull``, so the interpreter's final flush stays quiet too.
-    Every other attribute is the wrapped stream's."""
+    """A text stream whose ``write`` / ``flush`` never raise (escapes for what it cannot encode);
+    after a broken pipe or I/O error it is silent (:attr:`broken`) and its descriptor points at
+    ``os.devnull``, so the interpreter's final flush stays quiet too."""
 
     def __init__(self, stream) -> None:
         self.stream = stream
@@ -59,16 +55,15 @@ def safe(stream) -> SafeStream:
 
 def _quiet_tensorboard_thread(args) -> None:
     """TensorBoard's writer thread failing to write (a full disk) prints nothing: the writer
-    raises the error again in the run's thread, and the run records it."""
+    raises it again in the run's thread, which records it."""
     if not (issubclass(args.exc_type, OSError) and type(args.thread).__name__ == "_AsyncWriterThread"):
         threading.__excepthook__(args)
 
 
 def install() -> None:
     """For attnlab's commands: a closed standard descriptor (``attnlab >&-``) reopened on
-    ``os.devnull`` (so the first file the run opens never becomes descriptor 1 or 2),
-    ``sys.stdout`` / ``sys.stderr`` as :class:`SafeStream` writing escapes, and TensorBoard's
-    writer thread kept quiet (:func:`_quiet_tensorboard_thread`)."""
+    ``os.devnull`` (the first file a run opens never becomes descriptor 1 or 2), ``sys.stdout``
+    and ``sys.stderr`` as :class:`SafeStream`, TensorBoard's writer thread kept quiet."""
     for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
         try:
             os.fstat(fd)

@@ -20,15 +20,11 @@ from attnlab.outputs.plots import draw_heatmap, new_figure, style
 
 HEATMAP_IN = (4.6, 4.0)  # inches of one TensorBoard heatmap (460 x 400 px)
 
-_SESSION_STATUS = {"completed": "STATUS_SUCCESS", "diverged": "STATUS_FAILURE",
-                   "failed": "STATUS_FAILURE", "interrupted": "STATUS_FAILURE"}
-
 
 def tag_names(tokens: list[str]) -> list[str]:
-    """Tag-safe, unique suffixes ``<pos>_<token>``: ``[0-9A-Za-z_.-]``, other Unicode letters
-    and digits, and symbols such as emoji (Unicode category So) kept, each run of anything
-    else -> ``_``, e.g. ``[" with", "$", "旅(1/2)", " 🚶(1/3)"]`` ->
-    ``["0_with", "1__", "2_旅_1_2", "3_🚶_1_3"]`` (token labels: ``tokenizer.token_labels``)."""
+    """Tag-safe, unique suffixes ``<pos>_<token>``: letters, digits, ``_.-`` and symbols such as
+    emoji (Unicode So) kept, each run of anything else -> ``_``: ``[" with", "$", "旅(1/2)"]`` ->
+    ``["0_with", "1__", "2_旅_1_2"]`` (token labels: ``tokenizer.token_labels``)."""
     import unicodedata
 
     out = []
@@ -58,11 +54,9 @@ def flatten_config(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def token_markdown(token_ids: list[int], tokens: list[str]) -> str:
     """Markdown table: position, id, token (repr, so leading spaces show)."""
-    rows = ["| position | id | token |", "| ---: | ---: | --- |"]
-    for pos, (tid, tok) in enumerate(zip(token_ids, tokens)):
-        cell = repr(tok).replace("|", "\\|")
-        rows.append(f"| {pos} | {tid} | `{cell}` |")
-    return "\n".join(rows)
+    cells = [repr(tok).replace("|", "\\|") for tok in tokens]
+    rows = [f"| {pos} | {tid} | `{cell}` |" for pos, (tid, cell) in enumerate(zip(token_ids, cells))]
+    return "\n".join(["| position | id | token |", "| ---: | ---: | --- |", *rows])
 
 
 class TensorBoardSink(Sink):
@@ -150,7 +144,7 @@ class TensorBoardSink(Sink):
         # torch always writes STATUS_SUCCESS; record the run's real status instead
         plugin = sei.value[0].metadata.plugin_data
         data = plugin_data_pb2.HParamsPluginData.FromString(plugin.content)
-        data.session_end_info.status = _SESSION_STATUS.get(result.status, "STATUS_UNKNOWN")
+        data.session_end_info.status = "STATUS_SUCCESS" if result.status == "completed" else "STATUS_FAILURE"
         plugin.content = data.SerializeToString()
         for summary in (exp, ssi, sei):
             self.writer.file_writer.add_summary(summary, step)
