@@ -1,11 +1,8 @@
-"""The run-dir files attnlab writes (DESIGN.md), each atomically (a file with its final name is
-complete): ``metrics.csv`` (``step,loss``, losses as ``repr``), ``attention.npz`` (``steps`` (S,)
-int64, ``weights`` (S, H, T, T) float32, ``tokens`` (T,) str, ``token_ids`` (T,) int64; at most
-core.files.NPZ_LIMIT bytes), ``summary.json`` and ``walkthrough.npz`` (:func:`atomic_savez`).
-While a run goes, its records reach the OS at every batch and snapshot (``kill -9`` keeps them) in
-hidden partial files: ``.metrics.csv.partial`` and ``.attention.npy.partial`` (an ``.npy`` of the
-planned snapshots, its space allocated before the first step).
-"""
+"""The run-dir files attnlab writes (DESIGN.md), each atomically: ``metrics.csv`` (``step,loss``,
+losses as ``repr``), ``attention.npz`` (``steps`` (S,) int64, ``weights`` (S, H, T, T) float32,
+``tokens`` (T,) str, ``token_ids`` (T,) int64; at most core.files.NPZ_LIMIT bytes), ``summary.json``
+and ``walkthrough.npz``. While a run goes its records reach the OS at every batch and snapshot
+(``kill -9`` keeps them) in ``.metrics.csv.partial`` and ``.attention.npy.partial``."""
 from __future__ import annotations
 
 import contextlib
@@ -25,21 +22,19 @@ from attnlab.core.files import NPZ_LIMIT
 from attnlab.core.interrupts import pause_point
 from attnlab.core.records import RunInfo, RunResult, Sink, Snapshot
 from attnlab.outputs import rundir
-from attnlab.outputs.rundir import FINISHED, LOCK, run_is_live  # noqa: F401  (part of the run-dir contract)
+from attnlab.outputs.rundir import run_is_live  # noqa: F401  (part of the run-dir contract)
 
 SUMMARY = "summary.json"
 METRICS = "metrics.csv"
 ATTENTION = "attention.npz"
 WALKTHROUGH = "walkthrough.npz"
-NPZ_OVERHEAD = 64 * 1024  # bytes of an attention.npz besides the weights: headers, steps, tokens, directory
 
 
-# ------------------------------------------------------------------------------ atomic writes
 def _replace_from_temp(path: Path, write) -> None:
-    """``write(tmp_path)`` into a hidden file beside ``path``, then rename it to ``path``.
+    """``write(tmp_path)`` into a hidden file beside ``path`` (same suffix), then rename it to ``path``.
     Raises WriteError naming ``path``'s file (``path`` untouched, no temporary file left)."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = path.with_name(f".{os.getpid()}.{path.name}")
     try:
         write(tmp)
         os.replace(tmp, path)
@@ -61,16 +56,11 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def atomic_savez(path: Path, **arrays: Any) -> None:
-    """``np.savez(path, **arrays)`` (uncompressed, members in argument order), atomically; a
-    memmap is copied in chunks, so memory stays flat. Raises WriteError."""
-    def write(tmp: Path) -> None:
-        with open(tmp, "wb") as f:
-            np.savez(f, **arrays)
-
-    _replace_from_temp(path, write)
+    """``np.savez(path, **arrays)`` atomically (``path`` ends in ``.npz``; members in argument
+    order); a memmap is copied in chunks, so memory stays flat. Raises WriteError."""
+    _replace_from_temp(path, lambda tmp: np.savez(tmp, **arrays))
 
 
-# ------------------------------------------------------------------------------ summary.json
 def write_summary(run_dir: Path, **fields: Any) -> dict[str, Any]:
     """Update this process's ``summary.json`` with ``fields`` (atomically) and return it.
     Raises WriteError (summary.json unchanged) when it cannot be written."""
@@ -99,17 +89,13 @@ def _static_environment() -> dict[str, Any]:
     import torch
 
     def version(dist: str) -> str | None:
-        try:
+        with contextlib.suppress(metadata.PackageNotFoundError):
             return metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            return None
 
-    try:  # attnlab's commit when it runs from a git checkout
-        here = Path(__file__).resolve().parents[2]
+    here, commit = Path(__file__).resolve().parents[2], None
+    with contextlib.suppress(OSError, subprocess.SubprocessError):  # attnlab's commit in a git checkout
         commit = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True,
                                 timeout=5).stdout.strip() or None if (here / ".git").exists() else None
-    except (OSError, subprocess.SubprocessError):
-        commit = None
     return {"python": platform.python_version(), "attnlab": version("attnlab"), "git_commit": commit,
             "torch": torch.__version__, "numpy": np.__version__, "tiktoken": version("tiktoken"),
             "hydra-core": version("hydra-core"), "omegaconf": version("omegaconf"),
@@ -121,12 +107,10 @@ def is_run_dir(path: Path) -> bool:
     return (Path(path) / ".hydra" / "config.yaml").is_file() and (Path(path) / SUMMARY).is_file()
 
 
-# ------------------------------------------------------------------------------ size check
 def check_attention_size(snapshots: int, heads: int, tokens: int) -> None:
-    """Raise ConfigError (one line) when an attention.npz of ``snapshots`` frames (H, T, T)
-    float32 would exceed :data:`attnlab.core.files.NPZ_LIMIT`, the readers' limit; call it
-    before the first step."""
-    size = 4 * snapshots * heads * tokens * tokens + NPZ_OVERHEAD + 64 * tokens  # an upper bound, bytes
+    """Raise ConfigError (one line) before the first step when an attention.npz of ``snapshots``
+    frames (H, T, T) float32 would exceed :data:`attnlab.core.files.NPZ_LIMIT`, the readers' limit."""
+    size = 4 * snapshots * heads * tokens * tokens + 64 * 1024 + 64 * tokens  # bytes: weights, the rest at most
     if size > NPZ_LIMIT:
         raise ConfigError("train.snapshot_steps", f"{snapshots} snapshots",
                           f"{heads} head(s) x {tokens} x {tokens} tokens each make an attention.npz of "
@@ -134,7 +118,6 @@ def check_attention_size(snapshots: int, heads: int, tokens: int) -> None:
                           "(fewer snapshots or a shorter sentence)")
 
 
-# ------------------------------------------------------------------------------ the sink
 class RunDirSink(Sink):
     """Writes ``metrics.csv``, ``attention.npz`` and the final ``summary.json`` into ``run_dir``;
     ``on_end`` promotes the partial files whatever the status (``steps_run`` rows, the snapshots

@@ -25,15 +25,12 @@ def job_prefix() -> str:
     if not HydraConfig.initialized():
         return ""
     hc = HydraConfig.get()
-    if hc.mode != RunMode.MULTIRUN or hc.job.get("num") is None:
-        return ""
-    return "" if hc.runtime.choices.get("hydra/launcher", "basic") == "basic" else f"[job {hc.job.num}] "
+    sequential = hc.mode != RunMode.MULTIRUN or hc.runtime.choices.get("hydra/launcher", "basic") == "basic"
+    return "" if sequential else f"[job {hc.job.num}] "
 
 
 def prefixed(text: str, prefix: str) -> str:
     """``text`` with ``prefix`` before each line (an empty line gets it without its trailing space)."""
-    if not prefix:
-        return text
     return "\n".join(prefix + line if line else prefix.rstrip() for line in text.split("\n"))
 
 
@@ -62,10 +59,9 @@ def snapshot_line(step: int, loss: float, row: np.ndarray, tokens: list[str], fo
 
 
 class ConsoleSink(Sink):
-    """Prints one :func:`snapshot_line` per snapshot and a closing line with the status; a tqdm
-    progress bar (on a terminal) when ``progress`` and the run has ≥ 1000 steps. ``prefix``
-    (:func:`job_prefix`) starts every line and names the bar. Printing never stops a run
-    (:class:`attnlab.outputs.streams.SafeStream`)."""
+    """One :func:`snapshot_line` per snapshot and a closing line with the status; a tqdm bar (on a
+    terminal) when ``progress`` and ≥ 1000 steps. ``prefix`` (:func:`job_prefix`) starts every line
+    and names the bar. Printing never stops a run (:class:`attnlab.outputs.streams.SafeStream`)."""
 
     def __init__(self, progress: bool = True, file=None, prefix: str = "") -> None:
         self.progress = progress
@@ -107,7 +103,6 @@ class ConsoleSink(Sink):
         final = "n/a" if result.final_loss is None else f"{result.final_loss:.6g}"
         steps = f"{result.steps_run} step{'' if result.steps_run == 1 else 's'}"
         where = f"  ->  {display_path(self._info.run_dir)}" if self._info and self._info.run_dir else ""
-        # the reason of a run that did not complete goes to stderr (cli), once
         print(prefixed(f"{result.status}: {steps}, final loss {final}, {result.wall_time_s:.2f} s{where}",
                        self.prefix), file=self.file, flush=True)
 

@@ -42,10 +42,9 @@ _NOT_STYLE = frozenset({"backend", "backend_fallback", "interactive", "toolbar",
 
 
 def rc() -> dict:
-    """rcParams for every figure here (used with ``matplotlib.rc_context``): matplotlib's own
-    defaults, so a ``matplotlibrc`` or the caller's rcParams never change a run's figures (they
-    are part of what a run reproduces), plus attnlab's fonts: a list of concrete families gives
-    per-glyph fallback (a generic "sans-serif" would use only the first one found)."""
+    """rcParams for every figure (``matplotlib.rc_context(rc())``): matplotlib's own defaults, so no
+    ``matplotlibrc`` or caller's rcParams changes what a run reproduces, plus attnlab's fonts: a list
+    of concrete families gives per-glyph fallback (a generic "sans-serif" would use only the first)."""
     import matplotlib
 
     style = {k: v for k, v in matplotlib.rcParamsDefault.items() if k not in _NOT_STYLE and not k.startswith("webagg.")}

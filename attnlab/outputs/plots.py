@@ -1,8 +1,7 @@
 """Matplotlib figures (tutorial §5): the attention-evolution figure, the loss curve, and the
 heatmap they share with TensorBoard's images and :mod:`attnlab.saved.compare_figure`.
 Object API only (``Figure`` + ``FigureCanvasAgg``, never ``pyplot``: no global state, no GUI);
-matplotlib is imported only when a figure is drawn. Fonts and rcParams: :mod:`attnlab.outputs.fonts`.
-"""
+matplotlib is imported only when a figure is drawn. Fonts and rcParams: :mod:`attnlab.outputs.fonts`."""
 from __future__ import annotations
 
 import io
@@ -65,10 +64,9 @@ def draw_heatmap(ax, w: np.ndarray, labels: Sequence[str], title: str):
         ax.set_ylabel("query position", fontsize=8)
     if t <= MAX_CELL_VALUES:
         size = 8 if t <= 6 else 6 if t <= 9 else 5
-        for i in range(t):
-            for j in range(t):  # dark text on the bright (high) end of viridis
-                ax.text(j, i, f"{w[i, j]:.2f}", ha="center", va="center", fontsize=size,
-                        color="black" if w[i, j] > 0.6 else "white")
+        for i, j in np.ndindex(t, t):  # dark text on the bright (high) end of viridis
+            ax.text(j, i, f"{w[i, j]:.2f}", ha="center", va="center", fontsize=size,
+                    color="black" if w[i, j] > 0.6 else "white")
     return im
 
 
@@ -87,7 +85,7 @@ def evolution_figure(snapshots: Sequence[Snapshot], tokens: Sequence[str], total
     (:func:`pick_snapshots`) in rows of :data:`MAX_COLS`, or with H > 1 heads (weights (H, T, T))
     a row of H heads per snapshot (at most :data:`MAX_HEAD_ROWS`). The suptitle says ``(k of n
     snapshots)`` when it shows k of the run's ``total`` (default ``len(snapshots)``)."""
-    heads = np.shape(snapshots[0].weights)[0] if np.ndim(snapshots[0].weights) == 3 else 1
+    heads = len(snapshots[0].weights)  # weights (H, T, T)
     shown = pick_snapshots(snapshots, MAX_HEAD_ROWS if heads > 1 else MAX_PANELS)
     if heads > 1:  # a row of heads per snapshot
         cols, rows = heads, len(shown)
@@ -143,7 +141,6 @@ def loss_figure(losses: np.ndarray, ylabel: str = MSE_LABEL) -> "Figure | None":
     return fig
 
 
-# ------------------------------------------------------------------------------ files
 def figure_bytes(fig: "Figure", fmt: str = "png") -> bytes:
     """``fig`` rendered as a ``fmt`` file (``png``, ``pdf``, ``svg``), in memory."""
     buf = io.BytesIO()
@@ -182,7 +179,6 @@ def loss_curve(losses: np.ndarray, path: Path, ylabel: str = MSE_LABEL) -> Path 
         return None if fig is None else save_figure(fig, path)
 
 
-# ------------------------------------------------------------------------------ the sink
 class FigureSink(Sink):
     """Writes ``attention_evolution.png`` and ``loss.png`` into ``run_dir`` at the end of a run
     (whatever its status), each unless there is nothing to draw. Memory stays flat: only the
@@ -197,7 +193,7 @@ class FigureSink(Sink):
         self.tokens: list[str] = []
         self.snapshots: list[Snapshot] = []
         self._losses: list[np.ndarray] = []
-        self._shown: set[int] | None = None  # steps the figure will show, known at on_start
+        self._shown: set[int] = set()  # steps the figure will show, known at on_start
         self._latest: Snapshot | None = None
         self._received = 0  # snapshots the run took
         self._ylabel = MSE_LABEL
@@ -212,7 +208,7 @@ class FigureSink(Sink):
 
     def on_snapshot(self, snapshot: Snapshot) -> None:
         self._received += 1
-        if self._shown is None or snapshot.step in self._shown:
+        if snapshot.step in self._shown:
             self.snapshots.append(snapshot)
         else:
             self._latest = snapshot
@@ -227,8 +223,7 @@ class FigureSink(Sink):
         snapshots = self.snapshots
         if self._latest is not None and (not snapshots or self._latest.step > snapshots[-1].step):
             snapshots = pick_snapshots(snapshots + [self._latest])  # an early stop: its last snapshot too
-        if snapshots and self.tokens:
+        if snapshots:
             attention_evolution(snapshots, self.tokens, self.run_dir / self.EVOLUTION, total=self._received)
         losses = self.losses if self._losses else np.asarray(result.losses, dtype=np.float64)
-        if losses.size:
-            loss_curve(losses, self.run_dir / self.LOSS, ylabel=self._ylabel)
+        loss_curve(losses, self.run_dir / self.LOSS, ylabel=self._ylabel)  # (no file when nothing is finite)

@@ -1,11 +1,8 @@
 """Claiming a run dir (``hydra.run.dir``, a sweep's folders, ``attnlab-reproduce --out``) before
 anything is written into it: one live attnlab process per folder, never someone else's files.
-
-:func:`claim` creates ``.attnlab.lock`` with ``O_EXCL`` and holds an ``fcntl.flock`` on it (the OS
-drops it however the process ends, so :func:`run_is_live` tells a live run from a killed one). The
-lock file holds the pid and a disk reserve (:data:`RESERVE_BYTES`) that :func:`release_reserve`
-gives back when a write fails or the last writes begin: a full disk still records how a run ended.
-"""
+:func:`claim` creates ``.attnlab.lock`` with ``O_EXCL`` and holds an ``fcntl.flock`` on it (dropped
+however the process ends: :func:`run_is_live`). It holds the pid and a disk reserve that
+:func:`release_reserve` gives back when a write fails or the last writes begin."""
 from __future__ import annotations
 
 import contextlib
@@ -56,22 +53,19 @@ def claims() -> list[Claim]:
 
 def _holder(path: Path) -> str:
     """`` (pid N)`` from the first line of ``path``'s lock file (at most 32 bytes read), else ``""``."""
-    try:
-        with open_run_file(path / LOCK, LOCK_LIMIT) as f:
-            pid = f.read(32).split(b"\n", 1)[0]
-    except RunFileError:
-        return ""
-    return f" (pid {int(pid)})" if pid.isdigit() else ""
+    with contextlib.suppress(RunFileError), open_run_file(path / LOCK, LOCK_LIMIT) as f:
+        pid = f.read(32).split(b"\n", 1)[0]
+        return f" (pid {int(pid)})" if pid.isdigit() else ""
+    return ""
 
 
 def claim(path: Path, key: str = "hydra.run.dir", hydra_subdir: str | None = None, value: str | None = None,
           hydra_log: str | None = None) -> Claim:
-    """Claim ``path`` (created when missing) for this process; returns the claim (the same one
-    when this process holds it already). ``hydra_subdir`` (``".hydra"``) and ``hydra_log``
-    (``<job>.log``) name what Hydra may have written there first; ``value`` is the folder as
-    the user gave it. Raises RunDirError, one line naming ``key``, after removing the folders it
-    created: the folder cannot be written, another process holds it, or it holds other files.
-    """
+    """Claim ``path`` (created when missing) for this process and return the claim (the one it
+    holds already, if any). ``hydra_subdir`` (``".hydra"``) and ``hydra_log`` (``<job>.log``) name
+    what Hydra may have written there first; ``value``: the folder as the user gave it. Raises
+    RunDirError, one line naming ``key`` (the folders it made removed): the folder cannot be
+    written, another process holds it, or it holds anything else."""
     path = Path(path)
     if (held := claimed(path)) is not None:
         return held
@@ -152,7 +146,7 @@ def _contents_problem(path: Path, hydra_subdir: str | None, hydra_log: str | Non
            f"new or empty; {choose}"
 
 
-def _only_hydra_files(folder: Path) -> bool:
+def _only_hydra_files(folder: Path) -> bool:  # (at most MAX_SCANNED entries looked at)
     with os.scandir(folder) as it:
         return all(e.name in HYDRA_FILES and e.is_file(follow_symlinks=False) for _, e in zip(range(MAX_SCANNED), it))
 
@@ -186,8 +180,7 @@ def _drop(held: Claim) -> None:
 
 
 def mark_started(path: Path) -> None:
-    """Record that a job started writing into the claimed ``path`` (:func:`abandon` then
-    leaves its files alone)."""
+    """Record that a job started writing into the claimed ``path`` (:func:`abandon` leaves it be)."""
     if (held := claimed(path)) is not None:
         held.started = True
 
@@ -209,9 +202,8 @@ def release(path: Path) -> None:
 
 
 def abandon(path: Path, extra: tuple[str, ...] = ()) -> None:
-    """Undo this process's claim on ``path`` when no job started there: Hydra's saved files,
-    the files named in ``extra`` (a sweep's ``multirun.yaml``) and the folders the claim
-    created are removed; a folder holding anything else is only released."""
+    """Undo this process's claim on ``path`` when no job started there: Hydra's saved files, those in
+    ``extra`` (a sweep's ``multirun.yaml``) and the folders it created are removed, else only released."""
     held = claimed(path)
     if held is None:
         return

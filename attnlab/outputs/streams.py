@@ -3,6 +3,7 @@ console) is written with backslash escapes (``\\u4f60``); a closed pipe (``attnl
 or a gone terminal silences the stream. :func:`install` does this for the whole process."""
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -37,12 +38,10 @@ class SafeStream:
 
     def _silence(self) -> None:
         self.broken = True
-        try:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, self.stream.fileno())
             os.close(devnull)
-        except (OSError, ValueError, AttributeError):
-            pass
 
     def __getattr__(self, name: str):
         return getattr(self.stream, name)
@@ -67,19 +66,14 @@ def install() -> None:
     for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
         try:
             os.fstat(fd)
-        except OSError:
-            devnull = os.open(os.devnull, os.O_RDWR)
-            if devnull != fd:
-                os.dup2(devnull, fd)
-                os.close(devnull)
+        except OSError:  # descriptors below fd are open: os.open returns fd itself
+            os.open(os.devnull, os.O_RDWR)
             if getattr(sys, name) is None:
                 setattr(sys, name, open(fd, "r" if fd == 0 else "w", encoding="utf-8", closefd=False))
     for name in ("stdout", "stderr"):
         stream = getattr(sys, name)
         if stream is not None and not isinstance(stream, SafeStream):
-            try:
+            with contextlib.suppress(AttributeError, ValueError, OSError):
                 stream.reconfigure(errors="backslashreplace")
-            except (AttributeError, ValueError, OSError):
-                pass
             setattr(sys, name, SafeStream(stream))
     threading.excepthook = _quiet_tensorboard_thread

@@ -1,10 +1,7 @@
-"""TensorBoard sink: scalars, attention heatmaps, hparams and text, written straight into the
-run dir so ``tensorboard --logdir outputs`` lists one run per run folder (DESIGN.md). The tags
-and what each shows are README.md's "TensorBoard" table: ``loss``, ``attention/focus/<pos>_<tok>``,
-``attention/entropy/...``, ``focus/weight...``, the ``attention/weights...`` images, ``hparam/...``
-and the hparams session (flattened config + ``status`` + ``error``), ``run/sentence``, ``run/tokens``,
-``run/config``. ``torch.utils.tensorboard`` is imported only when a sink is created.
-"""
+"""TensorBoard sink: scalars, attention heatmaps, hparams and text, written straight into the run
+dir so ``tensorboard --logdir outputs`` lists one run per folder. The tags (``loss``,
+``attention/focus/<pos>_<tok>``, ``focus/weight``, ``attention/weights``, ``hparam/...``, ``run/...``)
+are README.md's TensorBoard table. ``torch.utils.tensorboard`` is imported only when a sink is made."""
 from __future__ import annotations
 
 import re
@@ -94,10 +91,9 @@ class TensorBoardSink(Sink):
         w.add_text("run/config", "```yaml\n" + OmegaConf.to_yaml(info.config) + "```", 0)
 
     def on_losses(self, steps: np.ndarray, losses: np.ndarray) -> None:
-        for step, loss in zip(np.asarray(steps).tolist(), np.asarray(losses).tolist()):
+        for step, loss in zip(steps.tolist(), losses.tolist()):
             self.writer.add_scalar("loss", loss, step)
-        if len(steps):
-            self._last_step = int(steps[-1])
+            self._last_step = step
 
     def on_snapshot(self, snapshot: Snapshot) -> None:
         heads = np.asarray(snapshot.weights)  # (H, T, T)
