@@ -19,7 +19,7 @@ import numpy as np
 
 from attnlab.core.errors import ConfigError, WriteError
 from attnlab.core.files import NPZ_LIMIT
-from attnlab.core.interrupts import pause_point
+from attnlab.core import interrupts
 from attnlab.core.records import RunInfo, RunResult, Sink, Snapshot
 from attnlab.outputs import rundir
 from attnlab.outputs.rundir import run_is_live  # noqa: F401  (part of the run-dir contract)
@@ -39,7 +39,8 @@ def _replace_from_temp(path: Path, write) -> None:
         write(tmp)
         os.replace(tmp, path)
     except BaseException as err:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # (a read-only file system refuses even a missing file's unlink)
+            tmp.unlink(missing_ok=True)
         if isinstance(err, OSError):
             raise WriteError.from_os_error(err, path.name) from err
         raise
@@ -186,12 +187,12 @@ class RunDirSink(Sink):
         self._weights[len(self._steps)] = snapshot.weights
         self._steps.append(snapshot.step)
         if len(self._steps) == 1:
-            pause_point("first_snapshot")  # a test hook (a fault made real at this moment)
+            interrupts.pause_point("first_snapshot")  # a test hook (a fault made real at this moment)
 
     def on_end(self, result: RunResult) -> None:
         if self._info is None:
             return
-        pause_point("finishing")  # a test hook: the run's last writes begin
+        interrupts.pause_point("finishing")  # a test hook: the run's last writes begin
         rundir.release_reserve(self.run_dir)  # the last writes (figures, TensorBoard, summary) get the reserve
         failure = self.failure
         # a later sink may have failed on a batch this one wrote: cut off what the run did not count

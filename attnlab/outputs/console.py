@@ -103,8 +103,7 @@ class ConsoleSink(Sink):
         final = "n/a" if result.final_loss is None else f"{result.final_loss:.6g}"
         steps = f"{result.steps_run} step{'' if result.steps_run == 1 else 's'}"
         where = f"  ->  {display_path(self._info.run_dir)}" if self._info and self._info.run_dir else ""
-        print(prefixed(f"{result.status}: {steps}, final loss {final}, {result.wall_time_s:.2f} s{where}",
-                       self.prefix), file=self.file, flush=True)
+        self._print(f"{result.status}: {steps}, final loss {final}, {result.wall_time_s:.2f} s{where}")  # (bar closed)
 
     def close(self) -> None:
         if self._bar is not None:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from attnlab.core.config import loss_axis_label, objective_of
-from attnlab.core.interrupts import pause_point
+from attnlab.core import interrupts
 from attnlab.core.records import RunInfo, RunResult, Sink, Snapshot, head_mean
 from attnlab.outputs.artifacts import atomic_write_bytes
 from attnlab.outputs.fonts import default_title, label, rc
@@ -219,7 +219,7 @@ class FigureSink(Sink):
         return np.concatenate(self._losses) if self._losses else np.zeros(0)
 
     def on_end(self, result: RunResult) -> None:
-        pause_point("drawing")  # a test hook: the run's records are written, its figures not yet
+        interrupts.pause_point("drawing")  # a test hook: the run's records are written, its figures not yet
         snapshots = self.snapshots
         if self._latest is not None and (not snapshots or self._latest.step > snapshots[-1].step):
             snapshots = pick_snapshots(snapshots + [self._latest])  # an early stop: its last snapshot too
