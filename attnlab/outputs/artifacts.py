@@ -1,22 +1,17 @@
-"""The run-dir files attnlab writes (DESIGN.md), each atomically (a file with its final name is
-complete): ``metrics.csv`` (``step,loss``, one row per step, losses as ``repr``), ``attention.npz``
-(``steps`` (S,) int64, ``weights`` (S, H, T, T) float32, ``tokens`` (T,) str, ``token_ids`` (T,)
-int64; at most core.files.NPZ_LIMIT bytes, the readers' limit), ``summary.json`` (first as
-``running``, last with the final status) and ``walkthrough.npz`` (:func:`atomic_savez`).
-
-While a run goes its records are in hidden partial files that reach the OS at every batch and
-snapshot (``kill -9`` keeps them): ``.metrics.csv.partial`` and ``.attention.npy.partial`` (an
-``.npy`` of the planned snapshots, its space allocated before the first step).
-"""
+"""The run-dir files attnlab writes (DESIGN.md), each atomically: ``metrics.csv`` (``step,loss``,
+losses as ``repr``), ``attention.npz`` (``steps`` (S,) int64, ``weights`` (S, H, T, T) float32,
+``tokens`` (T,) str, ``token_ids`` (T,) int64; at most core.files.NPZ_LIMIT bytes), ``summary.json``
+and ``walkthrough.npz``. While a run goes its records reach the OS at every batch and snapshot
+(``kill -9`` keeps them) in ``.metrics.csv.partial`` and ``.attention.npy.partial``."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
 import platform
+import resource
 import subprocess
-import tempfile
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -24,44 +19,36 @@ import numpy as np
 
 from attnlab.core.errors import ConfigError, WriteError
 from attnlab.core.files import NPZ_LIMIT
+from attnlab.core import interrupts
 from attnlab.core.records import RunInfo, RunResult, Sink, Snapshot
 from attnlab.outputs import rundir
-from attnlab.outputs.rundir import FINISHED, LOCK, run_is_live  # noqa: F401  (part of the run-dir contract)
+from attnlab.outputs.rundir import run_is_live  # noqa: F401  (part of the run-dir contract)
 
 SUMMARY = "summary.json"
 METRICS = "metrics.csv"
 ATTENTION = "attention.npz"
 WALKTHROUGH = "walkthrough.npz"
-NPZ_OVERHEAD = 64 * 1024  # bytes of an attention.npz besides the weights: headers, steps, tokens, directory
 
 
-# ------------------------------------------------------------------------------ atomic writes
 def _replace_from_temp(path: Path, write) -> None:
-    """``write(tmp_path)`` into a temporary file beside ``path``, then rename it to ``path``.
+    """``write(tmp_path)`` into a hidden file beside ``path`` (same suffix), then rename it to ``path``.
     Raises WriteError naming ``path``'s file (``path`` untouched, no temporary file left)."""
     path = Path(path)
+    tmp = path.with_name(f".{os.getpid()}.{path.name}")
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as err:
-        raise WriteError.from_os_error(err, path.name) from err
-    try:
-        mask = os.umask(0)
-        os.umask(mask)
-        os.fchmod(fd, 0o666 & ~mask)  # what a plain open() would give
-        os.close(fd)
         write(tmp)
         os.replace(tmp, path)
-    except OSError as err:
-        Path(tmp).unlink(missing_ok=True)
-        raise WriteError.from_os_error(err, path.name) from err
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+    except BaseException as err:
+        with contextlib.suppress(OSError):  # (a read-only file system refuses even a missing file's unlink)
+            tmp.unlink(missing_ok=True)
+        if isinstance(err, OSError):
+            raise WriteError.from_os_error(err, path.name) from err
         raise
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` through a temporary file and a rename; raises WriteError."""
-    _replace_from_temp(path, lambda tmp: Path(tmp).write_bytes(data))
+    _replace_from_temp(path, lambda tmp: tmp.write_bytes(data))
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -70,19 +57,11 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def atomic_savez(path: Path, **arrays: Any) -> None:
-    """Write ``arrays`` to ``path`` as an uncompressed ``.npz`` (what ``np.savez`` writes:
-    stored ``.npy`` members in argument order, no pickles), atomically. An array may be a
-    memmap: it is copied in chunks, so memory stays flat. Raises WriteError."""
-    def write(tmp: str) -> None:
-        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
-            for name, value in arrays.items():
-                with zf.open(f"{name}.npy", "w", force_zip64=True) as member:
-                    np.lib.format.write_array(member, np.asanyarray(value), allow_pickle=False)
-
-    _replace_from_temp(path, write)
+    """``np.savez(path, **arrays)`` atomically (``path`` ends in ``.npz``; members in argument
+    order); a memmap is copied in chunks, so memory stays flat. Raises WriteError."""
+    _replace_from_temp(path, lambda tmp: np.savez(tmp, **arrays))
 
 
-# ------------------------------------------------------------------------------ summary.json
 def write_summary(run_dir: Path, **fields: Any) -> dict[str, Any]:
     """Update this process's ``summary.json`` with ``fields`` (atomically) and return it.
     Raises WriteError (summary.json unchanged) when it cannot be written."""
@@ -111,17 +90,13 @@ def _static_environment() -> dict[str, Any]:
     import torch
 
     def version(dist: str) -> str | None:
-        try:
+        with contextlib.suppress(metadata.PackageNotFoundError):
             return metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            return None
 
-    try:  # attnlab's commit when it runs from a git checkout
-        here = Path(__file__).resolve().parents[2]
+    here, commit = Path(__file__).resolve().parents[2], None
+    with contextlib.suppress(OSError, subprocess.SubprocessError):  # attnlab's commit in a git checkout
         commit = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True,
                                 timeout=5).stdout.strip() or None if (here / ".git").exists() else None
-    except (OSError, subprocess.SubprocessError):
-        commit = None
     return {"python": platform.python_version(), "attnlab": version("attnlab"), "git_commit": commit,
             "torch": torch.__version__, "numpy": np.__version__, "tiktoken": version("tiktoken"),
             "hydra-core": version("hydra-core"), "omegaconf": version("omegaconf"),
@@ -133,18 +108,10 @@ def is_run_dir(path: Path) -> bool:
     return (Path(path) / ".hydra" / "config.yaml").is_file() and (Path(path) / SUMMARY).is_file()
 
 
-# ------------------------------------------------------------------------------ size check
-def attention_bytes(snapshots: int, heads: int, tokens: int) -> int:
-    """The size of an attention.npz of ``snapshots`` frames (H, T, T) float32, in bytes (an
-    upper bound: the weights plus :data:`NPZ_OVERHEAD`)."""
-    return 4 * snapshots * heads * tokens * tokens + NPZ_OVERHEAD + 64 * tokens
-
-
 def check_attention_size(snapshots: int, heads: int, tokens: int) -> None:
-    """Raise ConfigError (one line) when the run's attention.npz would exceed
-    :data:`attnlab.core.files.NPZ_LIMIT`, the limit every reader of run dirs applies; call it
-    before the first step."""
-    size = attention_bytes(snapshots, heads, tokens)
+    """Raise ConfigError (one line) before the first step when an attention.npz of ``snapshots``
+    frames (H, T, T) float32 would exceed :data:`attnlab.core.files.NPZ_LIMIT`, the readers' limit."""
+    size = 4 * snapshots * heads * tokens * tokens + 64 * 1024 + 64 * tokens  # bytes: weights, the rest at most
     if size > NPZ_LIMIT:
         raise ConfigError("train.snapshot_steps", f"{snapshots} snapshots",
                           f"{heads} head(s) x {tokens} x {tokens} tokens each make an attention.npz of "
@@ -152,17 +119,13 @@ def check_attention_size(snapshots: int, heads: int, tokens: int) -> None:
                           "(fewer snapshots or a shorter sentence)")
 
 
-# ------------------------------------------------------------------------------ the sink
 class RunDirSink(Sink):
-    """Writes ``metrics.csv``, ``attention.npz`` and the final ``summary.json`` into ``run_dir``.
-
-    ``on_end`` promotes the partial files whatever the status: ``metrics.csv`` holds exactly
-    ``steps_run`` rows, ``attention.npz`` the snapshots of those steps. A write the filesystem
-    refuses raises WriteError (``no space left on device while writing metrics.csv at step 57``;
-    the loop then stops) and summary.json says ``failed`` with that reason.
+    """Writes ``metrics.csv``, ``attention.npz`` and the final ``summary.json`` into ``run_dir``;
+    ``on_end`` promotes the partial files whatever the status (``steps_run`` rows, the snapshots
+    of those steps). A refused write raises WriteError (``no space left on device while writing
+    metrics.csv at step 57``) and summary.json says ``failed`` with that reason.
     ``final_status=False`` (a job): summary.json keeps ``status: running`` for the job to write
-    once every other file is written, so a run killed while drawing reads as killed.
-    """
+    once every other file is written, so a run killed while drawing reads as killed."""
 
     def __init__(self, run_dir: Path, final_status: bool = True) -> None:
         self.run_dir = Path(run_dir)
@@ -195,12 +158,12 @@ class RunDirSink(Sink):
             file = ATTENTION
             shape = (len(info.snapshot_steps), heads, info.seq_len, info.seq_len)
             self._weights = np.lib.format.open_memmap(self._weights_tmp, "w+", np.float32, shape)
-            with open(self._weights_tmp, "r+b") as f:  # allocate now: a full disk fails here, never as SIGBUS
-                os.posix_fallocate(f.fileno(), 0, os.path.getsize(self._weights_tmp))
+            if hasattr(os, "posix_fallocate"):  # (Linux) allocate now: a full disk fails here, never as SIGBUS
+                with open(self._weights_tmp, "r+b") as f:
+                    os.posix_fallocate(f.fileno(), 0, os.path.getsize(self._weights_tmp))
         except OSError as err:
             self.close()  # nothing recorded yet: no partial file left
             self._metrics_tmp.unlink(missing_ok=True)
-            self._weights_tmp.unlink(missing_ok=True)
             raise self._fail(err, file, 0) from err
 
     def on_losses(self, steps: np.ndarray, losses: np.ndarray) -> None:
@@ -212,10 +175,8 @@ class RunDirSink(Sink):
             self._metrics.write(data)
             self._metrics.flush()  # to the OS: kill -9 keeps it
         except OSError as err:
-            try:  # no half-written batch: on_end promotes the whole rows before it
+            with contextlib.suppress(OSError):  # no half-written batch: on_end promotes the rows before it
                 self._metrics.close()
-            except OSError:
-                pass
             self._metrics = None
             raise self._fail(err, METRICS, int(steps[0])) from err
         self._rows.append((rows + len(steps), end + len(data), float(losses[-1])))
@@ -226,16 +187,12 @@ class RunDirSink(Sink):
         self._weights[len(self._steps)] = snapshot.weights
         self._steps.append(snapshot.step)
         if len(self._steps) == 1:
-            from attnlab.core.interrupts import pause_point
-
-            pause_point("first_snapshot")  # a test hook (a fault made real at this moment)
+            interrupts.pause_point("first_snapshot")  # a test hook (a fault made real at this moment)
 
     def on_end(self, result: RunResult) -> None:
         if self._info is None:
             return
-        from attnlab.core.interrupts import pause_point
-
-        pause_point("finishing")  # a test hook: the run's last writes begin
+        interrupts.pause_point("finishing")  # a test hook: the run's last writes begin
         rundir.release_reserve(self.run_dir)  # the last writes (figures, TensorBoard, summary) get the reserve
         failure = self.failure
         # a later sink may have failed on a batch this one wrote: cut off what the run did not count
@@ -257,11 +214,9 @@ class RunDirSink(Sink):
                 failure = failure or err
                 fit = (_room(self.run_dir) - 4096 - 8 * kept - 64 * self._info.seq_len) // self._weights[0].nbytes
                 if 0 <= fit < kept:
-                    try:
+                    with contextlib.suppress(WriteError):
                         self._write_attention(int(fit))
-                    except WriteError:
-                        pass
-            self._close_weights()
+            self.close()
         threshold = result.steps_to_threshold
         fields = {"status": result.status, "final_loss": final_loss if n else None, "steps_run": n,
                   "steps_to_threshold": threshold if threshold is not None and threshold < n else None,
@@ -280,22 +235,16 @@ class RunDirSink(Sink):
                      tokens=np.asarray(self._info.tokens, dtype=str),
                      token_ids=np.asarray(self._info.token_ids, dtype=np.int64))
 
-    def _close_weights(self) -> None:
-        if self._weights is not None:
-            self._weights = None  # the memmap is unmapped with its last reference
-            self._weights_tmp.unlink(missing_ok=True)
-
     def close(self) -> None:
         if self._metrics is not None:
             self._metrics.close()
             self._metrics = None
-        self._close_weights()
+        self._weights = None  # the memmap is unmapped with its last reference
+        self._weights_tmp.unlink(missing_ok=True)
 
 
 def _room(folder: Path) -> int:
     """Bytes a new file in ``folder`` may take: the free space, at most the file-size limit."""
-    import resource
-
     fs = os.statvfs(folder)
     soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
     room = fs.f_bavail * fs.f_frsize

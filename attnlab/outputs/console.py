@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 
@@ -12,40 +13,29 @@ from attnlab.outputs.streams import safe
 
 PROGRESS_MIN_STEPS = 1000  # shorter runs finish too fast for a bar to help
 MAX_TARGETS_SHOWN = 12  # longer rows show the strongest targets only
-BASIC_LAUNCHER = "BasicLauncher"  # the class name of Hydra's sequential launcher
 
 
 def job_prefix() -> str:
-    """``"[job N] "`` for a job of a sweep whose launcher may run jobs side by side (joblib,
-    submitit, ray, ...: anything but Hydra's basic, sequential launcher), so the console lines of
-    parallel jobs can be told apart; N is Hydra's job number, the number the job folder starts
-    with. ``""`` for a single run, a sequential sweep, or outside Hydra (Python API, reproduce).
-    """
+    """``"[job N] "`` for a sweep job whose launcher may run jobs side by side (any choice of
+    ``hydra/launcher`` but Hydra's sequential ``basic``: joblib, submitit, ...), N being the number
+    its folder starts with; ``""`` for a single run, a sequential sweep, or outside Hydra."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
     if not HydraConfig.initialized():
         return ""
     hc = HydraConfig.get()
-    if hc.mode != RunMode.MULTIRUN or hc.job.get("num") is None:
-        return ""
-    if str((hc.get("launcher") or {}).get("_target_", BASIC_LAUNCHER)).rsplit(".", 1)[-1] == BASIC_LAUNCHER:
-        return ""
-    return f"[job {hc.job.num}] "
+    sequential = hc.mode != RunMode.MULTIRUN or hc.runtime.choices.get("hydra/launcher", "basic") == "basic"
+    return "" if sequential else f"[job {hc.job.num}] "
 
 
 def prefixed(text: str, prefix: str) -> str:
-    """``text`` with ``prefix`` before each of its lines (an empty line gets the prefix without
-    its trailing space); ``text`` unchanged when ``prefix`` is empty."""
-    if not prefix:
-        return text
+    """``text`` with ``prefix`` before each line (an empty line gets it without its trailing space)."""
     return "\n".join(prefix + line if line else prefix.rstrip() for line in text.split("\n"))
 
 
 def display_path(path) -> str:
     """``path`` relative to the working directory when it lies below it, else absolute."""
-    from pathlib import Path
-
     try:
         path = Path(path).resolve()
         return str(path.relative_to(Path.cwd()))
@@ -54,13 +44,10 @@ def display_path(path) -> str:
 
 
 def snapshot_line(step: int, loss: float, row: np.ndarray, tokens: list[str], focus: int) -> str:
-    """The tutorial §5 line for one snapshot, e.g.
-    ``step   0  loss=2.3566  |  ' journey' attends: 'Your'=0.22 'journey'=0.12 ...``.
-
-    ``row`` (T,) is the focus token's attention weights; with more than 12 tokens only the 12
-    strongest are shown, in position order, and the line says so. A token the text holds more
-    than once is named with its position, ``'the'@7=0.12`` (as attnlab-report's line names it).
-    """
+    """The tutorial §5 line for one snapshot, ``step   0  loss=2.3566  |  ' journey' attends:
+    'Your'=0.22 'journey'=0.12 ...``: ``row`` (T,) is the focus token's weights; over 12 tokens
+    only the 12 strongest, in position order, and the line says so; a token the text holds more
+    than once is named with its position, ``'the'@7=0.12`` (as attnlab-report's line names it)."""
     shown, more = range(len(tokens)), ""
     if len(tokens) > MAX_TARGETS_SHOWN:
         shown = sorted(np.argsort(-row, kind="stable")[:MAX_TARGETS_SHOWN].tolist())
@@ -72,13 +59,9 @@ def snapshot_line(step: int, loss: float, row: np.ndarray, tokens: list[str], fo
 
 
 class ConsoleSink(Sink):
-    """Prints one :func:`snapshot_line` per snapshot and a closing line with the status;
-    shows a tqdm progress bar (on a terminal) when ``progress`` and the run has ≥ 1000 steps.
-    ``prefix`` (e.g. :func:`job_prefix`'s ``"[job 3] "``) starts every line and names the bar.
-
-    Printing never stops a run (:class:`attnlab.outputs.streams.SafeStream`): text the console cannot
-    encode is written with backslash escapes, and a closed pipe (``attnlab | head -2``) only
-    silences the console."""
+    """One :func:`snapshot_line` per snapshot and a closing line with the status; a tqdm bar (on a
+    terminal) when ``progress`` and ≥ 1000 steps. ``prefix`` (:func:`job_prefix`) starts every line
+    and names the bar. Printing never stops a run (:class:`attnlab.outputs.streams.SafeStream`)."""
 
     def __init__(self, progress: bool = True, file=None, prefix: str = "") -> None:
         self.progress = progress
@@ -120,9 +103,7 @@ class ConsoleSink(Sink):
         final = "n/a" if result.final_loss is None else f"{result.final_loss:.6g}"
         steps = f"{result.steps_run} step{'' if result.steps_run == 1 else 's'}"
         where = f"  ->  {display_path(self._info.run_dir)}" if self._info and self._info.run_dir else ""
-        # the reason of a run that did not complete goes to stderr (cli), once
-        print(prefixed(f"{result.status}: {steps}, final loss {final}, {result.wall_time_s:.2f} s{where}",
-                       self.prefix), file=self.file, flush=True)
+        self._print(f"{result.status}: {steps}, final loss {final}, {result.wall_time_s:.2f} s{where}")  # (bar closed)
 
     def close(self) -> None:
         if self._bar is not None:

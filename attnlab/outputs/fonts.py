@@ -1,26 +1,18 @@
-"""Fonts for every figure: a CJK fallback when one is installed, and text made drawable.
-
-When a CJK font is installed (Noto Sans CJK, WenQuanYi, SimHei, Source Han, ...) it is used as a
-fallback after DejaVu Sans and the evolution figure's title is the tutorial's Chinese one;
-otherwise the title is English and any character no installed font can draw is shown escaped
-(``\\u4f60``) instead of as an empty box with a "Glyph missing" warning.
-"""
+"""Fonts for every figure: with a CJK font installed (Noto Sans CJK, WenQuanYi, SimHei, ...) it is
+the fallback after DejaVu Sans and the evolution figure has the tutorial's Chinese title; else the
+English one, and a character no font can draw is shown escaped (``\\u4f60``), never as an empty
+box with a "Glyph missing" warning."""
 from __future__ import annotations
 
 import functools
 import re
-from typing import Any
 
 TITLE_ZH = "注意力权重的训练演化"  # tutorial §5's figure title
 TITLE_EN = "Attention weights during training"
-_CJK_FONT = re.compile(
-    r"CJK|WenQuanYi|WQY|SimHei|SimSun|Source Han|Microsoft YaHei|PingFang|Hiragino"
-    r"|Heiti|Songti|Arial Unicode|Droid Sans Fallback|AR PL|Unifont",
-    re.IGNORECASE,
-)
+_CJK_FONT = re.compile(r"CJK|WenQuanYi|WQY|SimHei|SimSun|Source Han|Microsoft YaHei|PingFang|Hiragino"
+                       r"|Heiti|Songti|Arial Unicode|Droid Sans Fallback|AR PL|Unifont", re.IGNORECASE)
 
 
-# ---------------------------------------------------------------------------------- fonts
 @functools.lru_cache(maxsize=None)
 def cjk_font() -> str | None:
     """The family name of an installed CJK font, or None (first match in the font list)."""
@@ -37,7 +29,7 @@ def _drawable() -> frozenset[int]:
     from matplotlib.ft2font import FT2Font
 
     points: set[int] = set()
-    for family in ["DejaVu Sans"] + ([cjk_font()] if cjk_font() else []):
+    for family in rc()["font.family"]:
         path = font_manager.findfont(font_manager.FontProperties(family=family))
         points.update(FT2Font(path).get_charmap())
     return frozenset(points)
@@ -49,37 +41,22 @@ _NOT_STYLE = frozenset({"backend", "backend_fallback", "interactive", "toolbar",
                         "date.epoch"})
 
 
-@functools.lru_cache(maxsize=1)
-def _defaults() -> tuple[tuple[str, Any], ...]:
+def rc() -> dict:
+    """rcParams for every figure (``matplotlib.rc_context(rc())``): matplotlib's own defaults, so no
+    ``matplotlibrc`` or caller's rcParams changes what a run reproduces, plus attnlab's fonts: a list
+    of concrete families gives per-glyph fallback (a generic "sans-serif" would use only the first)."""
     import matplotlib
 
-    return tuple((k, v) for k, v in matplotlib.rcParamsDefault.items()
-                 if k not in _NOT_STYLE and not k.startswith("webagg."))
-
-
-def rc() -> dict:
-    """rcParams for every figure here (used with ``matplotlib.rc_context``): matplotlib's own
-    defaults, so a ``matplotlibrc`` in the working directory or the user's configuration never
-    changes a run's figures (they are part of what a run reproduces), plus attnlab's fonts."""
-    # a list of concrete families gives per-glyph fallback (matplotlib >= 3.6); a generic
-    # "sans-serif" with the same list in font.sans-serif would use only the first one found
-    families = ["DejaVu Sans"] + ([cjk_font()] if cjk_font() else [])
-    return {**dict(_defaults()), "font.family": families, "axes.unicode_minus": False}
+    style = {k: v for k, v in matplotlib.rcParamsDefault.items() if k not in _NOT_STYLE and not k.startswith("webagg.")}
+    return {**style, "font.family": ["DejaVu Sans"] + ([cjk_font()] if cjk_font() else []), "axes.unicode_minus": False}
 
 
 def drawable(text: str) -> str:
     """``text`` with each character no font here can draw escaped (``你`` -> ``\\u4f60``
     without a CJK font) and ``$`` escaped so it is never read as mathtext."""
     points = _drawable()
-    out = []
-    for ch in text:
-        if ch == "$":
-            out.append(r"\$")
-        elif ord(ch) in points or ch in "\n\t":
-            out.append(ch)
-        else:
-            out.append(f"\\u{ord(ch):04x}" if ord(ch) <= 0xFFFF else f"\\U{ord(ch):08x}")
-    return "".join(out)
+    return "".join(r"\$" if ch == "$" else ch if ord(ch) in points or ch in "\n\t"
+                   else f"\\u{ord(ch):04x}" if ord(ch) <= 0xFFFF else f"\\U{ord(ch):08x}" for ch in text)
 
 
 def label(token: str) -> str:

@@ -1,11 +1,7 @@
 """Matplotlib figures (tutorial §5): the attention-evolution figure, the loss curve, and the
-heatmap they share with TensorBoard's images and the comparison figure
-(:mod:`attnlab.saved.compare_figure`).
-
-Object API only (``Figure`` + ``FigureCanvasAgg``), never ``pyplot``: no global figure state,
-no GUI backend. Matplotlib is imported inside the functions, so importing this module costs
-nothing until a figure is drawn. Fonts and rcParams: :mod:`attnlab.outputs.fonts`.
-"""
+heatmap they share with TensorBoard's images and :mod:`attnlab.saved.compare_figure`.
+Object API only (``Figure`` + ``FigureCanvasAgg``, never ``pyplot``: no global state, no GUI);
+matplotlib is imported only when a figure is drawn. Fonts and rcParams: :mod:`attnlab.outputs.fonts`."""
 from __future__ import annotations
 
 import io
@@ -14,8 +10,11 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
+from attnlab.core.config import loss_axis_label, objective_of
+from attnlab.core import interrupts
 from attnlab.core.records import RunInfo, RunResult, Sink, Snapshot, head_mean
-from attnlab.outputs.fonts import default_title, drawable, label, rc
+from attnlab.outputs.artifacts import atomic_write_bytes
+from attnlab.outputs.fonts import default_title, label, rc
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
@@ -33,9 +32,15 @@ MAX_CELL_VALUES = 12  # longer texts get no values in the cells
 MSE_LABEL = "loss (MSE)"  # the tutorial's objective (attnlab.core.config.loss_axis_label names the others)
 
 
+def style():
+    """``matplotlib.rc_context(fonts.rc())``: draw every figure inside it."""
+    import matplotlib
+
+    return matplotlib.rc_context(rc())
+
+
 def new_figure(width_in: float, height_in: float) -> "Figure":
-    """An Agg figure of that size at :data:`DPI` with constrained layout (call inside
-    ``matplotlib.rc_context(fonts.rc())``)."""
+    """An Agg figure of that size at :data:`DPI` with constrained layout (call inside :func:`style`)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -59,10 +64,9 @@ def draw_heatmap(ax, w: np.ndarray, labels: Sequence[str], title: str):
         ax.set_ylabel("query position", fontsize=8)
     if t <= MAX_CELL_VALUES:
         size = 8 if t <= 6 else 6 if t <= 9 else 5
-        for i in range(t):
-            for j in range(t):  # dark text on the bright (high) end of viridis
-                ax.text(j, i, f"{w[i, j]:.2f}", ha="center", va="center", fontsize=size,
-                        color="black" if w[i, j] > 0.6 else "white")
+        for i, j in np.ndindex(t, t):  # dark text on the bright (high) end of viridis
+            ax.text(j, i, f"{w[i, j]:.2f}", ha="center", va="center", fontsize=size,
+                    color="black" if w[i, j] > 0.6 else "white")
     return im
 
 
@@ -75,19 +79,14 @@ def pick_snapshots(snapshots: Sequence, max_panels: int = MAX_PANELS) -> list:
     return [snapshots[i] for i in np.unique(np.round(np.linspace(0, n - 1, max_panels)).astype(int))]
 
 
-def evolution_figure(snapshots: Sequence[Snapshot], tokens: Sequence[str], title: str | None = None,
-                     max_panels: int = MAX_PANELS, total: int | None = None) -> "Figure":
-    """Tutorial §5's figure (call inside ``rc_context(rc())``): one heatmap per snapshot, titled
-    ``step=N\\nloss=X.XXX``, one shared colour bar over [0, 1].
-
-    With more than ``max_panels`` snapshots, that many evenly spaced ones (first and last
-    included) in rows of at most :data:`MAX_COLS`. With several heads (weights (H, T, T), H > 1)
-    each shown snapshot is a row of its H heads (at most :data:`MAX_HEAD_ROWS` snapshots). The
-    suptitle says ``(k of n snapshots)`` when it shows k of the run's ``total`` (default
-    ``len(snapshots)``). Size: ``cols * 3.4 + 0.9`` by ``rows * 3.6 + 0.5`` inches at 100 dpi.
-    """
-    heads = np.shape(snapshots[0].weights)[0] if np.ndim(snapshots[0].weights) == 3 else 1
-    shown = pick_snapshots(snapshots, min(max_panels, MAX_HEAD_ROWS) if heads > 1 else max_panels)
+def evolution_figure(snapshots: Sequence[Snapshot], tokens: Sequence[str], total: int | None = None) -> "Figure":
+    """Tutorial §5's figure (call inside :func:`style`): one heatmap per snapshot, titled
+    ``step=N\\nloss=X.XXX``, one shared colour bar over [0, 1]; at most :data:`MAX_PANELS` snapshots
+    (:func:`pick_snapshots`) in rows of :data:`MAX_COLS`, or with H > 1 heads (weights (H, T, T))
+    a row of H heads per snapshot (at most :data:`MAX_HEAD_ROWS`). The suptitle says ``(k of n
+    snapshots)`` when it shows k of the run's ``total`` (default ``len(snapshots)``)."""
+    heads = len(snapshots[0].weights)  # weights (H, T, T)
+    shown = pick_snapshots(snapshots, MAX_HEAD_ROWS if heads > 1 else MAX_PANELS)
     if heads > 1:  # a row of heads per snapshot
         cols, rows = heads, len(shown)
         panels = [(np.asarray(s.weights[h], dtype=np.float64),
@@ -97,7 +96,7 @@ def evolution_figure(snapshots: Sequence[Snapshot], tokens: Sequence[str], title
         cols = min(len(shown), MAX_COLS)
         rows = -(-len(shown) // cols)
         panels = [(head_mean(s.weights), f"step={s.step}\nloss={s.loss:.3f}") for s in shown]
-    suptitle = default_title() if title is None else drawable(title)
+    suptitle = default_title()
     total = len(snapshots) if total is None else total
     if len(shown) < total:
         suptitle += f"  ({len(shown)} of {total} snapshots)"
@@ -114,20 +113,14 @@ def evolution_figure(snapshots: Sequence[Snapshot], tokens: Sequence[str], title
     return fig
 
 
-def finite_losses(steps: np.ndarray, losses: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The finite points of a loss curve ``(steps (m,), losses (m,))``, zeros clipped to the
-    smallest positive loss (1e-12 if none) so a log axis stays finite."""
+def plot_loss(ax, steps: np.ndarray, losses: np.ndarray, ylabel: str = MSE_LABEL, **line_kw) -> bool:
+    """One loss curve (``steps`` (n,), ``losses`` (n,)) on ``ax``: log y axis labelled ``ylabel``,
+    grid; non-finite losses (a diverged run) left out, zeros clipped to the smallest positive loss
+    (1e-12 if none) so the log axis stays finite. False when there was nothing to draw."""
     y = np.asarray(losses, dtype=np.float64)
     ok = np.isfinite(y)
     positive = y[ok & (y > 0)]
-    return np.asarray(steps)[ok], np.clip(y[ok], positive.min() if positive.size else 1e-12, None)
-
-
-def plot_loss(ax, steps: np.ndarray, losses: np.ndarray, ylabel: str = MSE_LABEL, **line_kw) -> bool:
-    """One loss curve (``steps`` (n,), ``losses`` (n,)) on ``ax``: log y axis labelled ``ylabel``,
-    grid; non-finite losses (a diverged run) left out, zeros clipped (:func:`finite_losses`).
-    False when there was nothing to draw."""
-    x, y = finite_losses(steps, losses)
+    x, y = np.asarray(steps)[ok], np.clip(y[ok], positive.min() if positive.size else 1e-12, None)
     if x.size:
         ax.plot(x, y, **{"lw": 1.5, **line_kw})
     ax.set_yscale("log")
@@ -137,18 +130,17 @@ def plot_loss(ax, steps: np.ndarray, losses: np.ndarray, ylabel: str = MSE_LABEL
     return bool(x.size)
 
 
-def loss_figure(losses: np.ndarray, title: str = "loss", ylabel: str = MSE_LABEL) -> "Figure | None":
+def loss_figure(losses: np.ndarray, ylabel: str = MSE_LABEL) -> "Figure | None":
     """``loss.png``'s figure (6.4 x 4.0 in): ``losses`` (n,) against step 0..n-1
     (:func:`plot_loss`); None when no loss is finite."""
     fig = new_figure(*LOSS_IN)
     ax = fig.add_subplot()
     if not plot_loss(ax, np.arange(np.size(losses)), losses, ylabel):
         return None
-    ax.set_title(drawable(title))
+    ax.set_title("loss")
     return fig
 
 
-# ------------------------------------------------------------------------------ files
 def figure_bytes(fig: "Figure", fmt: str = "png") -> bytes:
     """``fig`` rendered as a ``fmt`` file (``png``, ``pdf``, ``svg``), in memory."""
     buf = io.BytesIO()
@@ -159,8 +151,6 @@ def figure_bytes(fig: "Figure", fmt: str = "png") -> bytes:
 def save_figure(fig: "Figure", path: Path) -> Path:
     """Render ``fig`` in the format ``path``'s suffix names (PNG when none) and write it
     atomically, creating its folder; raises WriteError naming the file."""
-    from attnlab.outputs.artifacts import atomic_write_bytes
-
     path = Path(path)
     data = figure_bytes(fig, path.suffix.lstrip(".").lower() or "png")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -168,43 +158,32 @@ def save_figure(fig: "Figure", path: Path) -> Path:
     return path
 
 
-def attention_evolution(snapshots: Sequence[Snapshot], tokens: Sequence[str], path: Path, title: str | None = None,
-                        max_panels: int = MAX_PANELS, total: int | None = None) -> Path:
+def attention_evolution(snapshots: Sequence[Snapshot], tokens: Sequence[str], path: Path,
+                        total: int | None = None) -> Path:
     """Write :func:`evolution_figure` to ``path`` (format from its suffix, PNG by default)."""
-    import matplotlib
-
-    with matplotlib.rc_context(rc()):
-        return save_figure(evolution_figure(snapshots, tokens, title, max_panels, total), path)
+    with style():
+        return save_figure(evolution_figure(snapshots, tokens, total), path)
 
 
-def loss_png(losses: np.ndarray, title: str = "loss", fmt: str = "png", ylabel: str = MSE_LABEL) -> bytes | None:
-    """:func:`loss_figure` as the bytes of a ``fmt`` file; None when no loss is finite."""
-    import matplotlib
-
-    with matplotlib.rc_context(rc()):
-        fig = loss_figure(losses, title, ylabel)
-        return None if fig is None else figure_bytes(fig, fmt)
+def loss_png(losses: np.ndarray, ylabel: str = MSE_LABEL) -> bytes | None:
+    """:func:`loss_figure` as the bytes of a PNG file; None when no loss is finite."""
+    with style():
+        fig = loss_figure(losses, ylabel)
+        return None if fig is None else figure_bytes(fig)
 
 
-def loss_curve(losses: np.ndarray, path: Path, title: str = "loss", ylabel: str = MSE_LABEL) -> Path | None:
+def loss_curve(losses: np.ndarray, path: Path, ylabel: str = MSE_LABEL) -> Path | None:
     """Write ``loss.png`` (:func:`loss_figure`) to ``path``; None (no file) when no loss is finite."""
-    import matplotlib
-
-    with matplotlib.rc_context(rc()):
-        fig = loss_figure(losses, title, ylabel)
+    with style():
+        fig = loss_figure(losses, ylabel)
         return None if fig is None else save_figure(fig, path)
 
 
-# ------------------------------------------------------------------------------ the sink
 class FigureSink(Sink):
     """Writes ``attention_evolution.png`` and ``loss.png`` into ``run_dir`` at the end of a run
-    (whatever its status); each is skipped when there is nothing to draw.
-
-    Memory stays flat however many snapshots a run takes: only the snapshots the figure will
-    show (chosen from ``RunInfo.snapshot_steps``, :func:`pick_snapshots`) and the latest one (for
-    a run that stops early) are kept; the title says ``(k of n snapshots)`` when the figure
-    shows k of the n the run took.
-    """
+    (whatever its status), each unless there is nothing to draw. Memory stays flat: only the
+    snapshots the figure will show (:func:`pick_snapshots` of ``RunInfo.snapshot_steps``) and the
+    latest one (for a run that stops early) are kept."""
 
     EVOLUTION = "attention_evolution.png"
     LOSS = "loss.png"
@@ -214,14 +193,12 @@ class FigureSink(Sink):
         self.tokens: list[str] = []
         self.snapshots: list[Snapshot] = []
         self._losses: list[np.ndarray] = []
-        self._shown: set[int] | None = None  # steps the figure will show, known at on_start
+        self._shown: set[int] = set()  # steps the figure will show, known at on_start
         self._latest: Snapshot | None = None
         self._received = 0  # snapshots the run took
         self._ylabel = MSE_LABEL
 
     def on_start(self, info: RunInfo) -> None:
-        from attnlab.core.config import loss_axis_label, objective_of
-
         self.tokens = list(info.tokens)
         self._shown = set(pick_snapshots(list(info.snapshot_steps)))
         self._ylabel = loss_axis_label([objective_of(info.config)])
@@ -231,7 +208,7 @@ class FigureSink(Sink):
 
     def on_snapshot(self, snapshot: Snapshot) -> None:
         self._received += 1
-        if self._shown is None or snapshot.step in self._shown:
+        if snapshot.step in self._shown:
             self.snapshots.append(snapshot)
         else:
             self._latest = snapshot
@@ -242,14 +219,11 @@ class FigureSink(Sink):
         return np.concatenate(self._losses) if self._losses else np.zeros(0)
 
     def on_end(self, result: RunResult) -> None:
-        from attnlab.core.interrupts import pause_point
-
-        pause_point("drawing")  # a test hook: the run's records are written, its figures not yet
+        interrupts.pause_point("drawing")  # a test hook: the run's records are written, its figures not yet
         snapshots = self.snapshots
         if self._latest is not None and (not snapshots or self._latest.step > snapshots[-1].step):
             snapshots = pick_snapshots(snapshots + [self._latest])  # an early stop: its last snapshot too
-        if snapshots and self.tokens:
+        if snapshots:
             attention_evolution(snapshots, self.tokens, self.run_dir / self.EVOLUTION, total=self._received)
         losses = self.losses if self._losses else np.asarray(result.losses, dtype=np.float64)
-        if losses.size:
-            loss_curve(losses, self.run_dir / self.LOSS, ylabel=self._ylabel)
+        loss_curve(losses, self.run_dir / self.LOSS, ylabel=self._ylabel)  # (no file when nothing is finite)

@@ -1,34 +1,25 @@
 """Claiming a run dir (``hydra.run.dir``, a sweep's folders, ``attnlab-reproduce --out``) before
 anything is written into it: one live attnlab process per folder, never someone else's files.
-
-:func:`claim` creates ``.attnlab.lock`` with ``O_EXCL`` and holds an ``fcntl.flock`` on it while
-it writes there (:func:`run_is_live` tells a live run from a killed one: the OS drops the flock
-however the process ends). The file holds the pid and a disk reserve (:data:`RESERVE_BYTES`) that
-:func:`release_reserve` gives back when a write fails or the last writes begin, so a full disk
-still leaves room to record how the run ended. The folder must be new, empty, or hold only what
-Hydra wrote for the job; anything else is refused with one line naming what is there.
-"""
+:func:`claim` creates ``.attnlab.lock`` with ``O_EXCL`` and holds an ``fcntl.flock`` on it (dropped
+however the process ends: :func:`run_is_live`). It holds the pid and a disk reserve that
+:func:`release_reserve` gives back when a write fails or the last writes begin."""
 from __future__ import annotations
 
-import errno
+import contextlib
+import fcntl
 import json
 import os
-import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from attnlab.core.errors import RunDirError, os_reason
-from attnlab.core.files import SUMMARY_LIMIT, RunFileError, printable, read_text
-
-try:
-    import fcntl
-except ImportError:  # Windows: the O_EXCL file still excludes; run_is_live is always False
-    fcntl = None
+from attnlab.core.files import SUMMARY_LIMIT, RunFileError, open_run_file, printable, read_text
 
 LOCK = ".attnlab.lock"
 HYDRA_FILES = frozenset({"config.yaml", "hydra.yaml", "overrides.yaml"})  # what Hydra saves in .hydra/
 RESERVE_BYTES = 1 << 20  # disk space held in the lock file while a run goes
+LOCK_LIMIT = RESERVE_BYTES + 4096  # bytes of a lock file opened to read its pid or test its flock
 FINISHED = ("completed", "diverged", "interrupted", "failed")
 MAX_LISTED = 4  # names shown in a refusal
 MAX_SCANNED = 1000  # entries of a folder looked at
@@ -36,9 +27,8 @@ MAX_SCANNED = 1000  # entries of a folder looked at
 
 @dataclass
 class Claim:
-    """A folder this process holds: the lock file's descriptor, the outermost folder
-    :func:`claim` created for it (None when it existed), whether the lock file still holds its
-    reserve, whether a job started writing there, and ``KEY='value'`` for messages."""
+    """A folder this process holds: its lock file's descriptor, the outermost folder :func:`claim`
+    created (None when it existed), and ``KEY='value'`` for messages."""
 
     path: Path
     fd: int
@@ -63,22 +53,19 @@ def claims() -> list[Claim]:
 
 def _holder(path: Path) -> str:
     """`` (pid N)`` from the first line of ``path``'s lock file (at most 32 bytes read), else ``""``."""
-    try:
-        with open(path / LOCK, "rb", buffering=0, opener=lambda f, m: os.open(f, m | os.O_NOFOLLOW | os.O_NONBLOCK)) as f:
-            pid = f.read(32).split(b"\n", 1)[0]
-    except OSError:
-        return ""
-    return f" (pid {int(pid)})" if pid.isdigit() else ""
+    with contextlib.suppress(RunFileError), open_run_file(path / LOCK, LOCK_LIMIT) as f:
+        pid = f.read(32).split(b"\n", 1)[0]
+        return f" (pid {int(pid)})" if pid.isdigit() else ""
+    return ""
 
 
 def claim(path: Path, key: str = "hydra.run.dir", hydra_subdir: str | None = None, value: str | None = None,
           hydra_log: str | None = None) -> Claim:
-    """Claim ``path`` (created when missing) for this process; returns the claim (the same one
-    when this process holds it already). ``hydra_subdir`` (``".hydra"``) and ``hydra_log``
-    (``<job>.log``) name what Hydra may have written there first; ``value`` is the folder as
-    the user gave it. Raises RunDirError, one line naming ``key``, after removing the folders it
-    created: the folder cannot be written, another process holds it, or it holds other files.
-    """
+    """Claim ``path`` (created when missing) for this process and return the claim (the one it
+    holds already, if any). ``hydra_subdir`` (``".hydra"``) and ``hydra_log`` (``<job>.log``) name
+    what Hydra may have written there first; ``value``: the folder as the user gave it. Raises
+    RunDirError, one line naming ``key`` (the folders it made removed): the folder cannot be
+    written, another process holds it, or it holds anything else."""
     path = Path(path)
     if (held := claimed(path)) is not None:
         return held
@@ -103,8 +90,7 @@ def claim(path: Path, key: str = "hydra.run.dir", hydra_subdir: str | None = Non
         raise RunDirError(f"{shown}: cannot write there ({os_reason(err)}); {choose}") from None
     held = Claim(path, fd, created, shown=shown)
     try:
-        if fcntl is not None:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         problem = _contents_problem(path, hydra_subdir, hydra_log, choose)
         if problem is None:
             os.write(fd, f"{os.getpid()}\n".encode())
@@ -126,10 +112,9 @@ def _reserve(fd: int) -> bool:
         size = min(RESERVE_BYTES, fs.f_bavail * fs.f_frsize // 8)
         if size > 0:
             os.posix_fallocate(fd, os.lseek(fd, 0, os.SEEK_CUR), size)
-            return True
-    except (OSError, AttributeError):  # no room, a file-size limit, no fallocate: no reserve
-        pass
-    return False
+        return size > 0
+    except (OSError, AttributeError):  # no room, a file-size limit, no posix_fallocate (macOS): no reserve
+        return False
 
 
 def _contents_problem(path: Path, hydra_subdir: str | None, hydra_log: str | None, choose: str,
@@ -161,7 +146,7 @@ def _contents_problem(path: Path, hydra_subdir: str | None, hydra_log: str | Non
            f"new or empty; {choose}"
 
 
-def _only_hydra_files(folder: Path) -> bool:
+def _only_hydra_files(folder: Path) -> bool:  # (at most MAX_SCANNED entries looked at)
     with os.scandir(folder) as it:
         return all(e.name in HYDRA_FILES and e.is_file(follow_symlinks=False) for _, e in zip(range(MAX_SCANNED), it))
 
@@ -188,17 +173,14 @@ def _remove_created(path: Path, top: Path | None) -> None:
 
 def _drop(held: Claim) -> None:
     """Delete the lock file this claim created and close it (which releases the flock)."""
-    try:
+    with contextlib.suppress(OSError):  # only the lock file this claim created
         if os.path.samestat(os.stat(held.path / LOCK, follow_symlinks=False), os.fstat(held.fd)):
             os.unlink(held.path / LOCK)
-    except OSError:
-        pass
     os.close(held.fd)
 
 
 def mark_started(path: Path) -> None:
-    """Record that a job started writing into the claimed ``path`` (:func:`abandon` then
-    leaves its files alone)."""
+    """Record that a job started writing into the claimed ``path`` (:func:`abandon` leaves it be)."""
     if (held := claimed(path)) is not None:
         held.started = True
 
@@ -209,10 +191,8 @@ def release_reserve(path: Path) -> None:
     held = claimed(path)
     if held is not None and held.reserve:
         held.reserve = False
-        try:
+        with contextlib.suppress(OSError):
             os.ftruncate(held.fd, len(f"{os.getpid()}\n"))
-        except OSError:
-            pass
 
 
 def release(path: Path) -> None:
@@ -222,9 +202,8 @@ def release(path: Path) -> None:
 
 
 def abandon(path: Path, extra: tuple[str, ...] = ()) -> None:
-    """Undo this process's claim on ``path`` when no job started there: Hydra's saved files,
-    the files named in ``extra`` (a sweep's ``multirun.yaml``) and the folders the claim
-    created are removed; a folder holding anything else is only released."""
+    """Undo this process's claim on ``path`` when no job started there: Hydra's saved files, those in
+    ``extra`` (a sweep's ``multirun.yaml``) and the folders it created are removed, else only released."""
     held = claimed(path)
     if held is None:
         return
@@ -236,15 +215,10 @@ def abandon(path: Path, extra: tuple[str, ...] = ()) -> None:
         names, inner = {"?"}, set()
     if held.started or not names <= {".hydra", *extra} or not inner <= HYDRA_FILES:
         return release(path)
-    for name in inner:
-        (hydra / name).unlink(missing_ok=True)
-    for name in names - {".hydra"}:
-        (held.path / name).unlink(missing_ok=True)
-    if ".hydra" in names:
-        try:
-            hydra.rmdir()
-        except OSError:
-            pass
+    for file in [hydra / n for n in inner] + [held.path / n for n in names - {".hydra"}]:
+        file.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):  # (none there: FileNotFoundError)
+        hydra.rmdir()
     release(path)
     _remove_created(held.path, held.created)
 
@@ -256,26 +230,14 @@ def abandon_all() -> None:
 
 
 def run_is_live(run_dir: Path) -> bool:
-    """True when a process holds ``run_dir``'s lock (its run is being written right now).
-
-    Only a regular lock file is opened (no symlink followed, no FIFO or device opened) and
-    nothing is read from it; False without one, on any error, and without fcntl. Read it before
-    summary.json: a summary saying ``running`` while the lock is free belongs to a killed run."""
-    if fcntl is None:
-        return False
-    lock = Path(run_dir) / LOCK
+    """True when a process holds ``run_dir``'s lock (its run is being written right now); False
+    without a lock file, for anything but a regular one (:func:`open_run_file`), on any error.
+    Read it before summary.json: ``running`` with a free lock is a killed run."""
     try:
-        if not stat.S_ISREG(os.lstat(lock).st_mode):
-            return False
-        fd = os.open(lock, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
+        with open_run_file(Path(run_dir) / LOCK, LOCK_LIMIT) as f:
+            fcntl.flock(f.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except (OSError, RunFileError):
         return False
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return False
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        return False
-    except OSError as err:
-        return err.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)
-    finally:
-        os.close(fd)
+    return False

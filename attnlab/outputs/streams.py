@@ -1,21 +1,18 @@
-"""Console output that degrades and never stops a run.
-
-Text the console cannot encode (Chinese on a ``cp1252`` console) is written with backslash
-escapes (``\\u4f60``); a closed pipe (``attnlab | head -2``) or a gone terminal silences the
-stream, and training and every run file go on. :func:`install` does this for the whole process.
-"""
+"""Console output that never stops a run: text the console cannot encode (Chinese on a ``cp1252``
+console) is written with backslash escapes (``\\u4f60``); a closed pipe (``attnlab | head -2``)
+or a gone terminal silences the stream. :func:`install` does this for the whole process."""
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
 
 
 class SafeStream:
-    """A text stream whose ``write`` / ``flush`` never raise: text it cannot encode is written
-    with backslash escapes; after a broken pipe or I/O error it is silent (:attr:`broken`) and
-    its descriptor points at ``os.devnull``, so the interpreter's final flush stays quiet too.
-    Every other attribute is the wrapped stream's."""
+    """A text stream whose ``write`` / ``flush`` never raise (escapes for what it cannot encode);
+    after a broken pipe or I/O error it is silent (:attr:`broken`) and its descriptor points at
+    ``os.devnull``, so the interpreter's final flush stays quiet too."""
 
     def __init__(self, stream) -> None:
         self.stream = stream
@@ -41,12 +38,10 @@ class SafeStream:
 
     def _silence(self) -> None:
         self.broken = True
-        try:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, self.stream.fileno())
             os.close(devnull)
-        except (OSError, ValueError, AttributeError):
-            pass
 
     def __getattr__(self, name: str):
         return getattr(self.stream, name)
@@ -59,32 +54,26 @@ def safe(stream) -> SafeStream:
 
 def _quiet_tensorboard_thread(args) -> None:
     """TensorBoard's writer thread failing to write (a full disk) prints nothing: the writer
-    raises the error again in the run's thread, and the run records it."""
+    raises it again in the run's thread, which records it."""
     if not (issubclass(args.exc_type, OSError) and type(args.thread).__name__ == "_AsyncWriterThread"):
         threading.__excepthook__(args)
 
 
 def install() -> None:
     """For attnlab's commands: a closed standard descriptor (``attnlab >&-``) reopened on
-    ``os.devnull`` (so the first file the run opens never becomes descriptor 1 or 2),
-    ``sys.stdout`` / ``sys.stderr`` as :class:`SafeStream` writing escapes, and TensorBoard's
-    writer thread kept quiet (:func:`_quiet_tensorboard_thread`)."""
+    ``os.devnull`` (the first file a run opens never becomes descriptor 1 or 2), ``sys.stdout``
+    and ``sys.stderr`` as :class:`SafeStream`, TensorBoard's writer thread kept quiet."""
     for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
         try:
             os.fstat(fd)
-        except OSError:
-            devnull = os.open(os.devnull, os.O_RDWR)
-            if devnull != fd:
-                os.dup2(devnull, fd)
-                os.close(devnull)
+        except OSError:  # descriptors below fd are open: os.open returns fd itself
+            os.open(os.devnull, os.O_RDWR)
             if getattr(sys, name) is None:
                 setattr(sys, name, open(fd, "r" if fd == 0 else "w", encoding="utf-8", closefd=False))
     for name in ("stdout", "stderr"):
         stream = getattr(sys, name)
         if stream is not None and not isinstance(stream, SafeStream):
-            try:
+            with contextlib.suppress(AttributeError, ValueError, OSError):
                 stream.reconfigure(errors="backslashreplace")
-            except (AttributeError, ValueError, OSError):
-                pass
             setattr(sys, name, SafeStream(stream))
     threading.excepthook = _quiet_tensorboard_thread
