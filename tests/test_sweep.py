@@ -88,7 +88,7 @@ def test_sweep_keeps_going_past_failed_and_diverged_jobs(cli, tmp_path):
     assert [r["status"] for r in rows] == ["completed", "failed", "diverged", "failed"]
     assert rows[1]["error"] == rows[3]["error"] == "model.d_model=0: must be a positive integer"
     assert rows[2]["error"] == "loss became nan at step 1 (optimizer.lr=1e+30); try a smaller optimizer.lr"
-    assert float(rows[2]["final_loss"]) == pytest.approx(2.3566272258758545, abs=0)  # step 0 kept
+    assert f"{float(rows[2]['final_loss']):.4f}" == "2.3566"  # step 0 kept (the tutorial's printed loss)
     # the completed job has every artifact, and its row its focus at the last snapshot (step 4)
     done = job_dirs(sweep)[0]
     for name in ("metrics.csv", "attention.npz", "summary.json", ".hydra/config.yaml"):
