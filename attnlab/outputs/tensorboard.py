@@ -1,7 +1,7 @@
 """TensorBoard sink: scalars, attention heatmaps, hparams and text, written straight into the run
 dir so ``tensorboard --logdir outputs`` lists one run per folder. The tags (``loss``,
 ``attention/focus/<pos>_<tok>``, ``focus/weight``, ``attention/weights``, ``hparam/...``, ``run/...``)
-are README.md's TensorBoard table. ``torch.utils.tensorboard`` is imported only when a sink is made."""
+are docs/reference.md's TensorBoard table. ``torch.utils.tensorboard`` is imported only when a sink is made."""
 from __future__ import annotations
 
 import re
