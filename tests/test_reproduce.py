@@ -407,7 +407,7 @@ def test_reproduce_dot_from_inside_the_run_dir(fresh_run, tmp_path, capsys, monk
     assert stdout[0] == "reproduced exactly"
     [beside] = [p for p in tmp_path.iterdir() if p.name.startswith("myrun-repro-")]
     assert stdout[1] == f"reproduction: {beside}"  # not below the working folder: absolute
-    monkeypatch.chdir(tmp_path)  # (newcomer) below it: relative, as the README shows it
+    monkeypatch.chdir(tmp_path)  # the reproduction lies below the working folder: named relative, as docs/reproduce.md shows it
     assert main(["myrun"]) == 0
     again = capsys.readouterr().out.splitlines()[1]
     assert again.startswith("reproduction: myrun-repro-") and (tmp_path / again.split(": ", 1)[1]).is_dir()
