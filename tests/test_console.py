@@ -1,6 +1,7 @@
 """attnlab.outputs.console: the tutorial's section-5 lines exactly, the closing line, job prefixes,
 and console output that never stops a run (attnlab.outputs.streams)."""
 import io
+import os
 
 import numpy as np
 
@@ -50,14 +51,23 @@ def test_a_console_that_cannot_encode_or_is_gone_never_stops_a_run():
     raw = io.BytesIO()
     cp1252 = SafeStream(io.TextIOWrapper(raw, encoding="cp1252"))
     cp1252.write("你的 journey\n")
+    cp1252.write("旅程 ok\n")
     cp1252.flush()
-    assert raw.getvalue() == b"\\u4f60\\u7684 journey\n"
+    assert raw.getvalue() == b"\\u4f60\\u7684 journey\n\\u65c5\\u7a0b ok\n"
     closed = io.StringIO()
     closed.close()
     gone = SafeStream(closed)
     assert gone.write("text") == 4  # a closed stream: silent, no exception
     gone.flush()
     assert gone.broken
+    r, w = os.pipe()
+    os.close(r)
+    pipe = SafeStream(os.fdopen(w, "w"))
+    pipe.write("x" * 100_000)  # EPIPE (SIGPIPE is ignored by Python)
+    pipe.flush()
+    assert pipe.broken
+    pipe.write("more")  # silent after the pipe closed
+    pipe.close()
 
 
 def test_long_rows_show_the_12_strongest_and_say_so():
