@@ -184,12 +184,13 @@ def read_json_data(path: Path, limit: int = SUMMARY_LIMIT, *, root: Path | None 
 _INT = re.compile(r"\s*\+?[0-9]+\s*")
 
 
-def read_metrics(path: Path, limit: int = METRICS_LIMIT, *, root: Path | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """``metrics.csv`` as ``(steps (N,) int64, losses (N,) float64)``: header ``step,loss``, steps
-    non-negative and increasing, losses floats. Raises RunFileError naming the line, e.g.
+def read_run_metrics(run_dir: Path, limit: int = METRICS_LIMIT, *,
+                     root: Path | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``RUN_DIR/metrics.csv`` as ``(steps (N,) int64, losses (N,) float64)``: header ``step,loss``,
+    steps non-negative and increasing, losses floats. Raises RunFileError naming the line, e.g.
     ``metrics.csv: line 7: loss 'abc' is not a number``."""
-    path = Path(path)
-    raw = read_bytes(path, limit, root=root)
+    path = Path(run_dir) / METRICS
+    raw = read_bytes(path, limit, root=root or run_dir)
     lengths = np.diff(np.concatenate(([-1], np.flatnonzero(np.frombuffer(raw, np.uint8) == 10), [len(raw)]))) - 1
     if (lengths > METRICS_LINE_LIMIT).any():
         raise RunFileError(path, f"line {int(np.argmax(lengths > METRICS_LINE_LIMIT)) + 1}: longer than "
@@ -268,12 +269,6 @@ def read_summary(run_dir: Path, limit: int = SUMMARY_LIMIT, *, root: Path | None
         more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
         raise RunFileError(path, problems[0].removeprefix(f"{SUMMARY}: ") + more)
     return data
-
-
-def read_run_metrics(run_dir: Path, limit: int = METRICS_LIMIT, *,
-                     root: Path | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`read_metrics` of ``RUN_DIR/metrics.csv``."""
-    return read_metrics(Path(run_dir) / METRICS, limit, root=root or run_dir)
 
 
 def open_attention(run_dir: Path, limit: int = NPZ_LIMIT, *, root: Path | None = None) -> npz.NpzArchive:
