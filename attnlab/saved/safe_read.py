@@ -52,6 +52,7 @@ _CORE = "tag:yaml.org,2002:"
 _TAGS = {None, "!", *(_CORE + t for t in ("null", "bool", "int", "float", "str", "seq", "map"))}
 MAX_NUMBER_CHARS = 4300  # Python's limit on the digits of an int converted from text
 MAX_INT_BITS = 14_284  # 2**14284 < 10**4300: an int this size prints within Python's limit
+_NUMERIC = re.compile(r"[-+]?[0-9.][0-9_:.eE+-]*")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -71,61 +72,70 @@ def _loader() -> type:
     return Loader
 
 
-def _check_graph(root: yaml.Node) -> None:
-    """ValueError past the bounds, on the composed node graph (an alias is the node it names, so
-    the graph is no larger than the text): nodes after alias expansion, depth, a tag outside
-    :data:`_TAGS`, a merge, duplicate or non-scalar key, a recursive alias, a number longer than
-    :data:`MAX_NUMBER_CHARS`."""
-    measured: dict[int, tuple[int, int] | None] = {}  # id(node) -> (nodes, depth), aliases expanded; None inside it
-
-    def measure(node: yaml.Node) -> tuple[int, int]:
-        if id(node) in measured:
-            if measured[id(node)] is None:
-                raise ValueError("an alias of a node it is inside (recursive)")
-            return measured[id(node)]
-        line = f"(line {node.start_mark.line + 1})"
-        if node.tag == _CORE + "merge":
-            raise ValueError(f"merge key '<<' {line}")
-        if node.tag not in _TAGS:
-            raise ValueError(f"tag {printable(node.tag, 60)} {line}; allowed: null, bool, int, float, str, seq, map")
-        if isinstance(node, yaml.ScalarNode):
-            if node.tag in (_CORE + "int", _CORE + "float") and len(node.value) > MAX_NUMBER_CHARS:
-                raise ValueError(f"a number of {len(node.value)} characters (at most {MAX_NUMBER_CHARS})")
-            return 1, 0
-        mapping = isinstance(node, yaml.MappingNode)
-        keys: set[str] = set()
-        for key, _ in node.value if mapping else ():
-            if not isinstance(key, yaml.ScalarNode):
-                raise ValueError(f"a mapping key that is not a string (line {key.start_mark.line + 1})")
-            if key.value in keys:
-                raise ValueError(f"duplicate key {printable(key.value, 60)} (line {key.start_mark.line + 1})")
-            keys.add(key.value)
-        measured[id(node)] = None
-        nodes, depth = 1, 1
-        for child in [c for pair in node.value for c in pair] if mapping else node.value:
-            child_nodes, child_depth = measure(child)
-            nodes, depth = nodes + child_nodes, max(depth, child_depth + 1)
-            if nodes > YAML_MAX_NODES:
-                raise ValueError(f"more than {YAML_MAX_NODES} YAML nodes (aliases expanded)")
-            if depth > YAML_MAX_DEPTH:
-                raise ValueError(f"nested deeper than {YAML_MAX_DEPTH} levels (aliases expanded)")
-        measured[id(node)] = nodes, depth
-        return nodes, depth
-
-    measure(root)
+def _prescan(text: str) -> None:
+    """Walk ``yaml.parse`` events (no tree built); ValueError past the bounds: nodes after alias
+    expansion, depth, a tag outside :data:`_TAGS`, a merge, duplicate or non-scalar key, a
+    recursive alias, a number longer than :data:`MAX_NUMBER_CHARS`, a second document."""
+    anchored: dict[str, tuple[int, int]] = {}  # anchor -> (expanded nodes, depth)
+    stack: list[list] = []  # open collections: [anchor, total at start, depth below, keys or None, next is key]
+    total = documents = 0
+    for ev in yaml.parse(text, Loader=_loader()):
+        if isinstance(ev, yaml.DocumentStartEvent):
+            documents += 1
+            if documents > 1:
+                raise ValueError("more than one YAML document")
+        if not isinstance(ev, (yaml.NodeEvent, yaml.CollectionEndEvent)):
+            continue
+        if isinstance(ev, yaml.NodeEvent) and stack and stack[-1][3] is not None:  # inside a mapping
+            frame = stack[-1]
+            if frame[4]:
+                if not isinstance(ev, yaml.ScalarEvent):
+                    raise ValueError(f"a mapping key that is not a string (line {ev.start_mark.line + 1})")
+                if ev.value == "<<" and ev.implicit[0]:
+                    raise ValueError(f"merge key '<<' (line {ev.start_mark.line + 1})")
+                if ev.value in frame[3]:
+                    raise ValueError(f"duplicate key {printable(ev.value, 60)} (line {ev.start_mark.line + 1})")
+                frame[3].add(ev.value)
+            frame[4] = not frame[4]
+        if getattr(ev, "tag", None) not in _TAGS:
+            raise ValueError(f"tag {printable(ev.tag, 60)} (line {ev.start_mark.line + 1}); "
+                             "allowed: null, bool, int, float, str, seq, map")
+        if isinstance(ev, yaml.CollectionStartEvent):
+            total += 1
+            stack.append([ev.anchor, total, 1, set() if isinstance(ev, yaml.MappingStartEvent) else None, True])
+            if len(stack) > YAML_MAX_DEPTH:
+                raise ValueError(f"nested deeper than {YAML_MAX_DEPTH} levels")
+            continue
+        if isinstance(ev, yaml.AliasEvent):
+            if ev.anchor not in anchored:
+                raise ValueError("an alias of a node it is inside (recursive) or of no anchor")
+            size, depth = anchored[ev.anchor]
+            anchor = None
+        elif isinstance(ev, yaml.ScalarEvent):
+            if ev.implicit[0] and len(ev.value) > MAX_NUMBER_CHARS and _NUMERIC.fullmatch(ev.value):
+                raise ValueError(f"a number of {len(ev.value)} characters (at most {MAX_NUMBER_CHARS})")
+            size, depth, anchor = 1, 1, ev.anchor
+        else:  # the end of a collection
+            anchor, start, depth, _, _ = stack.pop()
+            size = total - start + 1
+            total -= size
+        total += size
+        if anchor is not None:
+            anchored[anchor] = (size, depth)
+        if stack:
+            stack[-1][2] = max(stack[-1][2], depth + 1)
+        if total > YAML_MAX_NODES:
+            raise ValueError(f"more than {YAML_MAX_NODES} YAML nodes (aliases expanded)")
+        if len(stack) + depth > YAML_MAX_DEPTH:
+            raise ValueError(f"nested deeper than {YAML_MAX_DEPTH} levels (aliases expanded)")
 
 
 def parse_yaml_data(text: str, label: Any = "<yaml>") -> Any:
-    """YAML ``text`` as plain data: composed, :func:`_check_graph`, then constructed by the safe
-    loader. Raises RunFileError naming ``label``: ``not valid YAML (line N: ...)`` or
-    ``refused YAML: ...``."""
-    loader = _loader()(text)
+    """YAML ``text`` as plain data, :func:`_prescan` first. Raises RunFileError naming ``label``:
+    ``not valid YAML (line N: ...)`` or ``refused YAML: ...``."""
     try:
-        root = loader.get_single_node()
-        if root is None:
-            return None
-        _check_graph(root)
-        data = loader.construct_document(root)
+        _prescan(text)
+        data = yaml.load(text, Loader=_loader())  # noqa: S506 (a SafeLoader subclass)
         for _, value in plain.walk(data):
             if isinstance(value, dict) and not all(isinstance(k, str) for k in value):
                 bad = next(k for k in value if not isinstance(k, str))
@@ -141,15 +151,11 @@ def parse_yaml_data(text: str, label: Any = "<yaml>") -> Any:
         raise RunFileError(label, f"not valid YAML ({where}{printable(err.problem or err, 120)})") from None
     except yaml.YAMLError as err:
         raise RunFileError(label, f"not valid YAML ({printable(str(err).splitlines()[0], 120)})") from None
-    except RecursionError:  # the pure-Python composer without libyaml's own bound
-        raise RunFileError(label, f"refused YAML: nested deeper than {YAML_MAX_DEPTH} levels") from None
     except ValueError as err:
         raise RunFileError(label, f"refused YAML: {printable(err, 200)}") from None
     except (LookupError, TypeError, ArithmeticError) as err:  # !!bool maybe, !!int ''
         raise RunFileError(label, f"refused YAML: a value its tag does not allow ({type(err).__name__}: "
                            f"{printable(err, 100)})") from None
-    finally:
-        loader.dispose()
     return data
 
 
