@@ -34,6 +34,7 @@ from attnlab.core.files import (
     read_bytes,
     read_text,
 )
+from attnlab.outputs.artifacts import ATTENTION, METRICS, SUMMARY, WALKTHROUGH  # the names the writer gives them
 from attnlab.saved import npz, plain
 from attnlab.saved.npz import *  # noqa: F401,F403  (Member, NpzArchive, read_npz, ...)
 from attnlab.saved.plain import *  # noqa: F401,F403  (select, walk, resolve_references, ...)
@@ -42,10 +43,6 @@ HYDRA_DIR = ".hydra"
 CONFIG = f"{HYDRA_DIR}/config.yaml"
 OVERRIDES = f"{HYDRA_DIR}/overrides.yaml"
 HYDRA = f"{HYDRA_DIR}/hydra.yaml"
-SUMMARY = "summary.json"
-METRICS = "metrics.csv"
-ATTENTION = "attention.npz"
-WALKTHROUGH = "walkthrough.npz"
 
 
 _CORE = "tag:yaml.org,2002:"
