@@ -85,30 +85,18 @@ def piece_labels(pieces: list[bytes]) -> list[str]:
     one piece, ``ch(k/n)`` in the k-th of n (旅 over two tokens: ``旅(1/2)``, ``旅(2/2)``; a tail
     and a head: ``你(2/2)的(1/2)``). Bytes that are no character even in context: ``\\xNN``."""
     text = b"".join(pieces).decode("utf-8", errors="surrogateescape")
-    ends, end = [], 0  # byte offset where each piece ends
-    for piece in pieces:
-        end += len(piece)
-        ends.append(end)
+    owner = [i for i, piece in enumerate(pieces) for _ in piece]  # the piece each byte of the text is in
     labels = [""] * len(pieces)
-    start, first = 0, 0  # byte offset of the character; first piece it may overlap
+    start = 0  # byte offset of the character
     for ch in text:
         if 0xDC80 <= ord(ch) <= 0xDCFF:  # one undecodable byte (surrogateescape)
             size, shown = 1, f"\\x{ord(ch) - 0xDC00:02x}"
         else:
             size, shown = len(ch.encode("utf-8")), ch
-        stop = start + size
-        while ends[first] <= start:  # skip pieces that end before this character (and empty ones)
-            first += 1
-        last = first
-        while ends[last] < stop:
-            last += 1
-        if last == first:
-            labels[first] += shown
-        else:
-            n = last - first + 1
-            for k in range(n):
-                labels[first + k] += f"{shown}({k + 1}/{n})"
-        start = stop
+        spanned = range(owner[start], owner[start + size - 1] + 1)  # with any empty piece between
+        for k, i in enumerate(spanned):
+            labels[i] += shown if len(spanned) == 1 else f"{shown}({k + 1}/{len(spanned)})"
+        start += size
     return labels
 
 

@@ -81,7 +81,6 @@ def walkthrough(cfg: DictConfig, print_line: Callable[[str], object] = print) ->
             p(f"  -> {show(t):>{width}}: {v:.4f}")
         p(f"z = {Z[f].cpu().numpy()}")
 
-    arrays = {"token_ids": np.asarray(ids, dtype=np.int64), "token_embeddings": tok_emb.cpu().numpy(),
-              "pos_embeddings": pos_emb.cpu().numpy(), "X": X.cpu().numpy(),
-              **{k: v.cpu().numpy() for k, v in parts.items()}, "weights": w, "Z": Z.cpu().numpy()}
-    return arrays
+    return {"token_ids": np.asarray(ids, dtype=np.int64), "token_embeddings": tok_emb.cpu().numpy(),
+            "pos_embeddings": pos_emb.cpu().numpy(), "X": X.cpu().numpy(),
+            **{k: v.cpu().numpy() for k, v in parts.items()}, "weights": w, "Z": Z.cpu().numpy()}

@@ -5,6 +5,7 @@ are docs/reference.md's TensorBoard table. ``torch.utils.tensorboard`` is import
 from __future__ import annotations
 
 import re
+import unicodedata
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -22,8 +23,6 @@ def tag_names(tokens: list[str]) -> list[str]:
     """Tag-safe, unique suffixes ``<pos>_<token>``: letters, digits, ``_.-`` and symbols such as
     emoji (Unicode So) kept, each run of anything else -> ``_``: ``[" with", "$", "旅(1/2)"]`` ->
     ``["0_with", "1__", "2_旅_1_2"]`` (token labels: ``tokenizer.token_labels``)."""
-    import unicodedata
-
     out = []
     for pos, tok in enumerate(tokens):
         marked = "".join(ch if ch.isalnum() or ch in "_.-" or unicodedata.category(ch) == "So" else "\0"
@@ -108,15 +107,15 @@ class TensorBoardSink(Sink):
         if self._focus_step is None and strongest[-1] > FOCUS_THRESHOLD:
             self._focus_step = step
         many = len(heads) > 1
+        title = f"step={step}  loss={snapshot.loss:.4f}"
+        if self.images:
+            mean = heatmap_pixels(self.info.tokens, w, title + ("  (mean of heads)" if many else ""))
+            self.writer.add_image("attention/weights", mean, step, dataformats="HWC")
         for h, head in enumerate(heads if many else []):
             add(f"focus/weight/head_{h}", strongest[h], step)
             for name, value in zip(self._names, row_entropy(head)):
                 add(f"attention/entropy/head_{h}/{name}", value, step)
-        if self.images:
-            title = f"step={step}  loss={snapshot.loss:.4f}"
-            mean = heatmap_pixels(self.info.tokens, w, title + ("  (mean of heads)" if many else ""))
-            self.writer.add_image("attention/weights", mean, step, dataformats="HWC")
-            for h, head in enumerate(heads if many else []):
+            if self.images:
                 pixels = heatmap_pixels(self.info.tokens, head, f"{title}  head {h}")
                 self.writer.add_image(f"attention/weights/head_{h}", pixels, step, dataformats="HWC")
 

@@ -40,11 +40,9 @@ class Member:
 
 @dataclass(frozen=True)
 class MemberInfo:
-    """A checked member: ``shape``, ``dtype``, data bytes ``nbytes``, the zip entry ``info``."""
+    """A checked member: its ``shape`` and zip entry ``info``."""
 
     shape: tuple[int, ...]
-    dtype: np.dtype
-    nbytes: int
     info: zipfile.ZipInfo
 
 
@@ -169,7 +167,7 @@ class NpzArchive:
                 if dims.setdefault(dim, (n, name))[0] != n:
                     raise RunFileError(self.path, f"{name} has {dim}={n} (axis {axis}) but {dims[dim][1]} has "
                                        f"{dim}={dims[dim][0]}")
-            out[name] = MemberInfo(tuple(shape), dtype, nbytes, info)
+            out[name] = MemberInfo(tuple(shape), info)
         return out
 
     def read(self, name: str) -> np.ndarray:

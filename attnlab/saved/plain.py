@@ -6,8 +6,7 @@ import re
 from typing import Any, Iterator, Mapping
 
 from attnlab.core.files import REFERENCE_CHAIN, ResolverInterpolation, RunFileError, printable
-
-SUMMARY = "summary.json"
+from attnlab.outputs.artifacts import SUMMARY
 
 
 def walk(data: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:

@@ -34,6 +34,7 @@ from attnlab.core.files import (
     read_bytes,
     read_text,
 )
+from attnlab.outputs.artifacts import ATTENTION, METRICS, SUMMARY, WALKTHROUGH  # the names the writer gives them
 from attnlab.saved import npz, plain
 from attnlab.saved.npz import *  # noqa: F401,F403  (Member, NpzArchive, read_npz, ...)
 from attnlab.saved.plain import *  # noqa: F401,F403  (select, walk, resolve_references, ...)
@@ -42,10 +43,6 @@ HYDRA_DIR = ".hydra"
 CONFIG = f"{HYDRA_DIR}/config.yaml"
 OVERRIDES = f"{HYDRA_DIR}/overrides.yaml"
 HYDRA = f"{HYDRA_DIR}/hydra.yaml"
-SUMMARY = "summary.json"
-METRICS = "metrics.csv"
-ATTENTION = "attention.npz"
-WALKTHROUGH = "walkthrough.npz"
 
 
 _CORE = "tag:yaml.org,2002:"
@@ -190,12 +187,13 @@ def read_json_data(path: Path, limit: int = SUMMARY_LIMIT, *, root: Path | None 
 _INT = re.compile(r"\s*\+?[0-9]+\s*")
 
 
-def read_metrics(path: Path, limit: int = METRICS_LIMIT, *, root: Path | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """``metrics.csv`` as ``(steps (N,) int64, losses (N,) float64)``: header ``step,loss``, steps
-    non-negative and increasing, losses floats. Raises RunFileError naming the line, e.g.
+def read_run_metrics(run_dir: Path, limit: int = METRICS_LIMIT, *,
+                     root: Path | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``RUN_DIR/metrics.csv`` as ``(steps (N,) int64, losses (N,) float64)``: header ``step,loss``,
+    steps non-negative and increasing, losses floats. Raises RunFileError naming the line, e.g.
     ``metrics.csv: line 7: loss 'abc' is not a number``."""
-    path = Path(path)
-    raw = read_bytes(path, limit, root=root)
+    path = Path(run_dir) / METRICS
+    raw = read_bytes(path, limit, root=root or run_dir)
     lengths = np.diff(np.concatenate(([-1], np.flatnonzero(np.frombuffer(raw, np.uint8) == 10), [len(raw)]))) - 1
     if (lengths > METRICS_LINE_LIMIT).any():
         raise RunFileError(path, f"line {int(np.argmax(lengths > METRICS_LINE_LIMIT)) + 1}: longer than "
@@ -274,12 +272,6 @@ def read_summary(run_dir: Path, limit: int = SUMMARY_LIMIT, *, root: Path | None
         more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
         raise RunFileError(path, problems[0].removeprefix(f"{SUMMARY}: ") + more)
     return data
-
-
-def read_run_metrics(run_dir: Path, limit: int = METRICS_LIMIT, *,
-                     root: Path | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`read_metrics` of ``RUN_DIR/metrics.csv``."""
-    return read_metrics(Path(run_dir) / METRICS, limit, root=root or run_dir)
 
 
 def open_attention(run_dir: Path, limit: int = NPZ_LIMIT, *, root: Path | None = None) -> npz.NpzArchive:
