@@ -17,6 +17,7 @@ from typing import Any, Iterable, Sequence
 
 from attnlab import __version__
 from attnlab.core.errors import AttnlabError, RunDirError
+from attnlab.core.focus import UNIFORM_SPREAD
 from attnlab.outputs import streams
 from attnlab.outputs.artifacts import atomic_write_text
 from attnlab.saved.report_data import BYTES_PER_WEIGHT, DECIMALS, MAX_STR, WEIGHT_BUDGET, collect_records, load_run
@@ -50,7 +51,7 @@ def render(records: Sequence[dict[str, Any]], title: str | None = None) -> str:
     data = {"runs": [{**rec, "table": t} for rec, t in zip(records, tables)], "title": printable(title, MAX_STR),
             "table_columns": columns,
             "generator": {"attnlab": __version__, "weight_budget_bytes": WEIGHT_BUDGET,
-                          "bytes_per_weight": BYTES_PER_WEIGHT, "decimals": DECIMALS}}
+                          "bytes_per_weight": BYTES_PER_WEIGHT, "decimals": DECIMALS, "uniform_spread": UNIFORM_SPREAD}}
     template = _PageTemplate(TEMPLATE.read_text(encoding="utf-8"))
     return template.substitute(title=html.escape(printable(title, MAX_STR)), data=script_json(data))
 

@@ -14,6 +14,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from attnlab.core.config import loss_name
+from attnlab.core.focus import Uniform
 from attnlab.core.records import head_mean
 from attnlab.saved import runs, safe_read, table
 from attnlab.saved.safe_read import ATTENTION, METRICS, WALKTHROUGH, RunFileError, printable
@@ -185,7 +186,8 @@ def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int
     if row.get("focus_token") is not None:  # the row's focus cells: attnlab-compare's, weight unrounded
         rec["focus"] = {"token": printable(row["focus_token"], MAX_STR),
                         "target": printable(row["focus_target"], MAX_STR),
-                        "weight": _jsonable(row["focus_weight"]), "step": row["snapshot_step"]}
+                        "weight": _jsonable(row["focus_weight"]), "step": row["snapshot_step"],
+                        "uniform": isinstance(row["focus_target"], Uniform)}
     rec["problems"] = [printable(p, MAX_STR) for p in files.problems]
     rec["error"] = _jsonable(row["error"])
     return rec

@@ -16,6 +16,7 @@ import numpy as np
 
 from attnlab.core.config import objective_of
 from attnlab.core.errors import RunDirError
+from attnlab.core.focus import target
 from attnlab.core.records import head_mean
 from attnlab.core.tokenizer import token_labels
 from attnlab.outputs import rundir
@@ -197,9 +198,8 @@ def _focus(last: tuple[np.ndarray, list[str], int | None] | None, focus: Any) ->
     if last is None or not isinstance(focus, int) or isinstance(focus, bool) or not 0 <= focus < last[0].shape[0]:
         return {}
     w, labels, step = last
-    j = int(np.argmax(w[focus]))
-    return {"focus_token": labels[focus], "focus_target": labels[j], "focus_weight": float(w[focus, j]),
-            "snapshot_step": step}
+    to, weight = target(w[focus], labels)
+    return {"focus_token": labels[focus], "focus_target": to, "focus_weight": weight, "snapshot_step": step}
 
 
 def setting(config: Any, key: str, kind: type | tuple[type, ...], default: Any) -> Any:
