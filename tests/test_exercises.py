@@ -92,8 +92,13 @@ def test_exercise2_token_count_and_table_for_english_chinese_emoji(attnlab_here,
     assert [i for i, _ in sums[0]["token_table"]] == [7120, 7002, 4940, 351, 530, 2239]
 
 
-def test_exercise3_init_std_decides_whether_attention_is_uniform():
+def test_exercise3_init_std_decides_whether_attention_is_uniform(attnlab_here, tmp_path):
     assert sweep_jobs(3) == [["model.init_std=0.02"], ["model.init_std=1.0"]]
+    procs = []
+    rows, _ = run_exercise(lambda *a: procs.append(attnlab_here(*a)) or procs[-1], tmp_path, 3)
+    # the table names no key of a uniform row
+    assert [(r["focus_target"], r["focus_weight"][:5]) for r in rows] == [("uniform (1/6)", "0.166"), (" step", "0.215")]
+    assert "' journey'  uniform (1/6)   0.167" in procs[0].stdout
     sums, _ = zip(*walkthrough_answers(3))
     small, large = (s["max_abs_weight_minus_uniform"] for s in sums)
     assert small == pytest.approx(7.10e-05, rel=0.01)  # std 0.02: every weight is 0.167 to 4 decimals

@@ -274,7 +274,8 @@ def _fill_row(row: dict[str, Any], files: RunFiles, sweep_end: bool, metrics: An
     if last is UNREAD:
         last = files.attempt(last_attention, run_dir, setting(config, "tokenizer.encoding", str, "gpt2"),
                              root=files.root)
-    row.update(_focus(last, setting(config, "train.focus_token", int, 1)))
+    row["focus_query"] = setting(config, "train.focus_token", int, 1)  # not a column: the focus curves' row
+    row.update(_focus(last, row["focus_query"]))
     files.problems.extend(f"{name}: missing" for name in files.expected_files()
                           if not safe_read.exists(run_dir, name))
     row.update(exercises.columns(summary))
