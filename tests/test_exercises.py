@@ -128,6 +128,7 @@ def test_exercise4_lr_steps_grid():
     passes = {lr: (grid[lr, 120][1]["mean"]["first_step_above"], grid[lr, 120][1]["mean"]["token"])
               for lr in ("0.005", "0.05", "0.5")}
     assert passes == {"0.005": (None, "Your"), "0.05": (60, "Your"), "0.5": (10, " starts")}
+    assert grid["0.005", 120][1]["mean"]["weight"] == pytest.approx(0.846, abs=0.002)  # 0.85 at step 119
     for lr in ("0.005", "0.05", "0.5"):  # the same lr repeats the shorter run's steps exactly
         (_, short), (_, long) = grid[lr, 30], grid[lr, 120]
         assert short["step"] == 29 and long["step"] == 119
