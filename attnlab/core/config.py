@@ -182,11 +182,9 @@ LEARNING_PHASE = (20, 50, 100)  # §5's own early steps: its attention focuses b
 
 
 def snapshot_steps(train: Any) -> list[int]:
-    """The steps of ``train`` (a config node or plain dict) that take a snapshot, sorted and unique:
-    ``snapshot_steps`` as listed; else with ``snapshot_every`` = N the steps 0, N, 2N, ... and the
-    last; else §5's fractions of the run (:data:`SNAPSHOT_FRACTIONS`) and §5's learning-phase
-    steps :data:`LEARNING_PHASE` that the run has (201 steps: 0, 20, 50, 100, 200; 5000 steps:
-    0, 20, 50, 100, 500, 1250, 2500, 4999; never more than 8, under the figure's 10 panels)."""
+    """``train``'s snapshot steps (a config node or dict), sorted: ``snapshot_steps``; else 0, N, 2N, ...
+    and the last for ``snapshot_every`` = N; else :data:`SNAPSHOT_FRACTIONS` of the run and the
+    :data:`LEARNING_PHASE` steps it has (5000 steps: 0, 20, 50, 100, 500, 1250, 2500, 4999; ≤ 8)."""
     listed, every, steps = (train.get(k) for k in ("snapshot_steps", "snapshot_every", "steps"))
     if listed is not None:
         return sorted(set(listed))

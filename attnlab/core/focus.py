@@ -9,9 +9,8 @@ import numpy as np
 from attnlab.core.records import RunInfo, Sink, Snapshot
 from attnlab.core.tokenizer import show
 
-# A row is uniform when max − min of its weights is below half a unit of the third decimal that
-# tables and pages print weights at: every key shows 1/T there (tutorial §4: 0.167 each) and naming
-# the argmax of that tie would claim a focus the numbers do not show.
+# uniform: max − min of a row below half the third decimal tables print, so every key shows 1/T
+# there (tutorial §4: 0.167 each) and naming the argmax of that tie would claim a focus not shown
 UNIFORM_SPREAD = 5e-4
 
 

@@ -11,7 +11,6 @@ import numpy as np
 from attnlab.core.config import loss_axis_label
 from attnlab.core.errors import RunDirError
 from attnlab.core.focus import FOCUS_THRESHOLD, focus_weights
-from attnlab.core.tokenizer import show
 from attnlab.outputs.fonts import drawable, label, rc
 from attnlab.outputs.plots import DPI, draw_heatmap, plot_loss, save_figure
 from attnlab.saved import safe_read
@@ -90,9 +89,7 @@ def comparison_figure(rows: Sequence[dict[str, Any]], path: Path) -> Path:
         for (name, steps, weights), style in zip(focus, curve_styles(len(focus))):
             fax.plot(steps, weights, marker=".", lw=1.4, label=drawable(name), **style)
         fax.axhline(FOCUS_THRESHOLD, color="0.5", lw=0.8, ls="--")
-        fax.set(ylim=(0, 1.02), xlabel="step", ylabel="focus weight (strongest key)",
-                title=drawable(f"focus of {show(rows[0]['focus_token'])}") if focus and rows[0].get("focus_token")
-                else "focus weight")
+        fax.set(ylim=(0, 1.02), xlabel="step", ylabel="strongest weight", title="focus token's attention")
         fax.grid(True, alpha=0.3)
         heading = fig.add_subplot(grid[1, :])
         heading.set_axis_off()
