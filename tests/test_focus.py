@@ -93,10 +93,10 @@ def test_uniform_rows_have_no_target_and_say_so():
 def test_seeds_1_to_5_end_on_four_different_keys_below_0_9():
     """README: the tutorial's headline is seed 42's; seeds 1-5 end on four tokens at 0.51-0.80,
     and experiment=seeds' line under the table says so."""
-    from conftest import compose_cfg
-
     from attnlab.core.focus import FocusSink
     from attnlab.saved.table import distribution
+
+    from conftest import compose_cfg
 
     rows = []
     for seed in range(1, 6):
