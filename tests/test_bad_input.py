@@ -63,6 +63,12 @@ CASES = [
     Case("steps_zero", "steps = 0", ("train.steps=0",), "ours", "train.steps=0: must be a positive integer"),
     Case("snapshot_outside", "a snapshot step ≥ steps", ("train.snapshot_steps=[0,201]",), "ours",
          "train.snapshot_steps=[0, 201]: every step must be in [0, train.steps=201)"),
+    Case("snapshot_every_zero", "snapshots every 0 steps", ("train.snapshot_every=0",), "ours",
+         "train.snapshot_every=0: must be a positive integer"),
+    Case("snapshot_every_and_list", "snapshot steps both listed and spaced",
+         ("train.snapshot_every=10", "train.snapshot_steps=[0]"), "ours",
+         "train.snapshot_every=10: must be a positive integer (the steps between snapshots) and "
+         "train.snapshot_steps null"),
     Case("snapshot_negative", "a negative snapshot step", ("train.snapshot_steps=[-1]",), "ours",
          "train.snapshot_steps=[-1]: every step must be in [0, train.steps=201)"),
     Case("focus_outside", "a focus token outside the sentence", ("train.focus_token=6",), "ours",
@@ -142,7 +148,7 @@ CASES = [
          "149.0 GiB, activations 18.3 MiB), more than the"),
     Case("disk", "a run whose files cannot fit on the disk", ("train.steps=10000000000000",), "ours",
          "train.steps=10000000000000: the run would write about 260770.3 GiB (metrics.csv 260770.3 GiB, "
-         "attention.npz 720 bytes), more than the"),
+         "attention.npz 1.1 KiB), more than the"),
     # issue 10: text as typed, keys that exist
     Case("chinese_unquoted", "Chinese text without Hydra quoting", ("sentence=你的旅程从一步开始",), "ok",
          "[19526, 254, 21410, 33768, 227, 163, 101, 233, 20015, 236, 31660, 29826, 98, 28156, 222, 34650, 233]"),
@@ -237,12 +243,16 @@ def test_accepted_inputs_train_on_the_expected_tokens(case, tmp_path):
 def test_changing_only_the_steps_scales_the_snapshots(tmp_path):
     from attnlab.core.config import snapshot_steps
 
-    expected = {201: [0, 20, 50, 100, 200], 100: [0, 10, 25, 50, 99], 30: [0, 3, 7, 15, 29], 2: [0, 1], 1: [0]}
+    # §5's fractions of the run, and §5's learning-phase steps 20, 50, 100 that the run has
+    expected = {201: [0, 20, 50, 100, 200], 100: [0, 10, 20, 25, 50, 99], 30: [0, 3, 7, 15, 20, 29], 2: [0, 1],
+                1: [0], 5000: [0, 20, 50, 100, 500, 1250, 2500, 4999]}
     for steps, snaps in expected.items():
         assert snapshot_steps(compose_cfg(f"train.steps={steps}").train) == snaps, steps
     assert snapshot_steps(compose_cfg("train.snapshot_steps=[7,3,3]").train) == [3, 7]  # a list is taken as given
+    assert snapshot_steps(compose_cfg("train.snapshot_every=40").train) == [0, 40, 80, 120, 160, 200]
+    assert snapshot_steps(compose_cfg("train.snapshot_every=7", "train.steps=15").train) == [0, 7, 14]
     assert run_job(compose_cfg(*QUIET, "train.steps=100"), tmp_path).status == "completed"
-    assert safe_read.read_attention(tmp_path)["steps"].tolist() == [0, 10, 25, 50, 99]
+    assert safe_read.read_attention(tmp_path)["steps"].tolist() == [0, 10, 20, 25, 50, 99]
 
 
 def grammar_error(args: tuple[str, ...]) -> str | None:

@@ -225,7 +225,8 @@ def test_the_whole_corpus_in_one_sweep(bases, outside, tmp_path, monkeypatch):
                            "--plot", str(tmp_path / "all.png")], capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 1, proc.stderr[-2000:]
     lines = proc.stdout.splitlines()
-    assert len(lines) == 2 + n + 2 and lines[-2:] == [f"csv: {tmp_path / 'all.csv'}", f"figure: {tmp_path / 'all.png'}"]
+    assert len(lines) == 2 + n + 3 and lines[-2:] == [f"csv: {tmp_path / 'all.csv'}", f"figure: {tmp_path / 'all.png'}"]
+    assert " runs, ' journey' at the last snapshot → " in lines[-3]  # the completed runs' distribution
     assert lines[2].startswith("0_healthy ") and " completed " in lines[2]
     # one warning per broken run (matplotlib may add its own about a crowded legend)
     ours = [line for line in proc.stderr.splitlines() if line.startswith("attnlab-compare: ")]

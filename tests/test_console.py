@@ -116,3 +116,11 @@ def test_display_path_when_the_working_folder_is_gone(tmp_path, monkeypatch):
     gone.rmdir()
     assert display_path(tmp_path / "run") == str(tmp_path / "run")
     assert display_path("run") == "run"
+
+
+def test_uniform_heads_are_named_uniform_not_by_a_tie(attnlab_here, tmp_path):
+    """init std 0: every score is 0, so each head's weights are exactly 1/6 at step 0."""
+    run = attnlab_here(f"hydra.run.dir={tmp_path}", "logging=off", "model.init_std=0", "model.n_heads=2",
+                       "train.steps=1")
+    assert run.returncode == 0, run.stderr
+    assert "2 heads, strongest key each: 0→uniform (1/6)=0.17 1→uniform (1/6)=0.17" in run.stdout

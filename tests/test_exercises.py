@@ -92,8 +92,13 @@ def test_exercise2_token_count_and_table_for_english_chinese_emoji(attnlab_here,
     assert [i for i, _ in sums[0]["token_table"]] == [7120, 7002, 4940, 351, 530, 2239]
 
 
-def test_exercise3_init_std_decides_whether_attention_is_uniform():
+def test_exercise3_init_std_decides_whether_attention_is_uniform(attnlab_here, tmp_path):
     assert sweep_jobs(3) == [["model.init_std=0.02"], ["model.init_std=1.0"]]
+    procs = []
+    rows, _ = run_exercise(lambda *a: procs.append(attnlab_here(*a)) or procs[-1], tmp_path, 3)
+    # the table names no key of a uniform row
+    assert [(r["focus_target"], r["focus_weight"][:5]) for r in rows] == [("uniform (1/6)", "0.166"), (" step", "0.215")]
+    assert "' journey'  uniform (1/6)   0.167" in procs[0].stdout
     sums, _ = zip(*walkthrough_answers(3))
     small, large = (s["max_abs_weight_minus_uniform"] for s in sums)
     assert small == pytest.approx(7.10e-05, rel=0.01)  # std 0.02: every weight is 0.167 to 4 decimals
@@ -119,11 +124,15 @@ def test_exercise4_lr_steps_grid():
         assert grid[key][0].steps_to_threshold is None
     slow, stuck = grid["0.005", 120][0].final_loss, grid["0.5", 120][0].final_loss
     assert tutorial.final_loss < 1e-3 < 0.1 < slow < 1.0 < stuck  # lr too small: slow; too large: stuck
-    # the same lr repeats the shorter run's steps exactly: the same focus at the last snapshot, step 29
-    for lr in ("0.005", "0.05", "0.5"):
+    # how fast attention focuses (README): a snapshot every 5 steps; the first above 0.9, per lr
+    passes = {lr: (grid[lr, 120][1]["mean"]["first_step_above"], grid[lr, 120][1]["mean"]["token"])
+              for lr in ("0.005", "0.05", "0.5")}
+    assert passes == {"0.005": (None, "Your"), "0.05": (60, "Your"), "0.5": (10, " starts")}
+    assert grid["0.005", 120][1]["mean"]["weight"] == pytest.approx(0.846, abs=0.002)  # 0.85 at step 119
+    for lr in ("0.005", "0.05", "0.5"):  # the same lr repeats the shorter run's steps exactly
         (_, short), (_, long) = grid[lr, 30], grid[lr, 120]
-        assert short["step"] == long["step"] == 29
-        assert short["mean"] == long["mean"]
+        assert short["step"] == 29 and long["step"] == 119
+        assert short["mean"]["first_step_above"] == (long["mean"]["first_step_above"] if lr == "0.5" else None)
 
 
 def test_exercise5_without_positions_orders_are_a_permutation():

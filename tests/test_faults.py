@@ -393,7 +393,7 @@ def test_two_runs_started_together_one_runs_the_other_is_refused(tmp_path):
     assert refusal.endswith("choose another hydra.run.dir\n") or refusal.endswith("(runs are never overwritten)\n")
     s = summary(run)
     assert (s["status"], s["steps_run"], s["error"]) == ("completed", 300, None)
-    assert_agrees(run, 300, [0, 30, 75, 150, 299])
+    assert_agrees(run, 300, [0, 20, 30, 50, 75, 100, 150, 299])
     points, status, sessions = tensorboard(run)  # one event file, each step once
     assert (points, status, sessions) == (list(range(300)), "completed", 1)
 
@@ -448,7 +448,7 @@ def test_ctrl_c_twice_after_the_last_step_keeps_the_run_completed(tmp_path, attn
     proc = attnlab_here(f"hydra.run.dir={run}", "logging.images=false", "logging.progress=false", "train.steps=300")
     assert (proc.returncode, proc.stderr) == (0, f"note: interrupt received after the last step; the run completed ({run})\n")
     assert (summary(run)["status"], summary(run)["error"]) == ("completed", None)
-    assert_agrees(run, 300, [0, 30, 75, 150, 299])
+    assert_agrees(run, 300, [0, 20, 30, 50, 75, 100, 150, 299])
     assert tensorboard(run) == (list(range(300)), "completed", 1)
     assert {"loss.png", "attention_evolution.png", "report.html"} <= files(run)
     assert proc.stdout.splitlines()[-1].startswith("completed: 300 steps")
@@ -498,7 +498,7 @@ def test_a_console_that_cannot_encode_chinese_gets_escapes(tmp_path, attnlab_her
     out = raw.getvalue().decode("cp1252")
     assert (proc.returncode, proc.stderr) == (0, "")
     assert "'\\u4f60(2/2)' attends:" in out
-    assert out.count("\n") == 6  # five snapshot lines and the closing line
+    assert out.count("\n") == 7  # six snapshot lines (0, 3, 7, 15, 20, 29) and the closing line
     assert (summary(run)["status"], summary(run)["steps_run"]) == ("completed", 30)
 
 

@@ -76,3 +76,37 @@ def test_first_step_above_is_strict_and_may_find_none():
 def test_bad_input(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+def test_uniform_rows_have_no_target_and_say_so():
+    from attnlab.core.focus import UNIFORM_SPREAD, Uniform, is_uniform, shown, target
+
+    labels = ["Your", " journey", " starts"]
+    rows = np.array([[1 / 3] * 3, [1 / 3 + 1e-4, 1 / 3, 1 / 3 - 1e-4], [0.2, 0.5, 0.3],
+                     [1 / 3, 1 / 3 + UNIFORM_SPREAD, 1 / 3], [np.nan, 0.5, 0.5]])
+    assert is_uniform(rows).tolist() == [True, True, False, False, False]
+    to = [target(r, labels)[0] for r in rows]
+    assert [isinstance(t, Uniform) for t in to] == [True, True, False, False, False]
+    assert [shown(t) for t in to] == ["uniform (1/3)", "uniform (1/3)", "' journey'", "' journey'", "'Your'"]
+
+
+def test_seeds_1_to_5_end_on_four_different_keys_below_0_9():
+    """README: the tutorial's headline is seed 42's; seeds 1-5 end on four tokens at 0.51-0.80,
+    and experiment=seeds' line under the table says so."""
+    from attnlab.core.focus import FocusSink
+    from attnlab.saved.table import distribution
+
+    from conftest import compose_cfg
+
+    rows = []
+    for seed in range(1, 6):
+        sink = FocusSink()
+        result = train(compose_cfg(f"seed={seed}", "logging=off"), [sink])
+        mean = sink.summary()["focus"]["mean"]
+        rows.append({"status": result.status, "final_loss": result.final_loss, "snapshot_step": 200,
+                     "focus_token": " journey", "focus_target": mean["token"], "focus_weight": mean["weight"]})
+    assert [r["focus_target"] for r in rows] == [" step", " starts", " one", "Your", " starts"]
+    assert [r["focus_weight"] for r in rows] == pytest.approx([0.510, 0.685, 0.659, 0.630, 0.800], abs=0.002)
+    assert distribution(rows).startswith("5 runs, ' journey' at the last snapshot → ' starts' 2, ' step' 1, "
+                                         "' one' 1, 'Your' 1; weight 0.51–0.80 (median 0.66), above 0.9 in 0 of 5")
+    assert distribution(rows[:1]) is None and distribution([{**r, "status": "failed"} for r in rows]) is None

@@ -54,7 +54,7 @@ def test_default_page_embeds_the_runs_own_numbers(default_run, default_page):
     assert run["steps_to_threshold"] == summary["steps_to_threshold"] == 94
     assert run["final_loss"] == summary["final_loss"] and run["versions"] == summary["versions"]
     assert run["focus"] == {"token": " journey", "target": "Your", "weight": float(att["weights"][-1, 0, 1, 0]),
-                            "step": 200}
+                            "step": 200, "uniform": False}
     assert run["focus_token"] == 1 and run["loss_threshold"] == 0.001
     # the config the run used, as summary.json recorded it (Hydra's file keeps d_v: ${model.d_model})
     saved = yaml.safe_load((default_run / ".hydra" / "config.yaml").read_text())

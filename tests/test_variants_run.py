@@ -251,6 +251,7 @@ def _focus_summary_restated(snapshots, query, tokens, threshold=0.9):
     for h, key in enumerate(keys):
         above = [s.step for s, v in zip(snapshots, series[:, h]) if v > threshold]
         entries.append({"key": int(key), "token": tokens[key], "weight": float(row[h, key]),
+                        "uniform": bool(row[h].max() - row[h].min() < 5e-4),
                         "first_step_above": above[0] if above else None})
     heads = last[:-1]
     entropy = -(heads * np.log(np.where(heads > 0, heads, 1.0))).sum(-1)

@@ -19,7 +19,7 @@ from attnlab.outputs import streams
 from attnlab.saved.compare_figure import comparison_figure
 from attnlab.saved.runs import broken, collect_rows
 from attnlab.saved.safe_read import printable
-from attnlab.saved.table import format_table, sort_rows, write_csv
+from attnlab.saved.table import distribution, format_table, sort_rows, write_csv
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -39,6 +39,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.sort:
             rows = sort_rows(rows, args.sort, reverse=args.reverse)
         print(format_table(rows))
+        if line := distribution(rows):
+            print(line)
         if args.csv:
             write_csv(rows, args.csv)
             print(f"csv: {printable(str(args.csv), 300)}")

@@ -10,7 +10,7 @@ from typing import Any
 
 from attnlab.core.files import printable
 from attnlab.saved.runs import broken, collect_rows
-from attnlab.saved.table import format_table, write_csv
+from attnlab.saved.table import distribution, format_table, write_csv
 
 MAX_NAME_BYTES = 160  # well under the 255-byte file-name limit of common filesystems
 SUMMARY_CSV = "summary.csv"
@@ -55,6 +55,8 @@ def summarize(sweep_dir: Path, print_table: bool = True) -> int:
     if print_table:
         print()
         print(format_table(rows))
+        if line := distribution(rows):
+            print(line)
         print(f"\n{len(rows)} job{'s' if len(rows) != 1 else ''}, {len(rows) - len(bad)} completed"
               + (f" ({len(damaged)} with files that cannot be read)" if damaged else "")
               + (f", {len(bad)} not completed ({', '.join(sorted({printable(r['status'], 40) for r in bad}))})"

@@ -79,7 +79,9 @@ RULES: list[tuple[str, Check, str | Callable[[DictConfig], str]]] = [
                   f"dampening={cfg.optimizer.dampening})")),
     ("train.snapshot_steps", _optional(lambda v, cfg: all(_int(0, cfg.train.steps - 1)(s, cfg) for s in v)),
      lambda cfg: (f"every step must be in [0, train.steps={cfg.train.steps}) "
-                  "(or leave it null: 0, 10, 25, 50, 100 % of the run)")),
+                  "(or leave it null: automatic, or every train.snapshot_every steps)")),
+    ("train.snapshot_every", _optional(lambda v, cfg: _int(1, INT64_MAX)(v, cfg) and cfg.train.snapshot_steps is None),
+     "must be a positive integer (the steps between snapshots) and train.snapshot_steps null (it lists them)"),
     ("train.loss_threshold", _real(lambda v: v > 0), "must be > 0 and finite"),
     ("threads", _optional(lambda v, cfg: v == "auto" or _int(1, INT64_MAX)(v, cfg)),
      "must be auto or a positive integer"),

@@ -124,9 +124,9 @@ class SGDConfig(OptimizerConfig):
 @dataclass
 class TrainConfig:
     steps: int = 201
-    # null: at 0, 10 %, 25 %, 50 % and 100 % of the run (section 5's 0, 20, 50, 100, 200 for
-    # 201 steps), see snapshot_steps(); or a list of steps in [0, steps)
+    # null: automatic (snapshot_steps()); or a list of steps in [0, steps)
     snapshot_steps: Optional[list[int]] = None
+    snapshot_every: Optional[int] = None  # N: steps 0, N, 2N, ... and the last (when snapshot_steps is null)
     focus_token: int = 1
     loss_threshold: float = 1e-3  # "steps to threshold" in summaries and TensorBoard hparams
     objective: Objective = Objective.mse
@@ -178,28 +178,30 @@ def optimizer_schema(target: Any) -> type[OptimizerConfig]:
 
 
 SNAPSHOT_FRACTIONS = (0.0, 0.1, 0.25, 0.5, 1.0)  # tutorial §5: steps 0, 20, 50, 100, 200 of 0..200
+LEARNING_PHASE = (20, 50, 100)  # §5's own early steps: its attention focuses by step ~100
 
 
 def snapshot_steps(train: Any) -> list[int]:
-    """The ``train`` node's snapshot steps, sorted and unique (null: automatic)."""
-    if train.snapshot_steps is not None:
-        return sorted(set(train.snapshot_steps))
-    return automatic_snapshot_steps(train.steps)
-
-
-def automatic_snapshot_steps(steps: int) -> list[int]:
-    """§5's steps scaled to the run: ``round(f · (steps - 1))`` for f in :data:`SNAPSHOT_FRACTIONS`."""
+    """``train``'s snapshot steps (a config node or dict), sorted: ``snapshot_steps``; else 0, N, 2N, ...
+    and the last for ``snapshot_every`` = N; else :data:`SNAPSHOT_FRACTIONS` of the run and the
+    :data:`LEARNING_PHASE` steps it has (5000 steps: 0, 20, 50, 100, 500, 1250, 2500, 4999; ≤ 8)."""
+    listed, every, steps = (train.get(k) for k in ("snapshot_steps", "snapshot_every", "steps"))
+    if listed is not None:
+        return sorted(set(listed))
+    if every is not None:
+        return sorted({*range(0, steps, every), steps - 1})
     last = steps - 1
-    return sorted({int(f * last + 0.5) for f in SNAPSHOT_FRACTIONS})
+    return sorted({int(f * last + 0.5) for f in SNAPSHOT_FRACTIONS} | {s for s in LEARNING_PHASE if s < steps})
 
 
 def with_recorded_snapshot_steps(data: dict) -> dict:
     """``data`` with a null ``train.snapshot_steps`` replaced in place by the steps taken."""
     train = data.get("train")
     if isinstance(train, dict) and train.get("snapshot_steps") is None:
-        steps = train.get("steps")
-        if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0:
-            train["snapshot_steps"] = automatic_snapshot_steps(steps)
+        steps, every = train.get("steps"), train.get("snapshot_every")
+        every = 1 if every is None else every
+        if all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (steps, every)):
+            train["snapshot_steps"] = snapshot_steps(train)
     return data
 
 

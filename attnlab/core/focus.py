@@ -7,6 +7,11 @@ from typing import Any, NamedTuple, Sequence
 import numpy as np
 
 from attnlab.core.records import RunInfo, Sink, Snapshot
+from attnlab.core.tokenizer import show
+
+# uniform: max − min of a row below half the third decimal tables print, so every key shows 1/T
+# there (tutorial §4: 0.167 each) and naming the argmax of that tie would claim a focus not shown
+UNIFORM_SPREAD = 5e-4
 
 
 class Focus(NamedTuple):
@@ -37,10 +42,37 @@ def _strongest(row: np.ndarray) -> Focus:
     return Focus(key.astype(np.int64), np.take_along_axis(row, key[..., None], axis=-1)[..., 0])
 
 
+def is_uniform(rows: np.ndarray) -> np.ndarray:
+    """(..., T) → bool (...): each row's max − min below :data:`UNIFORM_SPREAD` (NaN: not uniform)."""
+    r = np.asarray(rows, dtype=np.float64)
+    return (r.max(axis=-1) - r.min(axis=-1)) < UNIFORM_SPREAD
+
+
+class Uniform(str):
+    """The target of a uniform row: no key, the text ``uniform (1/T)``; shown unquoted."""
+
+
+def target(row: np.ndarray, labels: Sequence[str]) -> tuple[str, float]:
+    """Where one row (T,) attends most, ``(label, weight)``; ``(Uniform("uniform (1/T)"), max)`` when uniform."""
+    j = int(np.argmax(row))
+    return (Uniform(f"uniform (1/{len(labels)})") if is_uniform(row) else labels[j]), float(row[j])
+
+
+def shown(label: str) -> str:
+    """A target as printed: a token quoted (``' journey'``, :func:`show`), :class:`Uniform` as is."""
+    return label if isinstance(label, Uniform) else show(label)
+
+
 def focus(weights: np.ndarray, query: int) -> Focus:
     """Where ``query`` (``train.focus_token``) attends most: (..., H, T, T) → :class:`Focus` (..., H).
     Raises ValueError when ``weights`` is not (..., T, T) or ``query`` not in [0, T)."""
     return _strongest(_query_row(weights, query))
+
+
+def focus_weights(weights: np.ndarray, query: int) -> np.ndarray:
+    """The focus weight of ``query`` per snapshot, heads averaged: (S, H, T, T) → (S,) (§5's run:
+    0.22, 0.57, 0.84, 0.99, 0.99). Raises ValueError as :func:`focus`."""
+    return focus(np.asarray(weights, dtype=np.float64).mean(axis=-3), query).weight
 
 
 def row_entropy(weights: np.ndarray) -> np.ndarray:
@@ -97,17 +129,19 @@ class FocusSink(Sink):
         self.last = np.array(w)  # a copy: the summary is of the snapshot as taken, whatever its owner does later
 
     def summary(self) -> dict[str, Any]:
-        """``{"focus": {query, token, threshold, step, heads: [{key, token, weight, first_step_above}],
+        """``{"focus": {query, token, threshold, step, heads: [{key, token, weight, uniform, first_step_above}],
         mean, entropy_nats (H, T), upper_triangle_max}}``; {} before the first snapshot."""
         if self.last is None:
             return {}
         heads_and_mean = _with_mean(_as_weights(self.last))  # (H + 1, T, T)
         last = focus(heads_and_mean, self.query)  # (H + 1,)
         series = np.stack(self.series)  # (S, H + 1)
+        uniform = is_uniform(heads_and_mean[:, self.query])
         entries = []
         for h in range(heads_and_mean.shape[0]):
             key = int(last.key[h])
             entries.append({"key": key, "token": self._label(key), "weight": float(last.weight[h]),
+                            "uniform": bool(uniform[h]),
                             "first_step_above": first_step_above(self.steps, series[:, h], self.threshold)})
         heads = heads_and_mean[:-1]
         above = np.triu(np.ones(heads.shape[-2:], dtype=bool), k=1)

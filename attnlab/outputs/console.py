@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from attnlab.core.focus import shown, target
 from attnlab.core.records import RunInfo, RunResult, Sink, Snapshot
 from attnlab.core.tokenizer import show
 from attnlab.outputs.streams import safe
@@ -94,8 +95,8 @@ class ConsoleSink(Sink):
         heads = snapshot.weights[:, info.focus_token]  # (H, T): the focus token's row in every head
         self._print(snapshot_line(snapshot.step, snapshot.loss, heads.mean(axis=0), info.tokens, info.focus_token))
         if len(heads) > 1:  # the line above is the head mean; where each head attends most
-            strongest = " ".join(f"{h}→{show(info.tokens[int(r.argmax())].strip())}={r.max():.2f}"
-                                 for h, r in enumerate(heads))
+            labels = [t.strip() for t in info.tokens]
+            strongest = " ".join(f"{h}→{shown(t)}={w:.2f}" for h, (t, w) in enumerate(target(r, labels) for r in heads))
             self._print(f"          {len(heads)} heads, strongest key each: {strongest}")
 
     def on_end(self, result: RunResult) -> None:

@@ -10,11 +10,12 @@ import numpy as np
 
 from attnlab.core.config import loss_axis_label
 from attnlab.core.errors import RunDirError
+from attnlab.core.focus import FOCUS_THRESHOLD, focus_weights
 from attnlab.outputs.fonts import drawable, label, rc
 from attnlab.outputs.plots import DPI, draw_heatmap, plot_loss, save_figure
 from attnlab.saved import safe_read
 from attnlab.saved.runs import last_attention
-from attnlab.saved.safe_read import METRICS
+from attnlab.saved.safe_read import ATTENTION, METRICS
 from attnlab.saved.swept import run_labels, short_names, wrap
 
 MAX_HEATMAPS = 8  # at most this many heatmap panels
@@ -22,7 +23,8 @@ HEATMAP_COLS = 4  # ... per row
 
 
 def comparison_figure(rows: Sequence[dict[str, Any]], path: Path) -> Path:
-    """Write one PNG to ``path``: loss curves on a log axis (top; non-finite losses left out) and up
+    """Write one PNG to ``path``: loss curves on a log axis (top left; non-finite losses left out),
+    each run's focus weight at every snapshot (top right, :func:`attnlab.core.focus.focus_weights`) and up
     to :data:`MAX_HEATMAPS` last-snapshot heatmaps (colour scale [0, 1]), titled by job number and
     swept values wrapped to the panel; constrained layout, written atomically."""
     import matplotlib
@@ -41,7 +43,7 @@ def comparison_figure(rows: Sequence[dict[str, Any]], path: Path) -> Path:
         lines = wrap(legend_name(r), TITLE_CHARS, MAX_TITLE_LINES, measure=lambda s: len(drawable(s)))
         return "\n".join(drawable(line) for line in [*lines, what])
 
-    curves, maps, objectives = [], [], []
+    curves, maps, objectives, focus = [], [], [], []
     for r in rows:
         run_dir = Path(r["path"])
         root = Path(r.get("root") or run_dir)  # no link below the PATH the run was found under is followed
@@ -50,6 +52,11 @@ def comparison_figure(rows: Sequence[dict[str, Any]], path: Path) -> Path:
             metrics = safe_read.read_run_metrics(run_dir, root=root) if safe_read.exists(run_dir, METRICS) else None
         with contextlib.suppress(RunDirError):
             last = last_attention(run_dir, root=root)
+        with contextlib.suppress(RunDirError, ValueError):  # ValueError: no such focus token
+            if safe_read.exists(run_dir, ATTENTION) and last is not None:
+                with safe_read.open_attention(run_dir, root=root) as npz:
+                    series = focus_weights(npz.read("weights"), r["focus_query"])
+                    focus.append((legend_name(r), npz.read("steps"), series))
         if metrics is not None and metrics[1].size:
             curves.append((legend_name(r), *metrics))
             objectives.append(r.get("objective"))
@@ -69,7 +76,7 @@ def comparison_figure(rows: Sequence[dict[str, Any]], path: Path) -> Path:
         # one grid: the loss axes, a heading row (an empty axes whose title the layout makes room
         # for, so no panel title runs into it), then the heatmaps
         grid = fig.add_gridspec(2 + grid_rows, cols, height_ratios=[4.3, 0.01] + [row_in] * grid_rows)
-        ax = fig.add_subplot(grid[0, :])
+        ax, fax = (fig.add_subplot(g) for g in grid[0, :].subgridspec(1, 2, width_ratios=[3, 2]))
         ylabel = loss_axis_label(objectives)
         for (name, steps, losses), style in zip(curves, curve_styles(len(curves))):
             plot_loss(ax, steps, losses, ylabel, label=drawable(name), lw=1.4, **style)
@@ -78,6 +85,12 @@ def comparison_figure(rows: Sequence[dict[str, Any]], path: Path) -> Path:
         ax.set_title("loss" if curves else "loss (no training runs)")
         if curves:
             ax.legend(fontsize=7, loc="best")
+        # the focus weight at each snapshot (heads averaged): how fast each run's attention focuses
+        for (name, steps, weights), style in zip(focus, curve_styles(len(focus))):
+            fax.plot(steps, weights, marker=".", lw=1.4, label=drawable(name), **style)
+        fax.axhline(FOCUS_THRESHOLD, color="0.5", lw=0.8, ls="--")
+        fax.set(ylim=(0, 1.02), xlabel="step", ylabel="strongest weight", title="focus token's attention")
+        fax.grid(True, alpha=0.3)
         heading = fig.add_subplot(grid[1, :])
         heading.set_axis_off()
         heading.set_title("attention at the last snapshot" + more, fontsize=11)

@@ -36,8 +36,9 @@ def columns(summary: dict[str, Any]) -> dict[str, Any]:
         if isinstance(mean, dict):
             out["focus_step"] = mean.get("first_step_above")
         if isinstance(heads, list) and len(heads) > 1:
-            out["heads_focus"] = " ".join(f"{h}:{show(str(e.get('token')).strip())}={_two_decimals(e.get('weight', 0))}"
-                                          for h, e in enumerate(heads) if isinstance(e, dict))
+            out["heads_focus"] = " ".join(
+                f"{h}:{'uniform' if e.get('uniform') is True else show(str(e.get('token')).strip())}"
+                f"={_two_decimals(e.get('weight', 0))}" for h, e in enumerate(heads) if isinstance(e, dict))
         config = summary.get("config")
         causal = isinstance(config, dict) and isinstance(config.get("model"), dict) and config["model"].get("causal")
         if causal is True:

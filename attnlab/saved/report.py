@@ -17,12 +17,13 @@ from typing import Any, Iterable, Sequence
 
 from attnlab import __version__
 from attnlab.core.errors import AttnlabError, RunDirError
+from attnlab.core.focus import FOCUS_THRESHOLD, UNIFORM_SPREAD, Uniform
 from attnlab.outputs import streams
 from attnlab.outputs.artifacts import atomic_write_text
 from attnlab.saved.report_data import BYTES_PER_WEIGHT, DECIMALS, MAX_STR, WEIGHT_BUDGET, collect_records, load_run
 from attnlab.saved.runs import named_runs
 from attnlab.saved.safe_read import output_problem, printable
-from attnlab.saved.table import page_table
+from attnlab.saved.table import distribution, page_table
 
 REPORT = "report.html"
 TEMPLATE = Path(__file__).with_name("report_template.html")
@@ -47,10 +48,15 @@ def render(records: Sequence[dict[str, Any]], title: str | None = None) -> str:
         title = (f"attnlab · {records[0]['name']}" if len(records) == 1 else f"attnlab · {len(records)} runs")
     # attnlab-compare's printed table: its columns for these runs, each run's cells with its place in each order
     columns, tables = page_table([rec.get("table") or {} for rec in records])
+    focus = [{"status": r["status"], "final_loss": r["final_loss"], "focus_token": f["token"],
+              "snapshot_step": f["step"], "focus_weight": f["weight"],
+              "focus_target": Uniform(f["target"]) if f["uniform"] else f["target"]}
+             for r in records if (f := r.get("focus"))]  # the rows' focus cells, for the line under the table
     data = {"runs": [{**rec, "table": t} for rec, t in zip(records, tables)], "title": printable(title, MAX_STR),
-            "table_columns": columns,
+            "table_columns": columns, "distribution": distribution(focus),
             "generator": {"attnlab": __version__, "weight_budget_bytes": WEIGHT_BUDGET,
-                          "bytes_per_weight": BYTES_PER_WEIGHT, "decimals": DECIMALS}}
+                          "bytes_per_weight": BYTES_PER_WEIGHT, "decimals": DECIMALS, "uniform_spread": UNIFORM_SPREAD,
+                          "focus_threshold": FOCUS_THRESHOLD}}
     template = _PageTemplate(TEMPLATE.read_text(encoding="utf-8"))
     return template.substitute(title=html.escape(printable(title, MAX_STR)), data=script_json(data))
 

@@ -14,6 +14,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from attnlab.core.config import loss_name
+from attnlab.core.focus import Uniform, focus_weights
 from attnlab.core.records import head_mean
 from attnlab.saved import runs, safe_read, table
 from attnlab.saved.safe_read import ATTENTION, METRICS, WALKTHROUGH, RunFileError, printable
@@ -122,8 +123,9 @@ def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int
     """One run dir as the page's record (DESIGN.md's contract): name, status, error, problems, kind,
     tokens [T], token_ids [T], steps [k], snapshots_total, weights k x H x T x T, heads,
     snapshot_loss [k], loss {steps, values, total}, loss_name, loss_threshold, steps_to_threshold,
-    final_loss, steps_run, wall_time_s, focus_token, focus, config, overrides, versions, recorded
-    (other summary fields), table (:func:`attnlab.saved.table.page_cells`). Never raises."""
+    final_loss, steps_run, wall_time_s, focus_token, focus, focus_series {steps, weights}, config,
+    overrides, versions, recorded (other summary fields), table (:func:`attnlab.saved.table.page_cells`).
+    Never raises."""
     run_dir = Path(run_dir)
     rec: dict[str, Any] = {
         "name": printable(name if name is not None else run_dir.name, MAX_STR), "run_dir": printable(run_dir, MAX_STR),
@@ -131,7 +133,7 @@ def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int
         "snapshots_total": 0, "weights": [], "heads": 0, "snapshot_loss": [], "loss": {"steps": [], "values": [],
         "total": 0}, "loss_name": None, "loss_threshold": None, "steps_to_threshold": None, "final_loss": None,
         "steps_run": None, "wall_time_s": None, "focus_token": None, "focus": None, "config": {}, "overrides": [],
-        "versions": {}, "recorded": {}, "table": {}}
+        "versions": {}, "recorded": {}, "table": {}, "focus_series": None}
     files = runs.read_run(run_dir, root)  # as attnlab-compare reads it: the row below is its row
     if files.linked:  # nothing read through a link
         row = runs.row_from(files, name, metrics=None, last=None)
@@ -157,7 +159,7 @@ def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int
 
     last = None  # the last snapshot as attnlab-compare reads it (runs.last_attention), from the frames read here
     if safe_read.exists(run_dir, ATTENTION):
-        last = files.attempt(_load_attention, rec, run_dir, files.root, max_weight_bytes)
+        last = files.attempt(_load_attention, rec, run_dir, files.root, max_weight_bytes, focus)
     elif safe_read.exists(run_dir, WALKTHROUGH):
         last = files.attempt(_load_walkthrough, rec, run_dir, files.root,
                              runs.setting(used, "tokenizer.encoding", str, "gpt2"))
@@ -185,15 +187,17 @@ def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int
     if row.get("focus_token") is not None:  # the row's focus cells: attnlab-compare's, weight unrounded
         rec["focus"] = {"token": printable(row["focus_token"], MAX_STR),
                         "target": printable(row["focus_target"], MAX_STR),
-                        "weight": _jsonable(row["focus_weight"]), "step": row["snapshot_step"]}
+                        "weight": _jsonable(row["focus_weight"]), "step": row["snapshot_step"],
+                        "uniform": isinstance(row["focus_target"], Uniform)}
     rec["problems"] = [printable(p, MAX_STR) for p in files.problems]
     rec["error"] = _jsonable(row["error"])
     return rec
 
 
-def _load_attention(rec: dict[str, Any], run_dir: Path, root: Path,
-                    max_weight_bytes: int) -> tuple[np.ndarray, list[str], int] | None:
-    """Fill ``rec``'s snapshots from attention.npz; returns the last as :func:`runs.last_attention`."""
+def _load_attention(rec: dict[str, Any], run_dir: Path, root: Path, max_weight_bytes: int,
+                    query: int) -> tuple[np.ndarray, list[str], int] | None:
+    """Fill ``rec``'s snapshots and the focus weight of ``query`` at every snapshot (``focus_series``)
+    from attention.npz; returns the last as :func:`runs.last_attention`."""
     with safe_read.open_attention(run_dir, NPZ_LIMIT, root=root) as npz:
         steps = npz.read("steps")
         labels = [str(t) for t in npz.read("tokens").tolist()]
@@ -203,7 +207,11 @@ def _load_attention(rec: dict[str, Any], run_dir: Path, root: Path,
         rec["snapshots_total"], rec["heads"] = S, H
         idx = pick_frames(S, max_weight_bytes, frame_bytes(H, T))
         if idx:
-            frames = npz.read("weights")[idx]  # the last snapshot among them (pick_frames keeps it)
+            weights = npz.read("weights")
+            if 0 <= query < T:
+                series = _finite_or_none(focus_weights(weights, query))
+                rec["focus_series"] = {"steps": steps.tolist(), "weights": series}
+            frames = weights[idx]  # the last snapshot among them (pick_frames keeps it)
             rec["weights"] = _rounded(frames)
             rec["steps"] = [int(steps[i]) for i in idx]
             return head_mean(frames[-1]), labels, int(steps[-1])

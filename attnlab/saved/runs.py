@@ -16,6 +16,7 @@ import numpy as np
 
 from attnlab.core.config import objective_of
 from attnlab.core.errors import RunDirError
+from attnlab.core.focus import target
 from attnlab.core.records import head_mean
 from attnlab.core.tokenizer import token_labels
 from attnlab.outputs import rundir
@@ -197,9 +198,8 @@ def _focus(last: tuple[np.ndarray, list[str], int | None] | None, focus: Any) ->
     if last is None or not isinstance(focus, int) or isinstance(focus, bool) or not 0 <= focus < last[0].shape[0]:
         return {}
     w, labels, step = last
-    j = int(np.argmax(w[focus]))
-    return {"focus_token": labels[focus], "focus_target": labels[j], "focus_weight": float(w[focus, j]),
-            "snapshot_step": step}
+    to, weight = target(w[focus], labels)
+    return {"focus_token": labels[focus], "focus_target": to, "focus_weight": weight, "snapshot_step": step}
 
 
 def setting(config: Any, key: str, kind: type | tuple[type, ...], default: Any) -> Any:
@@ -274,7 +274,8 @@ def _fill_row(row: dict[str, Any], files: RunFiles, sweep_end: bool, metrics: An
     if last is UNREAD:
         last = files.attempt(last_attention, run_dir, setting(config, "tokenizer.encoding", str, "gpt2"),
                              root=files.root)
-    row.update(_focus(last, setting(config, "train.focus_token", int, 1)))
+    row["focus_query"] = setting(config, "train.focus_token", int, 1)  # not a column: the focus curves' row
+    row.update(_focus(last, row["focus_query"]))
     files.problems.extend(f"{name}: missing" for name in files.expected_files()
                           if not safe_read.exists(run_dir, name))
     row.update(exercises.columns(summary))

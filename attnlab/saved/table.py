@@ -9,13 +9,16 @@ import hashlib
 import io
 import math
 import unicodedata
+from collections import Counter
 from pathlib import Path
 from typing import Any, Sequence
 
-from attnlab.core.tokenizer import show
+import numpy as np
+
+from attnlab.core.focus import FOCUS_THRESHOLD, Uniform, shown
 from attnlab.outputs import artifacts
 from attnlab.saved import exercise_columns as exercises
-from attnlab.saved.runs import COLUMNS
+from attnlab.saved.runs import COLUMNS, as_float
 from attnlab.saved.safe_read import printable
 
 TABLE_SKIP = {"overrides", "loss_threshold", "steps_run", "path"}  # CSV only (the job name shows overrides)
@@ -88,7 +91,7 @@ def _cell(col: str, v: Any) -> str:
     if v is None or v == "":
         return "-"
     if col in ("focus_token", "focus_target"):
-        return printable(show(str(v)), MAX_CELL + 1)
+        return printable(shown(v if isinstance(v, Uniform) else str(v)), MAX_CELL + 1)
     if isinstance(v, bool):
         return "yes" if v else "no"
     if isinstance(v, float):
@@ -125,7 +128,8 @@ def page_cells(row: dict[str, Any]) -> dict[str, dict[str, Any]]:
                 else [1, [ord(ch) for ch in text[:SORT_TEXT]]],
                 "right": _right_aligned(v), "shown": v if v is None or v == "" else digest}
         if rank < 2:  # a cut cell (clip's … or printable's …[+N chars]; a 400-digit number too): whole on hover
-            full = printable(show(text) if c in ("focus_token", "focus_target") else text if rank else repr(v),
+            full = printable(shown(v if isinstance(v, Uniform) else text) if c in ("focus_token", "focus_target")
+                             else text if rank else repr(v),
                              CSV_TEXT_LIMIT)
             if cell["text"].endswith(("…", " chars]")) and full != cell["text"]:
                 cell["full"] = full
@@ -184,6 +188,26 @@ def clip(text: str, n: int = MAX_CELL) -> str:
 
 HEADERS = {"steps_to_threshold": "steps<thr", "focus_token": "focus", "focus_target": "→ target",
            "focus_weight": "weight", "snapshot_step": "at step", "wall_time_s": "wall_s", **exercises.HEADERS}
+
+
+def distribution(rows: Sequence[dict[str, Any]]) -> str | None:
+    """One line over the completed training rows (at least 2, one focus token) that have a focus:
+    where the focus token ends at the last snapshot (each target, how many runs), its weight (range,
+    median), how many runs end above :data:`attnlab.core.focus.FOCUS_THRESHOLD`, and the final loss
+    (range, median); None for fewer rows."""
+    done = [r for r in rows if r.get("status") == "completed" and r.get("snapshot_step") is not None
+            and isinstance(r.get("focus_weight"), float) and isinstance(r.get("final_loss"), (int, float))]
+    if len(done) < 2 or len({r.get("focus_token") for r in done}) > 1:
+        return None
+    targets = Counter(_cell("focus_target", r["focus_target"]) for r in done).most_common()
+    w = np.array([r["focus_weight"] for r in done])
+    loss = np.array([as_float(r["final_loss"]) for r in done])
+    n, above = len(done), int((w > FOCUS_THRESHOLD).sum())
+    return (f"{n} runs, {_cell('focus_token', done[0]['focus_token'])} at the last snapshot → "
+            + ", ".join(f"{t} {k}" for t, k in targets)
+            + f"; weight {w.min():.2f}–{w.max():.2f} (median {np.median(w):.2f}), above {FOCUS_THRESHOLD} in "
+            f"{above} of {n}; final loss {_cell('', loss.min())}–{_cell('', loss.max())} "
+            f"(median {_cell('', float(np.median(loss)))})")
 
 
 def format_table(rows: Sequence[dict[str, Any]]) -> str:
