@@ -82,6 +82,17 @@ def unknown_added_keys(argv: Iterable[str], schema_keys: set[str]) -> list[str]:
     return bad
 
 
+def not_text(argv: list[str]) -> str | None:
+    """The one-line error for the first argument holding bytes that are no UTF-8 (what a Latin-1
+    terminal hands over for ``sentence=café``: Python's surrogate escapes), or None."""
+    for arg in argv:
+        if any(0xD800 <= ord(c) <= 0xDFFF for c in arg):
+            shown = "".join(f"\\x{ord(c) - 0xDC00:02x}" if 0xDC80 <= ord(c) <= 0xDCFF else c for c in arg)
+            return (f"error: '{printable(shown, 120)}': not UTF-8 text (the terminal's encoding is another); "
+                    "set a UTF-8 locale (e.g. LANG=C.UTF-8) or put the text in a UTF-8 file: text_file=FILE")
+    return None
+
+
 def refused_option(argv: list[str]) -> str | None:
     """The one-line error for ``--experimental-rerun FILE`` in ``argv``, or None: Hydra would
     unpickle the file, and a pickle from someone else's run dir runs code."""

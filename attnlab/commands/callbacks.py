@@ -1,5 +1,5 @@
-"""Hydra callbacks (``hydra.callbacks`` in ``conf/config.yaml``): claim every output folder
-before Hydra writes into it, and print the table at the end of every sweep."""
+"""Hydra callbacks (``hydra.callbacks`` in ``conf/config.yaml``): refuse Hydra settings that
+would write files, claim every output folder, and print the table at the end of every sweep."""
 from __future__ import annotations
 
 import sys
@@ -20,11 +20,30 @@ from attnlab.outputs import rundir
 sweep_exit_status: int | None = None
 
 
+def hydra_write_problem(config: DictConfig) -> ConfigError | None:
+    """The setting of the composed ``config`` that would make Hydra write a file (``.hydra/`` or a
+    log, into a run dir before attnlab holds it), or None: attnlab saves ``.hydra/`` itself."""
+    if config.hydra.output_subdir is not None:
+        return ConfigError("hydra.output_subdir", config.hydra.output_subdir,
+                           "must stay null: attnlab saves .hydra/ itself once it holds the run dir")
+    for section in ("job_logging", "hydra_logging"):
+        handlers = OmegaConf.to_container(config.hydra[section], resolve=False).get("handlers") or {}
+        for name, handler in handlers.items():
+            if isinstance(handler, dict) and "filename" in handler:
+                return ConfigError(f"hydra.{section}.handlers.{name}.filename", handler["filename"],
+                                   "Hydra would write a log file; attnlab writes its own records "
+                                   f"(leave hydra/{section} as attnlab sets it)")
+    return None
+
+
 def _claim(config: DictConfig, kind: str) -> None:
     """Claim ``hydra.<kind>.dir``; one line and exit status 2 when it is refused or cannot be
-    resolved (Hydra turns a callback's exception into a warning, so this exits)."""
+    resolved, or Hydra would write a file (Hydra turns a callback's exception into a warning,
+    so this exits)."""
     interrupts.check()
     try:
+        if (problem := hydra_write_problem(config)) is not None:
+            raise problem
         try:
             value = str(config.hydra[kind].dir)
         except OmegaConfBaseException as err:  # e.g. an unset environment variable

@@ -39,9 +39,10 @@ FULL_ERROR = "ATTNLAB_FULL_ERROR"  # the user's HYDRA_FULL_ERROR (attnlab sets H
 def _hydra_main(cfg: DictConfig) -> str:
     hc = HydraConfig.get()
     run_dir, in_sweep = Path(hc.runtime.output_dir), hc.mode == RunMode.MULTIRUN
+    os.chdir(hc.runtime.cwd)  # hydra.job.chdir=true changes no path's meaning (Hydra changes back after the job)
     overrides = OmegaConf.to_container(hc.overrides.task, resolve=False)  # as typed, never resolved
     try:
-        result = run_job(cfg, run_dir, overrides=overrides, key="hydra.sweep.dir" if in_sweep else "hydra.run.dir")
+        result = run_job(cfg, run_dir, overrides=overrides, key="hydra.sweep.subdir" if in_sweep else "hydra.run.dir")
     except AttnlabError as err:  # a sweep job's folder refused
         print(f"error: {err}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
@@ -81,11 +82,7 @@ def error_line(err: BaseException, typed: list[str]) -> str:
         return f"error: {err}"
     if isinstance(err, MissingConfigException) and err.missing_cfg_file and err.options:
         return f"error: {err.missing_cfg_file.replace('/', '=', 1)}: no such option; allowed: {', '.join(err.options)}"
-    if isinstance(err, OSError):  # Hydra could not save its config into the folder claimed for it
-        held = rundir.claims()
-        if held:
-            return (f"error: {held[-1].shown}: cannot write Hydra's config there ({os_reason(err)}); "
-                    f"choose another {held[-1].shown.split('=', 1)[0]}")
+    if isinstance(err, OSError):
         return f"error: cannot write {printable(err.filename or 'the output folder', 300)}: {os_reason(err)}"
     if isinstance(err, OverrideParseException):
         return _syntax_line(text, typed)
@@ -144,16 +141,21 @@ def install_signal_handlers() -> None:
     signal.signal(signal.SIGHUP, signal.getsignal(signal.SIGTERM))
 
 
+def refusal(typed: list[str]) -> str | None:
+    """The one-line error for arguments refused before Hydra reads them (not text, an option
+    Hydra does not have or that unpickles, ``+key`` / ``~key`` outside the schema), or None."""
+    return argv.not_text(typed) or argv.refused_option(typed) or argv.unknown_option(typed) or next(
+        (f"error: {bad}: no such config key; attnlab's keys are fixed by its schema and cannot be added or "
+         "removed (`attnlab --help` lists them)" for bad in argv.unknown_added_keys(typed, schema_keys())), None)
+
+
 def main() -> None:
     """``attnlab [overrides]`` / ``attnlab -m [overrides]``: the arguments checked and made Hydra
     syntax (:mod:`attnlab.commands.argv`), then Hydra; its errors before a job are :func:`error_line`."""
     install_signal_handlers()
     streams.install()
     typed = sys.argv[1:]
-    refused = argv.refused_option(typed) or argv.unknown_option(typed) or next(
-        (f"error: {bad}: no such config key; attnlab's keys are fixed by its schema and cannot be added or "
-         "removed (`attnlab --help` lists them)" for bad in argv.unknown_added_keys(typed, schema_keys())), None)
-    if refused is not None:
+    if (refused := refusal(typed)) is not None:
         print(refused, file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
     register_configs()
