@@ -125,13 +125,6 @@ def test_a_claim_locks_reserves_and_is_released(tmp_path, claim):
     assert not rundir.run_is_live(run)
 
 
-def test_a_folder_with_hydras_files_only_can_be_claimed(tmp_path, claim):
-    (tmp_path / ".hydra").mkdir()
-    (tmp_path / ".hydra" / "config.yaml").write_text("seed: 1\n")
-    (tmp_path / "job.log").write_text("")
-    claim(tmp_path, hydra_subdir=".hydra", hydra_log="job.log")
-
-
 @pytest.mark.parametrize("kind, expected", [
     ("finished", r"already holds a completed run; choose another hydra.run.dir \(runs are never overwritten\)"),
     ("killed", r"holds a run that was killed \(its summary.json says running"),

@@ -21,11 +21,8 @@ sweep_exit_status: int | None = None
 
 
 def hydra_write_problem(config: DictConfig) -> ConfigError | None:
-    """The setting of the composed ``config`` that would make Hydra write a file (``.hydra/`` or a
-    log, into a run dir before attnlab holds it), or None: attnlab saves ``.hydra/`` itself."""
-    if config.hydra.output_subdir is not None:
-        return ConfigError("hydra.output_subdir", config.hydra.output_subdir,
-                           "must stay null: attnlab saves .hydra/ itself once it holds the run dir")
+    """The logging handler of the composed ``config`` that would make Hydra write a file (a log,
+    into a run dir before attnlab holds it), or None (``hydra.output_subdir`` is null: ``cli``)."""
     for section in ("job_logging", "hydra_logging"):
         handlers = OmegaConf.to_container(config.hydra[section], resolve=False).get("handlers") or {}
         for name, handler in handlers.items():

@@ -32,6 +32,9 @@ from attnlab.core.files import printable
 from attnlab.outputs import rundir, streams
 from attnlab.outputs.console import display_path
 
+# Hydra saves no .hydra/ and no job log into a run dir, whatever the config (also --config-path);
+# overriding these is refused: attnlab writes .hydra/ itself once it holds the folder (job.save_hydra_files)
+HYDRA_WRITES_NOTHING = ("hydra.output_subdir=null", "hydra/job_logging=none")
 FULL_ERROR = "ATTNLAB_FULL_ERROR"  # the user's HYDRA_FULL_ERROR (attnlab sets Hydra's to 1 to catch its errors)
 
 
@@ -143,8 +146,13 @@ def install_signal_handlers() -> None:
 
 def refusal(typed: list[str]) -> str | None:
     """The one-line error for arguments refused before Hydra reads them (not text, an option
-    Hydra does not have or that unpickles, ``+key`` / ``~key`` outside the schema), or None."""
+    Hydra does not have or that unpickles, a setting of :data:`HYDRA_WRITES_NOTHING`, ``+key`` /
+    ``~key`` outside the schema), or None."""
+    fixed = {setting.split("=")[0] for setting in HYDRA_WRITES_NOTHING}
     return argv.not_text(typed) or argv.refused_option(typed) or argv.unknown_option(typed) or next(
+        (f"error: {printable(a, 120)}: attnlab sets {a.split('=')[0].lstrip('+~')} (Hydra writes nothing into a run "
+         "dir; attnlab saves .hydra/ itself once it holds the folder)"
+         for a in typed if a.split("=")[0].lstrip("+~") in fixed), None) or next(
         (f"error: {bad}: no such config key; attnlab's keys are fixed by its schema and cannot be added or "
          "removed (`attnlab --help` lists them)" for bad in argv.unknown_added_keys(typed, schema_keys())), None)
 
@@ -159,9 +167,11 @@ def main() -> None:
         print(refused, file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
     register_configs()
-    sys.argv[1:] = argv.prepare(typed)
+    sys.argv[1:] = [*argv.prepare(typed), *HYDRA_WRITES_NOTHING]
     os.environ.setdefault(FULL_ERROR, os.environ.get("HYDRA_FULL_ERROR", "0"))
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises its errors here instead of printing its report
+    # a launcher whose worker was killed leaves its semaphores to multiprocessing's tracker: no warning for that
+    os.environ.setdefault("PYTHONWARNINGS", "ignore::UserWarning:multiprocessing.resource_tracker")
     code = 0
     try:
         with interrupts.deferred():
@@ -173,8 +183,14 @@ def main() -> None:
     except Exception as err:
         if os.environ.get(FULL_ERROR) == "1":
             raise
-        print(error_line(err, typed), file=sys.stderr)
-        code = EXIT_BAD_INPUT
+        what = printable(str(err).strip().split("\n")[0] or type(err).__name__, 300)
+        closed = rundir.close_orphans(f"its process ended before the run did ({type(err).__name__}: {what})")
+        if closed:  # a launcher lost a worker (the OOM killer, a signal): each job it took says failed
+            print(f"error: {type(err).__name__}: {what}; {len(closed)} job(s) did not complete (their summary.json "
+                  f"says failed): {', '.join(printable(display_path(p), 120) for p in closed)}", file=sys.stderr)
+        else:
+            print(error_line(err, typed), file=sys.stderr)
+        code = EXIT_FAILED_RUN if closed else EXIT_BAD_INPUT
     finally:
         rundir.abandon_all()  # a folder claimed for a job that never started is removed again
         interrupts.ignore_from_now()

@@ -214,6 +214,24 @@ def abandon_all() -> None:
         abandon(held.path, extra=("multirun.yaml",))
 
 
+def close_orphans(error: str) -> list[Path]:
+    """The job folders below this process's claims whose own process died mid-run (a launcher's
+    worker killed: summary.json says running, no process holds its lock): each now says
+    ``failed`` with ``error`` and its lock is removed. Returns them, oldest first."""
+    from attnlab.outputs.artifacts import write_summary  # (artifacts imports this module)
+
+    closed = []
+    for held in claims():
+        with contextlib.suppress(OSError), os.scandir(held.path) as it:
+            jobs = sorted(Path(e.path) for _, e in zip(range(MAX_SCANNED), it) if e.is_dir(follow_symlinks=False))
+            for job in jobs:
+                if os.path.isfile(job / LOCK) and not run_is_live(job) and _status(job) == "running":
+                    write_summary(job, status="failed", error=error)
+                    os.unlink(job / LOCK)
+                    closed.append(job)
+    return closed
+
+
 def run_is_live(run_dir: Path) -> bool:
     """True when a process holds ``run_dir``'s lock (its run is being written right now); False
     without a lock file, for anything but a regular one (:func:`open_run_file`), on any error.
