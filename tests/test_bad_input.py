@@ -148,10 +148,11 @@ CASES = [
          "train.snapshot_steps='5 snapshots of 2000000 head(s) x 6 x 6 tokens': the run's attention.npz would be "
          "about 1.3 GiB, more than the 1.0 GiB attnlab's readers accept"),
     Case("heads_drawn", "more heatmaps than a run may draw", ("model.n_heads=10000", "logging.figures=true"), "ours",
-         "model.n_heads=10000: the run would draw 50,000 heatmaps (figures and TensorBoard images), more than 1,000"),
+         "model.n_heads=10000: about 50,000 heatmaps to draw (figures and TensorBoard images), more than 1,000: "
+         "fewer heads or snapshots, or logging.figures=false logging.images=false"),
     Case("heads_console", "console lines wider than a run may print", ("model.n_heads=1000", "logging.console=true"),
-         "ours", "model.n_heads=1000: each snapshot's console line would hold about 24,000 characters, more than "
-                 "10,000"),
+         "ours", "model.n_heads=1000: about 24,000 characters in each snapshot's console line, more than 10,000: "
+                 "fewer heads, or logging.console=false"),
     Case("threads_many", "more torch threads than the machine can run", ("threads=10000",), "ours",
          "threads=10000: more than 4 per CPU of this machine's"),
     # issue 24: what the OS and Hydra hand over
@@ -168,7 +169,8 @@ CASES = [
          "hydra", "error: hydra/job_logging=default: attnlab sets hydra/job_logging", cli=True),
     Case("hydra_log_file", "a log file handler added to Hydra's job logging",
          ("+hydra.job_logging.handlers.f={class:logging.FileHandler,filename:x.log}",), "hydra",
-         "error: hydra.job_logging.handlers.f.filename='x.log': Hydra would write a log file", cli=True),
+         "error: +hydra.job_logging.handlers.f={class:logging.FileHandler,filename:x.log}: attnlab sets "
+         "hydra/job_logging (Hydra writes nothing", cli=True),
     # issue 10: text as typed, keys that exist
     Case("chinese_unquoted", "Chinese text without Hydra quoting", ("sentence=你的旅程从一步开始",), "ok",
          "[19526, 254, 21410, 33768, 227, 163, 101, 233, 20015, 236, 31660, 29826, 98, 28156, 222, 34650, 233]"),

@@ -91,7 +91,7 @@ def test_cli_diverged_exit_then_same_dir_is_refused_byte_identical(tmp_path, att
     assert second.returncode == 2
     assert second.stderr == (f"error: hydra.run.dir={str(run)!r}: already holds a diverged run; choose another "
                              "hydra.run.dir (runs are never overwritten)\n")
-    assert tree_bytes(run) == before  # .hydra/config.yaml too: refused before Hydra writes it
+    assert tree_bytes(run) == before  # .hydra/config.yaml too: refused before anything is written
 
 
 def test_run_job_refuses_a_finished_run_dir_in_process(tmp_path):

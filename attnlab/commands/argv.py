@@ -85,11 +85,22 @@ def unknown_added_keys(argv: Iterable[str], schema_keys: set[str]) -> list[str]:
 def not_text(argv: list[str]) -> str | None:
     """The one-line error for the first argument holding bytes that are no UTF-8 (what a Latin-1
     terminal hands over for ``sentence=café``: Python's surrogate escapes), or None."""
+    bad = next((a for a in argv if re.search("[\ud800-\udfff]", a)), None)
+    if bad is None:
+        return None
+    shown = "".join(f"\\x{ord(c) - 0xDC00:02x}" if "\udc80" <= c <= "\udcff" else c for c in bad)  # the byte
+    return (f"error: '{printable(shown, 120)}': not UTF-8 text (the terminal's encoding is another); set a UTF-8 "
+            "locale (e.g. LANG=C.UTF-8) or put the text in a UTF-8 file: text_file=FILE")
+
+
+def overridden(argv: list[str], keys: list[str]) -> tuple[str, str] | None:
+    """The first argument overriding one of ``keys`` or a key below it (``hydra/job_logging=x``,
+    ``+hydra.job_logging.handlers.f=...``) and that key, or None."""
     for arg in argv:
-        if any(0xD800 <= ord(c) <= 0xDFFF for c in arg):
-            shown = "".join(f"\\x{ord(c) - 0xDC00:02x}" if 0xDC80 <= ord(c) <= 0xDCFF else c for c in arg)
-            return (f"error: '{printable(shown, 120)}': not UTF-8 text (the terminal's encoding is another); "
-                    "set a UTF-8 locale (e.g. LANG=C.UTF-8) or put the text in a UTF-8 file: text_file=FILE")
+        name = arg.split("=", 1)[0].lstrip("+~").replace("/", ".")
+        for key in keys:
+            if f"{name}.".startswith(f"{key.replace('/', '.')}."):
+                return arg, key
     return None
 
 

@@ -1,5 +1,5 @@
-"""Hydra callbacks (``hydra.callbacks`` in ``conf/config.yaml``): refuse Hydra settings that
-would write files, claim every output folder, and print the table at the end of every sweep."""
+"""Hydra callbacks (``hydra.callbacks`` in ``conf/config.yaml``): claim every output folder
+before anything is written into it, and print the table at the end of every sweep."""
 from __future__ import annotations
 
 import sys
@@ -20,27 +20,11 @@ from attnlab.outputs import rundir
 sweep_exit_status: int | None = None
 
 
-def hydra_write_problem(config: DictConfig) -> ConfigError | None:
-    """The logging handler of the composed ``config`` that would make Hydra write a file (a log,
-    into a run dir before attnlab holds it), or None (``hydra.output_subdir`` is null: ``cli``)."""
-    for section in ("job_logging", "hydra_logging"):
-        handlers = OmegaConf.to_container(config.hydra[section], resolve=False).get("handlers") or {}
-        for name, handler in handlers.items():
-            if isinstance(handler, dict) and "filename" in handler:
-                return ConfigError(f"hydra.{section}.handlers.{name}.filename", handler["filename"],
-                                   "Hydra would write a log file; attnlab writes its own records "
-                                   f"(leave hydra/{section} as attnlab sets it)")
-    return None
-
-
 def _claim(config: DictConfig, kind: str) -> None:
     """Claim ``hydra.<kind>.dir``; one line and exit status 2 when it is refused or cannot be
-    resolved, or Hydra would write a file (Hydra turns a callback's exception into a warning,
-    so this exits)."""
+    resolved (Hydra turns a callback's exception into a warning, so this exits)."""
     interrupts.check()
     try:
-        if (problem := hydra_write_problem(config)) is not None:
-            raise problem
         try:
             value = str(config.hydra[kind].dir)
         except OmegaConfBaseException as err:  # e.g. an unset environment variable
@@ -54,8 +38,8 @@ def _claim(config: DictConfig, kind: str) -> None:
 
 class NeverOverwrite(Callback):
     """Claim ``hydra.run.dir`` or ``hydra.sweep.dir`` (each job's folder: ``run_job``) before
-    Hydra writes ``.hydra/`` into it (:func:`attnlab.outputs.rundir.claim`). A Ctrl-C that came
-    while Python was importing stops here, before any folder is made."""
+    anything is written into it (:func:`attnlab.outputs.rundir.claim`). A Ctrl-C that came while
+    Python was importing stops here, before any folder is made."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         _claim(config, "run")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import sys
 from pathlib import Path
 
@@ -33,7 +32,7 @@ from attnlab.outputs import rundir, streams
 from attnlab.outputs.console import display_path
 
 # Hydra saves no .hydra/ and no job log into a run dir, whatever the config (also --config-path);
-# overriding these is refused: attnlab writes .hydra/ itself once it holds the folder (job.save_hydra_files)
+# overriding these (or keys below them) is refused: attnlab saves .hydra/ once it holds the folder
 HYDRA_WRITES_NOTHING = ("hydra.output_subdir=null", "hydra/job_logging=none")
 FULL_ERROR = "ATTNLAB_FULL_ERROR"  # the user's HYDRA_FULL_ERROR (attnlab sets Hydra's to 1 to catch its errors)
 
@@ -137,22 +136,17 @@ def _syntax_line(report: str, typed: list[str]) -> str:
     return f"error: {shown!r}: not valid override syntax ({what}); {hint}, e.g. '{key}=\"a=b\"'"
 
 
-def install_signal_handlers() -> None:
-    """SIGINT, SIGTERM and SIGHUP (as SIGTERM) end the run ``interrupted`` at the training loop's
-    next step (:mod:`attnlab.core.interrupts`)."""
-    interrupts.install()
-    signal.signal(signal.SIGHUP, signal.getsignal(signal.SIGTERM))
+install_signal_handlers = interrupts.install  # SIGINT, SIGTERM, SIGHUP: interrupted at the next step
 
 
 def refusal(typed: list[str]) -> str | None:
     """The one-line error for arguments refused before Hydra reads them (not text, an option
     Hydra does not have or that unpickles, a setting of :data:`HYDRA_WRITES_NOTHING`, ``+key`` /
     ``~key`` outside the schema), or None."""
-    fixed = {setting.split("=")[0] for setting in HYDRA_WRITES_NOTHING}
-    return argv.not_text(typed) or argv.refused_option(typed) or argv.unknown_option(typed) or next(
-        (f"error: {printable(a, 120)}: attnlab sets {a.split('=')[0].lstrip('+~')} (Hydra writes nothing into a run "
-         "dir; attnlab saves .hydra/ itself once it holds the folder)"
-         for a in typed if a.split("=")[0].lstrip("+~") in fixed), None) or next(
+    ours = argv.overridden(typed, [setting.split("=")[0] for setting in HYDRA_WRITES_NOTHING])
+    return argv.not_text(typed) or argv.refused_option(typed) or argv.unknown_option(typed) or (ours and (
+        f"error: {printable(ours[0], 120)}: attnlab sets {ours[1]} (Hydra writes nothing into a run dir; attnlab "
+        "saves .hydra/ itself once it holds the folder)")) or next(
         (f"error: {bad}: no such config key; attnlab's keys are fixed by its schema and cannot be added or "
          "removed (`attnlab --help` lists them)" for bad in argv.unknown_added_keys(typed, schema_keys())), None)
 
@@ -183,13 +177,11 @@ def main() -> None:
     except Exception as err:
         if os.environ.get(FULL_ERROR) == "1":
             raise
-        what = printable(str(err).strip().split("\n")[0] or type(err).__name__, 300)
-        closed = rundir.close_orphans(f"its process ended before the run did ({type(err).__name__}: {what})")
-        if closed:  # a launcher lost a worker (the OOM killer, a signal): each job it took says failed
-            print(f"error: {type(err).__name__}: {what}; {len(closed)} job(s) did not complete (their summary.json "
-                  f"says failed): {', '.join(printable(display_path(p), 120) for p in closed)}", file=sys.stderr)
-        else:
-            print(error_line(err, typed), file=sys.stderr)
+        what = f"{type(err).__name__}: {printable(str(err).strip().split(chr(10))[0], 300)}"
+        # a launcher that lost a worker (the OOM killer, a signal): each job whose process died says failed
+        closed = [display_path(p) for p in rundir.close_orphans(f"its process ended before the run did ({what})")]
+        print(f"error: {what}; these jobs did not complete (summary.json says failed): {', '.join(closed)}"
+              if closed else error_line(err, typed), file=sys.stderr)
         code = EXIT_FAILED_RUN if closed else EXIT_BAD_INPUT
     finally:
         rundir.abandon_all()  # a folder claimed for a job that never started is removed again

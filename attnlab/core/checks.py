@@ -183,20 +183,12 @@ def disk_estimate(cfg: DictConfig, seq_len: int) -> dict[str, float]:
     return parts
 
 
-def heatmaps(cfg: DictConfig) -> int:
-    """Heatmaps a training run draws: attention_evolution.png's panels and TensorBoard's images
-    (with several heads: each head and their mean)."""
-    h, n_snaps, lg = cfg.model.n_heads, len(snapshot_steps(cfg.train)), cfg.logging
-    drawn = min(n_snaps, FIGURE_SNAPSHOTS[h > 1]) * h if lg.figures else 0
-    return drawn + (n_snaps * (h + (h > 1)) if lg.tensorboard and lg.images else 0)
-
-
 def resources(cfg: DictConfig, seq_len: int, vocab_size: int, run_dir: Path | None = None) -> None:
     """ConfigError naming the key that makes it large, before anything is built, when the run needs
-    more memory than is available, more torch threads than :data:`THREADS_PER_CPU` per CPU, or (a
-    training run) draws more than :data:`MAX_HEATMAPS` heatmaps, prints lines of more than
-    :data:`MAX_CONSOLE_LINE` characters, or (into ``run_dir``) writes a file past the limit
-    attnlab's readers accept (:mod:`attnlab.core.files`) or more than the disk has free."""
+    more memory than is available or threads than :data:`THREADS_PER_CPU` per CPU; a training run,
+    when it draws more than :data:`MAX_HEATMAPS`, prints lines of more than :data:`MAX_CONSOLE_LINE`
+    characters, or (into ``run_dir``) writes a file past its readers' limit (:mod:`attnlab.core.files`)
+    or more than the disk has free."""
     need = memory_estimate(cfg, seq_len, vocab_size)
     available = available_memory()
     if available is not None and sum(need.values()) > available:
@@ -210,22 +202,22 @@ def resources(cfg: DictConfig, seq_len: int, vocab_size: int, run_dir: Path | No
         raise ConfigError("threads", cfg.threads, f"more than {THREADS_PER_CPU} per CPU of this machine's {cpus}")
     if plain(cfg.task) != "train":
         return
-    h = cfg.model.n_heads
-    if (drawn := heatmaps(cfg)) > MAX_HEATMAPS:
-        raise ConfigError("model.n_heads", h, f"the run would draw {drawn:,} heatmaps (figures and TensorBoard "
-                          f"images), more than {MAX_HEATMAPS:,}; fewer heads or snapshots, or logging.figures=false "
-                          "logging.images=false")
-    if cfg.logging.console and CONSOLE_HEAD_CHARS * h > MAX_CONSOLE_LINE:
-        raise ConfigError("model.n_heads", h, f"each snapshot's console line would hold about "
-                          f"{CONSOLE_HEAD_CHARS * h:,} characters, more than {MAX_CONSOLE_LINE:,}; fewer heads, "
-                          "or logging.console=false")
+    h, n_snaps, lg = cfg.model.n_heads, len(snapshot_steps(cfg.train)), cfg.logging
+    drawn = (min(n_snaps, FIGURE_SNAPSHOTS[h > 1]) * h if lg.figures else 0) + (
+        n_snaps * (h + (h > 1)) if lg.tensorboard and lg.images else 0)  # with H > 1: each head and their mean
+    for amount, limit, what, hint in (
+            (drawn, MAX_HEATMAPS, "heatmaps to draw (figures and TensorBoard images)",
+             "fewer heads or snapshots, or logging.figures=false logging.images=false"),
+            (CONSOLE_HEAD_CHARS * h * lg.console, MAX_CONSOLE_LINE, "characters in each snapshot's console line",
+             "fewer heads, or logging.console=false")):
+        if amount > limit:
+            raise ConfigError("model.n_heads", h, f"about {amount:,} {what}, more than {limit:,}: {hint}")
     if run_dir is None:
         return
     disk = disk_estimate(cfg, seq_len)
     for file, limit, key, value in (("metrics.csv", METRICS_LIMIT, "train.steps", cfg.train.steps),
                                     ("attention.npz", NPZ_LIMIT, "train.snapshot_steps",
-                                     f"{len(snapshot_steps(cfg.train))} snapshots of {h} head(s) x {seq_len} x "
-                                     f"{seq_len} tokens")):
+                                     f"{n_snaps} snapshots of {h} head(s) x {seq_len} x {seq_len} tokens")):
         if disk[file] > limit:
             raise ConfigError(key, value, f"the run's {file} would be about {_size(disk[file])}, more than the "
                               f"{_size(limit)} attnlab's readers accept")

@@ -16,7 +16,7 @@ from attnlab.core.errors import RunDirError
 
 CONFIG_LIMIT = 256 * 1024  # bytes of a .hydra/*.yaml file (attnlab's are ~1-4 KB)
 SUMMARY_LIMIT = 1024 * 1024  # bytes of summary.json (attnlab's are ~1-15 KB)
-METRICS_LIMIT = 64 * 1024 * 1024  # bytes of metrics.csv (~25 bytes a step: ~2.5 million steps)
+METRICS_LIMIT = 64 * 1024 * 1024  # bytes of metrics.csv (at most ~33 bytes a step: ~2 million steps)
 METRICS_LINE_LIMIT = 1024  # bytes of one metrics.csv line
 NPZ_LIMIT = 1024 ** 3  # bytes: the .npz file, and the uncompressed data of the members read from it
 NPZ_MAX_MEMBERS = 64  # entries in an .npz archive (attnlab writes 4 or 10)

@@ -27,14 +27,13 @@ MAX_SCANNED = 1000  # entries of a folder looked at
 @dataclass
 class Claim:
     """A folder this process holds: its lock file's descriptor, the outermost folder :func:`claim`
-    created (None when it existed), and ``KEY='value'`` for messages."""
+    created (None when it existed)."""
 
     path: Path
     fd: int
     created: Path | None
     reserve: bool = False
     started: bool = False
-    shown: str = ""
 
 
 _claims: dict[str, Claim] = {}
@@ -86,7 +85,7 @@ def claim(path: Path, key: str = "hydra.run.dir", value: str | None = None) -> C
     except OSError as err:
         _remove_created(path, created)
         raise RunDirError(f"{shown}: cannot write there ({os_reason(err)}); {choose}") from None
-    held = Claim(path, fd, created, shown=shown)
+    held = Claim(path, fd, created)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         problem = _contents_problem(path, choose)
@@ -217,7 +216,7 @@ def abandon_all() -> None:
 def close_orphans(error: str) -> list[Path]:
     """The job folders below this process's claims whose own process died mid-run (a launcher's
     worker killed: summary.json says running, no process holds its lock): each now says
-    ``failed`` with ``error`` and its lock is removed. Returns them, oldest first."""
+    ``failed`` with ``error`` and its lock is removed. Returns them, by name."""
     from attnlab.outputs.artifacts import write_summary  # (artifacts imports this module)
 
     closed = []
