@@ -161,7 +161,9 @@ def main() -> None:
         print(refused, file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
     register_configs()
-    sys.argv[1:] = [*argv.prepare(typed), *HYDRA_WRITES_NOTHING]
+    prepared = argv.prepare(typed)
+    first = next((i for i, a in enumerate(prepared) if "=" in a and not a.startswith("-")), 0)
+    sys.argv[1:] = [*prepared[:first], *HYDRA_WRITES_NOTHING, *prepared[first:]]  # beside the user's overrides
     os.environ.setdefault(FULL_ERROR, os.environ.get("HYDRA_FULL_ERROR", "0"))
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises its errors here instead of printing its report
     # a launcher whose worker was killed leaves its semaphores to multiprocessing's tracker: no warning for that
