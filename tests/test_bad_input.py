@@ -148,7 +148,7 @@ CASES = [
          "train.snapshot_steps='5 snapshots of 2000000 head(s) x 6 x 6 tokens': the run's attention.npz would be "
          "about 1.3 GiB, more than the 1.0 GiB attnlab's readers accept"),
     Case("heads_drawn", "more heatmaps than a run may draw", ("model.n_heads=10000", "logging.figures=true"), "ours",
-         "model.n_heads=10000: about 50,000 heatmaps to draw (figures and TensorBoard images), more than 1,000: "
+         "model.n_heads=10000: about 50,005 heatmaps to draw (figures and TensorBoard images), more than 1,000: "
          "fewer heads or snapshots, or logging.figures=false logging.images=false"),
     Case("heads_console", "console lines wider than a run may print", ("model.n_heads=1000", "logging.console=true"),
          "ours", "model.n_heads=1000: about 24,000 characters in each snapshot's console line, more than 10,000: "

@@ -6,6 +6,8 @@
 """
 from __future__ import annotations
 
+import contextlib
+
 from omegaconf import DictConfig
 
 from attnlab.commands.argv import prepare
@@ -29,10 +31,9 @@ def compose(*overrides: str, config_name: str = "config") -> DictConfig:
     if (refused := refusal(list(overrides))) is not None:
         raise AttnlabError(refused.removeprefix("error: "))
     register_configs()
+    inside = GlobalHydra.instance().is_initialized()  # e.g. inside a Hydra app or another compose
     try:
-        if GlobalHydra.instance().is_initialized():  # e.g. inside a Hydra app or another compose
-            return hydra_compose(config_name, overrides=prepare(overrides))
-        with initialize_config_module("attnlab.conf", version_base="1.3"):
+        with contextlib.nullcontext() if inside else initialize_config_module("attnlab.conf", version_base="1.3"):
             return hydra_compose(config_name, overrides=prepare(overrides))
     except Exception as err:
         raise AttnlabError(error_line(err, list(overrides)).removeprefix("error: ")) from None

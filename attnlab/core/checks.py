@@ -24,9 +24,7 @@ LOSS_CHARS = 24  # at most, of one loss in metrics.csv (repr of a float64: "-2.2
 TENSORBOARD_STEP_BYTES = 64  # one scalar event per step
 TENSORBOARD_IMAGE_BYTES = 120_000  # one heatmap PNG per snapshot
 MAX_HEATMAPS = 1000  # heatmaps a run draws (figures and TensorBoard images; ~0.3 s each on 2 busy cores)
-FIGURE_SNAPSHOTS = (10, 5)  # snapshots attention_evolution.png draws: with one head, with several (plots.py)
 MAX_CONSOLE_LINE = 10_000  # characters of one console line (the heads line: ~24 per head)
-CONSOLE_HEAD_CHARS = 24
 THREADS_PER_CPU = 4  # torch threads a run may ask for, per CPU of this machine
 Check = Callable[[Any, DictConfig], bool]
 
@@ -185,10 +183,8 @@ def disk_estimate(cfg: DictConfig, seq_len: int) -> dict[str, float]:
 
 def resources(cfg: DictConfig, seq_len: int, vocab_size: int, run_dir: Path | None = None) -> None:
     """ConfigError naming the key that makes it large, before anything is built, when the run needs
-    more memory than is available or threads than :data:`THREADS_PER_CPU` per CPU; a training run,
-    when it draws more than :data:`MAX_HEATMAPS`, prints lines of more than :data:`MAX_CONSOLE_LINE`
-    characters, or (into ``run_dir``) writes a file past its readers' limit (:mod:`attnlab.core.files`)
-    or more than the disk has free."""
+    more memory or threads than the machine has, draws or prints more than the limits above, or
+    (into ``run_dir``) writes a file past its readers' limit (:mod:`attnlab.core.files`) or the free disk."""
     need = memory_estimate(cfg, seq_len, vocab_size)
     available = available_memory()
     if available is not None and sum(need.values()) > available:
@@ -203,12 +199,11 @@ def resources(cfg: DictConfig, seq_len: int, vocab_size: int, run_dir: Path | No
     if plain(cfg.task) != "train":
         return
     h, n_snaps, lg = cfg.model.n_heads, len(snapshot_steps(cfg.train)), cfg.logging
-    drawn = (min(n_snaps, FIGURE_SNAPSHOTS[h > 1]) * h if lg.figures else 0) + (
-        n_snaps * (h + (h > 1)) if lg.tensorboard and lg.images else 0)  # with H > 1: each head and their mean
+    drawn = n_snaps * (h + (h > 1)) * (lg.figures + (lg.tensorboard and lg.images))  # at most: each head, the mean
     for amount, limit, what, hint in (
             (drawn, MAX_HEATMAPS, "heatmaps to draw (figures and TensorBoard images)",
              "fewer heads or snapshots, or logging.figures=false logging.images=false"),
-            (CONSOLE_HEAD_CHARS * h * lg.console, MAX_CONSOLE_LINE, "characters in each snapshot's console line",
+            (24 * h * lg.console, MAX_CONSOLE_LINE, "characters in each snapshot's console line",
              "fewer heads, or logging.console=false")):
         if amount > limit:
             raise ConfigError("model.n_heads", h, f"about {amount:,} {what}, more than {limit:,}: {hint}")
