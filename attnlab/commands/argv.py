@@ -96,12 +96,9 @@ def not_text(argv: list[str]) -> str | None:
 def overridden(argv: list[str], keys: list[str]) -> tuple[str, str] | None:
     """The first argument overriding one of ``keys`` or a key below it (``hydra/job_logging=x``,
     ``+hydra.job_logging.handlers.f=...``) and that key, or None."""
-    for arg in argv:
-        name = arg.split("=", 1)[0].lstrip("+~").replace("/", ".")
-        for key in keys:
-            if f"{name}.".startswith(f"{key.replace('/', '.')}."):
-                return arg, key
-    return None
+    below = {key: key.replace("/", ".") + "." for key in keys}
+    return next(((arg, key) for arg in argv for key, prefix in below.items()
+                 if (arg.split("=", 1)[0].lstrip("+~").replace("/", ".") + ".").startswith(prefix)), None)
 
 
 def refused_option(argv: list[str]) -> str | None:
