@@ -29,9 +29,9 @@ def make_large_run(run_dir: Path, snapshots: int = 1000, T: int = 256) -> Path:
         cfg = compose("config", overrides=[f"text_file={text}", f"train.steps={snapshots}", "train.snapshot_steps=[0]",
                                            "logging=off", "logging.console=false", "logging.progress=false"])
     cfg.train.snapshot_steps = list(range(snapshots))  # faster set here than parsed as an override
-    (run_dir / ".hydra").mkdir(exist_ok=True)
-    OmegaConf.save(cfg, run_dir / ".hydra" / "config.yaml")
     status = run_job(cfg, run_dir).status
     if status != "completed":
         raise RuntimeError(f"large run ended {status}")
+    (run_dir / ".hydra").mkdir(exist_ok=True)
+    OmegaConf.save(cfg, run_dir / ".hydra" / "config.yaml")
     return run_dir

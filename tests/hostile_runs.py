@@ -61,15 +61,15 @@ def make_healthy_run(run: Path, overrides: tuple[str, ...] = TRAIN_OVERRIDES) ->
     from conftest import compose_cfg
 
     cfg = compose_cfg(*overrides)
-    (run / ".hydra").mkdir(parents=True)
-    OmegaConf.save(cfg, run / CONFIG)
-    (run / OVERRIDES).write_text(yaml.safe_dump(list(overrides)), encoding="utf-8")
-    (run / HYDRA).write_text("hydra:\n  job:\n    name: attnlab\n    num: 0\n", encoding="utf-8")
     import contextlib
 
     with contextlib.redirect_stdout(io.StringIO()):  # the run's console output is not the corpus's
         status = run_job(cfg, run)
     assert status == "completed", status
+    (run / ".hydra").mkdir()
+    OmegaConf.save(cfg, run / CONFIG)
+    (run / OVERRIDES).write_text(yaml.safe_dump(list(overrides)), encoding="utf-8")
+    (run / HYDRA).write_text("hydra:\n  job:\n    name: attnlab\n    num: 0\n", encoding="utf-8")
     # attnlab also records the resolved config in summary.json, and reproduce prefers it; the corpus
     # attacks .hydra/config.yaml, so its runs leave it out, as runs of attnlab before that did
     # (test_reproduce checks the recorded-config path on its own)

@@ -46,3 +46,28 @@ def test_threads_training_at_once_each_get_their_runs_numbers():
     for k, losses in together:
         assert np.array_equal(losses, alone[k]), k
     assert not np.array_equal(alone[0], alone[1])
+
+
+def test_compose_speaks_as_the_command_and_train_keeps_the_callers_threads():
+    import pytest
+    import torch
+
+    from attnlab.core.errors import AttnlabError
+
+    for overrides, line in [(("model.d_mdl=3",), "model.d_mdl=3: no such config key (`attnlab --help` lists every key)"),
+                            (("optimizer=rmsprop",), "optimizer=rmsprop: no such option; allowed: adam, adamw, sgd"),
+                            (("+train.stepz=1",), "+train.stepz=1: no such config key; attnlab's keys are fixed by its "
+                                                  "schema and cannot be added or removed (`attnlab --help` lists them)"),
+                            (("sentence=caf\udce9",), "'sentence=caf\\xe9': not UTF-8 text (the terminal's encoding is "
+                                                      "another); set a UTF-8 locale (e.g. LANG=C.UTF-8) or put the "
+                                                      "text in a UTF-8 file: text_file=FILE")]:
+        with pytest.raises(AttnlabError) as err:
+            compose(*overrides)
+        assert str(err.value) == line
+    caller = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        assert train(compose("train.steps=2", "threads=1")).status == "completed"
+        assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(caller)

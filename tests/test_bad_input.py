@@ -146,9 +146,37 @@ CASES = [
     Case("memory", "a model that cannot fit in memory", ("model.d_model=100000",), "ours",
          "model.d_model=100000: the run needs about 167.8 GiB of memory (token_embedding 18.7 GiB, attention "
          "149.0 GiB, activations 18.3 MiB), more than the"),
-    Case("disk", "a run whose files cannot fit on the disk", ("train.steps=10000000000000",), "ours",
-         "train.steps=10000000000000: the run would write about 260770.3 GiB (metrics.csv 260770.3 GiB, "
-         "attention.npz 1.1 KiB), more than the"),
+    Case("metrics_limit", "a metrics.csv larger than attnlab's readers accept", ("train.steps=10000000",), "ours",
+         "train.steps=10000000: the run's metrics.csv would be about 314.7 MiB, more than the 64.0 MiB attnlab's "
+         "readers accept"),
+    Case("attention_limit", "an attention.npz larger than attnlab's readers accept",
+         ("model.n_heads=2000000", "model.d_model=1", "model.d_k=1", "model.d_v=1", "logging.console=false"), "ours",
+         "train.snapshot_steps='5 snapshots of 2000000 head(s) x 6 x 6 tokens': the run's attention.npz would be "
+         "about 1.3 GiB, more than the 1.0 GiB attnlab's readers accept"),
+    Case("heads_drawn", "more heatmaps than a run may draw", ("model.n_heads=10000", "logging.figures=true"), "ours",
+         "model.n_heads=10000: about 50,005 heatmaps to draw (figures and TensorBoard images), more than 1,000: "
+         "fewer heads or snapshots, or logging.figures=false logging.images=false"),
+    Case("heads_console", "console lines wider than a run may print", ("model.n_heads=1000", "logging.console=true"),
+         "ours", "model.n_heads=1000: about 24,000 characters in each snapshot's console line, more than 10,000: "
+                 "fewer heads, or logging.console=false"),
+    Case("threads_many", "more torch threads than the machine can run", ("threads=10000",), "ours",
+         "threads=10000: more than 4 per CPU of this machine's"),
+    # issue 24: what the OS and Hydra hand over
+    Case("text_file_device", "a `text_file` that is a device (it never ends)", ("text_file=/dev/zero",), "ours",
+         "text_file='/dev/zero': must be a readable UTF-8 file (is a character device, not a regular file (refused))"),
+    Case("text_file_folder", "a `text_file` that is a folder", ("text_file=/",), "ours",
+         "text_file='/': must be a readable UTF-8 file (is a directory, not a regular file (refused))"),
+    Case("latin1_argv", "text from a terminal whose encoding is not UTF-8 (Latin-1 `é`)", ("sentence=caf\udce9 au lait",),
+         "hydra", "error: 'sentence=caf\\xe9 au lait': not UTF-8 text (the terminal's encoding is another)", cli=True),
+    Case("hydra_output_subdir", "Hydra told to save `.hydra/` itself", ("hydra.output_subdir=.hydra",), "hydra",
+         "error: hydra.output_subdir=.hydra: attnlab sets hydra.output_subdir (Hydra writes nothing into a run dir",
+         cli=True),
+    Case("hydra_job_logging", "Hydra's job log, which it writes into the run dir", ("hydra/job_logging=default",),
+         "hydra", "error: hydra/job_logging=default: attnlab sets hydra/job_logging", cli=True),
+    Case("hydra_log_file", "a log file handler added to Hydra's job logging",
+         ("+hydra.job_logging.handlers.f={class:logging.FileHandler,filename:x.log}",), "hydra",
+         "error: +hydra.job_logging.handlers.f={class:logging.FileHandler,filename:x.log}: attnlab sets "
+         "hydra/job_logging (Hydra writes nothing", cli=True),
     # issue 10: text as typed, keys that exist
     Case("chinese_unquoted", "Chinese text without Hydra quoting", ("sentence=你的旅程从一步开始",), "ok",
          "[19526, 254, 21410, 33768, 227, 163, 101, 233, 20015, 236, 31660, 29826, 98, 28156, 222, 34650, 233]"),
@@ -179,7 +207,7 @@ CASES = [
          "error: train.objective='ce': Invalid value 'ce', expected one of [mse, next_token]"),
 ]
 CASE_IDS = [c.id for c in CASES]
-MACHINE_DEPENDENT = {"memory", "disk"}  # their message ends with this machine's free memory / disk
+MACHINE_DEPENDENT = {"memory", "threads_many"}  # their message ends with this machine's memory / CPUs
 
 # attnlab-reproduce and run-dir cases: (id, what, how the folder is made, expected in stderr)
 REPRODUCE_CASES = [
@@ -389,7 +417,8 @@ def _attnlab_case(case: Case, tmp: Path) -> dict:
     if case.kind == "ok":
         ids = safe_read.read_attention(run)["token_ids"].tolist()
         seen = f"accepted; token_ids {ids}"
-    return {"cmd": shlex.join(["attnlab", *case.args]), "rc": proc.returncode, "seen": seen,
+    cmd = shlex.join(["attnlab", *case.args]).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return {"cmd": cmd, "rc": proc.returncode, "seen": seen,
             "status": summary.get("status", "(no run dir)")}
 
 
@@ -504,8 +533,10 @@ How to read it:
   torch cannot represent; every step before it is kept, and the message names the likely cause:
   the initialisation when step 0 already overflows, else the learning rate) or `interrupted`
   (Ctrl-C or SIGTERM; every finished step is kept).
-- The memory and disk checks estimate what a run needs before anything is allocated; their
-  message ends with what this machine has, so those rows differ from machine to machine.
+- One estimate before the first step (`attnlab.core.checks.resources`) refuses a run that cannot
+  finish: memory, each file against the limit attnlab's own readers accept, the free disk,
+  heatmaps drawn, console line width, threads. The memory and thread rows end with what this
+  machine has, so they differ from machine to machine.
 
 ## `attnlab` overrides
 
@@ -520,8 +551,9 @@ of `<`, `|` and the spaces: `attnlab 'sentence=Your journey<|endoftext|> starts'
 ## Run folders: new or empty, one process each, and `attnlab-reproduce`
 
 A run folder (`hydra.run.dir`, `hydra.sweep.dir`, `attnlab-reproduce --out`) must be new or
-empty; it is claimed (its lock file `.attnlab.lock` taken) before Hydra writes `.hydra/` into it,
-so a refused folder is left exactly as it was (exit status 2, one line). A folder that cannot be
+empty; it is claimed (its lock file `.attnlab.lock` taken) before anything is written into it
+(Hydra writes nothing there; attnlab saves `.hydra/` once it holds the folder), so a refused
+folder is left exactly as it was (exit status 2, one line). A folder that cannot be
 written (read-only, no permission) is refused the same way: `error: hydra.run.dir='RUN_DIR':
 cannot write there (read-only file system); choose another hydra.run.dir`.
 

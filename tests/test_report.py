@@ -167,9 +167,9 @@ def test_walkthrough_run_is_one_snapshot(tmp_path):
 
     run_dir = tmp_path / "walk"
     cfg = compose_cfg("experiment=tutorial_walkthrough", "logging.console=false")
-    (run_dir / ".hydra").mkdir(parents=True)
-    OmegaConf.save(cfg, run_dir / ".hydra" / "config.yaml")  # as Hydra saves it
     assert run_job(cfg, run_dir).status == "completed"
+    (run_dir / ".hydra").mkdir()
+    OmegaConf.save(cfg, run_dir / ".hydra" / "config.yaml")  # as Hydra saves it
     rec = report_data.load_run(run_dir)
     with np.load(run_dir / "walkthrough.npz") as npz:
         weights, ids = npz["weights"], npz["token_ids"]

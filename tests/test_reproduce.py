@@ -278,7 +278,7 @@ def test_out_inside_run_dir_or_over_a_finished_run_is_refused(fresh_run, tmp_pat
     other = copy_run(fresh_run, tmp_path / "other")
     assert main([str(fresh_run), "--out", str(other)]) == 2
     err = capsys.readouterr().err.splitlines()
-    assert "a reproduction never writes into the run it checks" in err[0]
+    assert "it reads; choose a path outside it" in err[0]
     assert "already holds a completed run" in err[2]
     assert tree_bytes(fresh_run) == before
 
@@ -339,9 +339,9 @@ def test_walkthrough_run_reproduces_and_an_edited_array_is_named(tmp_path, capsy
 
     cfg = compose_cfg("experiment=tutorial_walkthrough", "logging.console=false")
     run = tmp_path / "wt"
-    (run / ".hydra").mkdir(parents=True)
-    OmegaConf.save(cfg, run / ".hydra" / "config.yaml")
     assert run_job(cfg, run).status == "completed"
+    (run / ".hydra").mkdir()
+    OmegaConf.save(cfg, run / ".hydra" / "config.yaml")
     capsys.readouterr()
     assert main([str(run), "--out", str(tmp_path / "r1")]) == 0
     assert capsys.readouterr().out.splitlines()[-2] == "reproduced exactly"  # after the narration

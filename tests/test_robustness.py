@@ -91,7 +91,7 @@ def test_cli_diverged_exit_then_same_dir_is_refused_byte_identical(tmp_path, att
     assert second.returncode == 2
     assert second.stderr == (f"error: hydra.run.dir={str(run)!r}: already holds a diverged run; choose another "
                              "hydra.run.dir (runs are never overwritten)\n")
-    assert tree_bytes(run) == before  # .hydra/config.yaml too: refused before Hydra writes it
+    assert tree_bytes(run) == before  # .hydra/config.yaml too: refused before anything is written
 
 
 def test_run_job_refuses_a_finished_run_dir_in_process(tmp_path):
@@ -259,3 +259,68 @@ def test_loss_recorder_sends_batches_finds_the_threshold_and_stops_at_divergence
     assert streaming.flush()
     assert streaming.losses.size == 0
     assert streaming.recorded == 1
+
+
+# --- only attnlab writes in a run dir; tools never write over what they read; inputs ---------------
+
+def test_a_sweep_whose_job_folders_collide_refuses_the_second_and_leaves_the_first_as_it_was(tmp_path, attnlab_here):
+    """Hydra writes nothing into a job folder (attnlab saves .hydra/ once it holds the folder), so
+    a second job aimed at a finished job's folder is refused with nothing of it written."""
+    sweep = tmp_path / "sweep"
+    proc = attnlab_here("-m", f"hydra.sweep.dir={sweep}", *SMALL, "seed=1", "model.d_model=6,8",
+                        "hydra.sweep.subdir=seed${seed}")
+    run = sweep / "seed1"
+    assert (proc.returncode, proc.stderr) == (2, f"error: hydra.sweep.subdir='{run}': already holds a completed run; "
+                                                 "choose another hydra.sweep.subdir (runs are never overwritten)\n")
+    assert safe_read.read_summary(run)["config"]["model"]["d_model"] == 6
+    assert (run / ".hydra" / "overrides.yaml").read_text() == "\n".join(
+        ["- logging=off", "- train.steps=40", "- train.snapshot_steps=[0,10,39]", "- seed=1", "- model.d_model=6", ""])
+    hydra = safe_read.read_yaml_data(run / ".hydra" / "hydra.yaml", root=run)["hydra"]
+    assert (hydra["runtime"]["output_dir"], hydra["job"]["num"], hydra["output_subdir"]) == (str(run), 0, None)
+    assert safe_read.read_yaml_data(run / ".hydra" / "config.yaml", root=run)["model"]["d_model"] == 6
+    assert sorted(p.name for p in sweep.iterdir()) == ["multirun.yaml", "seed1"]
+
+
+def test_a_tool_never_writes_over_a_run_it_reads(default_run, tmp_path, capsys):
+    from attnlab.commands import compare
+    from attnlab.saved import report
+
+    before = tree_bytes(default_run)
+    for main, args in [(compare.main, ["--csv", str(default_run / "metrics.csv")]),
+                       (compare.main, ["--plot", str(default_run / ".hydra" / "new.png")]),
+                       (report.main, ["-o", str(default_run / "summary.json")])]:
+        assert main([str(default_run), *args]) == 2, args
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f": inside the run dir {default_run.resolve()} it reads; choose a path" in err
+    assert tree_bytes(default_run) == before
+
+
+def test_text_file_is_read_bounded_without_its_bom(tmp_path, cfg_of):
+    from attnlab.core.errors import ConfigError
+    from attnlab.core.files import TEXT_FILE_LIMIT
+    from attnlab.core.tokenizer import tokenize
+
+    (tmp_path / "bom.txt").write_bytes(b"\xef\xbb\xbfYour journey starts\n")
+    (tmp_path / "big.txt").write_bytes(b"a " * (TEXT_FILE_LIMIT // 2 + 1))
+    plain = tokenize(cfg_of("sentence=Your journey starts"))
+    assert tokenize(cfg_of(f"text_file={tmp_path / 'bom.txt'}")).token_ids == plain.token_ids == [7120, 7002, 4940]
+    with pytest.raises(ConfigError, match=rf"^text_file='{tmp_path}/big.txt': must be a readable UTF-8 file \(is "
+                                          rf"{TEXT_FILE_LIMIT + 2} bytes, more than the limit of {TEXT_FILE_LIMIT} bytes\)$"):
+        tokenize(cfg_of(f"text_file={tmp_path / 'big.txt'}"))
+
+
+def test_a_fifo_text_file_is_refused_at_once_by_the_real_command(tmp_path):
+    os.mkfifo(tmp_path / "fifo")  # opening it for reading would wait for a writer forever
+    proc = subprocess.run([sys.executable, "-m", "attnlab.commands.cli", f"hydra.run.dir={tmp_path / 'run'}",
+                           "logging=off", f"text_file={tmp_path / 'fifo'}"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, stdin=subprocess.DEVNULL)
+    assert (proc.returncode, proc.stderr) == (2, f"error: text_file='{tmp_path / 'fifo'}': must be a readable UTF-8 "
+                                                 "file (is a FIFO (named pipe), not a regular file (refused))\n")
+    assert safe_read.read_summary(tmp_path / "run")["status"] == "failed"
+
+
+def test_hydra_job_chdir_keeps_what_a_relative_text_file_means(tmp_path, attnlab_here):
+    (tmp_path / "notes.txt").write_text("Your journey starts with one step\n", encoding="utf-8")
+    proc = attnlab_here("hydra.job.chdir=true", "text_file=notes.txt", "hydra.run.dir=out", *SMALL, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert safe_read.read_attention(tmp_path / "out")["token_ids"].tolist() == [7120, 7002, 4940, 351, 530, 2239]

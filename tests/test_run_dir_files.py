@@ -75,14 +75,56 @@ def test_a_run_stopped_early_keeps_the_snapshots_of_its_steps(tmp_path):
     assert not list(tmp_path.glob(".*"))  # no partial or temporary file left
 
 
-def test_an_attention_archive_over_the_readers_limit_is_refused_before_the_first_step(tmp_path):
+def test_a_run_whose_files_its_readers_would_refuse_is_refused_before_the_first_step(tmp_path, cfg_of):
+    """One estimate (core.checks.resources) against the readers' limits (core.files), per file;
+    the estimate is an upper bound of what a real run writes."""
+    from omegaconf import OmegaConf
+
+    from attnlab.core import checks
+
     s = int(NPZ_LIMIT // (4 * 256 * 256)) + 1  # frames of (1, 256, 256) float32 past the limit
-    with pytest.raises(ConfigError, match=rf"^train\.snapshot_steps='{s} snapshots': .* at most 1,024 MB is allowed"):
-        artifacts.check_attention_size(s, 1, 256)
-    artifacts.check_attention_size(s // 2, 1, 256)
-    with pytest.raises(ConfigError):
-        artifacts.RunDirSink(tmp_path).on_start(RunInfo({}, list(range(256)), ["t"] * 256, list(range(s)), s, 0))
+    for frames_, steps, refused in [(s, s, "attention.npz"), (s // 2, s, None), (2, 2_100_000, "metrics.csv"),
+                                    (2, 1_900_000, None)]:
+        cfg = cfg_of("logging=off", f"train.steps={steps}")
+        OmegaConf.update(cfg, "train.snapshot_steps", list(range(frames_)))
+        if refused is None:
+            checks.resources(cfg, 256, 50257, tmp_path)
+            continue
+        limit = {"attention.npz": "1.0 GiB", "metrics.csv": "64.0 MiB"}[refused]
+        with pytest.raises(ConfigError, match=rf"the run's {refused} would be about .*, more than the {limit} "
+                                              "attnlab's readers accept$"):
+            checks.resources(cfg, 256, 50257, tmp_path)
     assert list(tmp_path.iterdir()) == []
+    from attnlab.commands.job import run_job
+
+    cfg = cfg_of("logging=off", "train.steps=300")
+    assert run_job(cfg, tmp_path / "run").status == "completed"
+    estimate = checks.disk_estimate(cfg, 6)
+    for file in ("metrics.csv", "attention.npz"):
+        assert 0 < (tmp_path / "run" / file).stat().st_size <= estimate[file], file
+
+
+def test_jobs_of_a_dead_launcher_worker_say_failed_and_lose_their_lock(tmp_path):
+    """What ``attnlab -m`` does when a launcher loses a worker (the OOM killer): every job folder
+    of the sweep whose process died mid-run; a live or finished job is left as it is."""
+    sweep = rundir.claim(tmp_path / "sweep", key="hydra.sweep.dir").path
+    try:
+        for name, status, live in [("0_dead", "running", False), ("1_done", "completed", False),
+                                   ("2_live", "running", True)]:
+            (sweep / name).mkdir()
+            artifacts.write_summary(sweep / name, status=status)
+            (sweep / name / rundir.LOCK).write_text("1\n")
+        held = os.open(sweep / "2_live" / rundir.LOCK, os.O_RDONLY)
+        fcntl.flock(held, fcntl.LOCK_EX)
+        assert rundir.close_orphans("its process ended before the run did (X)") == [sweep / "0_dead"]
+        os.close(held)
+    finally:
+        rundir.release(sweep)
+    assert json.loads((sweep / "0_dead" / "summary.json").read_text()) == {
+        "status": "failed", "error": "its process ended before the run did (X)"}
+    assert not (sweep / "0_dead" / rundir.LOCK).exists()
+    assert json.loads((sweep / "1_done" / "summary.json").read_text())["status"] == "completed"
+    assert (sweep / "2_live" / rundir.LOCK).exists()
 
 
 def test_atomic_savez_is_what_np_savez_writes(tmp_path):
@@ -123,13 +165,6 @@ def test_a_claim_locks_reserves_and_is_released(tmp_path, claim):
     rundir.abandon(run)  # nothing started: the folders made for it are removed again
     assert not (tmp_path / "a").exists()
     assert not rundir.run_is_live(run)
-
-
-def test_a_folder_with_hydras_files_only_can_be_claimed(tmp_path, claim):
-    (tmp_path / ".hydra").mkdir()
-    (tmp_path / ".hydra" / "config.yaml").write_text("seed: 1\n")
-    (tmp_path / "job.log").write_text("")
-    claim(tmp_path, hydra_subdir=".hydra", hydra_log="job.log")
 
 
 @pytest.mark.parametrize("kind, expected", [

@@ -164,13 +164,19 @@ def test_an_unresolvable_sweep_member_is_a_failed_row_and_the_table_is_written(c
     assert (sweep / "1_logging=off,model.d_k=_{nope},train.steps=3").is_dir()
 
 
-def test_without_hydra_output_subdir_runs_are_still_summarized_and_compared(cli, tmp_path):
+def test_runs_without_their_hydra_folder_are_still_summarized_and_compared(cli, tmp_path):
+    import shutil
+
+    from attnlab.commands.sweep import summarize
     from attnlab.saved import runs
 
     sweep = tmp_path / "sweep"
-    proc = cli("-m", f"hydra.sweep.dir={sweep}", "hydra.output_subdir=null", *FAST, "seed=1,2")
+    proc = cli("-m", f"hydra.sweep.dir={sweep}", *FAST, "seed=1,2")
     assert proc.returncode == 0, proc.stderr
     dirs = job_dirs(sweep)
+    for d in dirs:
+        shutil.rmtree(d / ".hydra")
+    assert summarize(sweep, print_table=False) == 0
     assert [sorted(p.name for p in d.iterdir()) for d in dirs] == [["attention.npz", "metrics.csv", "summary.json"]] * 2
     rows = read_csv(sweep / "summary.csv")
     assert [r["status"] for r in rows] == ["completed", "completed"]

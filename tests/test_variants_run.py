@@ -150,9 +150,9 @@ def test_a_dropout_run_reproduces_bit_for_bit_and_says_why(tmp_path, capsys):
 
     run = tmp_path / "run"
     cfg = compose_cfg(*SHORT, "model.dropout=0.2", "logging.console=false")
-    (run / ".hydra").mkdir(parents=True)
-    OmegaConf.save(cfg, run / ".hydra" / "config.yaml")
     assert run_job(cfg, run).status == "completed"
+    (run / ".hydra").mkdir()
+    OmegaConf.save(cfg, run / ".hydra" / "config.yaml")
     assert main([str(run), "--out", str(tmp_path / "again")]) == 0
     seen = capsys.readouterr()
     assert seen.out.splitlines()[0] == "reproduced exactly"

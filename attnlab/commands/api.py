@@ -6,12 +6,16 @@
 """
 from __future__ import annotations
 
+import contextlib
+
 from omegaconf import DictConfig
 
 from attnlab.commands.argv import prepare
+from attnlab.commands.cli import error_line, refusal
 from attnlab.commands.hydra_config import register_configs
+from attnlab.core import training
+from attnlab.core.errors import AttnlabError
 from attnlab.core.records import RunResult, Snapshot
-from attnlab.core.training import train
 from attnlab.core.walkthrough import walkthrough
 
 __all__ = ["compose", "train", "walkthrough", "RunResult", "Snapshot"]
@@ -19,14 +23,29 @@ __all__ = ["compose", "train", "walkthrough", "RunResult", "Snapshot"]
 
 def compose(*overrides: str, config_name: str = "config") -> DictConfig:
     """The config that ``attnlab OVERRIDES`` would run (free text as typed: ``compose("sentence=你好")``).
-    Raises Hydra's ``ConfigCompositionException`` / ``ValidationError`` for unknown keys or bad values."""
+    Raises AttnlabError with the command's one line (``model.d_mdl=3: no such config key ...``)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
 
+    if (refused := refusal(list(overrides))) is not None:
+        raise AttnlabError(refused.removeprefix("error: "))
     register_configs()
-    overrides = prepare(overrides)
-    if GlobalHydra.instance().is_initialized():  # e.g. inside a Hydra app or another compose
-        return hydra_compose(config_name, overrides=overrides)
-    with initialize_config_module("attnlab.conf", version_base="1.3"):
-        return hydra_compose(config_name, overrides=overrides)
+    inside = GlobalHydra.instance().is_initialized()  # e.g. inside a Hydra app or another compose
+    try:
+        with contextlib.nullcontext() if inside else initialize_config_module("attnlab.conf", version_base="1.3"):
+            return hydra_compose(config_name, overrides=prepare(overrides))
+    except Exception as err:
+        raise AttnlabError(error_line(err, list(overrides)).removeprefix("error: ")) from None
+
+
+def train(cfg: DictConfig, *args, **kwargs) -> RunResult:
+    """:func:`attnlab.core.training.train` (same arguments), the caller's torch thread count kept."""
+    import torch
+
+    caller = torch.get_num_threads()
+    try:
+        return training.train(cfg, *args, **kwargs)
+    finally:
+        if torch.get_num_threads() != caller:
+            torch.set_num_threads(caller)

@@ -82,6 +82,25 @@ def unknown_added_keys(argv: Iterable[str], schema_keys: set[str]) -> list[str]:
     return bad
 
 
+def not_text(argv: list[str]) -> str | None:
+    """The one-line error for the first argument holding bytes that are no UTF-8 (what a Latin-1
+    terminal hands over for ``sentence=café``: Python's surrogate escapes), or None."""
+    bad = next((a for a in argv if re.search("[\ud800-\udfff]", a)), None)
+    if bad is None:
+        return None
+    shown = "".join(f"\\x{ord(c) - 0xDC00:02x}" if "\udc80" <= c <= "\udcff" else c for c in bad)  # the byte
+    return (f"error: '{printable(shown, 120)}': not UTF-8 text (the terminal's encoding is another); set a UTF-8 "
+            "locale (e.g. LANG=C.UTF-8) or put the text in a UTF-8 file: text_file=FILE")
+
+
+def overridden(argv: list[str], keys: list[str]) -> tuple[str, str] | None:
+    """The first argument overriding one of ``keys`` or a key below it (``hydra/job_logging=x``,
+    ``+hydra.job_logging.handlers.f=...``) and that key, or None."""
+    below = {key: key.replace("/", ".") + "." for key in keys}
+    return next(((arg, key) for arg in argv for key, prefix in below.items()
+                 if (arg.split("=", 1)[0].lstrip("+~").replace("/", ".") + ".").startswith(prefix)), None)
+
+
 def refused_option(argv: list[str]) -> str | None:
     """The one-line error for ``--experimental-rerun FILE`` in ``argv``, or None: Hydra would
     unpickle the file, and a pickle from someone else's run dir runs code."""

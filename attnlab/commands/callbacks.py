@@ -1,5 +1,5 @@
 """Hydra callbacks (``hydra.callbacks`` in ``conf/config.yaml``): claim every output folder
-before Hydra writes into it, and print the table at the end of every sweep."""
+before anything is written into it, and print the table at the end of every sweep."""
 from __future__ import annotations
 
 import sys
@@ -38,8 +38,8 @@ def _claim(config: DictConfig, kind: str) -> None:
 
 class NeverOverwrite(Callback):
     """Claim ``hydra.run.dir`` or ``hydra.sweep.dir`` (each job's folder: ``run_job``) before
-    Hydra writes ``.hydra/`` into it (:func:`attnlab.outputs.rundir.claim`). A Ctrl-C that came
-    while Python was importing stops here, before any folder is made."""
+    anything is written into it (:func:`attnlab.outputs.rundir.claim`). A Ctrl-C that came while
+    Python was importing stops here, before any folder is made."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         _claim(config, "run")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import sys
 from pathlib import Path
 
@@ -32,6 +31,9 @@ from attnlab.core.files import printable
 from attnlab.outputs import rundir, streams
 from attnlab.outputs.console import display_path
 
+# Hydra saves no .hydra/ and no job log into a run dir, whatever the config (also --config-path);
+# overriding these (or keys below them) is refused: attnlab saves .hydra/ once it holds the folder
+HYDRA_WRITES_NOTHING = ("hydra.output_subdir=null", "hydra/job_logging=none")
 FULL_ERROR = "ATTNLAB_FULL_ERROR"  # the user's HYDRA_FULL_ERROR (attnlab sets Hydra's to 1 to catch its errors)
 
 
@@ -39,9 +41,10 @@ FULL_ERROR = "ATTNLAB_FULL_ERROR"  # the user's HYDRA_FULL_ERROR (attnlab sets H
 def _hydra_main(cfg: DictConfig) -> str:
     hc = HydraConfig.get()
     run_dir, in_sweep = Path(hc.runtime.output_dir), hc.mode == RunMode.MULTIRUN
+    os.chdir(hc.runtime.cwd)  # hydra.job.chdir=true changes no path's meaning (Hydra changes back after the job)
     overrides = OmegaConf.to_container(hc.overrides.task, resolve=False)  # as typed, never resolved
     try:
-        result = run_job(cfg, run_dir, overrides=overrides, key="hydra.sweep.dir" if in_sweep else "hydra.run.dir")
+        result = run_job(cfg, run_dir, overrides=overrides, key="hydra.sweep.subdir" if in_sweep else "hydra.run.dir")
     except AttnlabError as err:  # a sweep job's folder refused
         print(f"error: {err}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
@@ -81,11 +84,7 @@ def error_line(err: BaseException, typed: list[str]) -> str:
         return f"error: {err}"
     if isinstance(err, MissingConfigException) and err.missing_cfg_file and err.options:
         return f"error: {err.missing_cfg_file.replace('/', '=', 1)}: no such option; allowed: {', '.join(err.options)}"
-    if isinstance(err, OSError):  # Hydra could not save its config into the folder claimed for it
-        held = rundir.claims()
-        if held:
-            return (f"error: {held[-1].shown}: cannot write Hydra's config there ({os_reason(err)}); "
-                    f"choose another {held[-1].shown.split('=', 1)[0]}")
+    if isinstance(err, OSError):
         return f"error: cannot write {printable(err.filename or 'the output folder', 300)}: {os_reason(err)}"
     if isinstance(err, OverrideParseException):
         return _syntax_line(text, typed)
@@ -137,11 +136,19 @@ def _syntax_line(report: str, typed: list[str]) -> str:
     return f"error: {shown!r}: not valid override syntax ({what}); {hint}, e.g. '{key}=\"a=b\"'"
 
 
-def install_signal_handlers() -> None:
-    """SIGINT, SIGTERM and SIGHUP (as SIGTERM) end the run ``interrupted`` at the training loop's
-    next step (:mod:`attnlab.core.interrupts`)."""
-    interrupts.install()
-    signal.signal(signal.SIGHUP, signal.getsignal(signal.SIGTERM))
+install_signal_handlers = interrupts.install  # SIGINT, SIGTERM, SIGHUP: interrupted at the next step
+
+
+def refusal(typed: list[str]) -> str | None:
+    """The one-line error for arguments refused before Hydra reads them (not text, an option
+    Hydra does not have or that unpickles, a setting of :data:`HYDRA_WRITES_NOTHING`, ``+key`` /
+    ``~key`` outside the schema), or None."""
+    ours = argv.overridden(typed, [setting.split("=")[0] for setting in HYDRA_WRITES_NOTHING])
+    return argv.not_text(typed) or argv.refused_option(typed) or argv.unknown_option(typed) or (ours and (
+        f"error: {printable(ours[0], 120)}: attnlab sets {ours[1]} (Hydra writes nothing into a run dir; attnlab "
+        "saves .hydra/ itself once it holds the folder)")) or next(
+        (f"error: {bad}: no such config key; attnlab's keys are fixed by its schema and cannot be added or "
+         "removed (`attnlab --help` lists them)" for bad in argv.unknown_added_keys(typed, schema_keys())), None)
 
 
 def main() -> None:
@@ -150,16 +157,17 @@ def main() -> None:
     install_signal_handlers()
     streams.install()
     typed = sys.argv[1:]
-    refused = argv.refused_option(typed) or argv.unknown_option(typed) or next(
-        (f"error: {bad}: no such config key; attnlab's keys are fixed by its schema and cannot be added or "
-         "removed (`attnlab --help` lists them)" for bad in argv.unknown_added_keys(typed, schema_keys())), None)
-    if refused is not None:
+    if (refused := refusal(typed)) is not None:
         print(refused, file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
     register_configs()
-    sys.argv[1:] = argv.prepare(typed)
+    prepared = argv.prepare(typed)
+    first = next((i for i, a in enumerate(prepared) if "=" in a and not a.startswith("-")), 0)
+    sys.argv[1:] = [*prepared[:first], *HYDRA_WRITES_NOTHING, *prepared[first:]]  # beside the user's overrides
     os.environ.setdefault(FULL_ERROR, os.environ.get("HYDRA_FULL_ERROR", "0"))
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises its errors here instead of printing its report
+    # a launcher whose worker was killed leaves its semaphores to multiprocessing's tracker: no warning for that
+    os.environ.setdefault("PYTHONWARNINGS", "ignore::UserWarning:multiprocessing.resource_tracker")
     code = 0
     try:
         with interrupts.deferred():
@@ -171,8 +179,12 @@ def main() -> None:
     except Exception as err:
         if os.environ.get(FULL_ERROR) == "1":
             raise
-        print(error_line(err, typed), file=sys.stderr)
-        code = EXIT_BAD_INPUT
+        what = f"{type(err).__name__}: {printable(str(err).strip().split(chr(10))[0], 300)}"
+        # a launcher that lost a worker (the OOM killer, a signal): each job whose process died says failed
+        closed = [display_path(p) for p in rundir.close_orphans(f"its process ended before the run did ({what})")]
+        print(f"error: {what}; these jobs did not complete (summary.json says failed): {', '.join(closed)}"
+              if closed else error_line(err, typed), file=sys.stderr)
+        code = EXIT_FAILED_RUN if closed else EXIT_BAD_INPUT
     finally:
         rundir.abandon_all()  # a folder claimed for a job that never started is removed again
         interrupts.ignore_from_now()

@@ -5,7 +5,7 @@ The rows are :func:`attnlab.saved.runs.collect_rows`, as in the end-of-sweep tab
 files cannot be read is still a row (status ``unreadable`` / ``missing``, ``error`` naming each
 file) plus a warning line on stderr. Exit status: 0; 1 when some run cannot be read completely;
 2 with one line on stderr for a PATH that is not a run/sweep dir, an unknown ``--sort`` column,
-or a figure that cannot be written.
+a ``--csv`` / ``--plot`` inside a run or sweep dir it reads, or a figure that cannot be written.
 """
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from attnlab.core.errors import AttnlabError
+from attnlab.core.errors import AttnlabError, RunDirError
 from attnlab.outputs import streams
 from attnlab.saved.compare_figure import comparison_figure
-from attnlab.saved.runs import broken, collect_rows
-from attnlab.saved.safe_read import printable
+from attnlab.saved.runs import broken, collect_rows, named_runs
+from attnlab.saved.safe_read import output_problem, printable
 from attnlab.saved.table import distribution, format_table, sort_rows, write_csv
 
 
@@ -35,6 +35,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="write one figure: loss curves (log y) + last-snapshot heatmaps")
     args = parser.parse_args(argv)
     try:
+        read = [run for run, _, _ in named_runs(args.paths)]
+        for key, out in (("--csv", args.csv), ("--plot", args.plot)):
+            if out is not None and (problem := output_problem(out, read, key=key)) is not None:
+                raise RunDirError(problem)
         rows = collect_rows(args.paths)
         if args.sort:
             rows = sort_rows(rows, args.sort, reverse=args.reverse)

@@ -77,11 +77,10 @@ def run_job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None,
     last. A signal ends the job ``interrupted`` at the next training step; after the last step
     it is only reported (``late_signal``). A file that cannot be written ends the job ``failed``."""
     run_dir = Path(run_dir)
-    subdir, log, job_num = ".hydra", None, None
-    if HydraConfig.initialized():  # what Hydra wrote for this job: its saved config and its job log
-        subdir, log = HydraConfig.get().output_subdir or ".hydra", f"{HydraConfig.get().job.name}.log"
+    job_num = None
+    if HydraConfig.initialized():
         job_num = OmegaConf.select(HydraConfig.get(), "job.num", default=None, throw_on_missing=False)
-    rundir.claim(run_dir, key=key, hydra_subdir=subdir, hydra_log=log)
+    rundir.claim(run_dir, key=key)
     rundir.mark_started(run_dir)
     try:
         with interrupts.deferred(), interrupts.shielded():  # only the training loop is interruptible
@@ -104,6 +103,8 @@ def _job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None, job_num: i
     # phase 2: the config checked (one line before torch loads), then the run
     typed = None
     try:
+        if HydraConfig.initialized():
+            save_hydra_files(run_dir, cfg)
         interrupts.pause_point("before_training")
         interrupts.check()
         typed = apply_schema(cfg)
@@ -132,6 +133,16 @@ def _job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None, job_num: i
         except (OSError, AttnlabError) as err:  # a view: never the run's status
             print(f"warning: report.html not written: {err}", file=sys.stderr)
     return result
+
+
+def save_hydra_files(run_dir: Path, cfg: DictConfig) -> None:
+    """``.hydra/config.yaml``, ``hydra.yaml`` and ``overrides.yaml`` as Hydra saves them (Hydra
+    itself writes nothing into a job folder, ``hydra.output_subdir: null``): once attnlab holds
+    the folder. Raises WriteError."""
+    hc = HydraConfig.get()
+    (run_dir / ".hydra").mkdir(exist_ok=True)
+    for name, node in (("config.yaml", cfg), ("hydra.yaml", {"hydra": hc}), ("overrides.yaml", hc.overrides.task)):
+        artifacts.atomic_write_text(run_dir / ".hydra" / name, OmegaConf.to_yaml(node))
 
 
 def _run(cfg: DictConfig, run_dir: Path) -> JobResult:

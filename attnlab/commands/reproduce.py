@@ -150,9 +150,8 @@ def reproduce(run_dir: Path, out: Path | None = None, stderr=None,
         raise ConfigError(err.key, err.value, f"{err.allowed} (in {printable(str(source), 300)})") from None
     summary = check_original(run_dir, plain(cfg.task))
     out = Path(out) if out is not None else default_out(run_dir)
-    if out.resolve() == run_dir or run_dir in out.resolve().parents:
-        raise RunDirError(f"--out {printable(str(out), 300)}: inside RUN_DIR {printable(str(run_dir), 300)}; "
-                          "a reproduction never writes into the run it checks")
+    if (problem := safe_read.output_problem(out, [run_dir])) is not None:
+        raise RunDirError(problem)
     checks.validate(cfg)  # value and text checks (ConfigError / TokenizerError) before any folder is made
     tokenizer.tokenize(cfg)
     # the environment: the recorded thread count (the same reductions, the same bits), the rest warned about

@@ -1,6 +1,7 @@
 """Value checks a schema type cannot express: :data:`RULES` of (key, check, what is allowed), each
 failure one ConfigError ``key=value: what is allowed``. :func:`validate` runs before anything is
-built; :func:`resources`, once T is known, refuses a run whose memory or files cannot fit.
+built; :func:`resources`, once T is known, is the one estimate of what the run asks (memory, files
+against the readers' limits and the free disk, heatmaps drawn, console line width, threads).
 """
 from __future__ import annotations
 
@@ -14,13 +15,17 @@ from omegaconf import DictConfig, OmegaConf
 
 from attnlab.core.config import OPTIMIZERS, Task, plain, snapshot_steps
 from attnlab.core.errors import ConfigError
+from attnlab.core.files import METRICS_LIMIT, NPZ_LIMIT, TOKEN_CHARS
 
 INT64_MAX = 2**63 - 1
 SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.manual_seed accepts
 FLOAT32_BYTES = 4
-METRICS_ROW_BYTES = 28  # "12345,0.123456789012345678\n"
+LOSS_CHARS = 24  # at most, of one loss in metrics.csv (repr of a float64: "-2.2250738585072014e-308")
 TENSORBOARD_STEP_BYTES = 64  # one scalar event per step
 TENSORBOARD_IMAGE_BYTES = 120_000  # one heatmap PNG per snapshot
+MAX_HEATMAPS = 1000  # heatmaps a run draws (figures and TensorBoard images; ~0.3 s each on 2 busy cores)
+MAX_CONSOLE_LINE = 10_000  # characters of one console line (the heads line: ~24 per head)
+THREADS_PER_CPU = 4  # torch threads a run may ask for, per CPU of this machine
 Check = Callable[[Any, DictConfig], bool]
 
 
@@ -167,19 +172,21 @@ def memory_estimate(cfg: DictConfig, seq_len: int, vocab_size: int) -> dict[str,
 
 
 def disk_estimate(cfg: DictConfig, seq_len: int) -> dict[str, float]:
-    """Bytes a training run writes, by file (a row per step, a (H, T, T) float32 per snapshot)."""
-    n_snaps = len(snapshot_steps(cfg.train))
-    parts = {"metrics.csv": METRICS_ROW_BYTES * cfg.train.steps,
-             "attention.npz": FLOAT32_BYTES * n_snaps * cfg.model.n_heads * seq_len * seq_len}
+    """Bytes a training run writes at most, by file (a row per step, a (H, T, T) float32 per snapshot)."""
+    n_snaps, steps = len(snapshot_steps(cfg.train)), cfg.train.steps
+    parts = {"metrics.csv": (len(str(steps - 1)) + LOSS_CHARS + 2) * steps,
+             "attention.npz": (FLOAT32_BYTES * n_snaps * cfg.model.n_heads * seq_len * seq_len
+                               + seq_len * (4 * TOKEN_CHARS + 8) + 8 * n_snaps + 64 * 1024)}
     if cfg.logging.tensorboard:
-        parts["tensorboard"] = (TENSORBOARD_STEP_BYTES * cfg.train.steps
+        parts["tensorboard"] = (TENSORBOARD_STEP_BYTES * steps
                                 + (TENSORBOARD_IMAGE_BYTES * n_snaps if cfg.logging.images else 0))
     return parts
 
 
 def resources(cfg: DictConfig, seq_len: int, vocab_size: int, run_dir: Path | None = None) -> None:
-    """ConfigError naming the key that makes it large when a run needs more memory than is
-    available, or (training into ``run_dir``) more disk than is free there."""
+    """ConfigError naming the key that makes it large, before anything is built, when the run needs
+    more memory or threads than the machine has, draws or prints more than the limits above, or
+    (into ``run_dir``) writes a file past its readers' limit (:mod:`attnlab.core.files`) or the free disk."""
     need = memory_estimate(cfg, seq_len, vocab_size)
     available = available_memory()
     if available is not None and sum(need.values()) > available:
@@ -188,9 +195,29 @@ def resources(cfg: DictConfig, seq_len: int, vocab_size: int, run_dir: Path | No
         parts = ", ".join(f"{name} {_size(n)}" for name, n in need.items() if n)
         raise ConfigError(key, value, f"the run needs about {_size(sum(need.values()))} of memory ({parts}), "
                           f"more than the {_size(available)} available")
-    if run_dir is None or plain(cfg.task) != "train":
+    cpus = os.cpu_count() or 1
+    if isinstance(cfg.get("threads"), int) and cfg.threads > THREADS_PER_CPU * cpus:
+        raise ConfigError("threads", cfg.threads, f"more than {THREADS_PER_CPU} per CPU of this machine's {cpus}")
+    if plain(cfg.task) != "train":
+        return
+    h, n_snaps, lg = cfg.model.n_heads, len(snapshot_steps(cfg.train)), cfg.logging
+    drawn = n_snaps * (h + (h > 1)) * (lg.figures + (lg.tensorboard and lg.images))  # at most: each head, the mean
+    for amount, limit, what, hint in (
+            (drawn, MAX_HEATMAPS, "heatmaps to draw (figures and TensorBoard images)",
+             "fewer heads or snapshots, or logging.figures=false logging.images=false"),
+            (24 * h * lg.console, MAX_CONSOLE_LINE, "characters in each snapshot's console line",
+             "fewer heads, or logging.console=false")):
+        if amount > limit:
+            raise ConfigError("model.n_heads", h, f"about {amount:,} {what}, more than {limit:,}: {hint}")
+    if run_dir is None:
         return
     disk = disk_estimate(cfg, seq_len)
+    for file, limit, key, value in (("metrics.csv", METRICS_LIMIT, "train.steps", cfg.train.steps),
+                                    ("attention.npz", NPZ_LIMIT, "train.snapshot_steps",
+                                     f"{n_snaps} snapshots of {h} head(s) x {seq_len} x {seq_len} tokens")):
+        if disk[file] > limit:
+            raise ConfigError(key, value, f"the run's {file} would be about {_size(disk[file])}, more than the "
+                              f"{_size(limit)} attnlab's readers accept")
     existing = Path(run_dir)
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent

@@ -16,7 +16,7 @@ from attnlab.core.errors import RunDirError
 
 CONFIG_LIMIT = 256 * 1024  # bytes of a .hydra/*.yaml file (attnlab's are ~1-4 KB)
 SUMMARY_LIMIT = 1024 * 1024  # bytes of summary.json (attnlab's are ~1-15 KB)
-METRICS_LIMIT = 64 * 1024 * 1024  # bytes of metrics.csv (~25 bytes a step: ~2.5 million steps)
+METRICS_LIMIT = 64 * 1024 * 1024  # bytes of metrics.csv (at most ~33 bytes a step: ~2 million steps)
 METRICS_LINE_LIMIT = 1024  # bytes of one metrics.csv line
 NPZ_LIMIT = 1024 ** 3  # bytes: the .npz file, and the uncompressed data of the members read from it
 NPZ_MAX_MEMBERS = 64  # entries in an .npz archive (attnlab writes 4 or 10)
@@ -28,6 +28,7 @@ YAML_MAX_DEPTH = 32  # nesting of YAML/JSON collections (attnlab's configs: 4)
 JSON_MAX_DEPTH = 32
 REFERENCE_CHAIN = 8  # ${a} -> ${b} -> ... plain references followed at most
 TEXT_LIMIT = 200  # characters printable() keeps by default
+TEXT_FILE_LIMIT = 1024 * 1024  # bytes of a text_file (the default tokenizer.max_tokens=4096 is ~20 KB)
 
 # bytes read from run-dir files, and bytes of .npz member data decompressed (or copied)
 _counters = {"bytes_read": 0, "bytes_decompressed": 0}
@@ -187,12 +188,12 @@ def open_run_file(path: Path, limit: int, *, root: Path | None = None) -> _Bound
     return _checked(fd, shown, limit)
 
 
-def _checked(fd: int, shown: Path, limit: int) -> _BoundedFile:
+def _checked(fd: int, shown: Path, limit: int, own: bool = False) -> _BoundedFile:
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):  # swapped since the stat: check the descriptor itself
             raise RunFileError(shown, f"is {_kind(st.st_mode)}, not a regular file (refused)")
-        if st.st_nlink > 1:
+        if st.st_nlink > 1 and not own:
             raise RunFileError(shown, f"has {st.st_nlink} hard links (refused: it may be a file outside the run dir)")
         if st.st_size > limit:
             raise RunFileError(shown, f"is {st.st_size} bytes, more than the limit of {limit} bytes")
@@ -201,6 +202,17 @@ def _checked(fd: int, shown: Path, limit: int) -> _BoundedFile:
         os.close(fd)
         raise
     return _BoundedFile(fd, st.st_size)
+
+
+def read_own_file(path: Path, limit: int = TEXT_FILE_LIMIT) -> str:
+    """A file the user named (links followed) as UTF-8 text, a leading BOM dropped: opened without
+    blocking, refused (RunFileError, nothing read) unless a regular file of at most ``limit`` bytes."""
+    try:
+        fd = os.open(Path(path).expanduser(), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as err:
+        raise RunFileError(path, err.strerror or type(err).__name__) from None
+    with _checked(fd, Path(path), limit, own=True) as f:
+        return decode_utf8(f.read(), Path(path)).removeprefix("\ufeff")
 
 
 def read_bytes(path: Path, limit: int, *, root: Path | None = None) -> bytes:

@@ -1,6 +1,6 @@
 """Stopping at a safe point: :func:`check` (between steps) raises ``KeyboardInterrupt`` once a
 signal was recorded. Inside :func:`deferred` (or after :func:`install`) the first SIGINT /
-SIGTERM is only recorded; a second raises at once, except inside :func:`shielded`;
+SIGTERM / SIGHUP is only recorded; a second raises at once, except inside :func:`shielded`;
 :func:`interruptible` lets it raise even there (the innermost block decides). Main thread only.
 
 :func:`pause_point` is a test hook: with ``ATTNLAB_TEST_PAUSE_AT=<phase>`` and
@@ -16,7 +16,7 @@ import signal
 import time
 from typing import Iterator
 
-SIGNALS = (signal.SIGINT, signal.SIGTERM)
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # SIGHUP: the terminal closed
 PAUSE_LIMIT_S = 120.0
 _received: list[int] | None = None  # signals recorded while deferring; None when not deferring
 _modes: list[bool] = []  # the stack of shielded() (True) / interruptible() (False) blocks
@@ -38,7 +38,7 @@ def _set_handlers(handler) -> dict:
 
 
 def install() -> None:
-    """Record SIGINT / SIGTERM for the rest of the process (idempotent; main thread only)."""
+    """Record :data:`SIGNALS` for the rest of the process (idempotent; main thread only)."""
     global _received
     if _received is None and _set_handlers(_handler):
         _received = []
@@ -46,7 +46,7 @@ def install() -> None:
 
 @contextlib.contextmanager
 def deferred() -> Iterator[None]:
-    """Record SIGINT / SIGTERM inside the block, then restore the handlers. Re-entrant."""
+    """Record :data:`SIGNALS` inside the block, then restore the handlers. Re-entrant."""
     global _received
     if _received is not None:
         yield
@@ -75,7 +75,7 @@ interruptible = functools.partial(_mode, False)  # a second signal raises at onc
 
 
 def ignore_from_now() -> None:
-    """Ignore SIGINT / SIGTERM for the rest of the process (a command exiting)."""
+    """Ignore :data:`SIGNALS` for the rest of the process (a command exiting)."""
     _set_handlers(signal.SIG_IGN)
 
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from importlib import resources
-from pathlib import Path
 
 import tiktoken
 from omegaconf import DictConfig
 
 from attnlab.core.config import plain
 from attnlab.core.errors import ConfigError, TokenizerError
+from attnlab.core.files import RunFileError, read_own_file
 
 GPT2_RANKS_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"
 ENDOFTEXT = "<|endoftext|>"
@@ -107,15 +107,15 @@ def show(label: str) -> str:
 
 
 def read_text(cfg: DictConfig) -> str:
-    """``text_file`` when set (UTF-8, without its final line break), else ``sentence``.
-    ConfigError when the file cannot be read as UTF-8."""
+    """``text_file`` when set (UTF-8, without a leading BOM and its final line break), else
+    ``sentence``. ConfigError when the file is not a regular UTF-8 file of at most
+    :data:`attnlab.core.files.TEXT_FILE_LIMIT` bytes (a FIFO or a device is never read)."""
     if not cfg.get("text_file"):
         return cfg.sentence
     try:
-        text = Path(cfg.text_file).expanduser().read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        reason = err.strerror if isinstance(err, OSError) else err.reason
-        raise ConfigError("text_file", cfg.text_file, f"must be a readable UTF-8 file ({reason})") from None
+        text = read_own_file(cfg.text_file)
+    except RunFileError as err:
+        raise ConfigError("text_file", cfg.text_file, f"must be a readable UTF-8 file ({err.reason})") from None
     return text.removesuffix("\n").removesuffix("\r") if text.endswith("\n") else text
 
 

@@ -1,6 +1,6 @@
 """The run-dir files attnlab writes (DESIGN.md), each atomically: ``metrics.csv`` (``step,loss``,
 losses as ``repr``), ``attention.npz`` (``steps`` (S,) int64, ``weights`` (S, H, T, T) float32,
-``tokens`` (T,) str, ``token_ids`` (T,) int64; at most core.files.NPZ_LIMIT bytes), ``summary.json``
+``tokens`` (T,) str, ``token_ids`` (T,) int64; at most core.files.NPZ_LIMIT bytes: core.checks.resources), ``summary.json``
 and ``walkthrough.npz``. While a run goes its records reach the OS at every batch and snapshot
 (``kill -9`` keeps them) in ``.metrics.csv.partial`` and ``.attention.npy.partial``."""
 from __future__ import annotations
@@ -17,8 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from attnlab.core.errors import ConfigError, WriteError
-from attnlab.core.files import NPZ_LIMIT
+from attnlab.core.errors import WriteError
 from attnlab.core import interrupts
 from attnlab.core.records import RunInfo, RunResult, Sink, Snapshot
 from attnlab.outputs import rundir
@@ -108,17 +107,6 @@ def is_run_dir(path: Path) -> bool:
     return (Path(path) / ".hydra" / "config.yaml").is_file() and (Path(path) / SUMMARY).is_file()
 
 
-def check_attention_size(snapshots: int, heads: int, tokens: int) -> None:
-    """Raise ConfigError (one line) before the first step when an attention.npz of ``snapshots``
-    frames (H, T, T) float32 would exceed :data:`attnlab.core.files.NPZ_LIMIT`, the readers' limit."""
-    size = 4 * snapshots * heads * tokens * tokens + 64 * 1024 + 64 * tokens  # bytes: weights, the rest at most
-    if size > NPZ_LIMIT:
-        raise ConfigError("train.snapshot_steps", f"{snapshots} snapshots",
-                          f"{heads} head(s) x {tokens} x {tokens} tokens each make an attention.npz of "
-                          f"{size / 2**20:,.0f} MB; at most {NPZ_LIMIT / 2**20:,.0f} MB is allowed "
-                          "(fewer snapshots or a shorter sentence)")
-
-
 class RunDirSink(Sink):
     """Writes ``metrics.csv``, ``attention.npz`` and the final ``summary.json`` into ``run_dir``;
     ``on_end`` promotes the partial files whatever the status (``steps_run`` rows, the snapshots
@@ -148,7 +136,6 @@ class RunDirSink(Sink):
     def on_start(self, info: RunInfo) -> None:
         self._info = info
         heads = int((info.config.get("model") or {}).get("n_heads", 1) or 1)
-        check_attention_size(len(info.snapshot_steps), heads, info.seq_len)
         file = METRICS
         try:
             self._metrics = open(self._metrics_tmp, "wb")

@@ -17,7 +17,6 @@ from attnlab.core.errors import RunDirError, os_reason
 from attnlab.core.files import SUMMARY_LIMIT, RunFileError, open_run_file, printable, read_text
 
 LOCK = ".attnlab.lock"
-HYDRA_FILES = frozenset({"config.yaml", "hydra.yaml", "overrides.yaml"})  # what Hydra saves in .hydra/
 RESERVE_BYTES = 1 << 20  # disk space held in the lock file while a run goes
 LOCK_LIMIT = RESERVE_BYTES + 4096  # bytes of a lock file opened to read its pid or test its flock
 FINISHED = ("completed", "diverged", "interrupted", "failed")
@@ -28,14 +27,13 @@ MAX_SCANNED = 1000  # entries of a folder looked at
 @dataclass
 class Claim:
     """A folder this process holds: its lock file's descriptor, the outermost folder :func:`claim`
-    created (None when it existed), and ``KEY='value'`` for messages."""
+    created (None when it existed)."""
 
     path: Path
     fd: int
     created: Path | None
     reserve: bool = False
     started: bool = False
-    shown: str = ""
 
 
 _claims: dict[str, Claim] = {}
@@ -59,11 +57,10 @@ def _holder(path: Path) -> str:
     return ""
 
 
-def claim(path: Path, key: str = "hydra.run.dir", hydra_subdir: str | None = None, value: str | None = None,
-          hydra_log: str | None = None) -> Claim:
+def claim(path: Path, key: str = "hydra.run.dir", value: str | None = None) -> Claim:
     """Claim ``path`` (created when missing) for this process and return the claim (the one it
-    holds already, if any). ``hydra_subdir`` (``".hydra"``) and ``hydra_log`` (``<job>.log``) name
-    what Hydra may have written there first; ``value``: the folder as the user gave it. Raises
+    holds already, if any); ``value``: the folder as the user gave it. Nothing but attnlab writes
+    into a claimed folder (Hydra saves nothing: ``hydra.output_subdir: null``). Raises
     RunDirError, one line naming ``key`` (the folders it made removed): the folder cannot be
     written, another process holds it, or it holds anything else."""
     path = Path(path)
@@ -84,14 +81,14 @@ def claim(path: Path, key: str = "hydra.run.dir", hydra_subdir: str | None = Non
     except FileExistsError:  # another process's lock, live or left by a killed run
         if run_is_live(path) or (time.sleep(0.05) or run_is_live(path)):  # (a claim flocks just after creating)
             raise RunDirError(f"{shown}: another attnlab process{_holder(path)} is writing a run there; {choose}") from None
-        raise RunDirError(f"{shown}: {_contents_problem(path, None, None, choose, stale_lock=True)}") from None
+        raise RunDirError(f"{shown}: {_contents_problem(path, choose, stale_lock=True)}") from None
     except OSError as err:
         _remove_created(path, created)
         raise RunDirError(f"{shown}: cannot write there ({os_reason(err)}); {choose}") from None
-    held = Claim(path, fd, created, shown=shown)
+    held = Claim(path, fd, created)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        problem = _contents_problem(path, hydra_subdir, hydra_log, choose)
+        problem = _contents_problem(path, choose)
         if problem is None:
             os.write(fd, f"{os.getpid()}\n".encode())
             held.reserve = _reserve(fd)
@@ -117,17 +114,13 @@ def _reserve(fd: int) -> bool:
         return False
 
 
-def _contents_problem(path: Path, hydra_subdir: str | None, hydra_log: str | None, choose: str,
-                      stale_lock: bool = False) -> str | None:
-    """None when ``path`` holds nothing but the lock and what Hydra wrote, else the refusal
-    (after ``KEY='value': ``)."""
+def _contents_problem(path: Path, choose: str, stale_lock: bool = False) -> str | None:
+    """None when ``path`` holds nothing but the lock, else the refusal (after ``KEY='value': ``)."""
     never = f"{choose} (runs are never overwritten)"
     with os.scandir(path) as it:
         entries = [e for _, e in zip(range(MAX_SCANNED), it) if e.name != LOCK]
     names = {e.name for e in entries}
-    if not stale_lock and all((e.name == hydra_log and e.is_file(follow_symlinks=False))
-                              or (e.name == hydra_subdir and e.is_dir(follow_symlinks=False)
-                                  and _only_hydra_files(Path(e.path))) for e in entries):
+    if not stale_lock and not entries:
         return None
     if "summary.json" in names:
         status = _status(path)
@@ -144,11 +137,6 @@ def _contents_problem(path: Path, hydra_subdir: str | None, hydra_log: str | Non
     more = f" and {len(listed) - MAX_LISTED} more" if len(listed) > MAX_LISTED else ""
     return f"holds files attnlab did not write ({', '.join(listed[:MAX_LISTED])}{more}); a run dir must be " \
            f"new or empty; {choose}"
-
-
-def _only_hydra_files(folder: Path) -> bool:  # (at most MAX_SCANNED entries looked at)
-    with os.scandir(folder) as it:
-        return all(e.name in HYDRA_FILES and e.is_file(follow_symlinks=False) for _, e in zip(range(MAX_SCANNED), it))
 
 
 def _status(path: Path) -> str | None:
@@ -202,23 +190,19 @@ def release(path: Path) -> None:
 
 
 def abandon(path: Path, extra: tuple[str, ...] = ()) -> None:
-    """Undo this process's claim on ``path`` when no job started there: Hydra's saved files, those in
-    ``extra`` (a sweep's ``multirun.yaml``) and the folders it created are removed, else only released."""
+    """Undo this process's claim on ``path`` when no job started there: the files in ``extra`` (a
+    sweep's ``multirun.yaml``) and the folders it created are removed, else only released."""
     held = claimed(path)
     if held is None:
         return
-    hydra = held.path / ".hydra"
     try:
         names = set(os.listdir(held.path)) - {LOCK}
-        inner = set(os.listdir(hydra)) if ".hydra" in names and not hydra.is_symlink() else set()
     except OSError:
-        names, inner = {"?"}, set()
-    if held.started or not names <= {".hydra", *extra} or not inner <= HYDRA_FILES:
+        names = {"?"}
+    if held.started or not names <= set(extra):
         return release(path)
-    for file in [hydra / n for n in inner] + [held.path / n for n in names - {".hydra"}]:
-        file.unlink(missing_ok=True)
-    with contextlib.suppress(OSError):  # (none there: FileNotFoundError)
-        hydra.rmdir()
+    for name in names:
+        (held.path / name).unlink(missing_ok=True)
     release(path)
     _remove_created(held.path, held.created)
 
@@ -227,6 +211,24 @@ def abandon_all() -> None:
     """:func:`abandon` every claim of this process (the command is ending)."""
     for held in claims():
         abandon(held.path, extra=("multirun.yaml",))
+
+
+def close_orphans(error: str) -> list[Path]:
+    """The job folders below this process's claims whose own process died mid-run (a launcher's
+    worker killed: summary.json says running, no process holds its lock): each now says
+    ``failed`` with ``error`` and its lock is removed. Returns them, by name."""
+    from attnlab.outputs.artifacts import write_summary  # (artifacts imports this module)
+
+    closed = []
+    for held in claims():
+        with contextlib.suppress(OSError), os.scandir(held.path) as it:
+            jobs = sorted(Path(e.path) for _, e in zip(range(MAX_SCANNED), it) if e.is_dir(follow_symlinks=False))
+            for job in jobs:
+                if os.path.isfile(job / LOCK) and not run_is_live(job) and _status(job) == "running":
+                    write_summary(job, status="failed", error=error)
+                    os.unlink(job / LOCK)
+                    closed.append(job)
+    return closed
 
 
 def run_is_live(run_dir: Path) -> bool:
