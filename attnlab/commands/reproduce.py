@@ -39,7 +39,7 @@ ALLOWED_TARGETS = ("optimizer._target_",)  # the only instantiation key a saved 
 MAX_JOBS_LISTED = 8  # job folders named when RUN_DIR is a sweep folder (at most 10,000 entries looked at)
 JOB_NAME_LIMIT = 100  # characters of one job name in a sweep folder's list
 BITS = ("cpu_capability", "blas", "torch", "machine", "device")  # with torch_threads: what decides the bits
-KERNELS = ("DEFAULT", "AVX2", "AVX512")  # torch's x86-64 kernels; a CPU runs those up to its own
+KERNELS = ("DEFAULT", "AVX2", "AVX512")  # torch's kernels a second reproduction may ask for (a CPU without one fails)
 
 
 def saved_config(run_dir: Path, text_file: Path | None = None) -> tuple[dict[str, Any], Path]:
@@ -201,17 +201,16 @@ def reproduce(run_dir: Path, out: Path | None = None, stderr=None, text_file: Pa
 def _rounding(run_dir: Path, out: Path, diffs: list[Difference], versions: Any, now: dict[str, Any],
               text_file: Path | None, stderr) -> str | None:
     """Why ``diffs`` are floating-point rounding (:func:`attnlab.saved.verdict.within_rounding`), from a
-    second reproduction into ``OUT-<kernels>`` with the run's kernels when this CPU has them, else
+    second reproduction into ``OUT-<kernels>`` with the run's kernels (one of :data:`KERNELS`), else
     DEFAULT; None when the run recorded this machine's kernels, BLAS and torch (then rounding explains
     nothing) or no other kernel path runs here."""
     versions = versions if isinstance(versions, dict) else {}
     made, here = versions.get("cpu_capability"), now["cpu_capability"]
     if all(versions.get(key) == now.get(key) for key in BITS):
         return None
-    path = made if made in KERNELS[: KERNELS.index(here) + 1 if here in KERNELS else 1] and made != here else \
-        "DEFAULT" if here != "DEFAULT" else None
+    path = made if made in KERNELS and made != here else "DEFAULT" if here != "DEFAULT" else None
     if path is None:
-        print(f"note: no kernels but {here} run here: rounding cannot be told from a different run", file=stderr)
+        print("note: no second kernel path here: rounding cannot be told from a different run", file=stderr)
         return None
     other = out.with_name(f"{out.name}-{path.lower()}")
     args = [sys.executable, "-m", "attnlab.commands.reproduce", str(run_dir), "--out", str(other), "--one-path",
