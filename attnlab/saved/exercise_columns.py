@@ -16,19 +16,9 @@ HEADERS = {"focus_step": "focus>0.9 at", "heads_focus": "heads: strongest key", 
 SAME_HIDDEN = {"n_tokens", "tokens", "shapes"}
 
 
-def _two_decimals(value: Any) -> str:
-    """A weight from someone else's summary.json as ``0.97``; ``?`` for anything not a number."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        try:
-            return f"{value:.2f}"
-        except OverflowError:  # an integer too large for a float
-            pass
-    return "?"
-
-
 def columns(summary: dict[str, Any]) -> dict[str, Any]:
     """The observations a job's ``summary.json`` holds, flattened into table cells
-    (:data:`COLUMNS`; only those present)."""
+    (:data:`COLUMNS`; only those present); ``focus`` as :class:`attnlab.core.focus.FocusSink` gives it."""
     out: dict[str, Any] = {}
     focus = summary.get("focus")
     if isinstance(focus, dict):  # attnlab.core.focus.FocusSink: training runs
@@ -36,7 +26,7 @@ def columns(summary: dict[str, Any]) -> dict[str, Any]:
         if isinstance(mean, dict):
             out["focus_step"] = mean.get("first_step_above")
         if isinstance(heads, list) and len(heads) > 1:
-            out["heads_focus"] = " ".join(f"{h}:{show(str(e.get('token')).strip())}={_two_decimals(e.get('weight', 0))}"
+            out["heads_focus"] = " ".join(f"{h}:{show(str(e.get('token')).strip())}={e.get('weight', 0):.2f}"
                                           for h, e in enumerate(heads) if isinstance(e, dict))
         config = summary.get("config")
         causal = isinstance(config, dict) and isinstance(config.get("model"), dict) and config["model"].get("causal")
