@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as _dt
-import itertools
 import os
 import subprocess
 import sys
@@ -36,7 +35,7 @@ from attnlab.saved.verdict import Difference, compare_runs, environment_differen
 
 EXIT_SAME, EXIT_DIFFERENT, EXIT_NOT_A_RUN = 0, 1, 2
 ALLOWED_TARGETS = ("optimizer._target_",)  # the only instantiation key a saved config may hold
-MAX_JOBS_LISTED = 8  # job folders named when RUN_DIR is a sweep folder (at most 10,000 entries looked at)
+MAX_JOBS_LISTED = 8  # job folders named when RUN_DIR is a sweep folder
 JOB_NAME_LIMIT = 100  # characters of one job name in a sweep folder's list
 BITS = ("cpu_capability", "blas", "torch", "machine", "device")  # with torch_threads: what decides the bits
 KERNELS = ("DEFAULT", "AVX2", "AVX512")  # torch's kernels a second reproduction may ask for (a CPU without one fails)
@@ -55,7 +54,10 @@ def saved_config(run_dir: Path, text_file: Path | None = None) -> tuple[dict[str
     try:
         raw = safe_read.read_bytes(path, safe_read.CONFIG_LIMIT, root=run_dir)
     except safe_read.MissingRunFile:
-        jobs = _sweep_jobs(run_dir)
+        jobs = []  # a sweep's job folders, in job order
+        with contextlib.suppress(RunDirError):
+            jobs = sorted((p.name for p in runs.find_runs(run_dir) if p.parent == run_dir),
+                          key=lambda n: (len(n.split("_")[0]), n))
         if jobs:
             shown = ", ".join(printable(j, JOB_NAME_LIMIT) for j in jobs[:MAX_JOBS_LISTED])
             more = f" (+{len(jobs) - MAX_JOBS_LISTED} more)" if len(jobs) > MAX_JOBS_LISTED else ""
@@ -65,18 +67,6 @@ def saved_config(run_dir: Path, text_file: Path | None = None) -> tuple[dict[str
                                        "attnlab)") from None
     data = safe_read.parse_yaml_data(safe_read.decode_utf8(raw, path), path)
     return _checked(data, path, text_file, references=True), path
-
-
-def _sweep_jobs(folder: Path) -> list[str]:
-    """The sub-folders of ``folder`` holding ``.hydra/config.yaml`` (a sweep's jobs), in job order."""
-    names: list[str] = []
-    with contextlib.suppress(OSError), os.scandir(folder) as entries:
-        for entry in itertools.islice(entries, 10_000):
-            hydra = Path(entry.path) / ".hydra"
-            if (entry.is_dir(follow_symlinks=False) and not entry.name.startswith(".") and not hydra.is_symlink()
-                    and (hydra / "config.yaml").is_file()):
-                names.append(entry.name)
-    return sorted(names, key=lambda n: (len(n.split("_")[0]), n))
 
 
 def _checked(data: Any, path: Path, text_file: Path | None, references: bool) -> dict[str, Any]:
@@ -218,8 +208,8 @@ def _rounding(run_dir: Path, out: Path, diffs: list[Difference], versions: Any, 
     env = {**os.environ, "ATEN_CPU_CAPABILITY": path.lower(), "HYDRA_FULL_ERROR": "0"}
     try:
         done = subprocess.run(args, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
-    except (OSError, KeyboardInterrupt) as err:
-        done = subprocess.CompletedProcess(args, -1, "", f"error: {type(err).__name__}")
+    except KeyboardInterrupt:  # the child is interrupted too: no second opinion
+        done = subprocess.CompletedProcess(args, -2, "", "interrupted")
     if done.returncode not in (EXIT_SAME, EXIT_DIFFERENT):
         print(f"note: the reproduction with {path} kernels failed: {printable(done.stderr.strip()[-300:], 300)}",
               file=stderr)
