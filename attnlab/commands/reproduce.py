@@ -4,11 +4,10 @@ gives the same numbers.
 RUN_DIR is data (:mod:`attnlab.saved.safe_read`). The config that runs is the one ``summary.json``
 recorded (else ``.hydra/config.yaml``), checked; the original's files are checked in full first.
 The job runs into ``RUN_DIR-repro-<time>`` (or ``--out DIR``) and :mod:`attnlab.saved.verdict`
-compares the two bit for bit. When they differ and the run recorded other kernels, BLAS, torch
-or machine, a second reproduction with other kernels (a child process: ``ATEN_CPU_CAPABILITY``
-is read when torch loads) tells rounding from a different run. Exit status 0 identical or
-within rounding, 1 different, 2 not a run that can be reproduced (one line;
-``HYDRA_FULL_ERROR=1`` raises instead).
+compares the two bit for bit; when the run recorded other kernels, BLAS, torch or machine, a
+second reproduction in a child process with other kernels tells rounding from a different run.
+Exit status 0 identical or within rounding, 1 different, 2 not a run that can be reproduced
+(one line; ``HYDRA_FULL_ERROR=1`` raises instead).
 """
 from __future__ import annotations
 
@@ -193,14 +192,11 @@ def _rounding(run_dir: Path, out: Path, diffs: list[Difference], versions: Any, 
     """Why ``diffs`` are floating-point rounding (:func:`attnlab.saved.verdict.within_rounding`), from a
     second reproduction into ``OUT-<kernels>`` with the run's kernels (one of :data:`KERNELS`), else
     DEFAULT; None when the run recorded this machine's kernels, BLAS and torch (then rounding explains
-    nothing) or no other kernel path runs here."""
+    nothing) or this machine has no second kernel path."""
     versions = versions if isinstance(versions, dict) else {}
     made, here = versions.get("cpu_capability"), now["cpu_capability"]
-    if all(versions.get(key) == now.get(key) for key in BITS):
-        return None
     path = made if made in KERNELS and made != here else "DEFAULT" if here != "DEFAULT" else None
-    if path is None:
-        print("note: no second kernel path here: rounding cannot be told from a different run", file=stderr)
+    if path is None or all(versions.get(key) == now.get(key) for key in BITS):
         return None
     other = out.with_name(f"{out.name}-{path.lower()}")
     args = [sys.executable, "-m", "attnlab.commands.reproduce", str(run_dir), "--out", str(other), "--one-path",
@@ -210,12 +206,10 @@ def _rounding(run_dir: Path, out: Path, diffs: list[Difference], versions: Any, 
         done = subprocess.run(args, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
     except KeyboardInterrupt:  # the child is interrupted too: no second opinion
         done = subprocess.CompletedProcess(args, -2, "", "interrupted")
-    if done.returncode not in (EXIT_SAME, EXIT_DIFFERENT):
-        print(f"note: the reproduction with {path} kernels failed: {printable(done.stderr.strip()[-300:], 300)}",
-              file=stderr)
-        return None
-    print(f"reproduction with {path} kernels: {printable(display_path(other), 300)}", file=stderr)
-    return within_rounding(diffs, run_dir, out, other, made, here, path)
+    ran = done.returncode in (EXIT_SAME, EXIT_DIFFERENT)
+    print(f"reproduction with {path} kernels: " + (printable(display_path(other), 300) if ran else
+          f"failed: {printable(done.stderr.strip()[-300:], 300)}"), file=stderr)
+    return within_rounding(diffs, run_dir, out, other, made, here, path) if ran else None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -77,10 +77,9 @@ def write_summary(run_dir: Path, **fields: Any) -> dict[str, Any]:
 
 
 def environment(device: str = "cpu") -> dict[str, Any]:
-    """What a reproduction depends on: library versions, platform, device, torch's thread count,
-    what decides the bits of a float (``cpu_capability``: torch's kernels, ``DEFAULT``, ``AVX2``,
-    ``AVX512``, ...; ``blas``: the BLAS torch was built with), attnlab's version and git commit
-    (None outside a git checkout)."""
+    """What a reproduction depends on: library versions, platform, device, torch's thread count and
+    kernels (``cpu_capability``: ``DEFAULT``, ``AVX2``, ``AVX512``, ...), the ``blas`` torch was built
+    with, attnlab's version and git commit (None outside a git checkout)."""
     import torch
 
     return {**_static_environment(), "device": device, "torch_threads": torch.get_num_threads()}

@@ -17,17 +17,15 @@ SAME_HIDDEN = {"n_tokens", "tokens", "shapes"}
 
 
 def columns(summary: dict[str, Any]) -> dict[str, Any]:
-    """The observations a job's ``summary.json`` holds, flattened into table cells
-    (:data:`COLUMNS`; only those present); ``focus`` as :class:`attnlab.core.focus.FocusSink` gives it."""
+    """The observations a job's ``summary.json`` holds, flattened into table cells (:data:`COLUMNS`;
+    only those present); ``focus`` is :class:`attnlab.core.focus.FocusSink`'s (or None), never a summary's."""
     out: dict[str, Any] = {}
     focus = summary.get("focus")
-    if isinstance(focus, dict):  # attnlab.core.focus.FocusSink: training runs
-        mean, heads = focus.get("mean"), focus.get("heads")
-        if isinstance(mean, dict):
-            out["focus_step"] = mean.get("first_step_above")
-        if isinstance(heads, list) and len(heads) > 1:
-            out["heads_focus"] = " ".join(f"{h}:{show(str(e.get('token')).strip())}={e.get('weight', 0):.2f}"
-                                          for h, e in enumerate(heads) if isinstance(e, dict))
+    if focus:  # FocusSink's (training runs)
+        out["focus_step"] = focus["mean"]["first_step_above"]
+        if len(focus["heads"]) > 1:
+            out["heads_focus"] = " ".join(f"{h}:{show(e['token'].strip())}={e['weight']:.2f}"
+                                          for h, e in enumerate(focus["heads"]))
         config = summary.get("config")
         causal = isinstance(config, dict) and isinstance(config.get("model"), dict) and config["model"].get("causal")
         if causal is True:

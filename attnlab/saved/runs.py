@@ -197,14 +197,12 @@ def last_attention(run_dir: Path, encoding: str = "gpt2", *,
 def _recorded_focus(run_dir: Path, query: int, *, root: Path | None = None) -> dict[str, Any]:
     """summary.json's ``focus`` as attention.npz's snapshots give it; {} when ``query`` is not a
     token. Raises RunFileError."""
-    sink = FocusSink()
-    att = safe_read.read_attention(run_dir, root=root)
-    sink.on_start(RunInfo({}, [], [str(t) for t in att["tokens"].tolist()], [], 0, query))
-    try:
-        for step, weights in zip(att["steps"].tolist(), att["weights"]):
-            sink.on_snapshot(Snapshot(step, math.nan, weights))
-    except ValueError:
+    sink, att = FocusSink(), safe_read.read_attention(run_dir, root=root)
+    if not 0 <= query < len(att["tokens"]):
         return {}
+    sink.on_start(RunInfo({}, [], [str(t) for t in att["tokens"].tolist()], [], 0, query))
+    for step, weights in zip(att["steps"].tolist(), att["weights"]):
+        sink.on_snapshot(Snapshot(step, math.nan, weights))
     return sink.summary()
 
 
@@ -290,8 +288,7 @@ def _fill_row(row: dict[str, Any], files: RunFiles, sweep_end: bool, metrics: An
     if last is UNREAD:
         last = files.attempt(last_attention, run_dir, setting(config, "tokenizer.encoding", str, "gpt2"),
                              root=files.root)
-    query = setting(config, "train.focus_token", int, 1)
-    row.update(_focus(last, query))
+    row.update(_focus(last, query := setting(config, "train.focus_token", int, 1)))
     files.problems.extend(f"{name}: missing" for name in files.expected_files()
                           if not safe_read.exists(run_dir, name))
     recorded = files.attempt(_recorded_focus, run_dir, query, root=files.root) if last and last[2] is not None else {}
