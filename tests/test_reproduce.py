@@ -551,14 +551,24 @@ def test_runs_made_with_other_kernels_are_within_rounding(kernel_runs, tmp_path,
         f"made with DEFAULT kernels, here {here}; identical with DEFAULT kernels here")
 
 
-def test_a_changed_learning_rate_made_with_other_kernels_is_not_rounding(kernel_runs):
-    """The 2-head DEFAULT run of lr 0.0505 against this machine's lr 0.05 run, with that config's
-    DEFAULT run as the second reproduction: neither identical nor within the kernels' rounding."""
+def test_tampered_runs_made_with_other_kernels_are_not_rounding(kernel_runs, tmp_path):
+    """Against this machine's 2-head lr 0.05 run, with that config's DEFAULT run as the second
+    reproduction: the DEFAULT run of lr 0.0505, and the DEFAULT lr 0.05 run with one loss or one
+    summary value edited, are neither identical to it nor within the kernels' rounding."""
     here = artifacts.environment()["cpu_capability"]
-    tampered, native, other = job_of(kernel_runs, "default", 3), job_of(kernel_runs, "here", 1), job_of(kernel_runs, "default", 2)
-    diffs = compare_runs(tampered, native)
-    assert {"loss", "attention weights", "final_loss"} <= {d.quantity for d in diffs}
-    assert within_rounding(diffs, tampered, native, other, "DEFAULT", here, "DEFAULT") is None
+    native, other = job_of(kernel_runs, "here", 1), job_of(kernel_runs, "default", 2)
+    loss, claim = copy_run(other, tmp_path / "loss"), copy_run(other, tmp_path / "claim")
+    lines = (loss / "metrics.csv").read_text().splitlines()
+    lines[18] = f"17,{float(lines[18].split(',')[1]) + 0.001!r}"
+    (loss / "metrics.csv").write_text("\n".join(lines) + "\n")
+    summary = safe_read.read_summary(claim)
+    summary["focus"]["mean"]["weight"] += 0.01
+    (claim / "summary.json").write_text(json.dumps(summary))
+    for tampered, changed in ((job_of(kernel_runs, "default", 3), {"loss", "attention weights", "final_loss"}),
+                              (loss, {"loss"}), (claim, {"focus.mean.weight"})):
+        diffs = compare_runs(tampered, native)
+        assert changed <= {d.quantity for d in diffs}
+        assert within_rounding(diffs, tampered, native, other, "DEFAULT", here, "DEFAULT") is None
 
 
 def test_within_rounding_is_a_multiple_of_the_difference_between_two_kernel_paths(fresh_run, tmp_path):
