@@ -53,6 +53,24 @@ def test_rows_are_the_runs_own_numbers_and_match_summary_csv(sweep):
     assert (sweep / "summary.csv").read_text(encoding="utf-8") == table.csv_text(rows)
 
 
+def test_columns_are_the_data_files_not_summary_json_claims(sweep, tmp_path):
+    """summary.json edited to claim a better run (final_loss, steps_run, steps_to_threshold, the
+    focus): attnlab-compare's row is the same, read from metrics.csv and attention.npz."""
+    run = shutil.copytree(job(sweep, 0), tmp_path / "claims")
+    (before,) = runs.collect_rows([run])
+    summary = json.loads((run / "summary.json").read_text())
+    summary.update(final_loss=1e-9, steps_run=3, steps_to_threshold=3)
+    summary["focus"]["mean"].update(first_step_above=1, weight=1.0)
+    summary["focus"]["heads"] = [{"key": 0, "token": "Your", "weight": 1.0}] * 2
+    (run / "summary.json").write_text(json.dumps(summary))
+    (after,) = runs.collect_rows([run])
+    _, losses = safe_read.read_run_metrics(run)
+    assert (after["final_loss"], after["steps_run"], after["steps_to_threshold"]) == (losses[-1], 30, None)
+    assert {k: after.get(k) for k in ("focus_step", "heads_focus", "focus_weight")} == \
+        {k: before.get(k) for k in ("focus_step", "heads_focus", "focus_weight")}
+    assert before["final_loss"] == losses[-1] and "heads_focus" not in after
+
+
 def test_sort_by_column_numbers_numerically_empty_last(sweep):
     rows = runs.collect_rows([sweep])
     by_loss = table.sort_rows(rows, "final_loss", reverse=True)

@@ -129,12 +129,12 @@ def test_the_focus_weight_of_several_heads_is_the_runs_not_a_mean_of_rounded_wei
     assert row["focus_step"] == mean["first_step_above"]
     assert record["table"].get("focus_step", {"text": "-"})["text"] == table.cell_text("focus_step", row["focus_step"])
     assert record["table"]["focus_weight"]["text"] == f"{mean['weight']:.3f}"
-    # a head weight that is not a number (someone else's summary.json): a "?" cell, the row and page still made
-    summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
+    # someone else's summary.json claiming another head weight: the cells are attention.npz's, the page still made
+    summary, cell = json.loads((run / "summary.json").read_text(encoding="utf-8")), row["heads_focus"]
     summary["focus"]["heads"][0]["weight"] = "high"
     (run / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
     (row,) = collect_rows([run])
-    assert row["error"] is None and row["heads_focus"].startswith("0:") and "=?" in row["heads_focus"]
+    assert row["error"] is None and row["heads_focus"] == cell
     assert report_data.load_run(run)["table"]["heads_focus"]["text"] == table.cell_text("heads_focus", row["heads_focus"])
     page = report.write_page([report_data.load_run(run)], tmp_path / "page.html")
     columns = page_data(page)["table_columns"]
@@ -409,21 +409,23 @@ def test_the_runs_table_shows_attnlab_compares_cells(tmp_path):
     edit = sweep / "1_run1" / "summary.json"
     summary = json.loads(edit.read_text(encoding="utf-8"))
     summary["config"] = {"model": {"causal": True}, "train": {"focus_token": 1}}
-    summary.update(final_loss=4.94e-06, focus={"upper_triangle_max": 0.0},
-                   permutation_check={"tokens_are_permutation": {"x": 1}, "z_max_abs_diff": float("nan")})
+    summary.update(permutation_check={"tokens_are_permutation": {"x": 1}, "z_max_abs_diff": float("nan")})
     edit.write_text(json.dumps(summary), encoding="utf-8")
-    npz = sweep / "2_run2" / "attention.npz"
-    with np.load(npz) as f:
-        arrays = {k: f[k] for k in f.files}
-    arrays["weights"][-1, 0, 1] = np.nan  # the focus token's row of the last snapshot
-    np.savez(npz, **arrays)
+    metrics = edit.with_name("metrics.csv")  # the cells are the data's: a last loss of 4.94e-06, causal weights
+    metrics.write_text("".join(metrics.read_text().splitlines(keepends=True)[:-1]) + "5,4.94e-06\n")
+    for npz, change in ((edit.with_name("attention.npz"), lambda w: np.tril(w) / np.tril(w).sum(-1, keepdims=True)),
+                        (sweep / "2_run2" / "attention.npz", lambda w: np.where(np.eye(3)[1][:, None] > 0, np.nan, w))):
+        with np.load(npz) as f:
+            arrays = {k: f[k] for k in f.files}
+        arrays["weights"][-1] = change(arrays["weights"][-1])  # (2_run2: the focus token's row of the last snapshot)
+        np.savez(npz, **arrays)
 
     rows = collect_rows([sweep])
     data = page_data(report.write_page(report_data.collect_records([sweep]), tmp_path / "page.html"))
     cols = table.columns_of(rows, table=True)
     assert [c["key"] for c in data["table_columns"]] == cols
     assert [c["key"] for c in data["table_columns"] if c["right"]] == [
-        "final_loss", "focus_weight", "snapshot_step", "wall_time_s", "upper_max", "perm_z_max_abs_diff"]
+        "final_loss", "focus_weight", "snapshot_step", "wall_time_s", "focus_step", "upper_max", "perm_z_max_abs_diff"]
     shown = [{c: rec["table"][c]["text"] if c in rec["table"] else "-" for c in cols} for rec in data["runs"]]
     assert shown == [{c: table.cell_text(c, row.get(c)) for c in cols} for row in rows]
     assert (shown[1]["final_loss"], shown[1]["upper_max"], shown[1]["perm_tokens_match"]) == \
@@ -513,11 +515,11 @@ def test_integers_too_large_for_a_float_are_cells_in_compare_and_the_report(tmp_
                        focus={"heads": [{"token": "Your", "weight": 10 ** 400}, {"token": " starts", "weight": 0.5}]})
         (run / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
     rows = collect_rows([sweep])
-    assert [(r["error"], r["steps_to_threshold"], r["heads_focus"]) for r in rows] == [(None, 0, "0:'Your'=? 1:'starts'=0.50")] * 2
+    assert [(r["error"], r["steps_to_threshold"]) for r in rows] == [(None, 0)] * 2  # the heads: attention.npz's
     assert report.main([str(sweep), "-o", str(tmp_path / "page.html")]) == 0
     data = page_data(tmp_path / "page.html")
     cols = table.columns_of(rows, table=True)
-    assert [{c: rec["table"][c]["text"] for c in cols} for rec in data["runs"]] == \
+    assert [{c: rec["table"][c]["text"] if c in rec["table"] else "-" for c in cols} for rec in data["runs"]] == \
         [{c: table.cell_text(c, row.get(c)) for c in cols} for row in rows]
     assert [rec["table"]["wall_time_s"]["sort"] for rec in data["runs"]] == [1, 0]
 

@@ -1,4 +1,5 @@
-"""attnlab-reproduce: a fresh run, an edited run, sweep job folders, environment warnings,
+"""attnlab-reproduce: a fresh run, an edited run (its data or any value summary.json claims), runs
+made with other CPU kernels (within rounding; tampered ones not), sweep job folders, environment warnings,
 saved configs as data (``_target_`` anywhere, interpolations, text_file refused), every hostile or
 damaged original of tests/hostile_runs.py refused with one line before anything runs,
 ``attnlab-reproduce .``, and plain-Hydra reproduction."""
@@ -21,9 +22,9 @@ from attnlab.commands import reproduce as R
 from attnlab.commands.reproduce import main
 from attnlab.outputs import artifacts
 from attnlab.saved import safe_read
-from attnlab.saved.verdict import compare_runs, environment_differences
+from attnlab.saved.verdict import ROUNDING_MARGIN, compare_runs, environment_differences, within_rounding
 
-from conftest import run_here
+from conftest import run_cli, run_here
 
 SMALL = ("logging=off", "train.steps=40", "train.snapshot_steps=[0,10,39]")
 
@@ -119,8 +120,7 @@ def test_edited_snapshot_and_row_count_are_reported(fresh_run, tmp_path):
     diffs = {d.quantity: d for d in compare_runs(run, repro)}
     assert diffs["attention weights"].step == 10
     assert abs(diffs["attention weights"].max_abs_diff - 0.25) < 1e-6
-    assert diffs["steps_run"].note == "39 vs 40 rows"
-    assert "loss" not in diffs  # the 39 common losses are identical
+    assert (diffs["loss"].step, diffs["loss"].note) == (39, "39 vs 40 rows")  # the 39 common losses are identical
 
 
 def test_sweep_jobs_reproduce_and_a_diverged_job_leaves_the_others(sweep_dir, tmp_path, capsys):
@@ -507,3 +507,108 @@ def test_a_sentence_with_a_dollar_brace_reproduces_from_hydras_escaped_text(tmp_
     (run / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
     assert main([str(run), "--out", str(tmp_path / "b")]) == 0
     assert capsys.readouterr().out.splitlines()[0] == "reproduced exactly"
+
+
+# ----------------------------------------------------------------------------- other CPU kernels
+@pytest.fixture(scope="module")
+def kernel_runs(tmp_path_factory) -> Path:
+    """Runs made as on other CPUs: a sweep with torch's portable kernels (``ATEN_CPU_CAPABILITY=default``;
+    jobs 0-3: n_heads 1, 2 x lr 0.05, 0.0505), a run with AVX2 kernels, and this machine's own 2-head run."""
+    root = tmp_path_factory.mktemp("kernels")
+    sweep = ("model.n_heads=1,2", "optimizer.lr=0.05,0.0505", *SMALL)
+    for kernels, args in (("default", ("-m", f"hydra.sweep.dir={root}/default", *sweep)),
+                          ("avx2", (f"hydra.run.dir={root}/avx2", *SMALL))):
+        proc = run_cli(*args, env={"ATEN_CPU_CAPABILITY": kernels})
+        assert proc.returncode == 0, proc.stderr
+    assert run_here(f"hydra.run.dir={root}/here", "model.n_heads=2", *SMALL).returncode == 0
+    return root
+
+
+def job_of(root: Path, name: str, n: int) -> Path:
+    return next((root / name).glob(f"{n}_*"))
+
+
+def rounding_line(run: Path) -> str:
+    made = safe_read.read_summary(run)["versions"]["cpu_capability"]
+    return (f"reproduced within floating-point rounding: made with {made} kernels, here "
+            f"{artifacts.environment()['cpu_capability']}; identical with {made} kernels here")
+
+
+def test_runs_made_with_other_kernels_are_within_rounding(kernel_runs, fresh_run, tmp_path, capsys):
+    """The 2-head DEFAULT run end to end (a second reproduction in a child process with its
+    kernels), the 1-head one's verdict from that second reproduction's bits (the sweep's job),
+    the AVX2 run exactly or within rounding."""
+    here = artifacts.environment()["cpu_capability"]
+    assert safe_read.read_summary(job_of(kernel_runs, "default", 2))["versions"]["cpu_capability"] == "DEFAULT"
+    for run in (job_of(kernel_runs, "default", 2), kernel_runs / "avx2"):
+        out = tmp_path / run.name
+        assert main([str(run), "--out", str(out)]) == 0
+        first = capsys.readouterr().out.splitlines()[0]
+        assert first == ("reproduced exactly" if not compare_runs(run, out) else rounding_line(run)), first
+    d1, n1 = job_of(kernel_runs, "default", 0), fresh_run  # the same config, this machine's kernels
+    diffs = compare_runs(d1, n1)
+    assert not diffs if here == "DEFAULT" else within_rounding(diffs, d1, n1, d1, "DEFAULT", here, "DEFAULT") == (
+        f"made with DEFAULT kernels, here {here}; identical with DEFAULT kernels here")
+
+
+def test_tampered_runs_made_with_other_kernels_are_not_rounding(kernel_runs, tmp_path):
+    """Against this machine's 2-head lr 0.05 run, with that config's DEFAULT run as the second
+    reproduction: the DEFAULT run of lr 0.0505, and the DEFAULT lr 0.05 run with one loss or one
+    summary value edited, are neither identical to it nor within the kernels' rounding."""
+    here = artifacts.environment()["cpu_capability"]
+    native, other = kernel_runs / "here", job_of(kernel_runs, "default", 2)
+    loss, claim = copy_run(other, tmp_path / "loss"), copy_run(other, tmp_path / "claim")
+    lines = (loss / "metrics.csv").read_text().splitlines()
+    lines[18] = f"17,{float(lines[18].split(',')[1]) + 0.001!r}"
+    (loss / "metrics.csv").write_text("\n".join(lines) + "\n")
+    summary = safe_read.read_summary(claim)
+    summary["focus"]["mean"]["weight"] += 0.01
+    (claim / "summary.json").write_text(json.dumps(summary))
+    for tampered, changed in ((job_of(kernel_runs, "default", 3), {"loss", "attention weights", "final_loss"}),
+                              (loss, {"loss"}), (claim, {"focus.mean.weight"})):
+        diffs = compare_runs(tampered, native)
+        assert changed <= {d.quantity for d in diffs}
+        assert within_rounding(diffs, tampered, native, other, "DEFAULT", here, "DEFAULT") is None
+
+
+def test_within_rounding_is_a_multiple_of_the_difference_between_two_kernel_paths(fresh_run, tmp_path):
+    """Synthetic: a second path differing by 1e-6 in every loss and weight; an original 5x as far
+    is rounding, 50x as far is not, nor is one that differs where the two paths agree."""
+    def shifted(name: str, by: float, weights: bool = True) -> Path:
+        run = copy_run(fresh_run, tmp_path / name)
+        steps, losses = safe_read.read_run_metrics(run)
+        (run / "metrics.csv").write_text("step,loss\n" + "".join(f"{s},{v + by!r}\n" for s, v in zip(steps.tolist(), losses.tolist())))
+        att = safe_read.read_attention(run)
+        att["weights"] = att["weights"] + np.float32(by if weights else 0)
+        np.savez(run / "attention.npz", **att)
+        return run
+
+    other = shifted("other", 1e-6)
+    for by, weights, rounding in ((5e-6, True, True), (ROUNDING_MARGIN * 5e-6, True, False), (5e-6, False, True)):
+        original = shifted(f"o{by}{weights}", by, weights)
+        diffs = compare_runs(original, fresh_run)
+        assert (within_rounding(diffs, original, fresh_run, other, "SVE256", "X", "DEFAULT") is not None) == rounding
+        assert {d.quantity for d in diffs} == {"loss", *(["attention weights"] if weights else [])}
+    original = copy_run(fresh_run, tmp_path / "edited")
+    summary = safe_read.read_summary(original)
+    summary["focus"]["mean"]["weight"] += 1e-7  # the two paths agree on it: no rounding explains it
+    (original / "summary.json").write_text(json.dumps(summary))
+    assert within_rounding(compare_runs(original, fresh_run), original, fresh_run, other, None, "X", "DEFAULT") is None
+
+
+@pytest.mark.parametrize("key, value", [("final_loss", 1e-9), ("steps_to_threshold", 3), ("focus.heads[0].token", " step"),
+                                        ("accuracy", 1.0)])
+def test_every_value_summary_json_claims_is_checked(fresh_run, tmp_path, capsys, key, value):
+    run = copy_run(fresh_run, tmp_path / "edited")
+    summary = safe_read.read_summary(run)
+    *parents, last = key.replace("[0]", ".0").split(".")
+    target = summary
+    for part in parents:
+        target = target[int(part)] if part.isdigit() else target[part]
+    assert target.get(last) != value
+    target[last] = value
+    (run / "summary.json").write_text(json.dumps(summary))
+    assert main([str(run), "--out", str(tmp_path / "repro")]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "not reproduced: 1 quantity differs"
+    assert out[2].split()[0] == key

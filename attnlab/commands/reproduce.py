@@ -4,16 +4,18 @@ gives the same numbers.
 RUN_DIR is data (:mod:`attnlab.saved.safe_read`). The config that runs is the one ``summary.json``
 recorded (else ``.hydra/config.yaml``), checked; the original's files are checked in full first.
 The job runs into ``RUN_DIR-repro-<time>`` (or ``--out DIR``) and :mod:`attnlab.saved.verdict`
-compares the two bit for bit. Exit status 0 identical, 1 different, 2 not a run that can be
-reproduced (one line; ``HYDRA_FULL_ERROR=1`` raises instead).
+compares the two bit for bit; when the run recorded other kernels, BLAS, torch or machine, a
+second reproduction in a child process with other kernels tells rounding from a different run.
+Exit status 0 identical or within rounding, 1 different, 2 not a run that can be reproduced
+(one line; ``HYDRA_FULL_ERROR=1`` raises instead).
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
 import datetime as _dt
-import itertools
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -28,12 +30,14 @@ from attnlab.core.files import printable
 from attnlab.outputs import artifacts, rundir, streams
 from attnlab.outputs.console import display_path
 from attnlab.saved import runs, safe_read
-from attnlab.saved.verdict import Difference, compare_runs, environment_differences, format_verdict
+from attnlab.saved.verdict import Difference, compare_runs, environment_differences, format_verdict, within_rounding
 
 EXIT_SAME, EXIT_DIFFERENT, EXIT_NOT_A_RUN = 0, 1, 2
 ALLOWED_TARGETS = ("optimizer._target_",)  # the only instantiation key a saved config may hold
-MAX_JOBS_LISTED = 8  # job folders named when RUN_DIR is a sweep folder (at most 10,000 entries looked at)
+MAX_JOBS_LISTED = 8  # job folders named when RUN_DIR is a sweep folder
 JOB_NAME_LIMIT = 100  # characters of one job name in a sweep folder's list
+BITS = ("cpu_capability", "blas", "torch", "machine", "device")  # with torch_threads: what decides the bits
+KERNELS = ("DEFAULT", "AVX2", "AVX512")  # torch's kernels a second reproduction may ask for (a CPU without one fails)
 
 
 def saved_config(run_dir: Path, text_file: Path | None = None) -> tuple[dict[str, Any], Path]:
@@ -49,7 +53,10 @@ def saved_config(run_dir: Path, text_file: Path | None = None) -> tuple[dict[str
     try:
         raw = safe_read.read_bytes(path, safe_read.CONFIG_LIMIT, root=run_dir)
     except safe_read.MissingRunFile:
-        jobs = _sweep_jobs(run_dir)
+        jobs = []  # a sweep's job folders, in job order
+        with contextlib.suppress(RunDirError):
+            jobs = sorted((p.name for p in runs.find_runs(run_dir) if p.parent == run_dir),
+                          key=lambda n: (len(n.split("_")[0]), n))
         if jobs:
             shown = ", ".join(printable(j, JOB_NAME_LIMIT) for j in jobs[:MAX_JOBS_LISTED])
             more = f" (+{len(jobs) - MAX_JOBS_LISTED} more)" if len(jobs) > MAX_JOBS_LISTED else ""
@@ -59,18 +66,6 @@ def saved_config(run_dir: Path, text_file: Path | None = None) -> tuple[dict[str
                                        "attnlab)") from None
     data = safe_read.parse_yaml_data(safe_read.decode_utf8(raw, path), path)
     return _checked(data, path, text_file, references=True), path
-
-
-def _sweep_jobs(folder: Path) -> list[str]:
-    """The sub-folders of ``folder`` holding ``.hydra/config.yaml`` (a sweep's jobs), in job order."""
-    names: list[str] = []
-    with contextlib.suppress(OSError), os.scandir(folder) as entries:
-        for entry in itertools.islice(entries, 10_000):
-            hydra = Path(entry.path) / ".hydra"
-            if (entry.is_dir(follow_symlinks=False) and not entry.name.startswith(".") and not hydra.is_symlink()
-                    and (hydra / "config.yaml").is_file()):
-                names.append(entry.name)
-    return sorted(names, key=lambda n: (len(n.split("_")[0]), n))
 
 
 def _checked(data: Any, path: Path, text_file: Path | None, references: bool) -> dict[str, Any]:
@@ -134,11 +129,12 @@ def default_out(run_dir: Path) -> Path:
     return run_dir.parent / f"{run_dir.name}-repro-{stamp}"
 
 
-def reproduce(run_dir: Path, out: Path | None = None, stderr=None,
-              text_file: Path | None = None) -> tuple[int, Path, list[Difference]]:
+def reproduce(run_dir: Path, out: Path | None = None, stderr=None, text_file: Path | None = None,
+              one_path: bool = False) -> tuple[int, Path, list[Difference], str | None]:
     """Re-run ``run_dir`` into ``out`` (default :func:`default_out`) and compare; returns
-    ``(exit status, out, differences)``. Raises RunDirError / ConfigError (one line) when it
-    cannot be reproduced or ``out`` is refused. Environment warnings go to ``stderr`` first."""
+    ``(exit status, out, differences, why they are rounding or None)``; ``one_path``: no second
+    reproduction. Raises RunDirError / ConfigError (one line) when it cannot be reproduced or
+    ``out`` is refused. Environment warnings go to ``stderr`` first."""
     stderr = stderr or sys.stderr
     if not Path(run_dir).is_dir():
         raise RunDirError(f"{printable(str(run_dir), 300)}: not a directory")
@@ -186,29 +182,58 @@ def reproduce(run_dir: Path, out: Path | None = None, stderr=None,
         raise ConfigError("text_file", data.get("text_file"), result.error or "refused")
     artifacts.write_summary(out, reproduced_from=str(run_dir))
     diffs = compare_runs(run_dir, out)
-    return (EXIT_SAME if not diffs else EXIT_DIFFERENT), out, diffs
+    rounding = None if not diffs or one_path else _rounding(run_dir, out, diffs, versions, now, text_file, stderr)
+    return (EXIT_SAME if not diffs or rounding else EXIT_DIFFERENT), out, diffs, rounding
+
+
+def _rounding(run_dir: Path, out: Path, diffs: list[Difference], versions: Any, now: dict[str, Any],
+              text_file: Path | None, stderr) -> str | None:
+    """Why ``diffs`` are floating-point rounding (:func:`attnlab.saved.verdict.within_rounding`), from a
+    second reproduction into ``OUT-<kernels>`` with the run's kernels (one of :data:`KERNELS`), else
+    DEFAULT; None when the run recorded this machine's kernels, BLAS and torch (then rounding explains
+    nothing) or this machine has no second kernel path."""
+    versions = versions if isinstance(versions, dict) else {}
+    made, here = versions.get("cpu_capability"), now["cpu_capability"]
+    path = made if made in KERNELS and made != here else "DEFAULT" if here != "DEFAULT" else None
+    if path is None or all(versions.get(key) == now.get(key) for key in BITS):
+        return None
+    other = out.with_name(f"{out.name}-{path.lower()}")
+    args = [sys.executable, "-m", "attnlab.commands.reproduce", str(run_dir), "--out", str(other), "--one-path",
+            *(["--text-file", str(text_file)] if text_file is not None else [])]
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": path.lower(), "HYDRA_FULL_ERROR": "0"}
+    try:
+        done = subprocess.run(args, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    except KeyboardInterrupt:  # the child is interrupted too: no second opinion
+        done = subprocess.CompletedProcess(args, -2, "", "interrupted")
+    ran = done.returncode in (EXIT_SAME, EXIT_DIFFERENT)
+    print(f"reproduction with {path} kernels: " + (printable(display_path(other), 300) if ran else
+          f"failed: {printable(done.stderr.strip()[-300:], 300)}"), file=stderr)
+    return within_rounding(diffs, run_dir, out, other, made, here, path) if ran else None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The exit status of ``attnlab-reproduce ARGV``: 0 same, 1 different, 2 not a run."""
+    """The exit status of ``attnlab-reproduce ARGV``: 0 same or within rounding, 1 different, 2 not a run."""
     parser = argparse.ArgumentParser(
         prog="attnlab-reproduce",
         description="Re-run a saved attnlab run from its recorded config into a new folder and check its "
-                    "files are bitwise identical. RUN_DIR is read as data: nothing in it is run or printed raw.")
+                    "files are bitwise identical (or differ by floating-point rounding only). RUN_DIR is read "
+                    "as data: nothing in it is run or printed raw.")
     parser.add_argument("run_dir", metavar="RUN_DIR", type=Path, help="a run folder or a sweep job folder")
     parser.add_argument("--out", metavar="DIR", type=Path, help="the new run folder (default: "
                         "RUN_DIR-repro-<time> beside RUN_DIR; for a sweep job SWEEP_DIR-repro-<time>/JOB)")
     parser.add_argument("--text-file", metavar="FILE", type=Path,
                         help="the text of a run made with text_file= (a saved config never chooses a file to read)")
+    parser.add_argument("--one-path", action="store_true", help=argparse.SUPPRESS)  # the second reproduction
     args = parser.parse_args(argv)
     try:
-        code, out, diffs = reproduce(args.run_dir, args.out, text_file=args.text_file)
+        code, out, diffs, rounding = reproduce(args.run_dir, args.out, text_file=args.text_file,
+                                               one_path=args.one_path)
     except AttnlabError as err:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
         print(f"error: {printable(str(err), 1500)}", file=sys.stderr)
         return EXIT_NOT_A_RUN
-    print(format_verdict(diffs))
+    print(format_verdict(diffs, rounding))
     print(f"reproduction: {printable(display_path(out), 300)}")  # relative below the working folder
     return code
 

@@ -10,6 +10,7 @@ import functools
 import json
 import os
 import platform
+import re
 import resource
 import subprocess
 from pathlib import Path
@@ -75,8 +76,9 @@ def write_summary(run_dir: Path, **fields: Any) -> dict[str, Any]:
 
 
 def environment(device: str = "cpu") -> dict[str, Any]:
-    """What a reproduction depends on: library versions, platform, device, torch's thread
-    count, attnlab's version and git commit (None outside a git checkout)."""
+    """What a reproduction depends on: library versions, platform, device, torch's thread count and
+    kernels (``cpu_capability``: ``DEFAULT``, ``AVX2``, ``AVX512``, ...), the ``blas`` torch was built
+    with, attnlab's version and git commit (None outside a git checkout)."""
     import torch
 
     return {**_static_environment(), "device": device, "torch_threads": torch.get_num_threads()}
@@ -99,7 +101,9 @@ def _static_environment() -> dict[str, Any]:
     return {"python": platform.python_version(), "attnlab": version("attnlab"), "git_commit": commit,
             "torch": torch.__version__, "numpy": np.__version__, "tiktoken": version("tiktoken"),
             "hydra-core": version("hydra-core"), "omegaconf": version("omegaconf"),
-            "platform": platform.platform(), "machine": platform.machine()}
+            "platform": platform.platform(), "machine": platform.machine(),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "blas": next(iter(re.findall(r"BLAS_INFO=([^,\s]+)", torch.__config__.show())), None)}
 
 
 def is_run_dir(path: Path) -> bool:

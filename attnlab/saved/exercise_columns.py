@@ -16,29 +16,16 @@ HEADERS = {"focus_step": "focus>0.9 at", "heads_focus": "heads: strongest key", 
 SAME_HIDDEN = {"n_tokens", "tokens", "shapes"}
 
 
-def _two_decimals(value: Any) -> str:
-    """A weight from someone else's summary.json as ``0.97``; ``?`` for anything not a number."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        try:
-            return f"{value:.2f}"
-        except OverflowError:  # an integer too large for a float
-            pass
-    return "?"
-
-
 def columns(summary: dict[str, Any]) -> dict[str, Any]:
-    """The observations a job's ``summary.json`` holds, flattened into table cells
-    (:data:`COLUMNS`; only those present)."""
+    """The observations a job's ``summary.json`` holds, flattened into table cells (:data:`COLUMNS`;
+    only those present); ``focus`` is :class:`attnlab.core.focus.FocusSink`'s (or None), never a summary's."""
     out: dict[str, Any] = {}
     focus = summary.get("focus")
-    if isinstance(focus, dict):  # attnlab.core.focus.FocusSink: training runs
-        mean, heads = focus.get("mean"), focus.get("heads")
-        if isinstance(mean, dict):
-            out["focus_step"] = mean.get("first_step_above")
-        if isinstance(heads, list) and len(heads) > 1:
-            out["heads_focus"] = " ".join(
-                f"{h}:{'uniform' if e.get('uniform') is True else show(str(e.get('token')).strip())}"
-                f"={_two_decimals(e.get('weight', 0))}" for h, e in enumerate(heads) if isinstance(e, dict))
+    if focus:  # FocusSink's (training runs)
+        out["focus_step"] = focus["mean"]["first_step_above"]
+        if len(focus["heads"]) > 1:
+            out["heads_focus"] = " ".join(f"{h}:{'uniform' if e.get('uniform') else show(e['token'].strip())}"
+                                          f"={e['weight']:.2f}" for h, e in enumerate(focus["heads"]))
         config = summary.get("config")
         causal = isinstance(config, dict) and isinstance(config.get("model"), dict) and config["model"].get("causal")
         if causal is True:

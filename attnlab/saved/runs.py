@@ -16,8 +16,8 @@ import numpy as np
 
 from attnlab.core.config import objective_of
 from attnlab.core.errors import RunDirError
-from attnlab.core.focus import target
-from attnlab.core.records import head_mean
+from attnlab.core.focus import FocusSink, target
+from attnlab.core.records import RunInfo, Snapshot, head_mean
 from attnlab.core.tokenizer import token_labels
 from attnlab.outputs import rundir
 from attnlab.saved import exercise_columns as exercises
@@ -194,6 +194,18 @@ def last_attention(run_dir: Path, encoding: str = "gpt2", *,
     return None
 
 
+def _recorded_focus(run_dir: Path, query: int, *, root: Path | None = None) -> dict[str, Any]:
+    """summary.json's ``focus`` as attention.npz's snapshots give it; {} when ``query`` is not a
+    token. Raises RunFileError."""
+    sink, att = FocusSink(), safe_read.read_attention(run_dir, root=root)
+    if not 0 <= query < len(att["tokens"]):
+        return {}
+    sink.on_start(RunInfo({}, [], [str(t) for t in att["tokens"].tolist()], [], 0, query))
+    for step, weights in zip(att["steps"].tolist(), att["weights"]):
+        sink.on_snapshot(Snapshot(step, math.nan, weights))
+    return sink.summary()
+
+
 def _focus(last: tuple[np.ndarray, list[str], int | None] | None, focus: Any) -> dict[str, Any]:
     if last is None or not isinstance(focus, int) or isinstance(focus, bool) or not 0 <= focus < last[0].shape[0]:
         return {}
@@ -262,15 +274,16 @@ def _fill_row(row: dict[str, Any], files: RunFiles, sweep_end: bool, metrics: An
     threshold = setting(config, "train.loss_threshold", (int, float), None)
     row["loss_threshold"] = threshold
     row["objective"] = files.objective  # names the loss axes (not a column)
-    for key in ("final_loss", "steps_run", "steps_to_threshold", "wall_time_s"):
+    for key in ("final_loss", "steps_run", "steps_to_threshold", "wall_time_s"):  # the numbers of a run without data
         row[key] = summary.get(key)
     if metrics is UNREAD:
         metrics = (files.attempt(safe_read.read_run_metrics, run_dir, root=files.root)
                    if safe_read.exists(run_dir, METRICS) else None)
-    if metrics is not None and row["steps_to_threshold"] is None and threshold:
+    if metrics is not None:  # the data, not summary.json's claims about it
         steps, losses = metrics
-        below = np.flatnonzero(losses < as_float(threshold))
-        row["steps_to_threshold"] = int(steps[below[0]]) if below.size else None
+        below = np.flatnonzero(losses < as_float(threshold)) if threshold else ()
+        row.update(final_loss=float(losses[-1]) if len(losses) else None, steps_run=len(steps),
+                   steps_to_threshold=int(steps[below[0]]) if len(below) else None)
     if last is UNREAD:
         last = files.attempt(last_attention, run_dir, setting(config, "tokenizer.encoding", str, "gpt2"),
                              root=files.root)
@@ -278,7 +291,9 @@ def _fill_row(row: dict[str, Any], files: RunFiles, sweep_end: bool, metrics: An
     row.update(_focus(last, row["focus_query"]))
     files.problems.extend(f"{name}: missing" for name in files.expected_files()
                           if not safe_read.exists(run_dir, name))
-    row.update(exercises.columns(summary))
+    recorded = (files.attempt(_recorded_focus, run_dir, row["focus_query"], root=files.root)
+                if last and last[2] is not None else {})
+    row.update(exercises.columns({**summary, "focus": None, **(recorded or {})}))
     own = DIED if files.status == "killed" or (sweep_end and files.status == "running") else summary.get("error")
     row["error"] = "; ".join(x for x in [own, *files.problems] if x) or None
     row["problems"] = files.problems
