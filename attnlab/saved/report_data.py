@@ -1,6 +1,7 @@
-"""The data of ``attnlab-report``'s page: one JSON-ready record per run (:func:`load_run`) built from
-attnlab-compare's row, and the downsampling that keeps a page in budget. Text goes through
-``printable`` (:data:`MAX_STR`), configs are cut at :data:`MAX_NODES` values. The runs share
+"""The data of ``attnlab-report``'s page: one record per run (:func:`load_run`) built from
+attnlab-compare's row (JSON-ready but for the table cells' row values, which the page leaves off),
+and the downsampling that keeps a page in budget. Text goes through ``printable``
+(:data:`MAX_STR`), configs are cut at :data:`MAX_NODES` values. The runs share
 :data:`WEIGHT_BUDGET` bytes of weights JSON (at most 7 bytes a weight at 4 decimals); a run
 whose snapshots do not fit keeps ``max(2, share // frame_bytes)``, evenly spaced, first and last
 kept. Loss curves are thinned to :data:`MAX_LOSS_POINTS`, keeping every shown snapshot's step."""
