@@ -118,9 +118,7 @@ def page_cells(row: dict[str, Any]) -> dict[str, dict[str, Any]]:
     (:func:`cell_text`), ``full`` (when ``text`` is cut) and ``value``, the row's own, which
     :func:`page_table` sorts and hides columns by (and leaves off the page)."""
     out: dict[str, dict[str, Any]] = {}
-    for c in columns_of([row]):
-        if c in TABLE_SKIP:
-            continue
+    for c in [c for c in columns_of([row]) if c not in TABLE_SKIP]:
         v = row.get(c)
         cell = {"text": cell_text(c, v), "value": v}
         full = _cell(c, v, CSV_TEXT_LIMIT)  # a cut cell (clip's … or printable's …[+N chars]): whole on hover
@@ -198,7 +196,7 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
     """The rows as an aligned plain-text table."""
     cols = columns_of(rows, table=True)
     head = [HEADERS.get(c, c) for c in cols]
-    body = [[clip(_cell(c, r.get(c)), WIDE.get(c, MAX_CELL)) for c in cols] for r in rows]
+    body = [[cell_text(c, r.get(c)) for c in cols] for r in rows]
     widths = [max(_width(x) for x in [h] + [b[i] for b in body]) for i, h in enumerate(head)]
     numeric = {c for c in cols if all(_right_aligned(r.get(c)) for r in rows)}
 
