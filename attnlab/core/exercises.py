@@ -19,9 +19,9 @@ MAX_TABLE = 256  # token_table rows kept in summary.json (n_tokens is always exa
 STAGES = ("token_embeddings", "pos_embeddings", "X", "Q", "K", "V", "scores", "weights", "Z")
 
 
-def token_table(token_ids: Sequence[int], labels: Sequence[str], limit: int = MAX_TABLE) -> list[list[Any]]:
-    """``[[id, label], ...]`` for the first ``limit`` tokens (``[254, "你(2/2)"]``)."""
-    return [[int(i), str(t)] for i, t in zip(list(token_ids)[:limit], list(labels)[:limit])]
+def token_table(token_ids: Sequence[int], labels: Sequence[str]) -> list[list[Any]]:
+    """``[[id, label], ...]`` for the first :data:`MAX_TABLE` tokens (``[254, "你(2/2)"]``)."""
+    return [[int(i), str(t)] for i, t in zip(list(token_ids)[:MAX_TABLE], list(labels)[:MAX_TABLE])]
 
 
 def max_abs_weight_minus_uniform(weights: np.ndarray) -> float:

@@ -233,12 +233,12 @@ def _load_walkthrough(rec: dict[str, Any], run_dir: Path, root: Path,
     return head_mean(walk["weights"]), labels, None
 
 
-def collect_records(paths: Iterable[Path | str], budget: int = WEIGHT_BUDGET, *,
+def collect_records(paths: Iterable[Path | str], *,
                     found: list[tuple[Path, str, Path]] | None = None) -> list[dict[str, Any]]:
     """:func:`load_run` of every run under ``paths`` (or ``found``), named as attnlab-compare names
-    them, with a legend ``label``, sharing ``budget``. Raises RunDirError."""
+    them, with a legend ``label``, sharing :data:`WEIGHT_BUDGET`. Raises RunDirError."""
     found = runs.named_runs(Path(p) for p in paths) if found is None else found
-    shares = share_budget([weight_need(r, root) for r, _, root in found], budget)
+    shares = share_budget([weight_need(r, root) for r, _, root in found])
     records = [load_run(r, name=name, max_weight_bytes=share, root=root)
                for (r, name, root), share in zip(found, shares)]
     # the legend names of attnlab-compare --plot: job number and swept values, "3: lr=0.05"
