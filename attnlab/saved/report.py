@@ -78,14 +78,12 @@ def write_report(paths: Iterable[Path | str], out: Path | str) -> Path:
 
 def write_run_report(run_dir: Path | str) -> Path:
     """``RUN_DIR/report.html`` for one run."""
-    run_dir = Path(run_dir)
-    return write_page([load_run(run_dir)], run_dir / REPORT)
+    return write_page([load_run(run_dir)], Path(run_dir) / REPORT)
 
 
 def write_sweep_report(sweep_dir: Path | str) -> Path:
     """``SWEEP_DIR/report.html`` over every run below ``sweep_dir``."""
-    sweep_dir = Path(sweep_dir)
-    return write_report([sweep_dir], sweep_dir / REPORT)
+    return write_report([sweep_dir], Path(sweep_dir) / REPORT)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
