@@ -86,7 +86,6 @@ def observe(cfg: DictConfig, token_ids: Sequence[int], labels: Sequence[str],
     if arrays is not None:
         out["shapes"] = {k: list(arrays[k].shape) for k in STAGES if k in arrays}
         out["max_abs_weight_minus_uniform"] = max_abs_weight_minus_uniform(arrays["weights"])
-    analysis = cfg.get("analysis")
-    if analysis is not None and analysis.get("compare_sentence") is not None:
+    if cfg.analysis.compare_sentence is not None:
         out["permutation_check"] = permutation_check(cfg)
     return out
