@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from attnlab.core.config import select
 from attnlab.core.tokenizer import show
 
 # table columns made from the observations, their printed headers, and
@@ -39,9 +40,7 @@ def columns(summary: dict[str, Any]) -> dict[str, Any]:
             out["heads_focus"] = " ".join(
                 f"{h}:{'uniform' if e.get('uniform') is True else show(str(e.get('token')).strip())}"
                 f"={_two_decimals(e.get('weight', 0))}" for h, e in enumerate(heads) if isinstance(e, dict))
-        config = summary.get("config")
-        causal = isinstance(config, dict) and isinstance(config.get("model"), dict) and config["model"].get("causal")
-        if causal is True:
+        if select(summary.get("config"), "model.causal") is True:
             out["upper_max"] = focus.get("upper_triangle_max")
     if summary.get("n_tokens") is not None:
         out["n_tokens"] = summary["n_tokens"]
