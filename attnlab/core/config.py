@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field, fields, is_dataclass
 from enum import Enum
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from omegaconf import II, MISSING, DictConfig, OmegaConf
 
@@ -205,20 +205,24 @@ def with_recorded_snapshot_steps(data: dict) -> dict:
     return data
 
 
-def _dotted_keys(data: dict, prefix: str = "") -> list[str]:
-    keys = []
-    for key, value in data.items():
-        keys.append(f"{prefix}{key}")
+def walk(data: Any) -> Iterator[tuple[str, Any]]:
+    """(key path, value) of every node of plain data, depth first: ``("", data)``, ``("a", ...)``,
+    ``("a.b[0]", ...)``."""
+    stack = [("", data)]
+    while stack:
+        key, value = stack.pop()
+        yield key, value
         if isinstance(value, dict):
-            keys += _dotted_keys(value, f"{prefix}{key}.")
-    return keys
+            stack.extend(reversed([(f"{key}.{k}" if key else str(k), v) for k, v in value.items()]))
+        elif isinstance(value, list):
+            stack.extend(reversed([(f"{key}[{i}]", v) for i, v in enumerate(value)]))
 
 
-def _raw(data: dict, key: str) -> Any:
-    """The unresolved value at dotted ``key`` of plain ``data`` (None when absent)."""
-    for part in key.split("."):
+def select(data: Any, dotted: str, default: Any = None) -> Any:
+    """``data["a"]["b"]`` for ``"a.b"`` of plain data (nothing resolved), else ``default``."""
+    for part in dotted.split("."):
         if not isinstance(data, dict) or part not in data:
-            return None
+            return default
         data = data[part]
     return data
 
@@ -226,10 +230,10 @@ def _raw(data: dict, key: str) -> Any:
 @functools.lru_cache(maxsize=1)
 def schema_keys() -> frozenset[str]:
     """Every dotted key of the schema, the keys of all shipped optimizers together."""
-    keys = set(_dotted_keys(OmegaConf.to_container(OmegaConf.structured(Config), throw_on_missing=False)))
+    keys = {k for k, _ in walk(OmegaConf.to_container(OmegaConf.structured(Config), throw_on_missing=False))}
     for node in OPTIMIZERS.values():
-        keys |= set(_dotted_keys(OmegaConf.to_container(OmegaConf.structured(node)), "optimizer."))
-    return frozenset(keys)
+        keys |= {f"optimizer.{k}" for k, _ in walk(OmegaConf.to_container(OmegaConf.structured(node))) if k}
+    return frozenset(k for k in keys if k and "[" not in k)  # a list's items are its key's value
 
 
 def literal(data: Any) -> Any:
@@ -252,9 +256,9 @@ def resolve(cfg: DictConfig) -> dict:
     from omegaconf.errors import OmegaConfBaseException
 
     raw = OmegaConf.to_container(cfg, resolve=False, enum_to_str=True)
-    extra = sorted(set(_dotted_keys(raw)) - schema_keys())
+    extra = sorted(k for k, _ in walk(raw) if k and k.split("[")[0] not in schema_keys())
     if extra:
-        raise ConfigError(extra[0], _raw(raw, extra[0]),
+        raise ConfigError(extra[0], select(raw, extra[0]),
                           "no such config key in attnlab's schema (see `attnlab --help`)")
     try:
         data = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
@@ -263,7 +267,7 @@ def resolve(cfg: DictConfig) -> dict:
     except OmegaConfBaseException as err:
         key = err.full_key or "<config>"
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ConfigError(key, _raw(raw, key), f"cannot be resolved: {reason}") from None
+        raise ConfigError(key, select(raw, key), f"cannot be resolved: {reason}") from None
     return with_recorded_snapshot_steps(data)  # the steps this run takes (null = automatic)
 
 

@@ -19,9 +19,9 @@ MAX_TABLE = 256  # token_table rows kept in summary.json (n_tokens is always exa
 STAGES = ("token_embeddings", "pos_embeddings", "X", "Q", "K", "V", "scores", "weights", "Z")
 
 
-def token_table(token_ids: Sequence[int], labels: Sequence[str], limit: int = MAX_TABLE) -> list[list[Any]]:
-    """``[[id, label], ...]`` for the first ``limit`` tokens (``[254, "你(2/2)"]``)."""
-    return [[int(i), str(t)] for i, t in zip(list(token_ids)[:limit], list(labels)[:limit])]
+def token_table(token_ids: Sequence[int], labels: Sequence[str]) -> list[list[Any]]:
+    """``[[id, label], ...]`` for the first :data:`MAX_TABLE` tokens (``[254, "你(2/2)"]``)."""
+    return [[int(i), str(t)] for i, t in zip(list(token_ids)[:MAX_TABLE], list(labels)[:MAX_TABLE])]
 
 
 def max_abs_weight_minus_uniform(weights: np.ndarray) -> float:
@@ -86,7 +86,6 @@ def observe(cfg: DictConfig, token_ids: Sequence[int], labels: Sequence[str],
     if arrays is not None:
         out["shapes"] = {k: list(arrays[k].shape) for k in STAGES if k in arrays}
         out["max_abs_weight_minus_uniform"] = max_abs_weight_minus_uniform(arrays["weights"])
-    analysis = cfg.get("analysis")
-    if analysis is not None and analysis.get("compare_sentence") is not None:
+    if cfg.analysis.compare_sentence is not None:
         out["permutation_check"] = permutation_check(cfg)
     return out

@@ -12,6 +12,7 @@ from attnlab.core.tokenizer import show
 # uniform: max − min of a row below half the third decimal tables print, so every key shows 1/T
 # there (tutorial §4: 0.167 each) and naming the argmax of that tie would claim a focus not shown
 UNIFORM_SPREAD = 5e-4
+FOCUS_THRESHOLD = 0.9  # "focused": the focus token gives its strongest key more than this weight
 
 
 class Focus(NamedTuple):
@@ -83,7 +84,7 @@ def row_entropy(weights: np.ndarray) -> np.ndarray:
     return -(w * logw).sum(axis=-1)
 
 
-def first_step_above(steps: Sequence[int], values: Sequence[float], threshold: float = 0.9) -> int | None:
+def first_step_above(steps: Sequence[int], values: Sequence[float], threshold: float = FOCUS_THRESHOLD) -> int | None:
     """The first of ``steps`` (S,) whose ``values`` (S,) is > ``threshold``, or None (§5's run: 100).
     Raises ValueError unless both are 1-D of one length."""
     s = np.asarray(steps)
@@ -92,9 +93,6 @@ def first_step_above(steps: Sequence[int], values: Sequence[float], threshold: f
         raise ValueError(f"steps {s.shape} and values {v.shape} must be two 1-D arrays of the same length")
     above = np.flatnonzero(v > threshold)
     return int(s[above[0]]) if above.size else None
-
-
-FOCUS_THRESHOLD = 0.9  # "focused": the focus token gives its strongest key more than this weight
 
 
 def _with_mean(w: np.ndarray) -> np.ndarray:
@@ -107,8 +105,7 @@ class FocusSink(Sink):
     strongest key at the last snapshot, its weight and the first step above the threshold; row
     entropies; the largest weight above the diagonal. Keeps H + 1 numbers per snapshot."""
 
-    def __init__(self, threshold: float = FOCUS_THRESHOLD) -> None:
-        self.threshold = threshold
+    def __init__(self) -> None:
         self.query = 0
         self.tokens: list[str] = []
         self.steps: list[int] = []
@@ -142,11 +139,11 @@ class FocusSink(Sink):
             key = int(last.key[h])
             entries.append({"key": key, "token": self._label(key), "weight": float(last.weight[h]),
                             "uniform": bool(uniform[h]),
-                            "first_step_above": first_step_above(self.steps, series[:, h], self.threshold)})
+                            "first_step_above": first_step_above(self.steps, series[:, h])})
         heads = heads_and_mean[:-1]
         above = np.triu(np.ones(heads.shape[-2:], dtype=bool), k=1)
         return {"focus": {
-            "query": self.query, "token": self._label(self.query), "threshold": self.threshold,
+            "query": self.query, "token": self._label(self.query), "threshold": FOCUS_THRESHOLD,
             "step": self.steps[-1], "heads": entries[:-1], "mean": entries[-1],
             "entropy_nats": np.round(row_entropy(heads), 6).tolist(),
             "upper_triangle_max": float(heads[:, above].max()) if above.any() else 0.0,

@@ -33,18 +33,14 @@ def comparison_figure(rows: Sequence[dict[str, Any]], path: Path) -> Path:
 
     TITLE_CHARS, MAX_TITLE_LINES = 34, 3  # heatmap titles: name and swept values wrapped at 34 characters
     names = short_names([r["job"] for r in rows])
-    labels_of = {id(r): lab for r, lab in zip(rows, run_labels(rows, names))}
+    legend = [f"{name}: {values}" if values else name for name, values in run_labels(rows, names)]  # "3: lr=0.05"
 
-    def legend_name(r) -> str:
-        name, values = labels_of[id(r)]
-        return f"{name}: {values}" if values else name
-
-    def panel_title(r, what: str) -> str:  # "3: lr=0.05 steps=120" wrapped to the panel, then "step=29"
-        lines = wrap(legend_name(r), TITLE_CHARS, MAX_TITLE_LINES, measure=lambda s: len(drawable(s)))
+    def panel_title(name: str, what: str) -> str:  # "3: lr=0.05 steps=120" wrapped to the panel, then "step=29"
+        lines = wrap(name, TITLE_CHARS, MAX_TITLE_LINES, measure=lambda s: len(drawable(s)))
         return "\n".join(drawable(line) for line in [*lines, what])
 
     curves, maps, objectives, focus = [], [], [], []
-    for r in rows:
+    for r, name in zip(rows, legend):
         run_dir = Path(r["path"])
         root = Path(r.get("root") or run_dir)  # no link below the PATH the run was found under is followed
         metrics = last = None
@@ -55,14 +51,13 @@ def comparison_figure(rows: Sequence[dict[str, Any]], path: Path) -> Path:
         with contextlib.suppress(RunDirError, ValueError):  # ValueError: no such focus token
             if safe_read.exists(run_dir, ATTENTION) and last is not None:
                 with safe_read.open_attention(run_dir, root=root) as npz:
-                    series = focus_weights(npz.read("weights"), r["focus_query"])
-                    focus.append((legend_name(r), npz.read("steps"), series))
+                    focus.append((name, npz.read("steps"), focus_weights(npz.read("weights"), r["focus_query"])))
         if metrics is not None and metrics[1].size:
-            curves.append((legend_name(r), *metrics))
+            curves.append((name, *metrics))
             objectives.append(r.get("objective"))
         if last is not None:
             w, labels, step = last
-            maps.append((panel_title(r, "walkthrough" if step is None else f"step={step}"), w, labels))
+            maps.append((panel_title(name, "walkthrough" if step is None else f"step={step}"), w, labels))
     shown = maps[:MAX_HEATMAPS]
     n = max(len(shown), 1)
     cols = min(n, HEATMAP_COLS)

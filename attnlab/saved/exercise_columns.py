@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from attnlab.core.config import select
 from attnlab.core.tokenizer import show
 
 # table columns made from the observations, their printed headers, and
@@ -26,9 +27,7 @@ def columns(summary: dict[str, Any]) -> dict[str, Any]:
         if len(focus["heads"]) > 1:
             out["heads_focus"] = " ".join(f"{h}:{'uniform' if e.get('uniform') else show(e['token'].strip())}"
                                           f"={e['weight']:.2f}" for h, e in enumerate(focus["heads"]))
-        config = summary.get("config")
-        causal = isinstance(config, dict) and isinstance(config.get("model"), dict) and config["model"].get("causal")
-        if causal is True:
+        if select(summary.get("config"), "model.causal") is True:
             out["upper_max"] = focus.get("upper_triangle_max")
     if summary.get("n_tokens") is not None:
         out["n_tokens"] = summary["n_tokens"]

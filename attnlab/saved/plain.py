@@ -1,24 +1,14 @@
-"""Plain data read from a run dir: walking it, its interpolations and Hydra keys, plain references
-resolved by copying (nothing evaluated), and summary.json's field types."""
+"""Plain data read from a run dir: its interpolations and Hydra keys (found by
+:func:`attnlab.core.config.walk`), plain references resolved by copying (nothing evaluated), and
+summary.json's field types."""
 from __future__ import annotations
 
 import re
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
 
+from attnlab.core.config import select, walk
 from attnlab.core.files import REFERENCE_CHAIN, ResolverInterpolation, RunFileError, printable
 from attnlab.outputs.artifacts import SUMMARY
-
-
-def walk(data: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
-    """(key path, value) of every node, depth first: ``("", data)``, ``("a", ...)``, ``("a.b[0]", ...)``."""
-    stack = [(prefix, data)]
-    while stack:
-        key, value = stack.pop()
-        yield key, value
-        if isinstance(value, dict):
-            stack.extend(reversed([(f"{key}.{k}" if key else str(k), v) for k, v in value.items()]))
-        elif isinstance(value, list):
-            stack.extend(reversed([(f"{key}[{i}]", v) for i, v in enumerate(value)]))
 
 
 def interpolations(data: Any) -> list[tuple[str, str]]:
@@ -33,15 +23,6 @@ def special_keys(data: Any) -> list[tuple[str, Any]]:
     """``(key path, value)`` of every Hydra instantiation key (:data:`HYDRA_SPECIAL`) in ``data``."""
     return [(f"{key}.{k}" if key else str(k), v) for key, value in walk(data) if isinstance(value, dict)
             for k, v in value.items() if k in HYDRA_SPECIAL]
-
-
-def select(data: Any, dotted: str, default: Any = None) -> Any:
-    """``data["a"]["b"]`` for ``"a.b"`` (nothing resolved), else ``default``."""
-    for part in dotted.split("."):
-        if not isinstance(data, dict) or part not in data:
-            return default
-        data = data[part]
-    return data
 
 
 _MISSING = object()

@@ -42,10 +42,9 @@ def script_json(data: Any) -> str:
     return text
 
 
-def render(records: Sequence[dict[str, Any]], title: str | None = None) -> str:
+def render(records: Sequence[dict[str, Any]]) -> str:
     """The page for ``records`` (one: detail view; more: comparison) as HTML text."""
-    if title is None:
-        title = (f"attnlab · {records[0]['name']}" if len(records) == 1 else f"attnlab · {len(records)} runs")
+    title = f"attnlab · {records[0]['name']}" if len(records) == 1 else f"attnlab · {len(records)} runs"
     # attnlab-compare's printed table: its columns for these runs, each run's cells with its place in each order
     columns, tables = page_table([rec.get("table") or {} for rec in records])
     focus = [{"status": r["status"], "final_loss": r["final_loss"], "focus_token": f["token"],
@@ -61,14 +60,14 @@ def render(records: Sequence[dict[str, Any]], title: str | None = None) -> str:
     return template.substitute(title=html.escape(printable(title, MAX_STR)), data=script_json(data))
 
 
-def write_page(records: Sequence[dict[str, Any]], out: Path | str, title: str | None = None) -> Path:
+def write_page(records: Sequence[dict[str, Any]], out: Path | str) -> Path:
     """Write :func:`render` to ``out`` atomically. RunDirError when its folder does not exist."""
     out = Path(out)
     if out.is_dir():
         out = out / REPORT
     if not out.parent.is_dir():
         raise RunDirError(f"{out}: folder {out.parent} does not exist")
-    atomic_write_text(out, render(records, title))
+    atomic_write_text(out, render(records))
     return out
 
 
@@ -79,14 +78,12 @@ def write_report(paths: Iterable[Path | str], out: Path | str) -> Path:
 
 def write_run_report(run_dir: Path | str) -> Path:
     """``RUN_DIR/report.html`` for one run."""
-    run_dir = Path(run_dir)
-    return write_page([load_run(run_dir)], run_dir / REPORT)
+    return write_page([load_run(run_dir)], Path(run_dir) / REPORT)
 
 
 def write_sweep_report(sweep_dir: Path | str) -> Path:
     """``SWEEP_DIR/report.html`` over every run below ``sweep_dir``."""
-    sweep_dir = Path(sweep_dir)
-    return write_report([sweep_dir], sweep_dir / REPORT)
+    return write_report([sweep_dir], Path(sweep_dir) / REPORT)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,6 +1,7 @@
-"""The data of ``attnlab-report``'s page: one JSON-ready record per run (:func:`load_run`) built from
-attnlab-compare's row, and the downsampling that keeps a page in budget. Text goes through
-``printable`` (:data:`MAX_STR`), configs are cut at :data:`MAX_NODES` values. The runs share
+"""The data of ``attnlab-report``'s page: one record per run (:func:`load_run`) built from
+attnlab-compare's row (JSON-ready but for the table cells' row values, which the page leaves off),
+and the downsampling that keeps a page in budget. Text goes through ``printable``
+(:data:`MAX_STR`), configs are cut at :data:`MAX_NODES` values. The runs share
 :data:`WEIGHT_BUDGET` bytes of weights JSON (at most 7 bytes a weight at 4 decimals); a run
 whose snapshots do not fit keeps ``max(2, share // frame_bytes)``, evenly spaced, first and last
 kept. Loss curves are thinned to :data:`MAX_LOSS_POINTS`, keeping every shown snapshot's step."""
@@ -232,12 +233,12 @@ def _load_walkthrough(rec: dict[str, Any], run_dir: Path, root: Path,
     return head_mean(walk["weights"]), labels, None
 
 
-def collect_records(paths: Iterable[Path | str], budget: int = WEIGHT_BUDGET, *,
+def collect_records(paths: Iterable[Path | str], *,
                     found: list[tuple[Path, str, Path]] | None = None) -> list[dict[str, Any]]:
     """:func:`load_run` of every run under ``paths`` (or ``found``), named as attnlab-compare names
-    them, with a legend ``label``, sharing ``budget``. Raises RunDirError."""
+    them, with a legend ``label``, sharing :data:`WEIGHT_BUDGET`. Raises RunDirError."""
     found = runs.named_runs(Path(p) for p in paths) if found is None else found
-    shares = share_budget([weight_need(r, root) for r, _, root in found], budget)
+    shares = share_budget([weight_need(r, root) for r, _, root in found])
     records = [load_run(r, name=name, max_weight_bytes=share, root=root)
                for (r, name, root), share in zip(found, shares)]
     # the legend names of attnlab-compare --plot: job number and swept values, "3: lr=0.05"

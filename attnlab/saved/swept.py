@@ -7,16 +7,12 @@ from typing import Any, Callable, Sequence
 MAX_VALUE_CHARS = 60  # a value longer than this is cut, with "…"
 
 
-def split_override(override: str) -> tuple[str, str]:
-    """``"+optimizer.lr=0.05"`` -> ``("optimizer.lr", "0.05")``; without ``=``: ``(override, "")``."""
-    key, _, value = override.partition("=")
-    return key.lstrip("+~"), value
-
-
 def swept(override_lists: Sequence[Sequence[str]]) -> list[dict[str, str]]:
     """Per run ``{key: value}`` of the keys whose value differs between the runs or that some do not
-    set (one run: all its overrides), in first-seen order."""
-    parsed = [dict(split_override(o) for o in overrides) for overrides in override_lists]
+    set (one run: all its overrides), in first-seen order; ``+optimizer.lr=0.05`` is key
+    ``optimizer.lr``, value ``0.05`` (without ``=``: value "")."""
+    parsed = [{key.lstrip("+~"): value for key, _, value in (o.partition("=") for o in overrides)}
+              for overrides in override_lists]
     keys: list[str] = []
     for p in parsed:
         keys.extend(k for k in p if k not in keys)

@@ -5,7 +5,6 @@ and counts Chinese and emoji as two columns."""
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 import math
 import unicodedata
@@ -25,7 +24,6 @@ TABLE_SKIP = {"overrides", "loss_threshold", "steps_run", "path"}  # CSV only (t
 MAX_CELL = 48  # characters of a cell in the printed table (the CSV keeps everything)
 WIDE = {"job": 100, "heads_focus": 100}  # columns allowed more (a name; one entry per head)
 CSV_TEXT_LIMIT = 10_000  # characters of one CSV text cell, escapes included (a summary.json holds at most 1 MiB)
-SORT_TEXT = 2_000  # characters of a text cell the page sorts by (two texts alike that far are equal there)
 FORMULA_START = ("=", "+", "-", "@")  # a spreadsheet reads a cell starting with one of these as a formula
 
 
@@ -87,11 +85,14 @@ def write_csv(rows: Sequence[dict[str, Any]], path: Path) -> Path:
     return Path(path)
 
 
-def _cell(col: str, v: Any) -> str:
+def _cell(col: str, v: Any, limit: int | None = None) -> str:
+    """A cell's text before :func:`clip`, escaped text cut at ``limit`` characters (the column's
+    width + 1: clip() then cuts it to its width)."""
+    limit = limit or WIDE.get(col, MAX_CELL) + 1
     if v is None or v == "":
         return "-"
     if col in ("focus_token", "focus_target"):
-        return printable(shown(v if isinstance(v, Uniform) else str(v)), MAX_CELL + 1)
+        return printable(shown(v if isinstance(v, Uniform) else str(v)), limit)
     if isinstance(v, bool):
         return "yes" if v else "no"
     if isinstance(v, float):
@@ -99,7 +100,7 @@ def _cell(col: str, v: Any) -> str:
         return format(v, fmt or (".2e" if v != 0 and (abs(v) < 1e-3 or abs(v) >= 1e5) else ".4f"))
     if isinstance(v, int):
         return str(v)
-    return printable(v, WIDE.get(col, MAX_CELL) + 1)  # clip() then cuts it to its width
+    return printable(v, limit)
 
 
 def _right_aligned(v: Any) -> bool:
@@ -114,35 +115,17 @@ def cell_text(col: str, v: Any) -> str:
 
 def page_cells(row: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """One row's cells for attnlab-report's runs table: per printed-table column ``text``
-    (:func:`cell_text`), ``full`` (when ``text`` is cut), ``key`` (:func:`sort_key` as JSON: a
-    number's ``repr`` or a text's code points up to :data:`SORT_TEXT`; None when empty), ``right``
-    and ``shown`` (a digest, so :func:`page_table` hides the columns :func:`columns_of` hides)."""
+    (:func:`cell_text`), ``full`` (when ``text`` is cut) and ``value``, the row's own, which
+    :func:`page_table` sorts and hides columns by (and leaves off the page)."""
     out: dict[str, dict[str, Any]] = {}
-    for c in columns_of([row]):
-        if c in TABLE_SKIP:
-            continue
+    for c in [c for c in columns_of([row]) if c not in TABLE_SKIP]:
         v = row.get(c)
-        rank, number, text = sort_key(v)
-        digest = hashlib.sha256(str(v).encode("utf-8", "surrogatepass")).hexdigest()[:16]
-        cell = {"text": cell_text(c, v), "key": None if rank == 2 else [0, repr(number)] if rank == 0
-                else [1, [ord(ch) for ch in text[:SORT_TEXT]]],
-                "right": _right_aligned(v), "shown": v if v is None or v == "" else digest}
-        if rank < 2:  # a cut cell (clip's … or printable's …[+N chars]; a 400-digit number too): whole on hover
-            full = printable(shown(v if isinstance(v, Uniform) else text) if c in ("focus_token", "focus_target")
-                             else text if rank else repr(v),
-                             CSV_TEXT_LIMIT)
-            if cell["text"].endswith(("…", " chars]")) and full != cell["text"]:
-                cell["full"] = full
+        cell = {"text": cell_text(c, v), "value": v}
+        full = _cell(c, v, CSV_TEXT_LIMIT)  # a cut cell (clip's … or printable's …[+N chars]): whole on hover
+        if cell["text"].endswith(("…", " chars]")) and full != cell["text"]:
+            cell["full"] = full
         out[c] = cell
     return out
-
-
-def _exact(key: list) -> tuple:
-    """A cell's ``key`` back as :func:`sort_key` compares it."""
-    if key[0] == 0:
-        text = key[1]
-        return (0, float(text) if any(ch in text for ch in ".eEn") else int(text))
-    return (1, tuple(key[1]))
 
 
 Cells = dict[str, dict[str, Any]]  # column -> cell (page_cells)
@@ -152,18 +135,17 @@ def page_table(tables: Sequence[Cells]) -> tuple[list[dict[str, Any]], list[Cell
     """attnlab-report's runs table from the runs' :func:`page_cells`: the printed table's columns
     (``key``, ``title``, ``right``) and each run's cells with ``sort``, its place in
     :func:`sort_rows`' order by that column (ties share one; None when empty)."""
-    rows = [{c: cell.get("shown") for c, cell in t.items()} for t in tables]
+    rows = [{c: cell["value"] for c, cell in t.items()} for t in tables]
     cols = columns_of(rows, table=True)
-    columns = [{"key": c, "title": HEADERS.get(c, c), "right": all(t.get(c, {}).get("right", True) for t in tables)}
+    columns = [{"key": c, "title": HEADERS.get(c, c), "right": all(_right_aligned(r.get(c)) for r in rows)}
                for c in cols]
     ranked: list[Cells] = [{} for _ in tables]
     for c in cols:
-        keys = [_exact(t[c]["key"]) if c in t and t[c].get("key") is not None else None for t in tables]
-        place = {k: i for i, k in enumerate(sorted({k for k in keys if k is not None}))}
+        keys = [sort_key(r.get(c)) for r in rows]
+        place = {k: i for i, k in enumerate(sorted({k for k in keys if k[0] < 2}))}
         for out, t, k in zip(ranked, tables, keys):
             if c in t:
-                out[c] = {**{n: v for n, v in t[c].items() if n not in ("key", "shown", "right")},
-                          "sort": None if k is None else place[k]}
+                out[c] = {**{n: v for n, v in t[c].items() if n != "value"}, "sort": place.get(k)}
     return columns, ranked
 
 
@@ -214,7 +196,7 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
     """The rows as an aligned plain-text table."""
     cols = columns_of(rows, table=True)
     head = [HEADERS.get(c, c) for c in cols]
-    body = [[clip(_cell(c, r.get(c)), WIDE.get(c, MAX_CELL)) for c in cols] for r in rows]
+    body = [[cell_text(c, r.get(c)) for c in cols] for r in rows]
     widths = [max(_width(x) for x in [h] + [b[i] for b in body]) for i, h in enumerate(head)]
     numeric = {c for c in cols if all(_right_aligned(r.get(c)) for r in rows)}
 
