@@ -174,7 +174,7 @@ def test_workers_draw_the_same_bytes_and_a_dead_or_missing_pool_draws_here(monke
         evolution = drawing.Drawing(plots.evolution_png, snaps, TOKENS, 7)
         loss = drawing.Drawing(plots.loss_png, losses)
         heatmap = drawing.Drawing(heatmap_pixels, TOKENS, snaps[1].weights, "step=10")
-        assert evolution.future is not None  # sent to a worker
+        assert evolution.future is not None or (os.cpu_count() or 1) < 2  # sent to a worker (one core: drawn here)
         assert evolution.result() == plots.evolution_png(snaps, TOKENS, 7)
         assert loss.result() == plots.loss_png(losses)
         np.testing.assert_array_equal(heatmap.result(), heatmap_pixels(TOKENS, snaps[1].weights, "step=10"))
