@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
+from attnlab.core import interrupts
 from attnlab.core.errors import ConfigError, WriteError
 from attnlab.core.files import NPZ_LIMIT
-from attnlab.core import interrupts
 from attnlab.core.records import RunInfo, RunResult, Sink, Snapshot
 from attnlab.outputs import rundir
 from attnlab.outputs.rundir import run_is_live  # noqa: F401  (part of the run-dir contract)

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from attnlab.core.config import loss_axis_label, objective_of
 from attnlab.core import interrupts
+from attnlab.core.config import loss_axis_label, objective_of
 from attnlab.core.records import RunInfo, RunResult, Sink, Snapshot, head_mean
 from attnlab.outputs.artifacts import atomic_write_bytes
 from attnlab.outputs.drawing import Drawing
