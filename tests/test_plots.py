@@ -2,6 +2,7 @@
 tutorial's panel content, no missing-glyph warnings, figures independent of the user's style."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import warnings
@@ -47,11 +48,10 @@ def fonts(request, monkeypatch):
 
 
 def test_evolution_png_size_follows_panel_count(tmp_path):
-    path = plots.attention_evolution(snapshots(2), TOKENS, tmp_path / "evo2.png")
-    assert path == tmp_path / "evo2.png"
+    path = tmp_path / "evo2.png"
+    path.write_bytes(plots.evolution_png(snapshots(2), TOKENS))
     w_in, h_in = plots.PANEL_IN
     assert read_png(path).shape[:2] == (round((h_in + 0.5) * plots.DPI), round((2 * w_in + plots.COLORBAR_IN) * plots.DPI))
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["evo2.png"]  # the atomic write left no temp file
     fig = plots.evolution_figure(snapshots(5, t=3), TOKENS[:3])  # the PNG is the canvas (no tight bbox)
     assert fig.canvas.get_width_height() == (round((5 * w_in + plots.COLORBAR_IN) * plots.DPI),
                                              round((h_in + 0.5) * plots.DPI))
@@ -91,7 +91,7 @@ def test_evolution_panels_match_the_tutorial():
 def test_chinese_tokens_render_without_missing_glyphs(tmp_path, fonts):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        plots.attention_evolution(snapshots(2, t=len(ZH_TOKENS)), ZH_TOKENS, tmp_path / "zh.png")
+        (tmp_path / "zh.png").write_bytes(plots.evolution_png(snapshots(2, t=len(ZH_TOKENS)), ZH_TOKENS))
         img = heatmap_pixels(ZH_TOKENS, snapshots(1, t=len(ZH_TOKENS))[0].weights, "你的")
     assert [str(w.message) for w in caught if "Glyph" in str(w.message)] == []
     assert img.dtype == np.uint8
@@ -130,11 +130,10 @@ def test_heatmap_image_is_hwc_uint8_with_the_weights_drawn():
 
 def test_loss_curve_log_axis_with_zeros(tmp_path):
     losses = np.array([2.0, 1.0, 0.1, 0.0, 1e-6, 0.0])
-    path = plots.loss_curve(losses, tmp_path / "loss.png")
-    h, w = read_png(path).shape[:2]
+    (tmp_path / "loss.png").write_bytes(plots.loss_png(losses))
+    h, w = read_png(tmp_path / "loss.png").shape[:2]
     assert (w, h) == (640, 400)
-    assert plots.loss_curve(np.array([np.nan]), tmp_path / "none.png") is None
-    assert not (tmp_path / "none.png").exists()
+    assert plots.loss_png(np.array([np.nan])) is None
 
 
 @pytest.mark.parametrize("losses", [np.linspace(0.0131, 0.0125, 100), np.linspace(1500, 900, 100),
@@ -154,6 +153,43 @@ def test_loss_figure_keeps_its_tick_labels_and_y_label_inside(losses):
         for artist in [*shown, ax.yaxis.label, ax.title]:
             box = artist.get_window_extent(renderer)
             assert box.x0 >= 0 and box.x1 <= fig.bbox.x1, (artist.get_text(), box)
+
+
+def _die_outside(pid: int) -> str:
+    """Kills the worker it runs in; returns where it ran when that is process ``pid``."""
+    if os.getpid() != pid:
+        os._exit(1)
+    return "here"
+
+
+def test_workers_draw_the_same_bytes_and_a_dead_or_missing_pool_draws_here(monkeypatch):
+    from types import SimpleNamespace
+
+    from attnlab.outputs import drawing
+
+    job = SimpleNamespace(task=drawing.Task.train, logging=SimpleNamespace(figures=True, tensorboard=False, images=True))
+    snaps, losses = snapshots(3), np.linspace(2, 0.01, 50)
+    drawing.start(job)
+    try:
+        evolution = drawing.Drawing(plots.evolution_png, snaps, TOKENS, 7)
+        loss = drawing.Drawing(plots.loss_png, losses)
+        heatmap = drawing.Drawing(heatmap_pixels, TOKENS, snaps[1].weights, "step=10")
+        assert evolution.future is not None or (os.cpu_count() or 1) < 2  # sent to a worker (one core: drawn here)
+        assert evolution.result() == plots.evolution_png(snaps, TOKENS, 7)
+        assert loss.result() == plots.loss_png(losses)
+        np.testing.assert_array_equal(heatmap.result(), heatmap_pixels(TOKENS, snaps[1].weights, "step=10"))
+        assert drawing.Drawing(_die_outside, os.getpid()).result() == "here"  # the worker died: drawn here
+        assert drawing._pool is None  # ... and the broken pool is gone
+        assert drawing.Drawing(plots.loss_png, losses).result() == plots.loss_png(losses)
+    finally:
+        drawing.shutdown()
+    monkeypatch.setattr("multiprocessing.get_context", lambda method: (_ for _ in ()).throw(OSError("no processes")))
+    drawing.start(job)  # a pool that cannot start
+    assert drawing._pool is None
+    assert drawing.Drawing(_die_outside, os.getpid()).result() == "here"
+    drawing.start(SimpleNamespace(task=drawing.Task.train, logging=SimpleNamespace(figures=False, tensorboard=True,
+                                                                                    images=False)))
+    assert drawing._pool is None  # nothing to draw: no pool
 
 
 def test_figure_sink_writes_both_pngs(tmp_path):

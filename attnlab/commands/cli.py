@@ -191,5 +191,27 @@ def main() -> None:
     sys.exit(code)
 
 
+def console_main() -> None:
+    """The ``attnlab`` console script: :func:`main`, then, once Hydra's job log and the standard
+    streams are flushed, ``os._exit`` with its status, skipping the interpreter's teardown of
+    torch's modules (~0.4 s, every file is closed by then). A normal exit while another thread or
+    child process runs."""
+    import logging
+    import threading
+
+    try:
+        main()
+        code = 0
+    except SystemExit as end:
+        code = end.code
+    mp = sys.modules.get("multiprocessing")
+    if not isinstance(code, int) or threading.active_count() > 1 or (mp is not None and mp.active_children()):
+        sys.exit(code)
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    main()
+    console_main()

@@ -21,7 +21,7 @@ from attnlab.core.exercises import observe
 from attnlab.core.focus import FocusSink
 from attnlab.core.records import Sink
 from attnlab.core.tokenizer import token_labels, tokenize
-from attnlab.outputs import artifacts, rundir
+from attnlab.outputs import artifacts, drawing, rundir
 from attnlab.outputs.console import ConsoleSink, display_path, job_prefix, prefixed
 from attnlab.saved.report import write_run_report
 
@@ -87,6 +87,7 @@ def run_job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None,
             result = _job(cfg, run_dir, overrides, job_num if isinstance(job_num, int) else None)
             return result._replace(late_signal=interrupts.requested()) if result.status == "completed" else result
     finally:
+        drawing.shutdown()
         rundir.release(run_dir)
 
 
@@ -112,6 +113,7 @@ def _job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None, job_num: i
         artifacts.write_summary(run_dir, task=resolved["task"], config=resolved)
         checks.validate(typed)
         tokenize(typed)  # the text's checks too, before torch loads
+        drawing.start(typed)  # figure workers import matplotlib while this process imports torch
         artifacts.write_summary(run_dir, versions=artifacts.environment(resolved["device"]))
         result = _run(typed, run_dir)
     except KeyboardInterrupt:  # outside the training loop, which records its own interrupt

@@ -117,7 +117,9 @@ class MultiHeadSelfAttention(nn.Module):
         if self.attention == "explicit":
             all_scores, all_weights, heads = [], [], []
             # head h is tutorial §4.2–4.4 on its own columns h·d_k … (h+1)·d_k - 1 of Q and K
-            for q, k, v in zip(Q_all.split(self.d_k, -1), K_all.split(self.d_k, -1), V_all.split(self.d_v, -1)):
+            per_head = [(Q_all, K_all, V_all)] if self.n_heads == 1 else zip(
+                Q_all.split(self.d_k, -1), K_all.split(self.d_k, -1), V_all.split(self.d_v, -1))
+            for q, k, v in per_head:
                 s = scaled_scores(q, k, mask)  # (T, T)
                 w = torch.softmax(s, dim=-1)  # (T, T), rows sum to 1
                 heads.append(self._drop(w) @ v)  # (T, d_v)
@@ -150,7 +152,7 @@ class MultiHeadSelfAttention(nn.Module):
 
 def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
     """(T, H·d) → (H, T, d), a view: head h is columns h·d … (h+1)·d - 1."""
-    return x.view(x.shape[0], n_heads, -1).transpose(0, 1)
+    return x.unsqueeze(0) if n_heads == 1 else x.view(x.shape[0], n_heads, -1).transpose(0, 1)
 
 
 def merge_heads(x: torch.Tensor) -> torch.Tensor:

@@ -1,5 +1,5 @@
-"""What a run records, and the :class:`Sink` interface the loop calls in order (DESIGN.md,
-"One picture"): a new output is one new class with these methods."""
+"""What a run records, and the :class:`Sink` interface the loop calls in order
+(docs/architecture.md): a new output is one new class with these methods."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -1,8 +1,8 @@
-"""The run-dir files attnlab writes (DESIGN.md), each atomically: ``metrics.csv`` (``step,loss``,
-losses as ``repr``), ``attention.npz`` (``steps`` (S,) int64, ``weights`` (S, H, T, T) float32,
-``tokens`` (T,) str, ``token_ids`` (T,) int64; at most core.files.NPZ_LIMIT bytes: core.checks.resources), ``summary.json``
-and ``walkthrough.npz``. While a run goes its records reach the OS at every batch and snapshot
-(``kill -9`` keeps them) in ``.metrics.csv.partial`` and ``.attention.npy.partial``."""
+"""The run-dir files attnlab writes (docs/reference.md), each atomically: ``metrics.csv``
+(``step,loss``, losses as ``repr``), ``attention.npz`` (``steps`` (S,) int64, ``weights``
+(S, H, T, T) float32, ``tokens`` (T,) str, ``token_ids`` (T,) int64; at most core.files.NPZ_LIMIT
+bytes: core.checks.resources), ``summary.json`` and ``walkthrough.npz``. While a run goes its
+records reach the OS at every batch and snapshot (``kill -9`` keeps them) in ``.metrics.csv.partial`` and ``.attention.npy.partial``."""
 from __future__ import annotations
 
 import contextlib
@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from attnlab.core.errors import WriteError
 from attnlab.core import interrupts
+from attnlab.core.errors import WriteError
 from attnlab.core.records import RunInfo, RunResult, Sink, Snapshot
 from attnlab.outputs import rundir
 from attnlab.outputs.rundir import run_is_live  # noqa: F401  (part of the run-dir contract)

@@ -10,10 +10,11 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from attnlab.core.config import loss_axis_label, objective_of
 from attnlab.core import interrupts
+from attnlab.core.config import loss_axis_label, objective_of
 from attnlab.core.records import RunInfo, RunResult, Sink, Snapshot, head_mean
 from attnlab.outputs.artifacts import atomic_write_bytes
+from attnlab.outputs.drawing import Drawing
 from attnlab.outputs.fonts import default_title, label, rc
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -158,11 +159,10 @@ def save_figure(fig: "Figure", path: Path) -> Path:
     return path
 
 
-def attention_evolution(snapshots: Sequence[Snapshot], tokens: Sequence[str], path: Path,
-                        total: int | None = None) -> Path:
-    """Write :func:`evolution_figure` to ``path`` (format from its suffix, PNG by default)."""
+def evolution_png(snapshots: Sequence[Snapshot], tokens: Sequence[str], total: int | None = None) -> bytes:
+    """:func:`evolution_figure` as the bytes of a PNG file."""
     with style():
-        return save_figure(evolution_figure(snapshots, tokens, total), path)
+        return figure_bytes(evolution_figure(snapshots, tokens, total))
 
 
 def loss_png(losses: np.ndarray, ylabel: str = MSE_LABEL) -> bytes | None:
@@ -170,13 +170,6 @@ def loss_png(losses: np.ndarray, ylabel: str = MSE_LABEL) -> bytes | None:
     with style():
         fig = loss_figure(losses, ylabel)
         return None if fig is None else figure_bytes(fig)
-
-
-def loss_curve(losses: np.ndarray, path: Path, ylabel: str = MSE_LABEL) -> Path | None:
-    """Write ``loss.png`` (:func:`loss_figure`) to ``path``; None (no file) when no loss is finite."""
-    with style():
-        fig = loss_figure(losses, ylabel)
-        return None if fig is None else save_figure(fig, path)
 
 
 class FigureSink(Sink):
@@ -197,6 +190,7 @@ class FigureSink(Sink):
         self._latest: Snapshot | None = None
         self._received = 0  # snapshots the run took
         self._ylabel = MSE_LABEL
+        self._drawings: tuple[Drawing | None, Drawing] | None = None  # started at flush
 
     def on_start(self, info: RunInfo) -> None:
         self.tokens = list(info.tokens)
@@ -218,12 +212,23 @@ class FigureSink(Sink):
         """Every loss received so far, ``(n,)`` float64."""
         return np.concatenate(self._losses) if self._losses else np.zeros(0)
 
-    def on_end(self, result: RunResult) -> None:
-        interrupts.pause_point("drawing")  # a test hook: the run's records are written, its figures not yet
+    def flush(self) -> None:
+        if self._losses:  # the run is over: both figures start drawing (in a worker, see outputs.drawing)
+            self._drawings = self._draw(self.losses)
+
+    def _draw(self, losses: np.ndarray) -> tuple[Drawing | None, Drawing]:
         snapshots = self.snapshots
         if self._latest is not None and (not snapshots or self._latest.step > snapshots[-1].step):
             snapshots = pick_snapshots(snapshots + [self._latest])  # an early stop: its last snapshot too
-        if snapshots:
-            attention_evolution(snapshots, self.tokens, self.run_dir / self.EVOLUTION, total=self._received)
-        losses = self.losses if self._losses else np.asarray(result.losses, dtype=np.float64)
-        loss_curve(losses, self.run_dir / self.LOSS, ylabel=self._ylabel)  # (no file when nothing is finite)
+        evolution = Drawing(evolution_png, snapshots, self.tokens, self._received) if snapshots else None
+        return evolution, Drawing(loss_png, losses, self._ylabel)
+
+    def on_end(self, result: RunResult) -> None:
+        interrupts.pause_point("drawing")  # a test hook: the run's records are written, its figures not yet
+        evolution, loss = self._drawings or self._draw(
+            self.losses if self._losses else np.asarray(result.losses, dtype=np.float64))
+        if evolution is not None:
+            atomic_write_bytes(self.run_dir / self.EVOLUTION, evolution.result())
+        png = loss.result()
+        if png is not None:  # (no file when no loss is finite)
+            atomic_write_bytes(self.run_dir / self.LOSS, png)

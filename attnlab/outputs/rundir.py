@@ -80,7 +80,8 @@ def claim(path: Path, key: str = "hydra.run.dir", value: str | None = None) -> C
         fd = os.open(path / LOCK, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     except FileExistsError:  # another process's lock, live or left by a killed run
         if run_is_live(path) or (time.sleep(0.05) or run_is_live(path)):  # (a claim flocks just after creating)
-            raise RunDirError(f"{shown}: another attnlab process{_holder(path)} is writing a run there; {choose}") from None
+            raise RunDirError(f"{shown}: another attnlab process{_holder(path)} is writing a run there; "
+                              f"{choose}") from None
         raise RunDirError(f"{shown}: {_contents_problem(path, choose, stale_lock=True)}") from None
     except OSError as err:
         _remove_created(path, created)

@@ -13,6 +13,7 @@ import numpy as np
 
 from attnlab.core.focus import FOCUS_THRESHOLD, focus, row_entropy
 from attnlab.core.records import RunInfo, RunResult, Sink, Snapshot, head_mean
+from attnlab.outputs.drawing import Drawing
 from attnlab.outputs.fonts import drawable, label
 from attnlab.outputs.plots import draw_heatmap, new_figure, style
 
@@ -71,6 +72,7 @@ class TensorBoardSink(Sink):
         self._names: list[str] = []  # tag suffixes <pos>_<tok>
         self._last_step = 0
         self._focus_step: int | None = None  # the first snapshot step whose mean focus weight passed 0.9
+        self._images: list[tuple[str, int, Drawing]] = []  # (tag, step, heatmap) not added yet
 
     @property
     def writer(self):
@@ -107,20 +109,28 @@ class TensorBoardSink(Sink):
         if self._focus_step is None and strongest[-1] > FOCUS_THRESHOLD:
             self._focus_step = step
         many = len(heads) > 1
-        title = f"step={step}  loss={snapshot.loss:.4f}"
-        if self.images:
-            mean = heatmap_pixels(self.info.tokens, w, title + ("  (mean of heads)" if many else ""))
-            self.writer.add_image("attention/weights", mean, step, dataformats="HWC")
         for h, head in enumerate(heads if many else []):
             add(f"focus/weight/head_{h}", strongest[h], step)
             for name, value in zip(self._names, row_entropy(head)):
                 add(f"attention/entropy/head_{h}/{name}", value, step)
-            if self.images:
-                pixels = heatmap_pixels(self.info.tokens, head, f"{title}  head {h}")
-                self.writer.add_image(f"attention/weights/head_{h}", pixels, step, dataformats="HWC")
+        if self.images:  # drawn in a worker when outputs.drawing runs; added in step order
+            title = f"step={step}  loss={snapshot.loss:.4f}"
+            self._images.append(("attention/weights", step, Drawing(
+                heatmap_pixels, self.info.tokens, w, title + ("  (mean of heads)" if many else ""))))
+            for h, head in enumerate(heads if many else []):
+                self._images.append((f"attention/weights/head_{h}", step,
+                                     Drawing(heatmap_pixels, self.info.tokens, head, f"{title}  head {h}")))
+        self._add_images(wait=False)
+
+    def _add_images(self, wait: bool) -> None:
+        while self._images and (wait or self._images[0][2].done()):
+            tag, step, drawing = self._images.pop(0)
+            self.writer.add_image(tag, drawing.result(), step, dataformats="HWC")
 
     def flush(self) -> None:
-        """Have TensorBoard's writer thread put every event queued so far in the event file."""
+        """Add every heatmap image, then have TensorBoard's writer thread put every event queued
+        so far in the event file."""
+        self._add_images(wait=True)
         if self._writer is not None:
             self._writer.flush()
 
@@ -147,8 +157,8 @@ class TensorBoardSink(Sink):
             self.writer.add_scalar(tag, value, step)
 
     def close(self) -> None:
+        self.flush()
         if self._writer is not None:
-            self._writer.flush()
             self._writer.close()
 
 

@@ -121,7 +121,7 @@ def _jsonable(value: Any, budget: list[int] | None = None, depth: int = 0) -> An
 
 def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int = WEIGHT_BUDGET, *,
              root: Path | None = None) -> dict[str, Any]:
-    """One run dir as the page's record (DESIGN.md's contract): name, status, error, problems, kind,
+    """One run dir as the page's record (docs/reference.md's contract): name, status, error, problems, kind,
     tokens [T], token_ids [T], steps [k], snapshots_total, weights k x H x T x T, heads,
     snapshot_loss [k], loss {steps, values, total}, loss_name, loss_threshold, steps_to_threshold,
     final_loss, steps_run, wall_time_s, focus_token, focus, focus_series {steps, weights}, config,

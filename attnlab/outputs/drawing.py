@@ -1,0 +1,87 @@
+"""Figures drawn beside the run (tutorial §5's figures, TensorBoard's heatmaps): a spawned
+``concurrent.futures.ProcessPoolExecutor`` worker imports matplotlib while the run imports torch,
+then draws on the other core while the run trains. It runs the same functions the run would
+(:class:`Drawing`): the same bytes and pixels; the run writes every file itself. Without a pool
+(not started by a job, cannot start, one core) or when the worker dies, the run draws them itself.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+from attnlab.core.config import Task
+
+WORKERS = 1  # a second would draw beside it with a free core; under load it made the default run slower
+_pool = None  # this process's ProcessPoolExecutor, or None
+
+
+def _prepare_worker() -> None:
+    """Ctrl-C is the run's; matplotlib loaded and a first heatmap drawn (fonts, glyph caches);
+    no interpreter teardown at the worker's end (its results are sent by then)."""
+    import atexit
+    import signal
+
+    import numpy as np
+
+    from attnlab.outputs import plots
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    atexit.register(os._exit, 0)
+    with plots.style():
+        fig = plots.new_figure(1, 1)
+        plots.draw_heatmap(fig.add_subplot(), np.eye(2), ["a", "b"], "a")
+        fig.canvas.draw()
+
+
+def start(cfg: Any) -> None:
+    """Start the worker now when job ``cfg`` (typed) draws figures or heatmaps; idempotent."""
+    global _pool
+    log = cfg.logging
+    if _pool is not None or cfg.task != Task.train or (os.cpu_count() or 1) < 2 or not (
+            log.figures or (log.tensorboard and log.images)):
+        return
+    import concurrent.futures
+    import multiprocessing
+
+    try:
+        _pool = concurrent.futures.ProcessPoolExecutor(WORKERS, multiprocessing.get_context("spawn"),
+                                                       initializer=_prepare_worker)
+        _pool.submit(int)  # a worker starts at a submit
+    except (OSError, ImportError, NotImplementedError, RuntimeError):  # no processes, no working semaphores
+        _pool = None
+
+
+def shutdown() -> None:
+    """End the worker (after its current drawing); the next :func:`start` makes a new one."""
+    global _pool
+    pool, _pool = _pool, None
+    if pool is not None:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+class Drawing:
+    """``function(*args)`` (module-level, picklable arguments), sent to the worker when there is
+    one; :meth:`result` its value, computed here without a worker or when it died. An exception
+    of ``function`` itself is raised by :meth:`result`."""
+
+    def __init__(self, function: Callable, *args: Any) -> None:
+        self.function, self.args, self.future = function, args, None
+        if _pool is not None:
+            try:
+                self.future = _pool.submit(function, *args)
+            except RuntimeError:  # a broken (BrokenProcessPool) or shut-down pool
+                pass
+
+    def done(self) -> bool:
+        """True when :meth:`result` will not wait for the worker."""
+        return self.future is None or self.future.done()
+
+    def result(self) -> Any:
+        if self.future is not None:
+            from concurrent.futures import BrokenExecutor
+
+            try:
+                return self.future.result()
+            except BrokenExecutor:  # the worker died: drawn here, a new pool at the next job
+                shutdown()
+        return self.function(*self.args)
