@@ -2,7 +2,8 @@
 (``step,loss``, losses as ``repr``), ``attention.npz`` (``steps`` (S,) int64, ``weights``
 (S, H, T, T) float32, ``tokens`` (T,) str, ``token_ids`` (T,) int64; at most core.files.NPZ_LIMIT
 bytes: core.checks.resources), ``summary.json`` and ``walkthrough.npz``. While a run goes its
-records reach the OS at every batch and snapshot (``kill -9`` keeps them) in ``.metrics.csv.partial`` and ``.attention.npy.partial``."""
+records reach the OS at every batch and snapshot (``kill -9`` keeps them) in
+``.metrics.csv.partial`` and ``.attention.npy.partial``."""
 from __future__ import annotations
 
 import contextlib
