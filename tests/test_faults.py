@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from attnlab.core.training import FLUSH_EVERY, train
-from attnlab.outputs import artifacts, rundir
+from attnlab.outputs import rundir
 from attnlab.saved import runs, safe_read
 
 from conftest import ROOT, compose_cfg
@@ -341,7 +341,7 @@ def test_kill_9_leaves_a_killed_run_that_keeps_its_snapshots_and_is_refused(tmp_
                    f"train.snapshot_steps={snaps}")
     partial = run / ".metrics.csv.partial"
     poll(lambda: partial.is_file() and partial.read_bytes().count(b"\n") > 300, proc)
-    assert artifacts.run_is_live(run)
+    assert rundir.run_is_live(run)
     assert runs.job_row(run)["status"] == "running"  # attnlab-compare, the sweep table and the report agree
     assert (run / rundir.LOCK).read_bytes().split(b"\n")[0] == str(proc.pid).encode()
     hydra_before = {f: (run / f).read_bytes() for f in hydra_files()}
@@ -353,7 +353,7 @@ def test_kill_9_leaves_a_killed_run_that_keeps_its_snapshots_and_is_refused(tmp_
     proc.wait(timeout=60)
     proc.stdout.close()
     proc.stderr.close()
-    assert not artifacts.run_is_live(run)
+    assert not rundir.run_is_live(run)
     assert summary(run)["status"] == "running"  # with the lock free: killed
     row = runs.job_row(run)
     assert (row["status"], row["error"]) == ("killed", runs.DIED)
@@ -529,11 +529,11 @@ def test_claim_refuses_what_is_not_new_or_empty_and_names_it(tmp_path, finished_
     empty.mkdir()
     held = rundir.claim(empty)
     try:
-        assert artifacts.run_is_live(empty)
+        assert rundir.run_is_live(empty)
         assert rundir.claim(empty) is held  # this process holds it already
     finally:
         rundir.release(empty)
-    assert not (empty / rundir.LOCK).exists() and not artifacts.run_is_live(empty)
+    assert not (empty / rundir.LOCK).exists() and not rundir.run_is_live(empty)
     many = tmp_path / "many"
     many.mkdir()
     for i in range(7):
@@ -549,5 +549,5 @@ def test_run_is_live_never_follows_or_opens_anything_but_a_regular_file(tmp_path
         d = tmp_path / name
         d.mkdir()
         make(d / rundir.LOCK)
-        assert artifacts.run_is_live(d) is False  # returns at once: the FIFO is never opened for reading
-    assert artifacts.run_is_live(tmp_path / "missing") is False
+        assert rundir.run_is_live(d) is False  # returns at once: the FIFO is never opened for reading
+    assert rundir.run_is_live(tmp_path / "missing") is False

@@ -72,7 +72,7 @@ def test_fresh_run_reproduces_exactly(fresh_run, tmp_path, capsys):
     stdout = capsys.readouterr().out
     assert stdout.splitlines()[0] == "reproduced exactly"
     assert tree_bytes(fresh_run) == before  # RUN_DIR untouched
-    assert artifacts.is_run_dir(out)
+    assert (out / ".hydra" / "config.yaml").is_file()
     summary = safe_read.read_summary(out)
     assert summary["status"] == "completed"
     assert summary["steps_run"] == 40

@@ -23,7 +23,6 @@ from attnlab.core import interrupts
 from attnlab.core.errors import WriteError
 from attnlab.core.records import RunInfo, RunResult, Sink, Snapshot
 from attnlab.outputs import rundir
-from attnlab.outputs.rundir import run_is_live  # noqa: F401  (part of the run-dir contract)
 
 SUMMARY = "summary.json"
 METRICS = "metrics.csv"
@@ -105,11 +104,6 @@ def _static_environment() -> dict[str, Any]:
             "platform": platform.platform(), "machine": platform.machine(),
             "cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "blas": next(iter(re.findall(r"BLAS_INFO=([^,\s]+)", torch.__config__.show())), None)}
-
-
-def is_run_dir(path: Path) -> bool:
-    """True when ``path`` has a Hydra config and a summary.json (a run or a sweep job)."""
-    return (Path(path) / ".hydra" / "config.yaml").is_file() and (Path(path) / SUMMARY).is_file()
 
 
 class RunDirSink(Sink):

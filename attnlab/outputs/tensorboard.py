@@ -49,13 +49,6 @@ def flatten_config(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def token_markdown(token_ids: list[int], tokens: list[str]) -> str:
-    """Markdown table: position, id, token (repr, so leading spaces show)."""
-    cells = [repr(tok).replace("|", "\\|") for tok in tokens]
-    rows = [f"| {pos} | {tid} | `{cell}` |" for pos, (tid, cell) in enumerate(zip(token_ids, cells))]
-    return "\n".join(["| position | id | token |", "| ---: | ---: | --- |", *rows])
-
-
 class TensorBoardSink(Sink):
     """Writes one run's TensorBoard events into ``run_dir`` (the module docstring); ``images=False``
     skips the heatmap images (~0.1 s each). ``on_end`` without ``on_start`` still writes the
@@ -88,7 +81,9 @@ class TensorBoardSink(Sink):
         self._names = tag_names(info.tokens)
         w = self.writer
         w.add_text("run/sentence", str(info.config.get("sentence", "")), 0)
-        w.add_text("run/tokens", token_markdown(info.token_ids, info.tokens), 0)
+        cells = [repr(tok).replace("|", "\\|") for tok in info.tokens]  # repr: leading spaces show
+        rows = [f"| {pos} | {tid} | `{cell}` |" for pos, (tid, cell) in enumerate(zip(info.token_ids, cells))]
+        w.add_text("run/tokens", "\n".join(["| position | id | token |", "| ---: | ---: | --- |", *rows]), 0)
         w.add_text("run/config", "```yaml\n" + OmegaConf.to_yaml(info.config) + "```", 0)
 
     def on_losses(self, steps: np.ndarray, losses: np.ndarray) -> None:
