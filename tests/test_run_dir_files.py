@@ -226,3 +226,25 @@ def test_an_archive_too_large_for_the_disk_keeps_the_snapshots_that_fit(tmp_path
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert (summary["status"], summary["error"]) == ("failed", "no space left on device while writing attention.npz")
     assert summary["steps_run"] == 5  # metrics.csv holds every step
+
+
+def test_a_sink_failing_to_start_still_ends_the_run_dir(tmp_path, monkeypatch, attnlab_here):
+    """TensorBoard's sink starts after RunDirSink; its failure leaves finished files, not .partial ones."""
+    import errno
+
+    from attnlab.outputs import tensorboard
+
+    def full_disk(self, info):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(tensorboard.TensorBoardSink, "on_start", full_disk)
+    run = tmp_path / "run"
+    result = attnlab_here("logging.figures=false", "logging.console=false", f"hydra.run.dir={run}")
+    assert result.returncode == 1
+    assert "no space left on device" in result.stderr
+    names = sorted(p.name for p in run.iterdir())
+    assert not [n for n in names if n.endswith(".partial")], names
+    assert {"metrics.csv", "attention.npz", "summary.json"} <= set(names)
+    summary = json.loads((run / "summary.json").read_text())
+    assert (summary["status"], summary["steps_run"]) == ("failed", 0)
+    assert not (run / rundir.LOCK).exists()

@@ -166,14 +166,14 @@ def train(cfg: DictConfig, sinks: Iterable[Sink] = (), run_dir: Path | None = No
                    run_dir=run_dir)
     interrupts.pause_point("model_built")  # a test hook
     interrupts.check()  # a deferred Ctrl-C while torch loaded: stop before any sink starts
-    for sink in sinks:
-        sink.on_start(info)
     recorder = LossRecorder(sinks, cfg.train.loss_threshold, keep=keep_losses)
     kept: list[Snapshot] = []
     status, error, step, overflow = "completed", None, 0, None
     t0 = time.perf_counter()
     with interrupts.interruptible():
         try:
+            for sink in sinks:  # inside the try: a sink failing to start still ends every sink started
+                sink.on_start(info)
             for step in range(cfg.train.steps):
                 interrupts.check()  # a signal during the previous step: stop here
                 snapshot_now = is_snapshot(step)
