@@ -51,7 +51,7 @@ def saved_config(run_dir: Path, text_file: Path | None = None) -> tuple[dict[str
         return _checked(recorded, run_dir / safe_read.SUMMARY, text_file, references=False), run_dir / safe_read.SUMMARY
     path = run_dir / safe_read.CONFIG
     try:
-        raw = safe_read.read_bytes(path, safe_read.CONFIG_LIMIT, root=run_dir)
+        data = safe_read.read_config(run_dir, resolve=False)
     except safe_read.MissingRunFile:
         jobs = []  # a sweep's job folders, in job order
         with contextlib.suppress(RunDirError):
@@ -64,16 +64,13 @@ def saved_config(run_dir: Path, text_file: Path | None = None) -> tuple[dict[str
                               f"{shown}{more}") from None
         raise safe_read.MissingRunFile(path, "missing (RUN_DIR must be a run or sweep-job folder made by "
                                        "attnlab)") from None
-    data = safe_read.parse_yaml_data(safe_read.decode_utf8(raw, path), path)
     return _checked(data, path, text_file, references=True), path
 
 
-def _checked(data: Any, path: Path, text_file: Path | None, references: bool) -> dict[str, Any]:
+def _checked(data: dict[str, Any], path: Path, text_file: Path | None, references: bool) -> dict[str, Any]:
     """``data`` checked: a ``_target_`` only at ``optimizer._target_``, no ``???``, a ``text_file``
     only with ``--text-file FILE``. ``references``: resolve whole-string ``${key}`` references
     (Hydra's saved config; in a recorded config ``${`` is text)."""
-    if not isinstance(data, dict):
-        raise safe_read.RunFileError(path, "not a config (a YAML mapping is expected)")
     for key, value in safe_read.special_keys(data):
         if key not in ALLOWED_TARGETS:
             shown = value if isinstance(value, (str, int, float, bool)) or value is None else type(value).__name__
@@ -129,13 +126,12 @@ def default_out(run_dir: Path) -> Path:
     return run_dir.parent / f"{run_dir.name}-repro-{stamp}"
 
 
-def reproduce(run_dir: Path, out: Path | None = None, stderr=None, text_file: Path | None = None,
+def reproduce(run_dir: Path, out: Path | None = None, text_file: Path | None = None,
               one_path: bool = False) -> tuple[int, Path, list[Difference], str | None]:
     """Re-run ``run_dir`` into ``out`` (default :func:`default_out`) and compare; returns
     ``(exit status, out, differences, why they are rounding or None)``; ``one_path``: no second
     reproduction. Raises RunDirError / ConfigError (one line) when it cannot be reproduced or
-    ``out`` is refused. Environment warnings go to ``stderr`` first."""
-    stderr = stderr or sys.stderr
+    ``out`` is refused. Environment warnings go to stderr first."""
     if not Path(run_dir).is_dir():
         raise RunDirError(f"{printable(str(run_dir), 300)}: not a directory")
     run_dir = Path(run_dir).resolve()
@@ -156,17 +152,17 @@ def reproduce(run_dir: Path, out: Path | None = None, stderr=None, text_file: Pa
     now = artifacts.environment(str(cfg.device))
     if recorded_threads is None:
         print("warning: summary.json records no torch_threads; running with threads=auto (losses may differ "
-              "in the last bits)", file=stderr)
+              "in the last bits)", file=sys.stderr)
     else:
         cfg.threads, now = recorded_threads, {**now, "torch_threads": recorded_threads}
     for line in environment_differences(versions, now):
-        print(line, file=stderr)
+        print(line, file=sys.stderr)
     if cfg.model.dropout > 0:
         print(f"note: model.dropout={cfg.model.dropout}: the dropout masks are drawn from seed={cfg.seed}, so "
-              "they repeat bit for bit with the same torch and machine", file=stderr)
+              "they repeat bit for bit with the same torch and machine", file=sys.stderr)
     if summary["status"] == "interrupted":
         print(f"note: the run was interrupted after {summary.get('steps_run')} steps; the reproduction runs all "
-              f"train.steps={cfg.train.steps} and compares the recorded steps", file=stderr)
+              f"train.steps={cfg.train.steps} and compares the recorded steps", file=sys.stderr)
     # the run: into a folder claimed first (new or empty, ours alone), the config it ran saved beside it
     rundir.claim(out, key="--out")
     try:
@@ -182,12 +178,12 @@ def reproduce(run_dir: Path, out: Path | None = None, stderr=None, text_file: Pa
         raise ConfigError("text_file", data.get("text_file"), result.error or "refused")
     artifacts.write_summary(out, reproduced_from=str(run_dir))
     diffs = compare_runs(run_dir, out)
-    rounding = None if not diffs or one_path else _rounding(run_dir, out, diffs, versions, now, text_file, stderr)
+    rounding = None if not diffs or one_path else _rounding(run_dir, out, diffs, versions, now, text_file)
     return (EXIT_SAME if not diffs or rounding else EXIT_DIFFERENT), out, diffs, rounding
 
 
 def _rounding(run_dir: Path, out: Path, diffs: list[Difference], versions: Any, now: dict[str, Any],
-              text_file: Path | None, stderr) -> str | None:
+              text_file: Path | None) -> str | None:
     """Why ``diffs`` are floating-point rounding (:func:`attnlab.saved.verdict.within_rounding`), from a
     second reproduction into ``OUT-<kernels>`` with the run's kernels (one of :data:`KERNELS`), else
     DEFAULT; None when the run recorded this machine's kernels, BLAS and torch (then rounding explains
@@ -207,7 +203,7 @@ def _rounding(run_dir: Path, out: Path, diffs: list[Difference], versions: Any, 
         done = subprocess.CompletedProcess(args, -2, "", "interrupted")
     ran = done.returncode in (EXIT_SAME, EXIT_DIFFERENT)
     print(f"reproduction with {path} kernels: " + (printable(display_path(other), 300) if ran else
-          f"failed: {printable(done.stderr.strip()[-300:], 300)}"), file=stderr)
+          f"failed: {printable(done.stderr.strip()[-300:], 300)}"), file=sys.stderr)
     return within_rounding(diffs, run_dir, out, other, made, here, path) if ran else None
 
 

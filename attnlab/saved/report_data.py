@@ -73,11 +73,7 @@ def _rounded(w: np.ndarray) -> list:
     """(k, H, T, T) weights as nested lists, rounded, clipped to [0, 1], non-finite as None."""
     w = np.clip(np.round(np.asarray(w, dtype=np.float64), DECIMALS), 0.0, 1.0)
     finite = np.isfinite(w)
-    if finite.all():
-        return w.tolist()
-    out = np.where(finite, w, 0.0).astype(object)
-    out[~finite] = None
-    return out.tolist()
+    return w.tolist() if finite.all() else np.where(finite, w, None).tolist()
 
 
 def _thin(n: int, k: int, keep: Iterable[int] = ()) -> np.ndarray:
@@ -137,7 +133,7 @@ def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int
         "versions": {}, "recorded": {}, "table": {}, "focus_series": None}
     files = runs.read_run(run_dir, root)  # as attnlab-compare reads it: the row below is its row
     if files.linked:  # nothing read through a link
-        row = runs.row_from(files, name, metrics=None, last=None)
+        row = runs.row_from(files, name)
         return {**rec, "status": "unreadable", "error": files.problems[0], "problems": files.problems,
                 "table": table.page_cells(row)}
     summary, used = files.summary, files.config
@@ -152,11 +148,9 @@ def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int
     rec["recorded"] = _jsonable({k: v for k, v in summary.items() if k not in _KNOWN_SUMMARY})
     kind = summary.get("task") or safe_read.select(used, "task")
     rec["kind"] = kind if kind in ("train", "walkthrough") else None
-    rec["loss_name"] = loss_name([files.objective])
     focus = runs.setting(used, "train.focus_token", int, 1)
     metrics = (files.attempt(safe_read.read_run_metrics, run_dir, root=files.root)
                if safe_read.exists(run_dir, METRICS) else None)
-    steps, losses = metrics if metrics is not None else (None, None)
 
     last = None  # the last snapshot as attnlab-compare reads it (runs.last_attention), from the frames read here
     if safe_read.exists(run_dir, ATTENTION):
@@ -167,21 +161,19 @@ def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int
     # attnlab-compare's row from the files read above (it adds the expected files that are missing)
     row = runs.row_from(files, name, metrics=metrics, last=last)
     rec["table"] = table.page_cells(row)
+    rec["loss_name"] = loss_name([row.get("objective")])
     for key in ("final_loss", "steps_run", "wall_time_s", "steps_to_threshold"):  # the row's numbers
         rec[key] = _jsonable(row[key])
     threshold = runs.as_float(row["loss_threshold"]) if row["loss_threshold"] is not None else math.nan
     rec["loss_threshold"] = threshold if math.isfinite(threshold) and threshold > 0 else None  # a log axis' line
 
-    if steps is not None and steps.size:
-        rec["loss"]["total"] = int(steps.size)
-        at = {int(s): i for i, s in enumerate(steps.tolist())}
-        keep = [at[s] for s in rec["steps"] if s in at]
-        idx = _thin(int(steps.size), MAX_LOSS_POINTS, keep)
-        rec["loss"]["steps"] = steps[idx].tolist()
-        rec["loss"]["values"] = _finite_or_none(losses[idx].tolist())
-        rec["snapshot_loss"] = [(_finite_or_none([losses[at[s]]])[0] if s in at else None) for s in rec["steps"]]
-    else:
-        rec["snapshot_loss"] = [None] * len(rec["steps"])
+    steps, losses = metrics if metrics is not None else (np.zeros(0, dtype=np.int64), np.zeros(0))
+    at = {int(s): i for i, s in enumerate(steps.tolist())}
+    rec["snapshot_loss"] = [_finite_or_none([losses[at[s]]])[0] if s in at else None for s in rec["steps"]]
+    if steps.size:
+        idx = _thin(int(steps.size), MAX_LOSS_POINTS, [at[s] for s in rec["steps"] if s in at])
+        rec["loss"] = {"steps": steps[idx].tolist(), "values": _finite_or_none(losses[idx].tolist()),
+                       "total": int(steps.size)}
 
     T = len(rec["tokens"])
     rec["focus_token"] = focus if 0 <= focus < T else None

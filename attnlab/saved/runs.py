@@ -6,6 +6,7 @@ Keys: :data:`COLUMNS` (status is summary.json's, or ``killed``, ``missing``, ``u
 averaged), the exercise observations, ``path`` and ``problems`` (files that cannot be read)."""
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from dataclasses import dataclass, field
@@ -81,15 +82,6 @@ class RunFiles:
     problems: list[str] = field(default_factory=list)
     linked: bool = False
 
-    @property
-    def objective(self) -> Any:
-        return objective_of(self.config)
-
-    @property
-    def task(self) -> str:
-        task = self.summary.get("task") or safe_read.select(self.config, "task")
-        return task if task in ("train", "walkthrough") else "train"
-
     def attempt(self, read: Callable[..., Any], *args: Any, missing_ok: bool = False, **kwargs: Any) -> Any:
         """``read(*args, **kwargs)``, or None with its RunFileError added to :attr:`problems`."""
         try:
@@ -101,7 +93,7 @@ class RunFiles:
 
     def expected_files(self) -> list[str]:
         """The artifacts this run must have (by task and status)."""
-        if self.task == "walkthrough":
+        if (self.summary.get("task") or safe_read.select(self.config, "task")) == "walkthrough":
             return [WALKTHROUGH] if self.status == "completed" else []
         steps = self.summary.get("steps_run")
         return [METRICS, ATTENTION] if self.status in RAN and isinstance(steps, int) and steps > 0 else []
@@ -144,26 +136,21 @@ def read_run(run_dir: Path, root: Path | None = None) -> RunFiles:
 
 
 def _link_below(root: Path, run_dir: Path) -> str | None:
-    """The first folder below ``root`` down to ``run_dir`` that is a link, or None."""
-    try:
-        parts = run_dir.relative_to(root).parts
-    except ValueError:
-        return None
+    """The first folder below ``root`` down to ``run_dir`` (a folder below it) that is a link, or None."""
+    parts = run_dir.relative_to(root).parts
     return next(("/".join(parts[:i]) for i in range(1, len(parts) + 1) if root.joinpath(*parts[:i]).is_symlink()),
                 None)
 
 
-def _job_num(run_dir: Path, root: Path | None = None) -> int | None:
-    """The job's number (summary.json, hydra.yaml, else the folder name's), only to order rows."""
+def _job_num(run_dir: Path, root: Path | None = None) -> int | float:
+    """The job's number (summary.json, hydra.yaml, else the folder name's, else inf), only to order rows."""
     for read in (lambda: safe_read.read_summary(run_dir, root=root).get("job_num"),
                  lambda: safe_read.read_job_num(run_dir, root=root)):
-        try:
+        with contextlib.suppress(RunFileError):
             if (num := read()) is not None:
                 return num
-        except RunFileError:
-            pass
     head = run_dir.name.split("_", 1)[0]
-    return int(head) if head.isdigit() else None
+    return int(head) if head.isdigit() else math.inf
 
 
 def token_labels_for(token_ids: Sequence[int], encoding: Any) -> list[str]:
@@ -206,8 +193,8 @@ def _recorded_focus(run_dir: Path, query: int, *, root: Path | None = None) -> d
     return sink.summary()
 
 
-def _focus(last: tuple[np.ndarray, list[str], int | None] | None, focus: Any) -> dict[str, Any]:
-    if last is None or not isinstance(focus, int) or isinstance(focus, bool) or not 0 <= focus < last[0].shape[0]:
+def _focus(last: tuple[np.ndarray, list[str], int | None] | None, focus: int) -> dict[str, Any]:
+    if last is None or not 0 <= focus < last[0].shape[0]:
         return {}
     w, labels, step = last
     to, weight = target(w[focus], labels)
@@ -273,7 +260,7 @@ def _fill_row(row: dict[str, Any], files: RunFiles, sweep_end: bool, metrics: An
     row["override_list"] = files.overrides  # not a column: the swept values of a figure's titles
     threshold = setting(config, "train.loss_threshold", (int, float), None)
     row["loss_threshold"] = threshold
-    row["objective"] = files.objective  # names the loss axes (not a column)
+    row["objective"] = objective_of(config)  # names the loss axes (not a column)
     for key in ("final_loss", "steps_run", "steps_to_threshold", "wall_time_s"):  # the numbers of a run without data
         row[key] = summary.get(key)
     if metrics is UNREAD:
@@ -313,12 +300,9 @@ def named_runs(paths: Iterable[Path]) -> list[tuple[Path, str, Path]]:
         base = Path(os.path.commonpath([str(r) for r in resolved]))
         if len(resolved) == 1 or base in resolved:
             base = base.parent
-    keyed = []
-    for (i, r), res in zip(found, resolved):
-        num = _job_num(r, root=paths[i])
-        keyed.append(((i, num if num is not None else math.inf, r.name), r, str(res.relative_to(base)), paths[i]))
-    keyed.sort(key=lambda k: k[0])
-    return [(r, name, root) for _, r, name, root in keyed]
+    named = [(r, str(res.relative_to(base)), paths[i]) for (i, r), res in zip(found, resolved)]
+    order = [(i, _job_num(r, root=paths[i]), r.name) for i, r in found]
+    return [run for _, run in sorted(zip(order, named), key=lambda pair: pair[0])]
 
 
 def collect_rows(paths: Iterable[Path], sweep_end: bool = False) -> list[dict[str, Any]]:
