@@ -61,7 +61,7 @@ def _hydra_main(cfg: DictConfig) -> str:
         print(f"error: {result.error}" if result.bad_input else f"{reason}; records kept in {display_path(run_dir)}",
               file=sys.stderr)
         if not in_sweep or result.status == "interrupted":  # Ctrl-C stops a sweep; a bad job does not
-            sys.exit(result.exit_code)
+            sys.exit(EXIT_BAD_INPUT if result.bad_input else EXIT_FAILED_RUN)
     elif result.late_signal is not None:  # after the last step: the run completed
         if in_sweep:
             print(f"interrupted: the sweep stops after {display_path(run_dir)}, which completed", file=sys.stderr)

@@ -25,7 +25,6 @@ from attnlab.outputs import artifacts, drawing, rundir
 from attnlab.outputs.console import ConsoleSink, display_path, job_prefix, prefixed
 from attnlab.saved.report import write_run_report
 
-EXIT_COMPLETED = 0
 EXIT_FAILED_RUN = 1  # the run started but did not complete (diverged, interrupted, crashed)
 EXIT_BAD_INPUT = 2  # the config or the text was refused before training
 
@@ -42,11 +41,6 @@ class JobResult(NamedTuple):
     exception: BaseException | None = None
     unrecorded: str | None = None
     late_signal: int | None = None
-
-    @property
-    def exit_code(self) -> int:
-        """0 completed, 2 bad input, 1 any other ending."""
-        return EXIT_COMPLETED if self.status == "completed" else EXIT_BAD_INPUT if self.bad_input else EXIT_FAILED_RUN
 
 
 def make_sinks(cfg: DictConfig, run_dir: Path) -> list[Sink]:
