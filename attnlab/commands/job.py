@@ -74,8 +74,7 @@ def run_job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None,
     job_num = None
     if HydraConfig.initialized():
         job_num = OmegaConf.select(HydraConfig.get(), "job.num", default=None, throw_on_missing=False)
-    rundir.claim(run_dir, key=key)
-    rundir.mark_started(run_dir)
+    rundir.claim(run_dir, key=key).started = True  # a job writes there now: abandon() leaves the folder be
     try:
         with interrupts.deferred(), interrupts.shielded():  # only the training loop is interruptible
             result = _job(cfg, run_dir, overrides, job_num if isinstance(job_num, int) else None)

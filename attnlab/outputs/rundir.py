@@ -27,7 +27,8 @@ MAX_SCANNED = 1000  # entries of a folder looked at
 @dataclass
 class Claim:
     """A folder this process holds: its lock file's descriptor, the outermost folder :func:`claim`
-    created (None when it existed)."""
+    created (None when it existed), whether its lock holds the disk reserve, whether a job started
+    writing there (:func:`abandon` then leaves it be)."""
 
     path: Path
     fd: int
@@ -166,12 +167,6 @@ def _drop(held: Claim) -> None:
         if os.path.samestat(os.stat(held.path / LOCK, follow_symlinks=False), os.fstat(held.fd)):
             os.unlink(held.path / LOCK)
     os.close(held.fd)
-
-
-def mark_started(path: Path) -> None:
-    """Record that a job started writing into the claimed ``path`` (:func:`abandon` leaves it be)."""
-    if (held := claimed(path)) is not None:
-        held.started = True
 
 
 def release_reserve(path: Path) -> None:
