@@ -80,20 +80,17 @@ def printable(text: Any, limit: int = TEXT_LIMIT) -> str:
     shown). O(limit) work."""
     if not isinstance(text, str):
         text = str(text)
-    head = text[: limit + 1]
-    out: list[str] = []
+    out: list[str] = []  # one piece per character shown
     width = 0
-    shown = 0
-    for ch in head:
+    for ch in text[: limit + 1]:
         piece = _escape(ch) if _UNSAFE.match(ch) else ch
         if width + len(piece) > limit:
             break
         out.append(piece)
         width += len(piece)
-        shown += 1
-    if shown == len(text):
+    if len(out) == len(text):
         return "".join(out)
-    return "".join(out) + f"…[+{len(text) - shown} chars]"
+    return "".join(out) + f"…[+{len(text) - len(out)} chars]"
 
 
 _KINDS = [(stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
@@ -101,10 +98,7 @@ _KINDS = [(stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
 
 
 def _kind(mode: int) -> str:
-    for test, name in _KINDS:
-        if test(mode):
-            return name
-    return "not a regular file"
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
 class _BoundedFile(io.FileIO):
