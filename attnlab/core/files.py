@@ -127,25 +127,19 @@ class _BoundedFile(io.FileIO):
         return len(data)
 
 
-def _split(path: Path, root: Path | None) -> tuple[Path, list[str]]:
-    path = Path(path)
-    root = path.parent if root is None else Path(root)
-    try:
-        parts = list(path.relative_to(root).parts)
-    except ValueError:
-        raise RunFileError(path, f"not inside the run dir {printable(str(root), 300)}") from None
-    if not parts or any(p in ("..", ".", "") for p in parts):
-        raise RunFileError(path, "not a file path inside the run dir")
-    return root, parts
-
-
 def open_run_file(path: Path, limit: int, *, root: Path | None = None) -> _BoundedFile:
     """``path`` (inside the run dir ``root``, default its folder) open for binary reading, never
     past the size checked here; opened component by component with ``openat`` (no link
     followed). RunFileError, before a byte is read, for a symbolic link on the way, anything but
     a regular file, more than one hard link or more than ``limit`` bytes; MissingRunFile."""
-    root, parts = _split(path, root)
     shown = Path(path)
+    root = shown.parent if root is None else Path(root)
+    try:
+        parts = list(shown.relative_to(root).parts)
+    except ValueError:
+        raise RunFileError(shown, f"not inside the run dir {printable(str(root), 300)}") from None
+    if not parts or any(p in ("..", ".", "") for p in parts):
+        raise RunFileError(shown, "not a file path inside the run dir")
     try:
         dir_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except FileNotFoundError:
