@@ -151,9 +151,8 @@ def _run(cfg: DictConfig, run_dir: Path) -> JobResult:
         artifacts.write_summary(run_dir, status="completed", wall_time_s=round(time.perf_counter() - t0, 6),
                                 versions=artifacts.environment(str(cfg.device)),  # the torch threads used
                                 **observe(cfg, ids, token_labels(ids, cfg.tokenizer.encoding), arrays))
-        if cfg.logging.console:
-            print(prefixed(f"\ncompleted: walkthrough  ->  {display_path(run_dir)}/{artifacts.WALKTHROUGH}",
-                           job_prefix()))
+        if shown:
+            print(prefixed(f"\ncompleted: walkthrough  ->  {display_path(run_dir)}/{artifacts.WALKTHROUGH}", prefix))
         return JobResult("completed")
     from attnlab.core.training import train
 
