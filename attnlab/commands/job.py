@@ -71,9 +71,7 @@ def run_job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None,
     last. A signal ends the job ``interrupted`` at the next training step; after the last step
     it is only reported (``late_signal``). A file that cannot be written ends the job ``failed``."""
     run_dir = Path(run_dir)
-    job_num = None
-    if HydraConfig.initialized():
-        job_num = OmegaConf.select(HydraConfig.get(), "job.num", default=None, throw_on_missing=False)
+    job_num = OmegaConf.select(HydraConfig.get(), "job.num", default=None) if HydraConfig.initialized() else None
     rundir.claim(run_dir, key=key).started = True  # a job writes there now: abandon() leaves the folder be
     try:
         with interrupts.deferred(), interrupts.shielded():  # only the training loop is interruptible
