@@ -185,9 +185,9 @@ def release(path: Path) -> None:
         _drop(held)
 
 
-def abandon(path: Path, extra: tuple[str, ...] = ()) -> None:
-    """Undo this process's claim on ``path`` when no job started there: the files in ``extra`` (a
-    sweep's ``multirun.yaml``) and the folders it created are removed, else only released."""
+def abandon(path: Path) -> None:
+    """Undo this process's claim on ``path`` when no job started there: a sweep's ``multirun.yaml``
+    and the folders the claim created are removed (anything else there: the claim is only released)."""
     held = claimed(path)
     if held is None:
         return
@@ -195,7 +195,7 @@ def abandon(path: Path, extra: tuple[str, ...] = ()) -> None:
         names = set(os.listdir(held.path)) - {LOCK}
     except OSError:
         names = {"?"}
-    if held.started or not names <= set(extra):
+    if held.started or not names <= {"multirun.yaml"}:
         return release(path)
     for name in names:
         (held.path / name).unlink(missing_ok=True)
@@ -206,7 +206,7 @@ def abandon(path: Path, extra: tuple[str, ...] = ()) -> None:
 def abandon_all() -> None:
     """:func:`abandon` every claim of this process (the command is ending)."""
     for held in claims():
-        abandon(held.path, extra=("multirun.yaml",))
+        abandon(held.path)
 
 
 def close_orphans(error: str) -> list[Path]:
