@@ -87,7 +87,7 @@ def error_line(err: BaseException, typed: list[str]) -> str:
     if isinstance(err, OSError):
         return f"error: cannot write {printable(err.filename or 'the output folder', 300)}: {os_reason(err)}"
     if isinstance(err, OverrideParseException):
-        return _syntax_line(text, typed)
+        return _syntax_line(text, err.override, typed)
     if first.startswith("Ambiguous value for argument"):
         key, value = re.match(r"Ambiguous value for argument '([^=']+)=(.*)'$", first).groups()
         value = next((a.split("=", 1)[1] for a in reversed(typed) if a.split("=", 1)[0].lstrip("+") == key), value)
@@ -105,23 +105,13 @@ def error_line(err: BaseException, typed: list[str]) -> str:
     return f"error: {printable(first, 300)} (`attnlab --help` lists the options)"
 
 
-def _syntax_line(report: str, typed: list[str]) -> str:
-    """Hydra's override-grammar error as one line naming the refused argument and what to type."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
+def _syntax_line(report: str, refused: str, typed: list[str]) -> str:
+    """Hydra's override-grammar error (``report``, about the override ``refused`` as Hydra got it)
+    as one line naming the argument typed and what to type."""
     lines = [ln.strip() for ln in report.splitlines() if ln.strip() and not ln.startswith("See https")]
     what = re.sub(r"^Error parsing override '.*'$", "", lines[0]).strip() or (lines[1] if len(lines) > 1 else "")
     what = re.sub(r" expecting \{.*\}$", "", what)  # the grammar's token list says nothing to a user
-    parser, skip, arg = OverridesParser.create(), False, None
-    for candidate in typed:
-        if skip or candidate.startswith("-"):
-            skip = not skip and candidate in argv.FLAGS_WITH_VALUE | {"-i", "--info"}
-            continue
-        try:
-            parser.parse_overrides(argv.prepare([candidate]))
-        except Exception:  # Hydra's OverrideParseException, or anything its grammar raises
-            arg = candidate
-            break
+    arg = next((candidate for candidate in typed if argv.prepare([candidate]) == [refused]), None)
     hint = "quote values that contain = , [ ] { } ( ) : or non-ASCII text for Hydra"
     if arg is None:
         return f"error: {what} in the overrides (Hydra's override syntax): {hint}, e.g. 'model.positional=\"learned\"'"
