@@ -63,14 +63,6 @@ class ResolverInterpolation(RunFileError):
 
 _BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
 _UNSAFE = re.compile(f"[\x00-\x1f\x7f-\x9f{_BIDI}\u2028\u2029\ufeff\ud800-\udfff]")
-_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
-
-
-def _escape(ch: str) -> str:
-    if ch in _NAMED:
-        return _NAMED[ch]
-    o = ord(ch)
-    return f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}"
 
 
 def printable(text: Any, limit: int = TEXT_LIMIT) -> str:
@@ -83,7 +75,7 @@ def printable(text: Any, limit: int = TEXT_LIMIT) -> str:
     out: list[str] = []  # one piece per character shown
     width = 0
     for ch in text[: limit + 1]:
-        piece = _escape(ch) if _UNSAFE.match(ch) else ch
+        piece = ch.encode("unicode_escape").decode("ascii") if _UNSAFE.match(ch) else ch
         if width + len(piece) > limit:
             break
         out.append(piece)
