@@ -79,9 +79,8 @@ def requested() -> int | None:
 
 def check() -> None:
     """Raise ``KeyboardInterrupt`` when a signal was recorded (a safe point to stop)."""
-    signum = requested()
-    if signum is not None:
-        raise KeyboardInterrupt(f"signal {signum}")
+    if _received:
+        raise KeyboardInterrupt(f"signal {_received[0]}")
 
 
 def pause_point(phase: str) -> None:
