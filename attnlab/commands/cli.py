@@ -158,7 +158,6 @@ def main() -> None:
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises its errors here instead of printing its report
     # a launcher whose worker was killed leaves its semaphores to multiprocessing's tracker: no warning for that
     os.environ.setdefault("PYTHONWARNINGS", "ignore::UserWarning:multiprocessing.resource_tracker")
-    code = 0
     try:
         with interrupts.deferred():
             _hydra_main()
