@@ -47,5 +47,4 @@ def train(cfg: DictConfig, *args, **kwargs) -> RunResult:
     try:
         return training.train(cfg, *args, **kwargs)
     finally:
-        if torch.get_num_threads() != caller:
-            torch.set_num_threads(caller)
+        torch.set_num_threads(caller)

@@ -61,7 +61,7 @@ def _hydra_main(cfg: DictConfig) -> str:
         print(f"error: {result.error}" if result.bad_input else f"{reason}; records kept in {display_path(run_dir)}",
               file=sys.stderr)
         if not in_sweep or result.status == "interrupted":  # Ctrl-C stops a sweep; a bad job does not
-            sys.exit(result.exit_code)
+            sys.exit(EXIT_BAD_INPUT if result.bad_input else EXIT_FAILED_RUN)
     elif result.late_signal is not None:  # after the last step: the run completed
         if in_sweep:
             print(f"interrupted: the sweep stops after {display_path(run_dir)}, which completed", file=sys.stderr)
@@ -87,7 +87,7 @@ def error_line(err: BaseException, typed: list[str]) -> str:
     if isinstance(err, OSError):
         return f"error: cannot write {printable(err.filename or 'the output folder', 300)}: {os_reason(err)}"
     if isinstance(err, OverrideParseException):
-        return _syntax_line(text, typed)
+        return _syntax_line(text, err.override, typed)
     if first.startswith("Ambiguous value for argument"):
         key, value = re.match(r"Ambiguous value for argument '([^=']+)=(.*)'$", first).groups()
         value = next((a.split("=", 1)[1] for a in reversed(typed) if a.split("=", 1)[0].lstrip("+") == key), value)
@@ -105,23 +105,13 @@ def error_line(err: BaseException, typed: list[str]) -> str:
     return f"error: {printable(first, 300)} (`attnlab --help` lists the options)"
 
 
-def _syntax_line(report: str, typed: list[str]) -> str:
-    """Hydra's override-grammar error as one line naming the refused argument and what to type."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
+def _syntax_line(report: str, refused: str, typed: list[str]) -> str:
+    """Hydra's override-grammar error (``report``, about the override ``refused`` as Hydra got it)
+    as one line naming the argument typed and what to type."""
     lines = [ln.strip() for ln in report.splitlines() if ln.strip() and not ln.startswith("See https")]
     what = re.sub(r"^Error parsing override '.*'$", "", lines[0]).strip() or (lines[1] if len(lines) > 1 else "")
     what = re.sub(r" expecting \{.*\}$", "", what)  # the grammar's token list says nothing to a user
-    parser, skip, arg = OverridesParser.create(), False, None
-    for candidate in typed:
-        if skip or candidate.startswith("-"):
-            skip = not skip and candidate in argv.FLAGS_WITH_VALUE | {"-i", "--info"}
-            continue
-        try:
-            parser.parse_overrides(argv.prepare([candidate]))
-        except Exception:  # Hydra's OverrideParseException, or anything its grammar raises
-            arg = candidate
-            break
+    arg = next((candidate for candidate in typed if argv.prepare([candidate]) == [refused]), None)
     hint = "quote values that contain = , [ ] { } ( ) : or non-ASCII text for Hydra"
     if arg is None:
         return f"error: {what} in the overrides (Hydra's override syntax): {hint}, e.g. 'model.positional=\"learned\"'"
@@ -168,7 +158,6 @@ def main() -> None:
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises its errors here instead of printing its report
     # a launcher whose worker was killed leaves its semaphores to multiprocessing's tracker: no warning for that
     os.environ.setdefault("PYTHONWARNINGS", "ignore::UserWarning:multiprocessing.resource_tracker")
-    code = 0
     try:
         with interrupts.deferred():
             _hydra_main()

@@ -25,7 +25,6 @@ from attnlab.outputs import artifacts, drawing, rundir
 from attnlab.outputs.console import ConsoleSink, display_path, job_prefix, prefixed
 from attnlab.saved.report import write_run_report
 
-EXIT_COMPLETED = 0
 EXIT_FAILED_RUN = 1  # the run started but did not complete (diverged, interrupted, crashed)
 EXIT_BAD_INPUT = 2  # the config or the text was refused before training
 
@@ -42,11 +41,6 @@ class JobResult(NamedTuple):
     exception: BaseException | None = None
     unrecorded: str | None = None
     late_signal: int | None = None
-
-    @property
-    def exit_code(self) -> int:
-        """0 completed, 2 bad input, 1 any other ending."""
-        return EXIT_COMPLETED if self.status == "completed" else EXIT_BAD_INPUT if self.bad_input else EXIT_FAILED_RUN
 
 
 def make_sinks(cfg: DictConfig, run_dir: Path) -> list[Sink]:
@@ -77,11 +71,8 @@ def run_job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None,
     last. A signal ends the job ``interrupted`` at the next training step; after the last step
     it is only reported (``late_signal``). A file that cannot be written ends the job ``failed``."""
     run_dir = Path(run_dir)
-    job_num = None
-    if HydraConfig.initialized():
-        job_num = OmegaConf.select(HydraConfig.get(), "job.num", default=None, throw_on_missing=False)
-    rundir.claim(run_dir, key=key)
-    rundir.mark_started(run_dir)
+    job_num = OmegaConf.select(HydraConfig.get(), "job.num", default=None) if HydraConfig.initialized() else None
+    rundir.claim(run_dir, key=key).started = True  # a job writes there now: abandon() leaves the folder be
     try:
         with interrupts.deferred(), interrupts.shielded():  # only the training loop is interruptible
             result = _job(cfg, run_dir, overrides, job_num if isinstance(job_num, int) else None)
@@ -158,9 +149,8 @@ def _run(cfg: DictConfig, run_dir: Path) -> JobResult:
         artifacts.write_summary(run_dir, status="completed", wall_time_s=round(time.perf_counter() - t0, 6),
                                 versions=artifacts.environment(str(cfg.device)),  # the torch threads used
                                 **observe(cfg, ids, token_labels(ids, cfg.tokenizer.encoding), arrays))
-        if cfg.logging.console:
-            print(prefixed(f"\ncompleted: walkthrough  ->  {display_path(run_dir)}/{artifacts.WALKTHROUGH}",
-                           job_prefix()))
+        if shown:
+            print(prefixed(f"\ncompleted: walkthrough  ->  {display_path(run_dir)}/{artifacts.WALKTHROUGH}", prefix))
         return JobResult("completed")
     from attnlab.core.training import train
 

@@ -20,10 +20,10 @@ _UNSAFE = re.compile(r"[/\\\x00-\x1f\x7f]|\s")
 _ESCAPED = re.compile(r"\\([\\()\[\]{}:=, \t])")
 
 
-def job_dirname(num: Any, override_dirname: Any = "", max_bytes: int = MAX_NAME_BYTES) -> str:
+def job_dirname(num: Any, override_dirname: Any = "") -> str:
     """``"{num}_{override_dirname}"`` as one safe folder name: Hydra's quotes and escapes dropped;
     separators, control characters, whitespace and the ``$`` of ``${`` as ``_``; at most
-    ``max_bytes`` UTF-8 bytes (a cut name ends in ``~`` + 8 hex digits of its sha1).
+    :data:`MAX_NAME_BYTES` UTF-8 bytes (a cut name ends in ``~`` + 8 hex digits of its sha1).
 
     >>> job_dirname(1, 'sentence="a/b c"')
     '1_sentence=a_b_c'
@@ -32,8 +32,8 @@ def job_dirname(num: Any, override_dirname: Any = "", max_bytes: int = MAX_NAME_
     name = _UNSAFE.sub("_", f"{num}_{rest}" if rest else f"{num}")
     name = name.replace("${", "_{")  # Hydra keeps the folder in its config, where ${ would interpolate
     raw = name.encode("utf-8")
-    if len(raw) > max_bytes:
-        cut = raw[: max_bytes - 9].decode("utf-8", errors="ignore")
+    if len(raw) > MAX_NAME_BYTES:
+        cut = raw[: MAX_NAME_BYTES - 9].decode("utf-8", errors="ignore")
         name = f"{cut}~{hashlib.sha1(raw).hexdigest()[:8]}"
     return name
 

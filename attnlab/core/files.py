@@ -63,14 +63,6 @@ class ResolverInterpolation(RunFileError):
 
 _BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
 _UNSAFE = re.compile(f"[\x00-\x1f\x7f-\x9f{_BIDI}\u2028\u2029\ufeff\ud800-\udfff]")
-_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
-
-
-def _escape(ch: str) -> str:
-    if ch in _NAMED:
-        return _NAMED[ch]
-    o = ord(ch)
-    return f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}"
 
 
 def printable(text: Any, limit: int = TEXT_LIMIT) -> str:
@@ -80,20 +72,17 @@ def printable(text: Any, limit: int = TEXT_LIMIT) -> str:
     shown). O(limit) work."""
     if not isinstance(text, str):
         text = str(text)
-    head = text[: limit + 1]
-    out: list[str] = []
+    out: list[str] = []  # one piece per character shown
     width = 0
-    shown = 0
-    for ch in head:
-        piece = _escape(ch) if _UNSAFE.match(ch) else ch
+    for ch in text[: limit + 1]:
+        piece = ch.encode("unicode_escape").decode("ascii") if _UNSAFE.match(ch) else ch
         if width + len(piece) > limit:
             break
         out.append(piece)
         width += len(piece)
-        shown += 1
-    if shown == len(text):
+    if len(out) == len(text):
         return "".join(out)
-    return "".join(out) + f"…[+{len(text) - shown} chars]"
+    return "".join(out) + f"…[+{len(text) - len(out)} chars]"
 
 
 _KINDS = [(stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
@@ -101,10 +90,7 @@ _KINDS = [(stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
 
 
 def _kind(mode: int) -> str:
-    for test, name in _KINDS:
-        if test(mode):
-            return name
-    return "not a regular file"
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
 class _BoundedFile(io.FileIO):
@@ -133,25 +119,19 @@ class _BoundedFile(io.FileIO):
         return len(data)
 
 
-def _split(path: Path, root: Path | None) -> tuple[Path, list[str]]:
-    path = Path(path)
-    root = path.parent if root is None else Path(root)
-    try:
-        parts = list(path.relative_to(root).parts)
-    except ValueError:
-        raise RunFileError(path, f"not inside the run dir {printable(str(root), 300)}") from None
-    if not parts or any(p in ("..", ".", "") for p in parts):
-        raise RunFileError(path, "not a file path inside the run dir")
-    return root, parts
-
-
 def open_run_file(path: Path, limit: int, *, root: Path | None = None) -> _BoundedFile:
     """``path`` (inside the run dir ``root``, default its folder) open for binary reading, never
     past the size checked here; opened component by component with ``openat`` (no link
     followed). RunFileError, before a byte is read, for a symbolic link on the way, anything but
     a regular file, more than one hard link or more than ``limit`` bytes; MissingRunFile."""
-    root, parts = _split(path, root)
     shown = Path(path)
+    root = shown.parent if root is None else Path(root)
+    try:
+        parts = list(shown.relative_to(root).parts)
+    except ValueError:
+        raise RunFileError(shown, f"not inside the run dir {printable(str(root), 300)}") from None
+    if not parts or any(p in ("..", ".", "") for p in parts):
+        raise RunFileError(shown, "not a file path inside the run dir")
     try:
         dir_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except FileNotFoundError:

@@ -2,22 +2,15 @@
 signal was recorded. Inside :func:`deferred` (or after :func:`install`) the first SIGINT /
 SIGTERM / SIGHUP is only recorded; a second raises at once, except inside :func:`shielded`;
 :func:`interruptible` lets it raise even there (the innermost block decides). Main thread only.
-
-:func:`pause_point` is a test hook: with ``ATTNLAB_TEST_PAUSE_AT=<phase>`` and
-``ATTNLAB_TEST_PAUSE_FILE=<path>`` set, the process creates the file at that phase and waits
-(at most :data:`PAUSE_LIMIT_S`) until it is deleted or a signal arrives.
 """
 from __future__ import annotations
 
 import contextlib
 import functools
-import os
 import signal
-import time
 from typing import Iterator
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # SIGHUP: the terminal closed
-PAUSE_LIMIT_S = 120.0
 _received: list[int] | None = None  # signals recorded while deferring; None when not deferring
 _modes: list[bool] = []  # the stack of shielded() (True) / interruptible() (False) blocks
 
@@ -86,17 +79,10 @@ def requested() -> int | None:
 
 def check() -> None:
     """Raise ``KeyboardInterrupt`` when a signal was recorded (a safe point to stop)."""
-    signum = requested()
-    if signum is not None:
-        raise KeyboardInterrupt(f"signal {signum}")
+    if _received:
+        raise KeyboardInterrupt(f"signal {_received[0]}")
 
 
 def pause_point(phase: str) -> None:
-    path = os.environ.get("ATTNLAB_TEST_PAUSE_FILE")
-    if os.environ.get("ATTNLAB_TEST_PAUSE_AT") != phase or not path:
-        return
-    with open(path, "w") as f:
-        f.write(f"{os.getpid()} {phase}\n")
-    deadline = time.monotonic() + PAUSE_LIMIT_S
-    while os.path.exists(path) and requested() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
+    """A named moment of a run (before_training, model_built, first_snapshot, finishing, drawing,
+    sweep_end); does nothing. Tests replace it to make a fault happen at that moment."""

@@ -27,7 +27,8 @@ MAX_SCANNED = 1000  # entries of a folder looked at
 @dataclass
 class Claim:
     """A folder this process holds: its lock file's descriptor, the outermost folder :func:`claim`
-    created (None when it existed)."""
+    created (None when it existed), whether its lock holds the disk reserve, whether a job started
+    writing there (:func:`abandon` then leaves it be)."""
 
     path: Path
     fd: int
@@ -168,12 +169,6 @@ def _drop(held: Claim) -> None:
     os.close(held.fd)
 
 
-def mark_started(path: Path) -> None:
-    """Record that a job started writing into the claimed ``path`` (:func:`abandon` leaves it be)."""
-    if (held := claimed(path)) is not None:
-        held.started = True
-
-
 def release_reserve(path: Path) -> None:
     """Give back the disk space held in ``path``'s lock file (a write failed, or the run's last
     writes begin); a no-op when this process holds none there."""
@@ -190,9 +185,9 @@ def release(path: Path) -> None:
         _drop(held)
 
 
-def abandon(path: Path, extra: tuple[str, ...] = ()) -> None:
-    """Undo this process's claim on ``path`` when no job started there: the files in ``extra`` (a
-    sweep's ``multirun.yaml``) and the folders it created are removed, else only released."""
+def abandon(path: Path) -> None:
+    """Undo this process's claim on ``path`` when no job started there: a sweep's ``multirun.yaml``
+    and the folders the claim created are removed (anything else there: the claim is only released)."""
     held = claimed(path)
     if held is None:
         return
@@ -200,7 +195,7 @@ def abandon(path: Path, extra: tuple[str, ...] = ()) -> None:
         names = set(os.listdir(held.path)) - {LOCK}
     except OSError:
         names = {"?"}
-    if held.started or not names <= set(extra):
+    if held.started or not names <= {"multirun.yaml"}:
         return release(path)
     for name in names:
         (held.path / name).unlink(missing_ok=True)
@@ -211,7 +206,7 @@ def abandon(path: Path, extra: tuple[str, ...] = ()) -> None:
 def abandon_all() -> None:
     """:func:`abandon` every claim of this process (the command is ending)."""
     for held in claims():
-        abandon(held.path, extra=("multirun.yaml",))
+        abandon(held.path)
 
 
 def close_orphans(error: str) -> list[Path]:
