@@ -95,8 +95,7 @@ def run_here(*args: str, cwd: Path | None = None, stdout=None) -> subprocess.Com
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     saved = (Singleton.get_state(), os.getcwd(), dict(os.environ), sys.argv, cli.install_signal_handlers)
     out, err, code = io.StringIO(), io.StringIO(), 0
-    for name in ("HYDRA_FULL_ERROR", "ATTNLAB_TEST_PAUSE_AT"):
-        os.environ.pop(name, None)
+    os.environ.pop("HYDRA_FULL_ERROR", None)
     os.environ["MPLBACKEND"] = "Agg"
     sys.argv, cli.install_signal_handlers, callbacks.sweep_exit_status = ["attnlab", *args], lambda: None, None
     try:

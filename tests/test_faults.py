@@ -35,7 +35,7 @@ CONTRACT = {"metrics.csv", "attention.npz", "summary.json"}
 
 # ----------------------------------------------------------------------------- helpers
 def child_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("HYDRA_FULL_ERROR", "ATTNLAB_TEST_PAUSE_AT")}
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
     return {**env, "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1", **extra}
 
 
