@@ -124,3 +124,24 @@ def test_uniform_heads_are_named_uniform_not_by_a_tie(attnlab_here, tmp_path):
                        "train.steps=1")
     assert run.returncode == 0, run.stderr
     assert "2 heads, strongest key each: 0→uniform (1/6)=0.17 1→uniform (1/6)=0.17" in run.stdout
+
+
+def test_a_long_run_without_a_bar_says_once_how_long_it_has_to_go(monkeypatch):
+    from attnlab.outputs import console
+
+    clock = iter([100.0, 101.0, 102.5, 104.0, 106.0])  # on_start, then one reading per batch of losses
+    monkeypatch.setattr(console.time, "monotonic", lambda: next(clock))
+    out = io.StringIO()
+    sink = ConsoleSink(progress=False, file=out)
+    sink.on_start(RunInfo({}, [1, 2], ["a", " b"], [], 100_000, 1))
+    for last in (999, 4999):  # 1 s, then 2.5 s of training: said at the second
+        sink.on_losses(np.arange(last - 9, last + 1), np.ones(10))
+    sink.on_losses(np.arange(5000, 6000), np.ones(1000))  # said once only
+    assert out.getvalue().splitlines() == [
+        "step 5000 of 100000 after 2 s: about 48 s to go (2000 steps/s; Ctrl-C stops it and keeps every step)"]
+    short = ConsoleSink(progress=False, file=io.StringIO())  # less than 10 s to go: nothing said
+    clock = iter([0.0, 3.0])
+    short.on_start(RunInfo({}, [1, 2], ["a", " b"], [], 10_000, 1))
+    short.on_losses(np.arange(5000), np.ones(5000))
+    assert short.file.getvalue() == ""
+    assert [console.duration(s) for s in (45.4, 200, 7500)] == ["45 s", "3 min 20 s", "2 h 5 min"]

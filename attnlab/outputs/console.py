@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -14,6 +15,15 @@ from attnlab.outputs.streams import safe
 
 PROGRESS_MIN_STEPS = 1000  # shorter runs finish too fast for a bar to help
 MAX_TARGETS_SHOWN = 12  # longer rows show the strongest targets only
+ETA_AFTER_S, ETA_MIN_S = 2.0, 10.0  # a run still this far from its end after 2 s of training says so
+
+
+def duration(seconds: float) -> str:
+    """``45 s``, ``3 min 20 s``, ``2 h 5 min``."""
+    s = round(seconds)
+    if s < 60:
+        return f"{s} s"
+    return f"{s // 60} min {s % 60} s" if s < 3600 else f"{s // 3600} h {s % 3600 // 60} min"
 
 
 def job_prefix() -> str:
@@ -61,8 +71,10 @@ def snapshot_line(step: int, loss: float, row: np.ndarray, tokens: list[str], fo
 
 class ConsoleSink(Sink):
     """One :func:`snapshot_line` per snapshot and a closing line with the status; a tqdm bar (on a
-    terminal) when ``progress`` and ≥ 1000 steps. ``prefix`` (:func:`job_prefix`) starts every line
-    and names the bar. Printing never stops a run (:class:`attnlab.outputs.streams.SafeStream`)."""
+    terminal) when ``progress`` and ≥ 1000 steps; without a bar, one line saying how long a run has
+    to go when, after :data:`ETA_AFTER_S` of training, that is more than :data:`ETA_MIN_S` (the
+    steps/s measured so far). ``prefix`` (:func:`job_prefix`) starts every line and names the bar.
+    Printing never stops a run (:class:`attnlab.outputs.streams.SafeStream`)."""
 
     def __init__(self, progress: bool = True, file=None, prefix: str = "") -> None:
         self.progress = progress
@@ -70,9 +82,11 @@ class ConsoleSink(Sink):
         self.prefix = prefix
         self._bar = None
         self._info: RunInfo | None = None
+        self._t0: float | None = None  # the clock at the first losses; None once the time to go is said
 
     def on_start(self, info: RunInfo) -> None:
         self._info = info
+        self._t0 = time.monotonic()
         if self.progress and info.steps >= PROGRESS_MIN_STEPS:
             from tqdm import tqdm
 
@@ -89,6 +103,14 @@ class ConsoleSink(Sink):
     def on_losses(self, steps: np.ndarray, losses: np.ndarray) -> None:
         if self._bar is not None:
             self._bar.update(len(steps))
+        if self._t0 is None or not len(steps) or (self._bar is not None and not self._bar.disable):
+            return  # said already, or the bar shows the time to go
+        elapsed, done = time.monotonic() - self._t0, int(steps[-1]) + 1
+        if elapsed >= ETA_AFTER_S:
+            self._t0, left = None, (self._info.steps - done) * elapsed / done
+            if left >= ETA_MIN_S:
+                self._print(f"step {done} of {self._info.steps} after {duration(elapsed)}: about {duration(left)} "
+                            f"to go ({done / elapsed:.0f} steps/s; Ctrl-C stops it and keeps every step)")
 
     def on_snapshot(self, snapshot: Snapshot) -> None:
         info = self._info
