@@ -22,7 +22,13 @@ from attnlab.commands import reproduce as R
 from attnlab.commands.reproduce import main
 from attnlab.outputs import artifacts
 from attnlab.saved import safe_read
-from attnlab.saved.verdict import ROUNDING_MARGIN, compare_runs, environment_differences, within_rounding
+from attnlab.saved.verdict import (
+    ROUNDING_MARGIN,
+    compare_runs,
+    environment_differences,
+    format_verdict,
+    within_rounding,
+)
 
 from conftest import run_cli, run_here
 
@@ -569,6 +575,12 @@ def test_tampered_runs_made_with_other_kernels_are_not_rounding(kernel_runs, tmp
         diffs = compare_runs(tampered, native)
         assert changed <= {d.quantity for d in diffs}
         assert within_rounding(diffs, tampered, native, other, "DEFAULT", here, "DEFAULT") is None
+        beyond = {d.quantity for d in diffs if d.rounding is False}
+        assert changed <= beyond
+        table = format_verdict(diffs).splitlines()
+        assert table[0].startswith("not reproduced: ")
+        marked = [line for line in table[2:] if "beyond rounding (" in line]
+        assert len(marked) == len(beyond) and all(any(line.startswith(q + " ") for line in marked) for q in beyond)
 
 
 def test_within_rounding_is_a_multiple_of_the_difference_between_two_kernel_paths(fresh_run, tmp_path):
