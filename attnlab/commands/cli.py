@@ -133,12 +133,17 @@ def refusal(typed: list[str]) -> str | None:
     """The one-line error for arguments refused before Hydra reads them (not text, an option
     Hydra does not have or that unpickles, a setting of :data:`HYDRA_WRITES_NOTHING`, ``+key`` /
     ``~key`` outside the schema), or None."""
+    refused = argv.not_text(typed) or argv.refused_option(typed) or argv.unknown_option(typed)
+    if refused is not None:
+        return refused
     ours = argv.overridden(typed, [setting.split("=")[0] for setting in HYDRA_WRITES_NOTHING])
-    return argv.not_text(typed) or argv.refused_option(typed) or argv.unknown_option(typed) or (ours and (
-        f"error: {printable(ours[0], 120)}: attnlab sets {ours[1]} (Hydra writes nothing into a run dir; attnlab "
-        "saves .hydra/ itself once it holds the folder)")) or next(
-        (f"error: {bad}: no such config key; attnlab's keys are fixed by its schema and cannot be added or "
-         "removed (`attnlab --help` lists them)" for bad in argv.unknown_added_keys(typed, schema_keys())), None)
+    if ours is not None:
+        return (f"error: {printable(ours[0], 120)}: attnlab sets {ours[1]} (Hydra writes nothing into a run dir; "
+                "attnlab saves .hydra/ itself once it holds the folder)")
+    for bad in argv.unknown_added_keys(typed, schema_keys()):
+        return (f"error: {bad}: no such config key; attnlab's keys are fixed by its schema and cannot be added "
+                "or removed (`attnlab --help` lists them)")
+    return None
 
 
 def main() -> None:
