@@ -27,7 +27,7 @@ from attnlab.core.training import FLUSH_EVERY, train
 from attnlab.outputs import rundir
 from attnlab.saved import runs, safe_read
 
-from conftest import ROOT, compose_cfg
+from conftest import ROOT, compose_cfg, read_csv
 
 QUIET = ("logging=off",)
 CONTRACT = {"metrics.csv", "attention.npz", "summary.json"}
@@ -514,6 +514,24 @@ def test_a_sweep_with_a_failed_job_exits_1_even_when_its_table_cannot_be_written
     assert not (sweep / "summary.csv").exists()
     statuses = sorted(summary(job)["status"] for job in sweep.iterdir() if job.is_dir())
     assert statuses == ["completed", "failed"]
+
+
+def test_ctrl_c_in_a_sweep_still_prints_the_table_of_the_jobs_that_ran(tmp_path, attnlab_here, monkeypatch):
+    """Ctrl-C in job 0 of three stops the sweep (Hydra never ends it): the table, summary.csv and
+    the report are those of the one job that ran, interrupted; exit 1; no lock left anywhere."""
+    sweep = tmp_path / "sweep"
+    at_phase(monkeypatch, "first_snapshot", send(signal.SIGINT))
+    proc = attnlab_here("-m", f"hydra.sweep.dir={sweep}", *QUIET, "logging.report=true", "train.steps=5",
+                        "seed=1,2,3")
+    (job,) = [p for p in sweep.iterdir() if p.is_dir()]  # job 0 only: 1 and 2 never started
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines() == [f"interrupted at step 1; 1 step recorded; records kept in {job}"]
+    assert proc.stdout.splitlines()[-2] == (f"1 job, 0 completed, 1 not completed (interrupted); "
+                                            f"summary: {sweep / 'summary.csv'}")
+    assert [(r["job"], r["status"]) for r in runs.collect_rows([sweep])] == [(job.name, "interrupted")]
+    assert [r["job"] for r in read_csv(sweep / "summary.csv")] == [job.name]
+    assert sorted(p.name for p in sweep.iterdir()) == [job.name, "multirun.yaml", "report.html", "summary.csv"]
+    assert not list(sweep.rglob(rundir.LOCK))
 
 
 # ----------------------------------------------------------------------------- the pieces, in process

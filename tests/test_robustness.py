@@ -21,7 +21,7 @@ from attnlab.core.training import train
 from attnlab.outputs import artifacts
 from attnlab.saved import safe_read
 
-from conftest import ROOT, compose_cfg
+from conftest import ROOT, compose_cfg, read_csv
 
 SMALL = ("logging=off", "train.steps=40", "train.snapshot_steps=[0,10,39]")
 
@@ -200,6 +200,51 @@ def test_signal_mid_run_records_interrupted_and_flushes_everything(tmp_path, sig
         acc = EventAccumulator(str(events), size_guidance={"scalars": 0})
         acc.Reload()
         assert len(acc.Scalars("loss")) == n
+
+
+TRACKERS = """
+import os, signal, sys
+from pathlib import Path
+sys.modules["joblib.externals.loky.backend.resource_tracker"] = None  # the module moved: ImportError
+from attnlab.commands import callbacks
+before = signal.getsignal(signal.SIGHUP)
+callbacks.start_resource_trackers()
+assert signal.getsignal(signal.SIGHUP) is before
+for status in Path("/proc").glob("[0-9]*/status"):
+    fields = dict(line.split(":\\t", 1) for line in status.read_text().splitlines() if ":\\t" in line)
+    if int(fields["PPid"]) == os.getpid():
+        cmd = (status.parent / "cmdline").read_bytes().replace(b"\\0", b" ").decode()
+        print(int(fields["SigIgn"], 16) >> (signal.SIGHUP - 1) & 1, cmd)
+"""
+
+
+def test_resource_trackers_start_ignoring_sighup_without_joblib_too():
+    """The fallback when joblib's tracker module is not where it was: multiprocessing's tracker
+    alone, started with SIGHUP ignored (bit 1 of its /proc SigIgn mask), the caller's handler back."""
+    proc = subprocess.run([sys.executable, "-c", TRACKERS], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    (line,) = proc.stdout.splitlines()
+    assert line.startswith("1 ") and "multiprocessing.resource_tracker" in line, line
+
+
+def test_sighup_to_a_joblib_sweep_interrupts_every_job_and_nothing_else(tmp_path):
+    """A closed terminal (SIGHUP to the whole process group) during a joblib sweep: both jobs say
+    interrupted, the table of both is printed, and no helper process (joblib's resource trackers)
+    dies with a traceback."""
+    sweep = tmp_path / "sweep"
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    proc = subprocess.Popen([sys.executable, "-m", "attnlab.commands.cli", "-m", f"hydra.sweep.dir={sweep}",
+                             "seed=1,2", "train.steps=2000000", "logging=off", "logging.console=false",
+                             "hydra/launcher=joblib", "hydra.launcher.n_jobs=2"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    _wait_for(lambda: len(list(sweep.glob("*/.metrics.csv.partial"))) == 2, 120, proc)  # both training
+    os.killpg(proc.pid, signal.SIGHUP)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1
+    assert "Traceback" not in err and "resource_tracker" not in err, err
+    assert sorted(err.splitlines())[0].startswith("interrupted at step ")
+    assert [r["status"] for r in read_csv(sweep / "summary.csv")] == ["interrupted", "interrupted"]
+    assert "2 jobs, 0 completed, 2 not completed (interrupted)" in out
 
 
 # --- determinism ----------------------------------------------------------------------------

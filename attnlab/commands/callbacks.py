@@ -2,6 +2,9 @@
 before anything is written into it, and print the table at the end of every sweep."""
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,6 +21,7 @@ from attnlab.outputs import rundir
 
 # the exit status of the last sweep that ended in this process (None: none did)
 sweep_exit_status: int | None = None
+_open_sweep: DictConfig | None = None  # a sweep that started and has not ended (its config)
 
 
 def _claim(config: DictConfig, kind: str) -> None:
@@ -36,6 +40,40 @@ def _claim(config: DictConfig, kind: str) -> None:
         sys.exit(EXIT_BAD_INPUT)
 
 
+def start_resource_trackers() -> None:
+    """Start multiprocessing's and joblib's (loky's) resource trackers, the helper processes a
+    joblib sweep uses to clean up shared memory, with SIGHUP ignored (they ignore SIGINT and SIGTERM
+    already): a closed terminal then interrupts the jobs, which record their status, instead of
+    killing the trackers, whose replacements print a traceback per resource. Without joblib (or
+    its tracker module moved) only multiprocessing's is started."""
+    from multiprocessing import resource_tracker
+
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # inherited through fork and exec
+    try:
+        resource_tracker.ensure_running()
+        try:
+            from joblib.externals.loky.backend import resource_tracker as loky_tracker
+
+            loky_tracker.ensure_running()
+        except (ImportError, AttributeError):
+            pass
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+
+
+def end_stopped_sweep() -> None:
+    """A sweep that a job stopped (Ctrl-C, SIGTERM, SIGHUP, a crash; Hydra then never calls
+    ``on_multirun_end``): the same table, summary.csv and report for the jobs that ran, then its
+    folder released. Nothing when no sweep is open or no job folder was made (refused while composing)."""
+    if _open_sweep is None:
+        return
+    sweep_dir = Path(str(_open_sweep.hydra.sweep.dir))
+    with contextlib.suppress(OSError), os.scandir(sweep_dir) as entries:
+        if any(e.is_dir(follow_symlinks=False) for e in entries):
+            SweepSummary().on_multirun_end(_open_sweep)
+            NeverOverwrite().on_multirun_end(_open_sweep)  # else the command's end removes what it made
+
+
 class NeverOverwrite(Callback):
     """Claim ``hydra.run.dir`` or ``hydra.sweep.dir`` (each job's folder: ``run_job``) before
     anything is written into it (:func:`attnlab.outputs.rundir.claim`). A Ctrl-C that came while
@@ -45,9 +83,15 @@ class NeverOverwrite(Callback):
         _claim(config, "run")
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        global _open_sweep
         _claim(config, "sweep")
+        _open_sweep = config
+        if config.hydra.runtime.choices.get("hydra/launcher") == "joblib":
+            start_resource_trackers()
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        global _open_sweep
+        _open_sweep = None
         rundir.release(Path(str(config.hydra.sweep.dir)))  # after SweepSummary (Hydra ends callbacks in reverse)
 
 

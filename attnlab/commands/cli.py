@@ -180,6 +180,7 @@ def main() -> None:
               if closed else error_line(err, typed), file=sys.stderr)
         code = EXIT_FAILED_RUN if closed else EXIT_BAD_INPUT
     finally:
+        callbacks.end_stopped_sweep()  # a sweep a job stopped: its table of the jobs that ran
         rundir.abandon_all()  # a folder claimed for a job that never started is removed again
         interrupts.ignore_from_now()
     sys.exit(code)
