@@ -177,6 +177,17 @@ CASES = [
          ("+hydra.job_logging.handlers.f={class:logging.FileHandler,filename:x.log}",), "hydra",
          "error: +hydra.job_logging.handlers.f={class:logging.FileHandler,filename:x.log}: attnlab sets "
          "hydra/job_logging (Hydra writes nothing", cli=True),
+    Case("hydra_log_handler", "a file handler put into Hydra's own log",
+         ("hydra.hydra_logging.handlers.console.class=logging.FileHandler",), "hydra",
+         "error: hydra.hydra_logging.handlers.console.class=logging.FileHandler: refused: a handler of Hydra's log "
+         "could write a file before attnlab holds the folder; choose hydra/hydra_logging=default, disabled or none",
+         cli=True),
+    Case("hydra_log_added_handler", "a file handler added to Hydra's own log",
+         ("+hydra.hydra_logging.handlers.f={class:logging.FileHandler,filename:x.log}",), "hydra",
+         "error: +hydra.hydra_logging.handlers.f={class:logging.FileHandler,filename:x.log}: refused: a handler",
+         cli=True),
+    Case("hydra_log_option", "Hydra's own log silenced (a group option: allowed)", ("hydra/hydra_logging=disabled",),
+         "ok", "[7120, 7002, 4940, 351, 530, 2239]"),
     # issue 10: text as typed, keys that exist
     Case("chinese_unquoted", "Chinese text without Hydra quoting", ("sentence=你的旅程从一步开始",), "ok",
          "[19526, 254, 21410, 33768, 227, 163, 101, 233, 20015, 236, 31660, 29826, 98, 28156, 222, 34650, 233]"),
@@ -367,6 +378,14 @@ class _Canary:
 
     def __reduce__(self):
         return (open, (self.path, "w"))
+
+
+def test_hydra_log_options_pass_the_command_line_checks():
+    """Choosing Hydra's log option is allowed (only its handlers are refused)."""
+    from attnlab.commands.cli import refusal
+
+    assert [refusal([a]) for a in ("hydra/hydra_logging=disabled", "hydra/hydra_logging=none")] == [None, None]
+    assert refusal(["hydra.hydra_logging.root.level=DEBUG"]).startswith("error: hydra.hydra_logging.root.level=DEBUG")
 
 
 def test_hydra_full_error_shows_the_traceback(tmp_path, attnlab_here, monkeypatch):

@@ -131,7 +131,8 @@ install_signal_handlers = interrupts.install  # SIGINT, SIGTERM, SIGHUP: interru
 
 def refusal(typed: list[str]) -> str | None:
     """The one-line error for arguments refused before Hydra reads them (not text, an option
-    Hydra does not have or that unpickles, a setting of :data:`HYDRA_WRITES_NOTHING`, ``+key`` /
+    Hydra does not have or that unpickles, a setting of :data:`HYDRA_WRITES_NOTHING` or of Hydra's log
+    handlers, ``+key`` /
     ``~key`` outside the schema), or None."""
     refused = argv.not_text(typed) or argv.refused_option(typed) or argv.unknown_option(typed)
     if refused is not None:
@@ -140,6 +141,10 @@ def refusal(typed: list[str]) -> str | None:
     if ours is not None:
         return (f"error: {printable(ours[0], 120)}: attnlab sets {ours[1]} (Hydra writes nothing into a run dir; "
                 "attnlab saves .hydra/ itself once it holds the folder)")
+    for arg in typed:  # Hydra's own log: its options (hydra/hydra_logging=disabled) only, never a handler
+        if (arg.split("=", 1)[0].lstrip("+~") + ".").startswith("hydra.hydra_logging."):
+            return (f"error: {printable(arg, 120)}: refused: a handler of Hydra's log could write a file before "
+                    "attnlab holds the folder; choose hydra/hydra_logging=default, disabled or none")
     for bad in argv.unknown_added_keys(typed, schema_keys()):
         return (f"error: {bad}: no such config key; attnlab's keys are fixed by its schema and cannot be added "
                 "or removed (`attnlab --help` lists them)")
