@@ -168,10 +168,14 @@ def main() -> None:
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises its errors here instead of printing its report
     # a launcher whose worker was killed leaves its semaphores to multiprocessing's tracker: no warning for that
     os.environ.setdefault("PYTHONWARNINGS", "ignore::UserWarning:multiprocessing.resource_tracker")
+    code: int | str | None = EXIT_FAILED_RUN
     try:
         with interrupts.deferred():
             _hydra_main()
         code = callbacks.sweep_exit_status or 0  # a sweep with a job that did not complete: 1
+    except SystemExit as end:  # a job that stopped the command (interrupted, or its folder refused: 2)
+        code = end.code
+        raise
     except KeyboardInterrupt:  # outside a job (a job records its own)
         print("interrupted: the runs that started kept their records", file=sys.stderr)
         code = EXIT_FAILED_RUN
@@ -185,7 +189,8 @@ def main() -> None:
               if closed else error_line(err, typed), file=sys.stderr)
         code = EXIT_FAILED_RUN if closed else EXIT_BAD_INPUT
     finally:
-        callbacks.end_stopped_sweep()  # a sweep a job stopped: its table of the jobs that ran
+        if code != EXIT_BAD_INPUT:  # a refusal is one line; a sweep a job stopped: its table of the jobs that ran
+            callbacks.end_stopped_sweep()
         rundir.abandon_all()  # a folder claimed for a job that never started is removed again
         interrupts.ignore_from_now()
     sys.exit(code)
