@@ -46,6 +46,7 @@ class NeverOverwrite(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         _claim(config, "sweep")
+        sweep.name_by_swept_keys(config)  # job folders name what varies, not the constant overrides
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         rundir.release(Path(str(config.hydra.sweep.dir)))  # after SweepSummary (Hydra ends callbacks in reverse)

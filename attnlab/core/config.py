@@ -153,6 +153,8 @@ class AnalysisConfig:
 class Config:
     task: Task = Task.train
     seed: int = 42
+    name: Optional[str] = None  # the run's label (a student's name): its folder, summary.json, tables, report
+    notes: Optional[str] = None  # free text kept with the run (summary.json, report, TensorBoard)
     sentence: str = TUTORIAL_SENTENCE
     text_file: Optional[str] = None
     device: str = "cpu"
