@@ -15,8 +15,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from attnlab.core.config import OPTIMIZERS, Task, plain, snapshot_steps
 from attnlab.core.errors import ConfigError
-from attnlab.core.i18n import _
 from attnlab.core.files import METRICS_LIMIT, NPZ_LIMIT, TOKEN_CHARS, printable
+from attnlab.core.i18n import _
 
 INT64_MAX = 2**63 - 1
 SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.manual_seed accepts

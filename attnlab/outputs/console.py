@@ -129,7 +129,8 @@ class ConsoleSink(Sink):
         steps = f"{result.steps_run} step{'' if result.steps_run == 1 else 's'}"
         where = f"  ->  {display_path(self._info.run_dir)}" if self._info and self._info.run_dir else ""
         name = self._info.config.get("name") if self._info else None
-        status = _("{status} ({name})").format(status=result.status, name=printable(name, 100)) if name else result.status
+        status = _("{status} ({name})").format(status=result.status, name=printable(name, 100)) if name else \
+            result.status
         self._print(f"{status}: {steps}, final loss {final}, {result.wall_time_s:.2f} s{where}")  # (bar closed)
 
     def close(self) -> None:

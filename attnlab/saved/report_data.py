@@ -239,4 +239,7 @@ def collect_records(paths: Iterable[Path | str], *,
                           short_names(names))
     for rec, (short, values) in zip(records, labelled):
         rec["label"] = printable(f"{short}: {values}" if values else short, MAX_STR)
+    for rec, keys in zip(records, runs.differs([rec["config"] for rec in records])):  # as attnlab-compare's column
+        rec["differs_keys"], rec["differs"] = list(keys), runs.differs_text(keys)
+        rec["table"]["differs"] = table.page_cell("differs", rec["differs"])
     return records

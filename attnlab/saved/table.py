@@ -22,7 +22,7 @@ from attnlab.saved.safe_read import printable
 
 TABLE_SKIP = {"overrides", "loss_threshold", "steps_run", "path"}  # CSV only (the job name shows overrides)
 MAX_CELL = 48  # characters of a cell in the printed table (the CSV keeps everything)
-WIDE = {"job": 100, "heads_focus": 100}  # columns allowed more (a name; one entry per head)
+WIDE = {"job": 100, "heads_focus": 100, "differs": 100}  # columns allowed more (a name; one entry per head)
 CSV_TEXT_LIMIT = 10_000  # characters of one CSV text cell, escapes included (a summary.json holds at most 1 MiB)
 FORMULA_START = ("=", "+", "-", "@")  # a spreadsheet reads a cell starting with one of these as a formula
 
@@ -117,15 +117,16 @@ def page_cells(row: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """One row's cells for attnlab-report's runs table: per printed-table column ``text``
     (:func:`cell_text`), ``full`` (when ``text`` is cut) and ``value``, the row's own, which
     :func:`page_table` sorts and hides columns by (and leaves off the page)."""
-    out: dict[str, dict[str, Any]] = {}
-    for c in [c for c in columns_of([row]) if c not in TABLE_SKIP]:
-        v = row.get(c)
-        cell = {"text": cell_text(c, v), "value": v}
-        full = _cell(c, v, CSV_TEXT_LIMIT)  # a cut cell (clip's … or printable's …[+N chars]): whole on hover
-        if cell["text"].endswith(("…", " chars]")) and full != cell["text"]:
-            cell["full"] = full
-        out[c] = cell
-    return out
+    return {c: page_cell(c, row.get(c)) for c in columns_of([row]) if c not in TABLE_SKIP}
+
+
+def page_cell(col: str, v: Any) -> dict[str, Any]:
+    """One cell of :func:`page_cells`."""
+    cell = {"text": cell_text(col, v), "value": v}
+    full = _cell(col, v, CSV_TEXT_LIMIT)  # a cut cell (clip's … or printable's …[+N chars]): whole on hover
+    if cell["text"].endswith(("…", " chars]")) and full != cell["text"]:
+        cell["full"] = full
+    return cell
 
 
 Cells = dict[str, dict[str, Any]]  # column -> cell (page_cells)
