@@ -71,17 +71,17 @@ def _csv_value(v: Any) -> Any:
     return "'" + text if text.startswith(FORMULA_START) else text
 
 
-def csv_text(rows: Sequence[dict[str, Any]]) -> str:
-    """The rows as CSV text (header :func:`columns_of`)."""
-    cols = columns_of(rows)
+def csv_text(rows: Sequence[dict[str, Any]], cols: Sequence[str] | None = None) -> str:
+    """The rows as CSV text (header ``cols``, default :func:`columns_of`)."""
+    cols = columns_of(rows) if cols is None else cols
     buf = io.StringIO()
     csv.writer(buf, lineterminator="\n").writerows([cols] + [[_csv_value(r.get(c)) for c in cols] for r in rows])
     return buf.getvalue()
 
 
-def write_csv(rows: Sequence[dict[str, Any]], path: Path) -> Path:
+def write_csv(rows: Sequence[dict[str, Any]], path: Path, cols: Sequence[str] | None = None) -> Path:
     """Write :func:`csv_text` to ``path`` atomically; returns ``path``."""
-    artifacts.atomic_write_text(Path(path), csv_text(rows))
+    artifacts.atomic_write_text(Path(path), csv_text(rows, cols))
     return Path(path)
 
 
@@ -193,9 +193,9 @@ def distribution(rows: Sequence[dict[str, Any]]) -> str | None:
             f"(median {_cell('', float(np.median(loss)))})")
 
 
-def format_table(rows: Sequence[dict[str, Any]]) -> str:
-    """The rows as an aligned plain-text table."""
-    cols = columns_of(rows, table=True)
+def format_table(rows: Sequence[dict[str, Any]], cols: Sequence[str] | None = None) -> str:
+    """The rows as an aligned plain-text table (``cols``: these columns, default the table's)."""
+    cols = columns_of(rows, table=True) if cols is None else cols
     head = [HEADERS.get(c, c) for c in cols]
     body = [[cell_text(c, r.get(c)) for c in cols] for r in rows]
     widths = [max(_width(x) for x in [h] + [b[i] for b in body]) for i, h in enumerate(head)]
