@@ -40,8 +40,6 @@ from attnlab.saved.verdict import Difference, compare_runs, environment_differen
 
 EXIT_SAME, EXIT_DIFFERENT, EXIT_NOT_A_RUN = 0, 1, 2
 ALLOWED_TARGETS = ("optimizer._target_",)  # the only instantiation key a saved config may hold
-MAX_JOBS_LISTED = 8  # job folders named when RUN_DIR is a sweep folder
-JOB_NAME_LIMIT = 100  # characters of one job name in a sweep folder's list
 BITS = ("cpu_capability", "blas", "torch", "machine", "device")  # with torch_threads: what decides the bits
 VERDICTS = ("reproduced exactly", "within rounding", "not reproduced", "cannot be reproduced")  # verdict_row
 KERNELS = ("DEFAULT", "AVX2", "AVX512")  # torch's kernels a second reproduction may ask for (a CPU without one fails)
@@ -60,15 +58,6 @@ def saved_config(run_dir: Path, text_file: Path | None = None) -> tuple[dict[str
     try:
         data = safe_read.read_config(run_dir, resolve=False)
     except safe_read.MissingRunFile:
-        jobs = []  # a sweep's job folders, in job order
-        with contextlib.suppress(RunDirError):
-            jobs = sorted((p.name for p in runs.find_runs(run_dir) if p.parent == run_dir),
-                          key=lambda n: (len(n.split("_")[0]), n))
-        if jobs:
-            shown = ", ".join(printable(j, JOB_NAME_LIMIT) for j in jobs[:MAX_JOBS_LISTED])
-            more = f" (+{len(jobs) - MAX_JOBS_LISTED} more)" if len(jobs) > MAX_JOBS_LISTED else ""
-            raise RunDirError(f"{printable(str(run_dir), 300)}: a sweep folder, not a run; pass a job folder: "
-                              f"{shown}{more}") from None
         raise safe_read.MissingRunFile(path, "missing (RUN_DIR must be a run or sweep-job folder made by "
                                        "attnlab)") from None
     return _checked(data, path, text_file, references=True), path

@@ -49,7 +49,7 @@ def render(records: Sequence[dict[str, Any]]) -> str:
     title = f"attnlab · {records[0]['name']}" if len(records) == 1 else f"attnlab · {len(records)} runs"
     sentences = list(dict.fromkeys(str(safe_read.select(r["config"], "sentence", "")) for r in records))
     keys = list(dict.fromkeys(k for r in records for k in r.get("differs_keys", ())))
-    title += f" · {sentences[0]}" if len(sentences) == 1 and sentences[0] else ""
+    title += f" · {sentences[0]}" if len(sentences) == 1 and sentences[0] and len(records) > 1 else ""
     title += _(" · differ in {keys}").format(keys=", ".join(keys)) if keys else ""
     # attnlab-compare's printed table: its columns for these runs, each run's cells with its place in each order
     columns, tables = page_table([rec.get("table") or {} for rec in records])

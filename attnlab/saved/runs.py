@@ -331,19 +331,20 @@ def config_values(config: Any) -> dict[str, Any]:
 def differs(configs: Sequence[Any], against: Any = None) -> list[dict[str, str]]:
     """Per config, ``{key: value as typed}`` of the keys whose value differs from ``against``'s (a whole config),
     else from the value most of ``configs`` share (shared by more than one and by more than any other
-    value; without one every config's value is shown). ``?``: unset."""
+    value; without one every config's value is shown). ``?``: unset; a run without a config: {}."""
     values = [config_values(c) for c in configs]
+    have = [v for v in values if v]
     base = config_values(against) if against is not None else None
     out: list[dict[str, str]] = [{} for _ in configs]
-    for key in dict.fromkeys(k for v in [*values, base or {}] for k in v):
-        shown = [_shown(v.get(key, UNSET)) for v in values]
+    for key in dict.fromkeys(k for v in [*have, base or {}] for k in v):
+        shown = [_shown(v.get(key, UNSET)) if v else None for v in values]
         if base is not None:
             usual = _shown(base.get(key, UNSET))
         else:
-            (usual, n), *rest = Counter(shown).most_common() or [(None, 0)]
-            usual = usual if n > 1 and (not rest or rest[0][1] < n) else None
+            (usual, n), *rest = Counter(_shown(v.get(key, UNSET)) for v in have).most_common()
+            usual = usual if n > 1 and (not rest or rest[0][1] < n) or not rest else None
         for i, text in enumerate(shown):
-            if text != usual and (base is not None or len(set(shown)) > 1):
+            if text is not None and text != usual:
                 out[i][key] = text
     return out
 
