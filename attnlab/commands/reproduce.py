@@ -41,7 +41,7 @@ from attnlab.saved.verdict import Difference, compare_runs, environment_differen
 EXIT_SAME, EXIT_DIFFERENT, EXIT_NOT_A_RUN = 0, 1, 2
 ALLOWED_TARGETS = ("optimizer._target_",)  # the only instantiation key a saved config may hold
 BITS = ("cpu_capability", "blas", "torch", "machine", "device")  # with torch_threads: what decides the bits
-VERDICTS = ("reproduced exactly", "within rounding", "not reproduced", "cannot be reproduced")  # verdict_row
+VERDICTS = (_("reproduced exactly"), _("within rounding"), _("not reproduced"), _("cannot be reproduced"))
 KERNELS = ("DEFAULT", "AVX2", "AVX512")  # torch's kernels a second reproduction may ask for (a CPU without one fails)
 
 
@@ -254,19 +254,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "folders of runs, give one verdict table. A run is read as data: nothing in it is run or "
                     "printed raw.")
     parser.add_argument("paths", nargs="+", metavar="PATH", type=Path,
-                        help="a run folder or a sweep job folder; or several, or folders of runs (a sweep, a "
-                             "class's runs): every run below them")
+                        help=_("a run folder or a sweep job folder; or several, or folders of runs (a sweep, a "
+                               "class's runs): every run below them"))
     parser.add_argument("--out", metavar="DIR", type=Path, help="the new run folder (default: "
-                        "RUN_DIR-repro-<time> beside RUN_DIR; for a sweep job SWEEP_DIR-repro-<time>/JOB); for "
-                        "several runs the folder of their reproductions (default: PATH-repro-<time>)")
+                        "RUN_DIR-repro-<time> beside RUN_DIR; for a sweep job SWEEP_DIR-repro-<time>/JOB)"
+                        + _("; for several runs the folder of their reproductions (default: PATH-repro-<time>)"))
     parser.add_argument("--text-file", metavar="FILE", type=Path,
                         help="the text of a run made with text_file= (a saved config never chooses a file to read)")
-    parser.add_argument("--csv", metavar="FILE", type=Path, help="several runs: also write the verdict table as CSV")
+    parser.add_argument("--csv", metavar="FILE", type=Path, help=_("several runs: also write the verdict table as CSV"))
     parser.add_argument("-j", "--jobs", metavar="N", type=int, default=os.cpu_count() or 1,
-                        help="several runs: reproductions at a time (default: this machine's cores)")
+                        help=_("several runs: reproductions at a time (default: this machine's cores)"))
     parser.add_argument("--one-path", action="store_true", help=argparse.SUPPRESS)  # the second reproduction
     args = parser.parse_args(argv)
     if len(args.paths) > 1 or (args.paths[0].is_dir() and not runs.is_job_dir(args.paths[0])):
+        if args.text_file is not None:
+            parser.error(_("--text-file reproduces one run: pass its RUN_DIR alone"))
         try:
             return reproduce_many(args.paths, args.out, args.csv, args.jobs)
         except AttnlabError as err:

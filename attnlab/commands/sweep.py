@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from omegaconf import DictConfig, read_write
+from omegaconf import DictConfig, OmegaConf, read_write
 
 from attnlab.core.files import printable
 from attnlab.saved.runs import broken, collect_rows
@@ -54,7 +54,8 @@ def name_by_swept_keys(config: DictConfig) -> None:
     """Make the jobs of the sweep ``config`` (Hydra's, at the multirun's start) name their folders by the
     keys that vary only: ``exclude_keys`` joined by :func:`constant_keys`, as a Hydra override every job's
     config is composed with."""
-    excluded = [*config.hydra.job.config.override_dirname.exclude_keys, *constant_keys(config.hydra.overrides.task)]
+    excluded = [*OmegaConf.to_container(config.hydra.job.config.override_dirname.exclude_keys, resolve=False),
+                *constant_keys(OmegaConf.to_container(config.hydra.overrides.task, resolve=False))]
     with read_write(config.hydra.overrides):
         config.hydra.overrides.hydra.append("hydra.job.config.override_dirname.exclude_keys=["
                                             + ",".join(f"'{key}'" for key in dict.fromkeys(excluded)) + "]")
