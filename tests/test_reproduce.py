@@ -429,7 +429,7 @@ def test_a_sweep_folder_and_hostile_job_names_give_one_verdict_table(sweep_dir, 
     for i in range(3):
         (many / f"{i}_x=\x1b[2J" / ".hydra").mkdir(parents=True)
         (many / f"{i}_x=\x1b[2J" / ".hydra" / "config.yaml").write_text("task: train\n")
-    assert main([str(sweep), str(many), "--out", str(tmp_path / "r")]) == 1
+    assert main([str(sweep), str(many), "--out", str(tmp_path / "r"), "-j", "1"]) == 1
     out = capsys.readouterr().out
     assert "\x1b[2J" not in out
     rows = [re.split(r"  +", line) for line in out.splitlines()[2:-1]]
