@@ -7,7 +7,8 @@ The job runs into ``RUN_DIR-repro-<time>`` (or ``--out DIR``) and :mod:`attnlab.
 compares the two bit for bit; when the run recorded other kernels, BLAS, torch or machine, a
 second reproduction in a child process with other kernels tells rounding from a different run.
 Exit status 0 identical or within rounding, 1 different, 2 not a run that can be reproduced
-(one line; ``HYDRA_FULL_ERROR=1`` raises instead).
+(one line; ``HYDRA_FULL_ERROR=1`` raises instead). ``attnlab-reproduce PATH... [--csv FILE] [-j N]``
+over several runs or folders of runs: one verdict table (:func:`reproduce_many`).
 """
 from __future__ import annotations
 
