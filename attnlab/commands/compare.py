@@ -18,6 +18,7 @@ from typing import Any, Sequence
 from omegaconf import OmegaConf
 
 from attnlab.commands.api import compose
+from attnlab.commands.argv import CONFIG_GROUPS
 from attnlab.core.config import apply_schema, literal, resolve
 from attnlab.core.errors import AttnlabError, ConfigError, RunDirError
 from attnlab.core.i18n import _
@@ -28,7 +29,8 @@ from attnlab.saved.runs import broken, collect_rows, named_runs
 from attnlab.saved.safe_read import output_problem, printable
 from attnlab.saved.table import distribution, format_table, sort_rows, write_csv
 
-GROUP_OPTION = re.compile(r"^(override )?/?(?P<group>model|optimizer|train|logging): *(?P<option>\w+)$")
+GROUPS = "|".join(g for g in CONFIG_GROUPS if g != "experiment")
+GROUP_OPTION = re.compile(rf"^(override )?/?(?P<group>{GROUPS}): *(?P<option>\w+)$")  # a preset's defaults entry
 
 
 def preset_config(path: Path) -> dict[str, Any]:

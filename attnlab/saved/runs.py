@@ -261,7 +261,7 @@ def _fill_row(row: dict[str, Any], files: RunFiles, sweep_end: bool, metrics: An
         return
     row["overrides"] = " ".join(files.overrides)
     row["name"], row["notes"] = (setting(config, key, str, None) for key in ("name", "notes"))
-    row["config"] = config  # not a column: what differs (mark_differs)
+    row["config"] = config  # not a column: what differs (differs)
     row["override_list"] = files.overrides  # not a column: the swept values of a figure's titles
     threshold = setting(config, "train.loss_threshold", (int, float), None)
     row["loss_threshold"] = threshold
@@ -355,7 +355,7 @@ def differs_text(keys: dict[str, str]) -> str | None:
 
 
 def _shown(value: Any) -> str:
-    """A config value as typed on the command line: text as is, others as JSON (``0.05``, ``true``, ``[0, 5]``)."""
+    """A config value as typed on the command line: text as is, others as JSON (``0.05``, ``true``, ``[0,5]``)."""
     if value is UNSET:
         return "?"
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
