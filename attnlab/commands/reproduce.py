@@ -262,12 +262,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                         + _("; for several runs the folder of their reproductions (default: PATH-repro-<time>)"))
     parser.add_argument("--text-file", metavar="FILE", type=Path,
                         help="the text of a run made with text_file= (a saved config never chooses a file to read)")
-    parser.add_argument("--csv", metavar="FILE", type=Path, help=_("several runs: also write the verdict table as CSV"))
+    parser.add_argument("--csv", metavar="FILE", type=Path,
+                        help=_("write the verdict table as CSV too (one run then gets the table too)"))
     parser.add_argument("-j", "--jobs", metavar="N", type=int, default=os.cpu_count() or 1,
                         help=_("several runs: reproductions at a time (default: this machine's cores)"))
     parser.add_argument("--one-path", action="store_true", help=argparse.SUPPRESS)  # the second reproduction
     args = parser.parse_args(argv)
-    if len(args.paths) > 1 or (args.paths[0].is_dir() and not runs.is_job_dir(args.paths[0])):
+    if len(args.paths) > 1 or args.csv or (args.paths[0].is_dir() and not runs.is_job_dir(args.paths[0])):
         if args.text_file is not None:
             parser.error(_("--text-file reproduces one run: pass its RUN_DIR alone"))
         try:
