@@ -37,8 +37,7 @@ def test_joblib_sweep_lines_carry_the_job_number(cli, cfg_of, tmp_path):
     assert proc.returncode == 0, proc.stderr
     folders = {int(p.name.split("_", 1)[0]): p for p in sweep.iterdir() if p.is_dir()}
     assert [p.name for p in sorted(folders.values())] == [
-        "0_logging=off,task=train,train.snapshot_steps=[0,20],train.steps=21",
-        "1_logging=off,task=walkthrough,train.snapshot_steps=[0,20],train.steps=21"]
+        "0_task=train", "1_task=walkthrough"]
     assert [(r["job"], r["status"]) for r in read_csv(sweep / "summary.csv")] == [
         (folders[0].name, "completed"), (folders[1].name, "completed")]
     reference = train_in_process(cfg_of("task=train", *SHORT))  # the same numbers as the job run in this process

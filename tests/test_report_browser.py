@@ -226,7 +226,7 @@ def test_sweep_report_table_slider_and_detail(browser, report_sweep, shots):
     p = Page(browser, report.write_sweep_report(report_sweep))
     page = p.page
     jobs = lambda: page.locator("#runs-table tbody td.job .txt").all_text_contents()  # noqa: E731
-    a, b = "0_logging=off,optimizer.lr=0.01", "1_logging=off,optimizer.lr=0.05"  # attnlab-compare's job cells
+    a, b = "0_optimizer.lr=0.01", "1_optimizer.lr=0.05"  # attnlab-compare's job cells
     assert jobs() == [a, b]
     page.click("#runs-table th[data-col='final_loss']")
     assert jobs() == [b, a]  # 4.94e-06 < 0.0483

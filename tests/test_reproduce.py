@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -18,7 +19,6 @@ import pytest
 import yaml
 
 from attnlab.commands import job
-from attnlab.commands import reproduce as R
 from attnlab.commands.reproduce import main
 from attnlab.outputs import artifacts
 from attnlab.saved import safe_read
@@ -254,7 +254,7 @@ def test_a_run_made_with_an_environment_variable_reproduces_after_it_changes(tmp
 
 @pytest.mark.parametrize("make, expected", [
     (lambda d: d / "missing", "not a directory"),
-    (lambda d: d, ".hydra/config.yaml: missing"),
+    (lambda d: d, "not a run dir or sweep dir (no .hydra/config.yaml in it or below it)"),
     (lambda d: write_config(d / "r", "model: [unclosed\n"), ("config.yaml: not valid YAML (line 2: ", "expected ',' or ']'")),  # libyaml: "did not find expected"
     (lambda d: write_config(d / "r", "- a list\n"), "config.yaml: not a config"),
     (lambda d: write_config(d / "r", "optimizer:\n  _target_: torch.optim.Adam\nmodel:\n  n_layers: 2\n"),
@@ -421,21 +421,24 @@ def test_reproduce_dot_from_inside_the_run_dir(fresh_run, tmp_path, capsys, monk
     assert sorted(p.name for p in run.iterdir()) == sorted(p.name for p in fresh_run.iterdir())
 
 
-def test_a_sweep_folder_is_answered_with_its_job_folders(sweep_dir, tmp_path, capsys):
+def test_a_sweep_folder_and_hostile_job_names_give_one_verdict_table(sweep_dir, tmp_path, capsys):
+    """The sweep's diverged and completed jobs reproduce exactly, its refused job cannot be reproduced;
+    job folders named with a terminal escape are rows, their names escaped."""
     sweep, _ = sweep_dir
-    assert main([str(sweep)]) == 2
-    err = capsys.readouterr().err
-    jobs = sorted((p.name for p in sweep.iterdir() if (p / ".hydra").is_dir()), key=lambda n: int(n.split("_")[0]))
-    assert all(len(j) <= R.JOB_NAME_LIMIT for j in jobs)
-    assert err == f"error: {sweep}: a sweep folder, not a run; pass a job folder: {', '.join(jobs)}\n"
     many = tmp_path / "many"
-    for i in range(12):
+    for i in range(3):
         (many / f"{i}_x=\x1b[2J" / ".hydra").mkdir(parents=True)
         (many / f"{i}_x=\x1b[2J" / ".hydra" / "config.yaml").write_text("task: train\n")
-    assert main([str(many)]) == 2
-    err = capsys.readouterr().err
-    shown = ", ".join(f"{i}_x=\\x1b[2J" for i in range(8))
-    assert err == f"error: {many}: a sweep folder, not a run; pass a job folder: {shown} (+4 more)\n"
+    assert main([str(sweep), str(many), "--out", str(tmp_path / "r"), "-j", "1"]) == 1
+    out = capsys.readouterr().out
+    assert "\x1b[2J" not in out
+    rows = [re.split(r"  +", line) for line in out.splitlines()[2:-1]]
+    jobs = sorted((p.name for p in sweep.iterdir() if (p / ".hydra").is_dir()), key=lambda n: int(n.split("_")[0]))
+    names = [f"sw/{j}" for j in jobs] + [f"many/{i}_x=\\x1b[2J" for i in range(3)]
+    assert len(rows) == len(names) and all(row[0].endswith(name) for row, name in zip(rows, names)), rows
+    assert [row[1] for row in rows] == ["reproduced exactly"] * 2 + ["cannot be reproduced"] * 4
+    assert rows[2][2].startswith(f"{sweep / jobs[2] / 'summary.json'}: says failed")
+    assert out.splitlines()[-1] == f"6 runs: 2 reproduced exactly, 4 cannot be reproduced; reproductions in {tmp_path / 'r'}"
 
 
 def test_recorded_text_is_printed_escaped(fresh_run, tmp_path, capsys):

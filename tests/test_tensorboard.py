@@ -32,7 +32,7 @@ CONFIG = {
     "optimizer": {"_target_": "torch.optim.Adam", "lr": 0.05, "weight_decay": None},
     "train": {"steps": 201, "snapshot_steps": SNAPSHOT_STEPS, "focus_token": 1,
               "loss_threshold": 0.01},
-    "logging": {"tensorboard": True, "images": True, "figures": False},
+    "logging": {"tensorboard": True, "images": True, "figures": False}, "name": "李雷", "notes": "second try",
 }
 FOCUS_TAGS = [f"attention/focus/{n}" for n in
               ["0_Your", "1_journey", "2_starts", "3_with", "4_one", "5_step"]]
@@ -145,6 +145,8 @@ def test_event_file_contents(tmp_path):
 
     text = {t: ea.Tensors(t)[0].tensor_proto.string_val[0].decode() for t in ea.Tags()["tensors"]}
     assert text["run/sentence/text_summary"] == CONFIG["sentence"]
+    assert (text["run/name/text_summary"], text["run/notes/text_summary"], hp["name"].string_value) == (
+        "李雷", "second try", "李雷")
     assert "| 3 | 351 | `' with'` |" in text["run/tokens/text_summary"]
     assert text["run/config/text_summary"].startswith("```yaml\n")
     assert "  d_model: 6\n" in text["run/config/text_summary"]

@@ -96,8 +96,12 @@ class NeverOverwrite(Callback):
 
 
 class SweepSummary(Callback):
-    """At the end of a multirun: :func:`attnlab.commands.sweep.summarize` (its exit status in
-    :data:`sweep_exit_status`), then with ``logging.report`` the sweep's ``report.html``."""
+    """At the start of a multirun: job folders named by the keys that vary. At its end:
+    :func:`attnlab.commands.sweep.summarize` (its exit status in :data:`sweep_exit_status`), then
+    with ``logging.report`` the sweep's ``report.html``."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep.name_by_swept_keys(config)  # job folders name what varies, not the constant overrides
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         global sweep_exit_status

@@ -10,16 +10,46 @@ a ``--csv`` / ``--plot`` inside a run or sweep dir it reads, or a figure that ca
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
-from attnlab.core.errors import AttnlabError, RunDirError
+from omegaconf import OmegaConf
+
+from attnlab.commands.api import compose
+from attnlab.commands.argv import CONFIG_GROUPS
+from attnlab.core.config import apply_schema, literal, resolve
+from attnlab.core.errors import AttnlabError, ConfigError, RunDirError
+from attnlab.core.i18n import _
 from attnlab.outputs import streams
+from attnlab.saved import safe_read
 from attnlab.saved.compare_figure import comparison_figure
 from attnlab.saved.runs import broken, collect_rows, named_runs
 from attnlab.saved.safe_read import output_problem, printable
 from attnlab.saved.table import distribution, format_table, sort_rows, write_csv
+
+GROUPS = "|".join(g for g in CONFIG_GROUPS if g != "experiment")
+GROUP_OPTION = re.compile(rf"^(override )?/?(?P<group>{GROUPS}): *(?P<option>\w+)$")  # a preset's defaults entry
+
+
+def preset_config(path: Path) -> dict[str, Any]:
+    """The config ``experiment=PRESET`` runs, from the preset file ``path`` read as data (the safe
+    reader; nothing resolved): attnlab's own config with the preset's ``defaults`` options (``override
+    /optimizer: sgd``), its keys on top (``hydra`` left out). Raises RunDirError or ConfigError (one line)."""
+    data = safe_read.read_yaml_data(path)
+    if not isinstance(data, dict):
+        raise ConfigError(printable(str(path), 300), type(data).__name__, _("a preset must be a mapping of keys"))
+    options = []
+    for entry in data.pop("defaults", None) or []:
+        item = " ".join(f"{k}: {v}" for k, v in entry.items()) if isinstance(entry, dict) else str(entry)
+        if item != "_self_" and not (match := GROUP_OPTION.match(item)):
+            raise ConfigError("defaults", item, _("a preset may choose options of attnlab's groups only, "
+                                                  "e.g. override /optimizer: sgd"))
+        options += [f"{match['group']}={match['option']}"] if item != "_self_" else []
+    data.pop("hydra", None)
+    merged = OmegaConf.merge(OmegaConf.to_container(compose(*options)), literal(data))
+    return resolve(apply_schema(merged))  # onto the schema: a wrong key or type is one line
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -33,18 +63,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--csv", metavar="FILE", type=Path, help="also write the table as CSV")
     parser.add_argument("--plot", metavar="FILE", type=Path,
                         help="write one figure: loss curves (log y) + last-snapshot heatmaps")
+    parser.add_argument("--against", metavar="PRESET.yaml", type=Path,
+                        help=_("show per run the keys whose values differ from this preset (an experiment file, "
+                               "read as data) instead of from the other runs"))
     args = parser.parse_args(argv)
     try:
+        against = preset_config(args.against) if args.against else None
         read = [run for run, _, _ in named_runs(args.paths)]
         for key, out in (("--csv", args.csv), ("--plot", args.plot)):
             if out is not None and (problem := output_problem(out, read, key=key)) is not None:
                 raise RunDirError(problem)
-        rows = collect_rows(args.paths)
+        rows = collect_rows(args.paths, against=against)
         if args.sort:
             rows = sort_rows(rows, args.sort, reverse=args.reverse)
         print(format_table(rows))
         if line := distribution(rows):
             print(line)
+        if against is not None:
+            off = sum(r["differs"] is not None for r in rows)
+            print(_("{n} of {total} runs differ from {preset}").format(n=off, total=len(rows),
+                                                                      preset=printable(str(args.against), 300)))
         if args.csv:
             write_csv(rows, args.csv)
             print(f"csv: {printable(str(args.csv), 300)}")

@@ -7,16 +7,21 @@ The job runs into ``RUN_DIR-repro-<time>`` (or ``--out DIR``) and :mod:`attnlab.
 compares the two bit for bit; when the run recorded other kernels, BLAS, torch or machine, a
 second reproduction in a child process with other kernels tells rounding from a different run.
 Exit status 0 identical or within rounding, 1 different, 2 not a run that can be reproduced
-(one line; ``HYDRA_FULL_ERROR=1`` raises instead).
+(one line; ``HYDRA_FULL_ERROR=1`` raises instead). ``attnlab-reproduce PATH... [--csv FILE] [-j N]``
+over several runs or folders of runs: one verdict table (:func:`reproduce_many`).
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
 import datetime as _dt
+import io
+import multiprocessing
 import os
 import subprocess
 import sys
+from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -25,18 +30,19 @@ import yaml
 from attnlab.commands.job import run_job
 from attnlab.core import checks, threads, tokenizer
 from attnlab.core.config import apply_schema, literal, plain
-from attnlab.core.errors import AttnlabError, ConfigError, RunDirError
+from attnlab.core.errors import AttnlabError, ConfigError, RunDirError, describe
 from attnlab.core.files import printable
+from attnlab.core.i18n import _
 from attnlab.outputs import artifacts, rundir, streams
 from attnlab.outputs.console import display_path
 from attnlab.saved import runs, safe_read
+from attnlab.saved.table import format_table, write_csv
 from attnlab.saved.verdict import Difference, compare_runs, environment_differences, format_verdict, within_rounding
 
 EXIT_SAME, EXIT_DIFFERENT, EXIT_NOT_A_RUN = 0, 1, 2
 ALLOWED_TARGETS = ("optimizer._target_",)  # the only instantiation key a saved config may hold
-MAX_JOBS_LISTED = 8  # job folders named when RUN_DIR is a sweep folder
-JOB_NAME_LIMIT = 100  # characters of one job name in a sweep folder's list
 BITS = ("cpu_capability", "blas", "torch", "machine", "device")  # with torch_threads: what decides the bits
+VERDICTS = (_("reproduced exactly"), _("within rounding"), _("not reproduced"), _("cannot be reproduced"))
 KERNELS = ("DEFAULT", "AVX2", "AVX512")  # torch's kernels a second reproduction may ask for (a CPU without one fails)
 
 
@@ -53,15 +59,6 @@ def saved_config(run_dir: Path, text_file: Path | None = None) -> tuple[dict[str
     try:
         data = safe_read.read_config(run_dir, resolve=False)
     except safe_read.MissingRunFile:
-        jobs = []  # a sweep's job folders, in job order
-        with contextlib.suppress(RunDirError):
-            jobs = sorted((p.name for p in runs.find_runs(run_dir) if p.parent == run_dir),
-                          key=lambda n: (len(n.split("_")[0]), n))
-        if jobs:
-            shown = ", ".join(printable(j, JOB_NAME_LIMIT) for j in jobs[:MAX_JOBS_LISTED])
-            more = f" (+{len(jobs) - MAX_JOBS_LISTED} more)" if len(jobs) > MAX_JOBS_LISTED else ""
-            raise RunDirError(f"{printable(str(run_dir), 300)}: a sweep folder, not a run; pass a job folder: "
-                              f"{shown}{more}") from None
         raise safe_read.MissingRunFile(path, "missing (RUN_DIR must be a run or sweep-job folder made by "
                                        "attnlab)") from None
     return _checked(data, path, text_file, references=True), path
@@ -207,20 +204,79 @@ def _rounding(run_dir: Path, out: Path, diffs: list[Difference], versions: Any, 
     return within_rounding(diffs, run_dir, out, other, made, here, path) if ran else None
 
 
+def verdict_row(run_dir: Path, out: Path) -> dict[str, Any]:
+    """One row of the verdict table: ``verdict`` (:data:`VERDICTS`) and ``differs`` (the quantities that
+    differ, those rounding does not explain first; or why the run cannot be reproduced) of
+    :func:`reproduce` ``run_dir`` into ``out``, its warnings left out. Never raises."""
+    try:
+        with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+            _, out, diffs, rounding = reproduce(run_dir, out)
+    except Exception as err:  # AttnlabError: one line; anything else is still a row, naming it
+        return {"verdict": VERDICTS[3], "differs": printable(str(err) if isinstance(err, AttnlabError) else
+                                                             describe(err), 300)}
+    names = [d.quantity for d in diffs if d.rounding is False] + [d.quantity for d in diffs if d.rounding is not False]
+    return {"verdict": VERDICTS[0 if not diffs else 1 if rounding else 2], "differs": ", ".join(names) or None,
+            "reproduction": str(out)}
+
+
+def reproduce_many(paths: Sequence[Path], out: Path | None, csv: Path | None, jobs: int) -> int:
+    """``attnlab-reproduce PATH...`` over every run under ``paths``: ``jobs`` at a time, each in a worker
+    process of its own (torch's seed and threads are per process), into ``OUT/NAME`` (default
+    ``PATH-repro-<time>`` for one PATH, else ``repro-<time>`` here); one verdict table, ``--csv``.
+    Exit status 1 when a run is not reproduced (or cannot be), else 0. Raises RunDirError."""
+    found = runs.named_runs(paths)
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S.%f")
+    out = out or Path(f"{str(paths[0]).rstrip('/')}-repro-{stamp}" if len(paths) == 1 else f"repro-{stamp}")
+    for key, path in (("--out", out), ("--csv", csv)):
+        if path is not None and (problem := safe_read.output_problem(path, [r for r, _, _ in found], key=key)):
+            raise RunDirError(problem)
+    with ProcessPoolExecutor(max(1, min(jobs, len(found))), mp_context=multiprocessing.get_context("spawn")) as pool:
+        done = list(pool.map(verdict_row, [r for r, _, _ in found], [out / name for _, name, _ in found]))
+    rows = [{"job": name, "name": runs.setting(runs.read_run(r, root).config, "name", str, None), **row}
+            for (r, name, root), row in zip(found, done)]
+    print(format_table(rows, ["job", "name", "verdict", "differs"] if any(r["name"] for r in rows) else
+                       ["job", "verdict", "differs"]))
+    counts = Counter(r["verdict"] for r in rows)
+    print(_("{n} runs: {counts}; reproductions in {out}").format(
+        n=len(rows), counts=", ".join(f"{counts[v]} {v}" for v in VERDICTS if counts[v]), out=display_path(out)))
+    if csv is not None:
+        write_csv(rows, csv, ["job", "name", "verdict", "differs", "reproduction"])
+        print(f"csv: {printable(str(csv), 300)}")
+    return EXIT_DIFFERENT if counts[VERDICTS[2]] or counts[VERDICTS[3]] else EXIT_SAME
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """The exit status of ``attnlab-reproduce ARGV``: 0 same or within rounding, 1 different, 2 not a run."""
+    """The exit status of ``attnlab-reproduce ARGV``: 0 same or within rounding, 1 different, 2 not a run;
+    for several runs 0 every run reproduced, 1 some not (:func:`reproduce_many`), 2 no run."""
     parser = argparse.ArgumentParser(
         prog="attnlab-reproduce",
-        description="Re-run a saved attnlab run from its recorded config into a new folder and check its "
-                    "files are bitwise identical (or differ by floating-point rounding only). RUN_DIR is read "
-                    "as data: nothing in it is run or printed raw.")
-    parser.add_argument("run_dir", metavar="RUN_DIR", type=Path, help="a run folder or a sweep job folder")
+        description="Re-run saved attnlab runs from their recorded configs into new folders and check their "
+                    "files are bitwise identical (or differ by floating-point rounding only); several runs, or "
+                    "folders of runs, give one verdict table. A run is read as data: nothing in it is run or "
+                    "printed raw.")
+    parser.add_argument("paths", nargs="+", metavar="PATH", type=Path,
+                        help=_("a run folder or a sweep job folder; or several, or folders of runs (a sweep, a "
+                               "class's runs): every run below them"))
     parser.add_argument("--out", metavar="DIR", type=Path, help="the new run folder (default: "
-                        "RUN_DIR-repro-<time> beside RUN_DIR; for a sweep job SWEEP_DIR-repro-<time>/JOB)")
+                        "RUN_DIR-repro-<time> beside RUN_DIR; for a sweep job SWEEP_DIR-repro-<time>/JOB)"
+                        + _("; for several runs the folder of their reproductions (default: PATH-repro-<time>)"))
     parser.add_argument("--text-file", metavar="FILE", type=Path,
                         help="the text of a run made with text_file= (a saved config never chooses a file to read)")
+    parser.add_argument("--csv", metavar="FILE", type=Path,
+                        help=_("write the verdict table as CSV too (one run then gets the table too)"))
+    parser.add_argument("-j", "--jobs", metavar="N", type=int, default=os.cpu_count() or 1,
+                        help=_("several runs: reproductions at a time (default: this machine's cores)"))
     parser.add_argument("--one-path", action="store_true", help=argparse.SUPPRESS)  # the second reproduction
     args = parser.parse_args(argv)
+    if len(args.paths) > 1 or args.csv or (args.paths[0].is_dir() and not runs.is_job_dir(args.paths[0])):
+        if args.text_file is not None:
+            parser.error(_("--text-file reproduces one run: pass its RUN_DIR alone"))
+        try:
+            return reproduce_many(args.paths, args.out, args.csv, args.jobs)
+        except AttnlabError as err:
+            print(f"error: {printable(str(err), 1500)}", file=sys.stderr)
+            return EXIT_NOT_A_RUN
+    args.run_dir = args.paths[0]
     try:
         code, out, diffs, rounding = reproduce(args.run_dir, args.out, text_file=args.text_file,
                                                one_path=args.one_path)

@@ -6,7 +6,9 @@ import hashlib
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
+
+from omegaconf import DictConfig, OmegaConf, read_write
 
 from attnlab.core.files import printable
 from attnlab.saved.runs import broken, collect_rows
@@ -36,6 +38,27 @@ def job_dirname(num: Any, override_dirname: Any = "") -> str:
         cut = raw[: MAX_NAME_BYTES - 9].decode("utf-8", errors="ignore")
         name = f"{cut}~{hashlib.sha1(raw).hexdigest()[:8]}"
     return name
+
+
+def constant_keys(overrides: Sequence[str]) -> list[str]:
+    """The keys of a sweep's command-line ``overrides`` that take one value in every job (``seed=1``,
+    ``train.snapshot_steps=[0,5]``; not ``a=1,2``, ``range(...)``, ``choice(...)``, ...): left out of the
+    job folder names (Hydra's ``override_dirname.exclude_keys``)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    return [o.key_or_group for o in OverridesParser.create().parse_overrides(list(overrides))
+            if not o.is_sweep_override()]
+
+
+def name_by_swept_keys(config: DictConfig) -> None:
+    """Make the jobs of the sweep ``config`` (Hydra's, at the multirun's start) name their folders by the
+    keys that vary only: ``exclude_keys`` joined by :func:`constant_keys`, as a Hydra override every job's
+    config is composed with."""
+    excluded = [*OmegaConf.to_container(config.hydra.job.config.override_dirname.exclude_keys, resolve=False),
+                *constant_keys(OmegaConf.to_container(config.hydra.overrides.task, resolve=False))]
+    with read_write(config.hydra.overrides):
+        config.hydra.overrides.hydra.append("hydra.job.config.override_dirname.exclude_keys=["
+                                            + ",".join(f"'{key}'" for key in dict.fromkeys(excluded)) + "]")
 
 
 def summarize(sweep_dir: Path, print_table: bool = True) -> int:

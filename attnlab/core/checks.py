@@ -15,7 +15,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from attnlab.core.config import OPTIMIZERS, Task, plain, snapshot_steps
 from attnlab.core.errors import ConfigError
-from attnlab.core.files import METRICS_LIMIT, NPZ_LIMIT, TOKEN_CHARS
+from attnlab.core.files import METRICS_LIMIT, NPZ_LIMIT, TOKEN_CHARS, printable
+from attnlab.core.i18n import _
 
 INT64_MAX = 2**63 - 1
 SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.manual_seed accepts
@@ -25,6 +26,7 @@ TENSORBOARD_STEP_BYTES = 64  # one scalar event per step
 TENSORBOARD_IMAGE_BYTES = 120_000  # one heatmap PNG per snapshot
 MAX_HEATMAPS = 1000  # heatmaps a run draws (figures and TensorBoard images; ~0.3 s each on 2 busy cores)
 MAX_CONSOLE_LINE = 10_000  # characters of one console line (the heads line: ~24 per head)
+NAME_CHARS, NOTES_CHARS = 100, 2000  # of a run's name and notes
 THREADS_PER_CPU = 4  # torch threads a run may ask for, per CPU of this machine
 Check = Callable[[Any, DictConfig], bool]
 
@@ -40,6 +42,11 @@ def _real(ok: Callable[[float], bool]) -> Check:
 
 def _optional(check: Check) -> Check:
     return lambda v, cfg: v is None or check(v, cfg)
+
+
+def _label(limit: int) -> Check:
+    """Text of at most ``limit`` characters on one line (what printable() shows unchanged), or None."""
+    return lambda v, cfg: v is None or isinstance(v, str) and len(v) <= limit and printable(v, limit) == v
 
 
 def _out_proj_problem(cfg: DictConfig) -> str | None:
@@ -64,6 +71,8 @@ SHIPPED = ", ".join(f"{k} ({v._target_})" for k, v in OPTIMIZERS.items())
 RULES: list[tuple[str, Check, str | Callable[[DictConfig], str]]] = [
     ("seed", _int(*SEED_RANGE), f"must be an integer in [{SEED_RANGE[0]}, {SEED_RANGE[1]}] "
      "(what torch.manual_seed accepts)"),
+    *((key, _label(n), _("must be text of at most {n} characters on one line (no control characters)").format(n=n))
+      for key, n in (("name", NAME_CHARS), ("notes", NOTES_CHARS))),
     *((key, *POSITIVE) for key in ("model.d_model", "model.d_k", "model.d_v", "model.n_heads", "train.steps",
                                    "tokenizer.max_tokens")),
     ("model.dropout", _real(lambda v: 0 <= v < 1), "must be in [0, 1) (the probability of zeroing a weight)"),

@@ -163,6 +163,8 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     analysis: AnalysisConfig = field(default_factory=AnalysisConfig)
+    name: Optional[str] = None  # the run's label (a student's name): its folder, summary.json, tables, report
+    notes: Optional[str] = None  # free text kept with the run (summary.json, report, TensorBoard)
 
 
 OPTIMIZERS = {"adam": AdamConfig, "adamw": AdamWConfig, "sgd": SGDConfig}

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
+from attnlab.core.files import printable
 from attnlab.core.focus import shown, target
+from attnlab.core.i18n import _
 from attnlab.core.records import RunInfo, RunResult, Sink, Snapshot
 from attnlab.core.tokenizer import show
 from attnlab.outputs.streams import safe
@@ -126,7 +128,10 @@ class ConsoleSink(Sink):
         final = "n/a" if result.final_loss is None else f"{result.final_loss:.6g}"
         steps = f"{result.steps_run} step{'' if result.steps_run == 1 else 's'}"
         where = f"  ->  {display_path(self._info.run_dir)}" if self._info and self._info.run_dir else ""
-        self._print(f"{result.status}: {steps}, final loss {final}, {result.wall_time_s:.2f} s{where}")  # (bar closed)
+        name = self._info.config.get("name") if self._info else None
+        status = _("{status} ({name})").format(status=result.status, name=printable(name, 100)) if name else \
+            result.status
+        self._print(f"{status}: {steps}, final loss {final}, {result.wall_time_s:.2f} s{where}")  # (bar closed)
 
     def close(self) -> None:
         if self._bar is not None:

@@ -81,6 +81,9 @@ class TensorBoardSink(Sink):
         self._names = tag_names(info.tokens)
         w = self.writer
         w.add_text("run/sentence", str(info.config.get("sentence", "")), 0)
+        for key in ("name", "notes"):  # a run's label, when it has one
+            if info.config.get(key):
+                w.add_text(f"run/{key}", str(info.config[key]), 0)
         cells = [repr(tok).replace("|", "\\|") for tok in info.tokens]  # repr: leading spaces show
         rows = [f"| {pos} | {tid} | `{cell}` |" for pos, (tid, cell) in enumerate(zip(info.token_ids, cells))]
         w.add_text("run/tokens", "\n".join(["| position | id | token |", "| ---: | ---: | --- |", *rows]), 0)

@@ -18,8 +18,10 @@ from typing import Any, Iterable, Sequence
 from attnlab import __version__
 from attnlab.core.errors import AttnlabError, RunDirError
 from attnlab.core.focus import FOCUS_THRESHOLD, UNIFORM_SPREAD, Uniform
+from attnlab.core.i18n import _
 from attnlab.outputs import streams
 from attnlab.outputs.artifacts import atomic_write_text
+from attnlab.saved import safe_read
 from attnlab.saved.report_data import BYTES_PER_WEIGHT, DECIMALS, MAX_STR, WEIGHT_BUDGET, collect_records, load_run
 from attnlab.saved.runs import named_runs
 from attnlab.saved.safe_read import output_problem, printable
@@ -45,6 +47,10 @@ def script_json(data: Any) -> str:
 def render(records: Sequence[dict[str, Any]]) -> str:
     """The page for ``records`` (one: detail view; more: comparison) as HTML text."""
     title = f"attnlab · {records[0]['name']}" if len(records) == 1 else f"attnlab · {len(records)} runs"
+    sentences = list(dict.fromkeys(str(safe_read.select(r["config"], "sentence", "")) for r in records))
+    keys = list(dict.fromkeys(k for r in records for k in r.get("differs_keys", ())))
+    title += f" · {sentences[0]}" if len(sentences) == 1 and sentences[0] and len(records) > 1 else ""
+    title += _(" · differ in {keys}").format(keys=", ".join(keys)) if keys else ""
     # attnlab-compare's printed table: its columns for these runs, each run's cells with its place in each order
     columns, tables = page_table([rec.get("table") or {} for rec in records])
     focus = [{"status": r["status"], "final_loss": r["final_loss"], "focus_token": f["token"],

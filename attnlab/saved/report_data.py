@@ -239,4 +239,8 @@ def collect_records(paths: Iterable[Path | str], *,
                           short_names(names))
     for rec, (short, values) in zip(records, labelled):
         rec["label"] = printable(f"{short}: {values}" if values else short, MAX_STR)
+    configs = [runs.read_run(r, root).config for r, _, root in found]  # as attnlab-compare reads them
+    for rec, keys in zip(records, runs.differs(configs)):
+        rec["differs_keys"], rec["differs"] = list(keys), runs.differs_text(keys)
+        rec["table"]["differs"] = table.page_cell("differs", rec["differs"])
     return records

@@ -7,15 +7,17 @@ averaged), the exercise observations, ``path`` and ``problems`` (files that cann
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from attnlab.core.config import objective_of
+from attnlab.core.config import objective_of, walk
 from attnlab.core.errors import RunDirError
 from attnlab.core.focus import FocusSink, target
 from attnlab.core.records import RunInfo, Snapshot, head_mean
@@ -25,8 +27,9 @@ from attnlab.saved import exercise_columns as exercises
 from attnlab.saved import safe_read
 from attnlab.saved.safe_read import ATTENTION, CONFIG, METRICS, SUMMARY, WALKTHROUGH, MissingRunFile, RunFileError
 
-COLUMNS = ["job", "overrides", "status", "final_loss", "steps_run", "steps_to_threshold", "loss_threshold",
-           "focus_token", "focus_target", "focus_weight", "snapshot_step", "wall_time_s", "error"]
+COLUMNS = ["job", "name", "differs", "overrides", "status", "final_loss", "steps_run", "steps_to_threshold",
+           "loss_threshold", "focus_token", "focus_target", "focus_weight", "snapshot_step", "wall_time_s", "notes",
+           "error"]
 MAX_DEPTH = 6  # folders below a PATH searched for runs (outputs/multirun/NAME/DATE/TIME/JOB is 5)
 NO_SUMMARY = "no summary.json (the job did not start, or died before writing it)"
 DIED = "the job ended without a final status (killed or crashed)"
@@ -257,6 +260,8 @@ def _fill_row(row: dict[str, Any], files: RunFiles, sweep_end: bool, metrics: An
         row["error"], row["problems"] = files.problems[0], files.problems
         return
     row["overrides"] = " ".join(files.overrides)
+    row["name"], row["notes"] = (setting(config, key, str, None) for key in ("name", "notes"))
+    row["config"] = config  # not a column: what differs (differs)
     row["override_list"] = files.overrides  # not a column: the swept values of a figure's titles
     threshold = setting(config, "train.loss_threshold", (int, float), None)
     row["loss_threshold"] = threshold
@@ -305,6 +310,52 @@ def named_runs(paths: Iterable[Path]) -> list[tuple[Path, str, Path]]:
     return [run for _, run in sorted(zip(order, named), key=lambda pair: pair[0])]
 
 
-def collect_rows(paths: Iterable[Path], sweep_end: bool = False) -> list[dict[str, Any]]:
-    """The rows of every run under ``paths``. Raises RunDirError for a PATH with no run."""
-    return [job_row(r, job=name, sweep_end=sweep_end, root=root) for r, name, root in named_runs(paths)]
+def collect_rows(paths: Iterable[Path], sweep_end: bool = False, against: dict | None = None) -> list[dict[str, Any]]:
+    """The rows of every run under ``paths``, ``differs`` filled in (:func:`differs`, ``against`` a
+    config). Raises RunDirError for a PATH with no run."""
+    rows = [job_row(r, job=name, sweep_end=sweep_end, root=root) for r, name, root in named_runs(paths)]
+    for row, keys in zip(rows, differs([r.get("config") or {} for r in rows], against)):
+        row["differs"] = differs_text(keys)
+    return rows
+
+
+LABELS = ("name", "notes")  # a run's label: never what differs
+UNSET: Any = object()  # a key a config does not have
+
+
+def config_values(config: Any) -> dict[str, Any]:
+    """``{dotted key: value}`` of every value of plain config data (a list is one value), not :data:`LABELS`."""
+    return {k: v for k, v in walk(config) if k and "[" not in k and not isinstance(v, dict) and k not in LABELS}
+
+
+def differs(configs: Sequence[Any], against: Any = None) -> list[dict[str, str]]:
+    """Per config, ``{key: value as typed}`` of the keys whose value differs from ``against``'s (a whole config),
+    else from the value most of ``configs`` share (shared by more than one and by more than any other
+    value; without one every config's value is shown). ``?``: unset; a run without a config: {}."""
+    values = [config_values(c) for c in configs]
+    have = [v for v in values if v]
+    base = config_values(against) if against is not None else None
+    out: list[dict[str, str]] = [{} for _ in configs]
+    for key in dict.fromkeys(k for v in [*have, base or {}] for k in v):
+        shown = [_shown(v.get(key, UNSET)) if v else None for v in values]
+        if base is not None:
+            usual = _shown(base.get(key, UNSET))
+        else:
+            (usual, n), *rest = Counter(_shown(v.get(key, UNSET)) for v in have).most_common()
+            usual = usual if n > 1 and (not rest or rest[0][1] < n) or not rest else None
+        for i, text in enumerate(shown):
+            if text is not None and text != usual:
+                out[i][key] = text
+    return out
+
+
+def differs_text(keys: dict[str, str]) -> str | None:
+    """:func:`differs`' keys of one run as ``key=value key=value``; None for none."""
+    return " ".join(f"{k}={v}" for k, v in keys.items()) or None
+
+
+def _shown(value: Any) -> str:
+    """A config value as typed on the command line: text as is, others as JSON (``0.05``, ``true``, ``[0,5]``)."""
+    if value is UNSET:
+        return "?"
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, separators=(",", ":"))

@@ -22,7 +22,7 @@ from attnlab.saved.safe_read import printable
 
 TABLE_SKIP = {"overrides", "loss_threshold", "steps_run", "path"}  # CSV only (the job name shows overrides)
 MAX_CELL = 48  # characters of a cell in the printed table (the CSV keeps everything)
-WIDE = {"job": 100, "heads_focus": 100}  # columns allowed more (a name; one entry per head)
+WIDE = {"job": 100, "heads_focus": 100, "differs": 100}  # columns allowed more (a name; one entry per head)
 CSV_TEXT_LIMIT = 10_000  # characters of one CSV text cell, escapes included (a summary.json holds at most 1 MiB)
 FORMULA_START = ("=", "+", "-", "@")  # a spreadsheet reads a cell starting with one of these as a formula
 
@@ -71,17 +71,17 @@ def _csv_value(v: Any) -> Any:
     return "'" + text if text.startswith(FORMULA_START) else text
 
 
-def csv_text(rows: Sequence[dict[str, Any]]) -> str:
-    """The rows as CSV text (header :func:`columns_of`)."""
-    cols = columns_of(rows)
+def csv_text(rows: Sequence[dict[str, Any]], cols: Sequence[str] | None = None) -> str:
+    """The rows as CSV text (header ``cols``, default :func:`columns_of`)."""
+    cols = columns_of(rows) if cols is None else cols
     buf = io.StringIO()
     csv.writer(buf, lineterminator="\n").writerows([cols] + [[_csv_value(r.get(c)) for c in cols] for r in rows])
     return buf.getvalue()
 
 
-def write_csv(rows: Sequence[dict[str, Any]], path: Path) -> Path:
+def write_csv(rows: Sequence[dict[str, Any]], path: Path, cols: Sequence[str] | None = None) -> Path:
     """Write :func:`csv_text` to ``path`` atomically; returns ``path``."""
-    artifacts.atomic_write_text(Path(path), csv_text(rows))
+    artifacts.atomic_write_text(Path(path), csv_text(rows, cols))
     return Path(path)
 
 
@@ -117,15 +117,16 @@ def page_cells(row: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """One row's cells for attnlab-report's runs table: per printed-table column ``text``
     (:func:`cell_text`), ``full`` (when ``text`` is cut) and ``value``, the row's own, which
     :func:`page_table` sorts and hides columns by (and leaves off the page)."""
-    out: dict[str, dict[str, Any]] = {}
-    for c in [c for c in columns_of([row]) if c not in TABLE_SKIP]:
-        v = row.get(c)
-        cell = {"text": cell_text(c, v), "value": v}
-        full = _cell(c, v, CSV_TEXT_LIMIT)  # a cut cell (clip's … or printable's …[+N chars]): whole on hover
-        if cell["text"].endswith(("…", " chars]")) and full != cell["text"]:
-            cell["full"] = full
-        out[c] = cell
-    return out
+    return {c: page_cell(c, row.get(c)) for c in columns_of([row]) if c not in TABLE_SKIP}
+
+
+def page_cell(col: str, v: Any) -> dict[str, Any]:
+    """One cell of :func:`page_cells`."""
+    cell = {"text": cell_text(col, v), "value": v}
+    full = _cell(col, v, CSV_TEXT_LIMIT)  # a cut cell (clip's … or printable's …[+N chars]): whole on hover
+    if cell["text"].endswith(("…", " chars]")) and full != cell["text"]:
+        cell["full"] = full
+    return cell
 
 
 Cells = dict[str, dict[str, Any]]  # column -> cell (page_cells)
@@ -192,9 +193,9 @@ def distribution(rows: Sequence[dict[str, Any]]) -> str | None:
             f"(median {_cell('', float(np.median(loss)))})")
 
 
-def format_table(rows: Sequence[dict[str, Any]]) -> str:
-    """The rows as an aligned plain-text table."""
-    cols = columns_of(rows, table=True)
+def format_table(rows: Sequence[dict[str, Any]], cols: Sequence[str] | None = None) -> str:
+    """The rows as an aligned plain-text table (``cols``: these columns, default the table's)."""
+    cols = columns_of(rows, table=True) if cols is None else cols
     head = [HEADERS.get(c, c) for c in cols]
     body = [[cell_text(c, r.get(c)) for c in cols] for r in rows]
     widths = [max(_width(x) for x in [h] + [b[i] for b in body]) for i, h in enumerate(head)]
