@@ -11,6 +11,7 @@ import numpy as np
 from attnlab.core.config import loss_axis_label
 from attnlab.core.errors import RunDirError
 from attnlab.core.focus import FOCUS_THRESHOLD, focus_weights
+from attnlab.core.i18n import _
 from attnlab.outputs.fonts import drawable, label, rc
 from attnlab.outputs.plots import DPI, draw_heatmap, plot_loss, save_figure
 from attnlab.saved import safe_read
@@ -103,7 +104,8 @@ def comparison_figure(rows: Sequence[dict[str, Any]], path: Path) -> Path:
                        loc="upper center", bbox_to_anchor=(0.5, 1.0), ncols=key_cols, fontsize=7, frameon=False)
         elif len(rows) > 1:
             scale = ScalarMappable(Normalize(0, len(rows) - 1), RUN_COLORMAP)
-            fig.colorbar(scale, ax=[ax, fax], aspect=40, label=f"run: its row in the table (0 to {len(rows) - 1})")
+            fig.colorbar(scale, ax=[ax, fax], aspect=40,
+                         label=_("run: its row in the table (0 to {last})").format(last=len(rows) - 1))
         heading = fig.add_subplot(grid[2, :])
         heading.set_axis_off()
         heading.set_title("attention at the last snapshot" + more, fontsize=11)
