@@ -4,6 +4,8 @@ import pytest
 
 from attnlab.commands import check
 
+from conftest import GOLDEN_EMBEDDING_ROWS
+
 # The tutorial's own lines (§2 token_emb_layer(torch.tensor(token_ids)), §3 X = token_embeddings +
 # pos_embeddings, §4.1–4.4), put into the template's six functions as a learner would.
 TUTORIAL = '''
@@ -201,3 +203,16 @@ def test_help_says_it_runs_the_learners_file(capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert "It imports and runs FILE.py, your own code, as pytest would" in text
     assert "Teachers verify students' run dirs with attnlab-reproduce, never their code." in text
+
+
+def test_the_reference_is_made_before_the_learners_file_changes_torchs_defaults(tmp_path, capsys):
+    import torch
+
+    check.reference.cache_clear()
+    try:
+        status, out, _ = run(tmp_path, capsys, "import torch\ntorch.set_default_dtype(torch.float64)\n" + TUTORIAL)
+        assert status == 0, out
+        tok = check.reference()[0]["token_embeddings"]  # the tutorial's: float32, its printed first row
+        assert tok.dtype == np.float32 and [f"{v:.4f}" for v in tok[0]] == [f"{v:.4f}" for v in GOLDEN_EMBEDDING_ROWS[0]]
+    finally:
+        torch.set_default_dtype(torch.float32)

@@ -44,7 +44,7 @@ class Stage:
     function: str
     title: str
     inputs: Callable[[], tuple]
-    outputs: list[tuple[str, np.ndarray, list[tuple[str, Any]]]]
+    outputs: list[tuple[str, torch.Tensor, list[tuple[str, torch.Tensor]]]]
 
 
 @functools.cache
@@ -214,6 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_NOT_LOADED
         print(_("wrote {file}: fill in the six functions, then run attnlab-check {file}").format(file=args.file))
         return EXIT_PASSED
+    all_stages = stages()  # before the learner's file can change torch's defaults
     try:
         module = load(args.file)
     except SyntaxError as err:
@@ -224,7 +225,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(_("attnlab-check: error: {file} cannot be loaded: {kind}: {message}{at}").format(
             file=args.file, kind=type(err).__name__, message=str(err)[:300], at=where(err, args.file)), file=sys.stderr)
         return EXIT_NOT_LOADED
-    all_stages = stages()
     for number, stage in enumerate(all_stages, 1):
         head = _("stage {n}/{total} {title}, {fn}()").format(n=number, total=len(all_stages), title=stage.title,
                                                                fn=stage.function)
