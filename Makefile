@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install -c constraints.txt -e '.[launchers,test]'
 	touch $(STAMP)
-	@echo "attnlab setup: done; the commands are in $(BIN) (attnlab, attnlab-compare, attnlab-reproduce, attnlab-report)"
+	@echo "attnlab setup: done; the commands are in $(BIN) (attnlab, attnlab-check, attnlab-compare, attnlab-reproduce, attnlab-report)"
 
 run: $(STAMP)
 	$(BIN)/attnlab $(ARGS)

@@ -94,8 +94,9 @@ def test_cli_prints_table_sorted_and_writes_figure(sweep, tmp_path, capsys):
     png = fig.read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
-    # 9 x 8.44 in at 100 dpi: loss panel and heading (4.6 in) + one row of 2 heatmaps with 2-line titles (3.84 in)
-    assert (width, height) == (900, 844)
+    # 9 x 8.69 in at 100 dpi: loss panel and heading (4.6 in) + the key's one row (0.25 in) + one row of 2
+    # heatmaps with 2-line titles (3.84 in)
+    assert (width, height) == (900, 869)
 
 
 def test_run_dirs_and_a_walkthrough_together(sweep, tmp_path, cfg_of, capsys):

@@ -4,8 +4,11 @@ names, and the layout keeps every text inside the figure and clear of the others
 from __future__ import annotations
 
 import json
+import re
+import shutil
 from pathlib import Path
 
+import matplotlib
 import pytest
 import yaml
 from omegaconf import OmegaConf
@@ -68,14 +71,14 @@ def drawn_texts(ax) -> list:
     the view (matplotlib keeps labels for ticks just outside it, not drawn), legend entries; only
     the title of an axes switched off."""
     texts = [t for t in (ax.title, ax._left_title, ax._right_title) if t.get_text()]
-    if not ax.axison:  # the heading row: an axes switched off but for its title
+    if ax.get_legend():
+        texts += ax.get_legend().get_texts()
+    if not ax.axison:  # the key and heading rows: axes switched off but for their legend and title
         return texts
     texts += [t for t in (ax.xaxis.label, ax.yaxis.label) if t.get_text()]
     for axis, i in ((ax.xaxis, 0), (ax.yaxis, 1)):
         lo, hi = sorted(axis.get_view_interval())
         texts += [t for t in axis.get_ticklabels() if t.get_text() and lo <= t.get_position()[i] <= hi]
-    if ax.get_legend():
-        texts += ax.get_legend().get_texts()
     return [t for t in texts if t.get_visible()]
 
 
@@ -106,12 +109,12 @@ def test_six_jobs_titles_show_the_swept_values(ex4, tmp_path, monkeypatch):
     fig = draw([ex4], tmp_path / "ex4.png", monkeypatch)
     values = [f"lr={lr} steps={steps}" for lr in ("0.005", "0.05", "0.5") for steps in (30, 60)]
     assert [a.get_title() for a in heatmaps(fig)] == [f"{n}: {v}\nstep=29" for n, v in enumerate(values)]
-    legend = fig.axes[0].get_legend()
-    assert [t.get_text() for t in legend.get_texts()] == [f"{n}: {v}" for n, v in enumerate(values)]
-    # 6 heatmaps in rows of 4: 14.5 in wide; 4.6 in (loss, heading) + 2 rows of 3.5 + 2 title lines
-    assert tuple(fig.get_size_inches()) == pytest.approx((3.4 * 4 + 0.9, 4.6 + 2 * (3.5 + 0.17 * 2)))
+    assert [t.get_text() for t in key(fig).get_texts()] == [f"{n}: {v}" for n, v in enumerate(values)]
+    assert key(fig)._ncols == 6  # one row of 6 names
+    # 6 heatmaps in rows of 4: 14.5 in wide; 4.6 in (loss, heading) + the key's row + 2 rows of 3.5 + 2 title lines
+    assert tuple(fig.get_size_inches()) == pytest.approx((3.4 * 4 + 0.9, 4.6 + 0.25 + 2 * (3.5 + 0.17 * 2)))
     png = (tmp_path / "ex4.png").read_bytes()
-    assert (int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")) == (1450, 1228)
+    assert (int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")) == (1450, 1253)
     assert_nothing_clipped_or_overlapping(fig)
 
 
@@ -119,7 +122,7 @@ def test_two_jobs(ex4, tmp_path, monkeypatch):
     two = sorted(p for p in ex4.iterdir() if p.name[0] in "23")  # lr 0.05, 30 and 60 steps: only steps differs
     fig = draw(two, tmp_path / "two.png", monkeypatch)
     assert [a.get_title() for a in heatmaps(fig)] == ["2: steps=30\nstep=29", "3: steps=60\nstep=29"]
-    assert tuple(fig.get_size_inches()) == pytest.approx((9.0, 4.6 + 3.5 + 0.17 * 2))
+    assert tuple(fig.get_size_inches()) == pytest.approx((9.0, 4.6 + 0.25 + 3.5 + 0.17 * 2))
     assert_nothing_clipped_or_overlapping(fig)
 
 
@@ -174,14 +177,52 @@ def test_run_labels_are_the_rows_swept_values():
         ("0", "seed=1 sentence=a b"), ("1", "seed=2 sentence=a b"), ("elsewhere", "")]  # some runs set no sentence
 
 
-def test_more_curves_than_colours_differ_in_line_style(ex4, tmp_path, monkeypatch):
-    """12 runs on one loss axes: each (colour, line style) pair is one run's."""
-    import shutil
+def key(fig):
+    [legend] = [a.get_legend() for a in fig.axes if a.get_legend()]
+    return legend
 
-    copy = shutil.copytree(ex4, tmp_path / "again")
-    fig = draw([ex4, copy], tmp_path / "twelve.png", monkeypatch)
-    lines = [line for line in fig.axes[0].get_lines() if not line.get_label().startswith("_")]
-    styles = [(line.get_color(), line.get_linestyle()) for line in lines]
-    assert len(lines) == 12 and len(set(styles)) == 12
+
+def copies(ex4: Path, root: Path, n: int) -> list[Path]:
+    return [ex4] + [shutil.copytree(ex4, root / f"again{i}") for i in range(1, n)]
+
+
+def test_thirty_runs_keyed_below_the_axes_in_columns(ex4, tmp_path, monkeypatch):
+    """30 runs (5 copies of a 6-job sweep): every run a (colour, line style) of its own, the same in
+    both axes and the key; the key in columns below the curves, covering none of them."""
+    fig = draw(copies(ex4, tmp_path, 5), tmp_path / "thirty.png", monkeypatch)
+    loss, focus = fig.axes[:2]
+    styles = [(line.get_color(), line.get_linestyle()) for line in loss.get_lines()]
+    assert len(styles) == 30 and len(set(styles)) == 30
     assert styles[10] == (styles[0][0], "--") and styles[0][1] == "-"
-    assert len({tuple(sorted(s.items())) for s in compare_figure.curve_styles(40)}) == 40
+    assert [(line.get_color(), line.get_linestyle()) for line in focus.get_lines()][:30] == styles
+    legend = key(fig)
+    assert [(h.get_color(), h.get_linestyle()) for h in legend.legend_handles] == styles
+    assert len(legend.get_texts()) == 30 and legend._ncols > 1  # as many columns as the names' width allows
+    renderer = fig.canvas.get_renderer()
+    box = legend.get_window_extent(renderer)
+    assert box.y1 < min(a.get_window_extent(renderer).y0 for a in (loss, focus))  # below both axes
+    assert_nothing_clipped_or_overlapping(fig)
+
+
+def test_more_runs_than_styles_are_coloured_by_row(ex4, tmp_path, monkeypatch):
+    """42 runs: no key (the 40 styles would repeat), a colour scale over the rows, 42 colours."""
+    fig = draw(copies(ex4, tmp_path, 7), tmp_path / "many.png", monkeypatch)
+    assert not [a for a in fig.axes if a.get_legend()]
+    colors = [line.get_color() for line in fig.axes[0].get_lines()]
+    assert len(colors) == 42 and len(set(colors)) == 42
+    assert colors == [s["color"] for s in compare_figure.curve_styles(42)]
+    labels = [a.get_ylabel() for a in fig.axes if a.get_label() == "<colorbar>"]
+    assert labels == ["run: its row in the table (0 to 41)", "attention weight"]
+    assert_nothing_clipped_or_overlapping(fig)
+
+
+def test_forty_styles_are_distinct_and_the_reports():
+    styles = compare_figure.curve_styles(40)
+    assert len({tuple(sorted(s.items())) for s in styles}) == 40
+    template = (Path(compare_figure.__file__).with_name("report_template.html")).read_text(encoding="utf-8")
+    palette = json.loads(re.search(r"const PALETTE = (\[.*?\]);", template).group(1))
+    dashes = json.loads(re.search(r"const DASHES = (\[.*?\]);", template).group(1))
+    assert [s["color"] for s in styles[:10]] == palette  # matplotlib's default cycle, in the report too
+    # the report's dashes are matplotlib's for "--", ":", "-." at its 1.8 px lines (lines.scale_dashes)
+    patterns = [matplotlib.rcParamsDefault[f"lines.{k}_pattern"] for k in ("dashed", "dotted", "dashdot")]
+    assert dashes == [""] + [" ".join(f"{round(v * 1.8, 1):g}" for v in p) for p in patterns]

@@ -11,6 +11,7 @@ import numpy as np
 from attnlab.core.config import loss_axis_label
 from attnlab.core.errors import RunDirError
 from attnlab.core.focus import FOCUS_THRESHOLD, focus_weights
+from attnlab.core.i18n import _
 from attnlab.outputs.fonts import drawable, label, rc
 from attnlab.outputs.plots import DPI, draw_heatmap, plot_loss, save_figure
 from attnlab.saved import safe_read
@@ -29,7 +30,10 @@ def comparison_figure(rows: Sequence[dict[str, Any]], path: Path) -> Path:
     swept values wrapped to the panel; constrained layout, written atomically."""
     import matplotlib
     from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.colors import Normalize
     from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
 
     TITLE_CHARS, MAX_TITLE_LINES = 34, 3  # heatmap titles: name and swept values wrapped at 34 characters
     names = short_names([r["job"] for r in rows])
@@ -39,8 +43,9 @@ def comparison_figure(rows: Sequence[dict[str, Any]], path: Path) -> Path:
         lines = wrap(name, TITLE_CHARS, MAX_TITLE_LINES, measure=lambda s: len(drawable(s)))
         return "\n".join(drawable(line) for line in [*lines, what])
 
-    curves, maps, objectives, focus = [], [], [], []
-    for r, name in zip(rows, legend):
+    curves, maps, objectives, focus, drawn = [], [], [], [], {}
+    styles = curve_styles(len(rows))  # by row: a run has one style in both axes
+    for i, (r, name, style) in enumerate(zip(rows, legend, styles)):
         run_dir = Path(r["path"])
         root = Path(r.get("root") or run_dir)  # no link below the PATH the run was found under is followed
         metrics = last = None
@@ -51,9 +56,11 @@ def comparison_figure(rows: Sequence[dict[str, Any]], path: Path) -> Path:
         with contextlib.suppress(RunDirError, ValueError):  # ValueError: no such focus token
             if safe_read.exists(run_dir, ATTENTION) and last is not None:
                 with safe_read.open_attention(run_dir, root=root) as npz:
-                    focus.append((name, npz.read("steps"), focus_weights(npz.read("weights"), r["focus_query"])))
+                    focus.append((style, npz.read("steps"), focus_weights(npz.read("weights"), r["focus_query"])))
+                    drawn[i] = (drawable(name), style)
         if metrics is not None and metrics[1].size:
-            curves.append((name, *metrics))
+            curves.append((style, *metrics))
+            drawn[i] = (drawable(name), style)
             objectives.append(r.get("objective"))
         if last is not None:
             w, labels, step = last
@@ -65,31 +72,44 @@ def comparison_figure(rows: Sequence[dict[str, Any]], path: Path) -> Path:
     title_lines = max([t.count("\n") + 1 for t, _, _ in shown], default=2)
     row_in = 3.5 + 0.17 * title_lines
     more = f" ({len(shown)} of {len(maps)})" if len(maps) > len(shown) else ""
+    width = max(9.0, 3.4 * cols + 0.9)
+    # the key below both axes, in columns (a name per style); more runs than styles: a colour scale by row
+    keyed = list(drawn.values()) if len(rows) <= len(distinct_styles()) else []
+    key_cols = max(1, min(len(keyed), int((width - 0.4) // (0.6 + 0.055 * max((len(n) for n, _ in keyed), default=1)))))
+    key_in = 0.15 * -(-len(keyed) // key_cols) + 0.1 if keyed else 0.0
     with matplotlib.rc_context(rc()):
-        fig = Figure(figsize=(max(9.0, 3.4 * cols + 0.9), 4.6 + row_in * grid_rows), dpi=DPI, layout="constrained")
+        fig = Figure(figsize=(width, 4.6 + key_in + row_in * grid_rows), dpi=DPI, layout="constrained")
         FigureCanvasAgg(fig)
-        # one grid: the loss axes, a heading row (an empty axes whose title the layout makes room
-        # for, so no panel title runs into it), then the heatmaps
-        grid = fig.add_gridspec(2 + grid_rows, cols, height_ratios=[4.3, 0.01] + [row_in] * grid_rows)
+        # one grid: the loss axes, the key and a heading row (empty axes whose legend and title the
+        # layout makes room for, so no panel title runs into them), then the heatmaps
+        grid = fig.add_gridspec(3 + grid_rows, cols, height_ratios=[4.3, 0.01, 0.01] + [row_in] * grid_rows)
         ax, fax = (fig.add_subplot(g) for g in grid[0, :].subgridspec(1, 2, width_ratios=[3, 2]))
         ylabel = loss_axis_label(objectives)
-        for (name, steps, losses), style in zip(curves, curve_styles(len(curves))):
-            plot_loss(ax, steps, losses, ylabel, label=drawable(name), lw=1.4, **style)
+        lw = 1.4 if keyed or len(rows) <= 1 else 0.8
+        for style, steps, losses in curves:
+            plot_loss(ax, steps, losses, ylabel, lw=lw, **style)
         if not curves:
             plot_loss(ax, np.zeros(0), np.zeros(0), ylabel)
         ax.set_title("loss" if curves else "loss (no training runs)")
-        if curves:
-            ax.legend(fontsize=7, loc="best")
         # the focus weight at each snapshot (heads averaged): how fast each run's attention focuses
-        for (name, steps, weights), style in zip(focus, curve_styles(len(focus))):
-            fax.plot(steps, weights, marker=".", lw=1.4, label=drawable(name), **style)
+        for style, steps, weights in focus:
+            fax.plot(steps, weights, marker="." if keyed else None, lw=lw, **style)
         fax.axhline(FOCUS_THRESHOLD, color="0.5", lw=0.8, ls="--")
         fax.set(ylim=(0, 1.02), xlabel="step", ylabel="strongest weight", title="focus token's attention")
         fax.grid(True, alpha=0.3)
-        heading = fig.add_subplot(grid[1, :])
+        key = fig.add_subplot(grid[1, :])
+        key.set_axis_off()
+        if keyed:
+            key.legend([Line2D([], [], lw=1.4, **style) for _, style in keyed], [name for name, _ in keyed],
+                       loc="upper center", bbox_to_anchor=(0.5, 1.0), ncols=key_cols, fontsize=7, frameon=False)
+        elif len(rows) > 1:
+            scale = ScalarMappable(Normalize(0, len(rows) - 1), RUN_COLORMAP)
+            fig.colorbar(scale, ax=[ax, fax], aspect=40,
+                         label=_("run: its row in the table (0 to {last})").format(last=len(rows) - 1))
+        heading = fig.add_subplot(grid[2, :])
         heading.set_axis_off()
         heading.set_title("attention at the last snapshot" + more, fontsize=11)
-        axes = [fig.add_subplot(grid[2 + i // cols, i % cols]) for i in range(grid_rows * cols)]
+        axes = [fig.add_subplot(grid[3 + i // cols, i % cols]) for i in range(grid_rows * cols)]
         im = None
         for a, (title, w, labels) in zip(axes, shown):
             im = draw_heatmap(a, w, [label(t) for t in labels], title)  # title: made drawable line by line
@@ -106,12 +126,24 @@ def comparison_figure(rows: Sequence[dict[str, Any]], path: Path) -> Path:
 
 
 LINESTYLES = ("-", "--", ":", "-.")
+RUN_COLORMAP = "turbo"  # more runs than distinct styles: the colour of a run's row
+
+
+def distinct_styles() -> list[dict[str, str]]:
+    """The (colour, line style) pairs the report uses too: 10 colours solid, then dashed, dotted, dash-dotted."""
+    import matplotlib
+
+    colors = matplotlib.rcParamsDefault["axes.prop_cycle"].by_key()["color"]  # not a caller's rcParams
+    return [{"color": matplotlib.colors.to_hex(c), "linestyle": ls} for ls in LINESTYLES for c in colors]
 
 
 def curve_styles(n: int) -> list[dict[str, str]]:
-    """Colour and line style of ``n`` curves: 10 colours, then dashed, dotted, dash-dotted."""
+    """The style of each of ``n`` curves: :func:`distinct_styles` in turn, or with more curves than
+    those, :data:`RUN_COLORMAP` over the curves' order, solid."""
     import matplotlib
 
-    colors = matplotlib.rcParams["axes.prop_cycle"].by_key().get("color") or ["C0"]
-    return [{"color": colors[i % len(colors)], "linestyle": LINESTYLES[i // len(colors) % len(LINESTYLES)]}
-            for i in range(n)]
+    pairs = distinct_styles()
+    if n <= len(pairs):
+        return pairs[:n]
+    cmap = matplotlib.colormaps[RUN_COLORMAP]
+    return [{"color": matplotlib.colors.to_hex(cmap(i / (n - 1))), "linestyle": "-"} for i in range(n)]

@@ -1,0 +1,241 @@
+"""``attnlab-check FILE.py`` / ``attnlab-check --template FILE.py``: a learner's own tutorial §2–4,
+stage by stage, against the tutorial's numbers (``experiment=tutorial_walkthrough``: seed 123, std 0.02).
+
+FILE.py defines the six functions of :mod:`attnlab.commands.check_template`. Each gets the reference
+inputs (the tutorial's layers, or the previous stage's reference output, as fresh copies), so a
+mistake shows at its own stage; an output matches when it has the reference's shape and differs by
+at most :data:`TOLERANCE` times the reference's largest magnitude. The first stage that differs is
+shown with expected vs got and the typical wrong variant it equals, if any. FILE.py is imported and
+run, as pytest would. Exit status 0 every stage matches, 1 a stage differs, 2 FILE cannot be loaded
+(or ``--template``'s FILE exists).
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import functools
+import importlib.machinery
+import importlib.util
+import sys
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+from attnlab.commands.api import compose
+from attnlab.core.i18n import _
+from attnlab.core.tokenizer import tokenize
+from attnlab.core.training import build_model
+from attnlab.core.walkthrough import walkthrough
+
+EXIT_PASSED, EXIT_DIFFERS, EXIT_NOT_LOADED = 0, 1, 2
+TEMPLATE = Path(__file__).with_name("check_template.py")
+TOLERANCE = 1e-5  # of the reference's largest |value|: float32 reorderings differ by ~1e-7, the mistakes by > 1e-4
+
+
+@dataclass
+class Stage:
+    """One function of the learner's: called as ``function(*inputs())``; ``outputs`` are (name,
+    reference, [(likely mistake, the array that mistake gives)]), one per returned array."""
+
+    function: str
+    title: str
+    inputs: Callable[[], tuple]
+    outputs: list[tuple[str, torch.Tensor, list[tuple[str, torch.Tensor]]]]
+
+
+@functools.cache
+def reference() -> tuple[dict[str, np.ndarray], torch.nn.Module]:
+    """The tutorial's §1–4 arrays (:func:`attnlab.core.walkthrough.walkthrough`) and its model (the same parameters)."""
+    cfg = compose("experiment=tutorial_walkthrough")
+    arrays = walkthrough(cfg, print_line=lambda line: None)
+    return arrays, build_model(cfg, tokenize(cfg), order="walkthrough")
+
+
+def stages() -> list[Stage]:
+    """The six stages of tutorial §2–4, with their typical mistakes computed from the reference inputs."""
+    ref, model = reference()
+    t = {k: torch.from_numpy(v) for k, v in ref.items()}
+    emb, att = model.embedding, model.attention
+    table, positions = emb.token_embedding.weight.detach(), emb.position_embedding.weight.detach()
+    tok, Q, K, V, S, W = t["token_embeddings"], t["Q"], t["K"], t["V"], t["scores"], t["weights"]
+    seq_len, d_model, d_k = tok.shape[0], tok.shape[1], K.shape[-1]
+    raw = Q @ K.T  # (seq_len, seq_len), not scaled
+    layers = {"W_query": att.W_query, "W_key": att.W_key, "W_value": att.W_value}
+    fresh = lambda *xs: tuple(copy.deepcopy(x) for x in xs)  # noqa: E731  a learner may change its inputs in place
+    qkv = [(n, t[n], [(_("{wrong} instead of {name}: {name} = {layer}(X)").format(wrong=m, name=n, layer=w), t[m])
+                      for m in "QKV" if m != n]) for n, w in zip("QKV", layers)]
+    return [
+        Stage("embed_tokens", _("§2 token embedding"), lambda: (ref["token_ids"].tolist(), *fresh(emb.token_embedding)),
+              [("token_embeddings", tok, [
+                  (_("the first seq_len rows of the table, not the rows of token_ids"), table[:seq_len]),
+                  (_("the whole table, not the rows of token_ids"), table)])]),
+        Stage("add_positions", _("§3 positional embedding"), lambda: fresh(tok, emb.position_embedding),
+              [("X", t["X"], [
+                  (_("positions not added: X = token_embeddings + pos_emb_layer(torch.arange(seq_len))"), tok),
+                  (_("only the position embeddings: the token embeddings are not added"), positions[:seq_len]),
+                  (_("the positions concatenated, not added"), torch.cat([tok, positions[:seq_len]], -1))])]),
+        Stage("project_qkv", _("§4.1 Q, K, V"), lambda: fresh(t["X"], *layers.values()), qkv),
+        Stage("attention_scores", _("§4.2 scaled attention scores"), lambda: fresh(Q, K),
+              [("attn_scores_scaled", S, [
+                  (_("not scaled by √d_k: divide Q @ K.T by d_k ** 0.5"), raw),
+                  (_("divided by d_k, not by √d_k"), raw / d_k),
+                  (_("divided by √{n} (d_model or seq_len), not by √d_k = √{d_k}").format(n=d_model, d_k=d_k),
+                   raw / d_model ** 0.5),
+                  (_("multiplied by √d_k, not divided"), raw * d_k ** 0.5),
+                  (_("softmax already applied: this stage returns the scores, §4.3 makes them weights"),
+                   torch.softmax(S, -1)),
+                  (_("K @ Q.T, not Q @ K.T (the scores transposed)"), S.T)])]),
+        Stage("attention_weights", _("§4.3 softmax: attention weights"), lambda: fresh(S),
+              [("attn_weights", W, [
+                  (_("softmax over the wrong axis (dim=0: each column sums to 1); use dim=-1, each row"),
+                   torch.softmax(S, 0)),
+                  (_("no softmax: the scores returned as they are"), S),
+                  (_("scaled by √d_k again: the scores come in scaled already"), torch.softmax(S / d_k ** 0.5, -1)),
+                  (_("exp(scores) not divided by each row's sum"), S.exp())])]),
+        Stage("context_vectors", _("§4.4 context vectors Z"), lambda: fresh(W, V),
+              [("Z", t["Z"], [
+                  (_("the weights transposed: attn_weights.T @ V"), W.T @ V),
+                  (_("V returned, not weighted by attn_weights"), V),
+                  (_("a plain average of V's rows (every weight 1/seq_len)"), V.mean(0).expand_as(V))])]),
+    ]
+
+
+def close(got: np.ndarray, want: Any) -> bool:
+    """``got`` has ``want``'s shape and is within :data:`TOLERANCE` of its largest |value| (NaN never is)."""
+    want = as_array(want)
+    scale = max(np.abs(want).max(initial=0), 1e-30)
+    return got.shape == want.shape and bool(np.all(np.abs(got - want) <= TOLERANCE * scale))
+
+
+def as_array(value: Any) -> np.ndarray | None:
+    """A learner's returned value as float64, None when it is not an array of numbers."""
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu().to(torch.float64).numpy()
+    try:
+        return np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError, RuntimeError):
+        return None
+
+
+def where(err: BaseException, path: Path) -> str:
+    """``" (FILE, line N)"`` for the deepest frame of ``err`` in the learner's file, else ``""``."""
+    lines = [f.lineno for f in traceback.extract_tb(err.__traceback__) if Path(f.filename).resolve() == path.resolve()]
+    return f" ({path.name}, line {lines[-1]})" if lines else ""
+
+
+def few(a: np.ndarray) -> str:
+    """Shape and the first (up to) 6 values, e.g. ``(6, 6) [0.166687 0.166618 ...]``."""
+    values = " ".join(f"{v:.6g}" for v in a.reshape(-1)[:6])
+    return f"{tuple(a.shape)} [{values}{' ...' if a.size > 6 else ''}]"
+
+
+def difference(name: str, got: np.ndarray, want: np.ndarray, mistakes: list[tuple[str, Any]]) -> list[str]:
+    """How ``got`` differs from ``want``, as lines: expected vs got, the largest difference, the likely mistake."""
+    lines = [_("  {name}: expected {values}").format(name=name, values=few(want)),
+             _("  {pad}  got      {values}").format(pad=" " * len(name), values=few(got))]
+    if got.shape == want.shape:
+        i = np.unravel_index(np.nanargmax(np.where(np.isnan(got), np.inf, np.abs(got - want))), want.shape)
+        lines.append(_("  largest difference at {index}: expected {want:.6g}, got {got:.6g}").format(
+            index=list(map(int, i)), want=want[i], got=got[i]))
+    candidates = [*mistakes, (_("transposed: rows and columns swapped"), want.T)] if want.ndim == 2 else mistakes
+    likely = next((text for text, wrong in candidates if close(got, wrong)), None)
+    lines.append(_("  likely mistake: {mistake}").format(mistake=likely) if likely else
+                 _("  likely mistake: none of the usual ones; compare your code with the tutorial's lines"))
+    return lines
+
+
+def check_stage(module: Any, stage: Stage, path: Path) -> list[str]:
+    """Run one stage of the learner's ``module``: [] when it matches, else the lines saying why not."""
+    fn = getattr(module, stage.function, None)
+    if not callable(fn):
+        return [_("  {file} has no function {fn}(); `attnlab-check --template NEW.py` writes the six to fill in")
+                .format(file=path.name, fn=stage.function)]
+    try:
+        returned = fn(*stage.inputs())
+    except NotImplementedError as err:
+        return [_("  {fn}() is not written yet: it raises NotImplementedError{at}").format(
+            fn=stage.function, at=where(err, path))]
+    except Exception as err:
+        return [_("  {fn}() raised {kind}: {message}{at}").format(
+            fn=stage.function, kind=type(err).__name__, message=str(err)[:300], at=where(err, path))]
+    names = [name for name, _want, _m in stage.outputs]
+    if len(names) > 1 and not (isinstance(returned, (tuple, list)) and len(returned) == len(names)):
+        return [_("  {fn}() must return {n} values ({names}), it returned {got}").format(
+            fn=stage.function, n=len(names), names=", ".join(names),
+            got=len(returned) if isinstance(returned, (tuple, list)) else type(returned).__name__)]
+    for (name, want, mistakes), value in zip(stage.outputs, returned if len(names) > 1 else [returned]):
+        got = as_array(value)
+        if got is None:
+            return [_("  {name}: {fn}() returned {kind}, not a tensor").format(
+                name=name, fn=stage.function, kind=type(value).__name__)]
+        if not close(got, want):
+            return difference(name, got, as_array(want), mistakes)
+    return []
+
+
+def load(path: Path) -> Any:
+    """Import the learner's file as a module (its folder first on sys.path, as ``python FILE.py`` has it).
+    Raises OSError / any exception the file raises on import."""
+    if not path.is_file():
+        raise FileNotFoundError(_("no such file"))
+    loader = importlib.machinery.SourceFileLoader("attnlab_check_learner", str(path))
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
+    sys.path.insert(0, str(path.resolve().parent))
+    try:
+        loader.exec_module(module)
+    finally:
+        sys.path.remove(str(path.resolve().parent))
+    return module
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The exit status of ``attnlab-check ARGV`` (module docstring)."""
+    parser = argparse.ArgumentParser(prog="attnlab-check", description=_(
+        "Check your own code for the tutorial's §2–4 (embedding, positions, Q/K/V, scaled scores, softmax, Z) "
+        "against the tutorial's numbers, stage by stage: the first stage that differs, expected vs got, the "
+        "likely mistake. It imports and runs FILE.py, your own code, as pytest would: run it on files you "
+        "trust. Teachers verify students' run dirs with attnlab-reproduce, never their code."))
+    parser.add_argument("file", metavar="FILE.py", type=Path, help=_("your file (start with --template)"))
+    parser.add_argument("--template", action="store_true",
+                        help=_("write the six functions to fill in to FILE.py (never over an existing file)"))
+    args = parser.parse_args(argv)
+    if args.template:
+        try:
+            with args.file.open("x", encoding="utf-8") as f:
+                f.write(TEMPLATE.read_text(encoding="utf-8"))
+        except OSError as err:
+            exists = isinstance(err, FileExistsError)
+            reason = _("exists; --template writes a new file only") if exists else err.strerror
+            print(_("attnlab-check: error: {file}: {reason}").format(file=args.file, reason=reason), file=sys.stderr)
+            return EXIT_NOT_LOADED
+        print(_("wrote {file}: fill in the six functions, then run attnlab-check {file}").format(file=args.file))
+        return EXIT_PASSED
+    all_stages = stages()  # before the learner's file can change torch's defaults
+    try:
+        module = load(args.file)
+    except SyntaxError as err:
+        print(_("attnlab-check: error: {file}, line {line}: SyntaxError: {message}").format(
+            file=args.file, line=err.lineno, message=err.msg), file=sys.stderr)
+        return EXIT_NOT_LOADED
+    except (Exception, SystemExit) as err:
+        print(_("attnlab-check: error: {file} cannot be loaded: {kind}: {message}{at}").format(
+            file=args.file, kind=type(err).__name__, message=str(err)[:300], at=where(err, args.file)), file=sys.stderr)
+        return EXIT_NOT_LOADED
+    for number, stage in enumerate(all_stages, 1):
+        head = _("stage {n}/{total} {title}, {fn}()").format(n=number, total=len(all_stages), title=stage.title,
+                                                               fn=stage.function)
+        if problem := check_stage(module, stage, args.file):
+            print(_("{stage}: differs").format(stage=head), *problem, sep="\n")
+            print(_("fix this stage and run attnlab-check again: the stages after it are checked once it passes"))
+            return EXIT_DIFFERS
+        print(_("{stage}: passed").format(stage=head))
+    print(_("all {n} stages match the tutorial's numbers").format(n=len(all_stages)))
+    return EXIT_PASSED
+
+
+def cli() -> None:
+    sys.exit(main())
