@@ -55,6 +55,14 @@ def free_text_value(value: str) -> str:
     return ",".join(quote(item) for item in items)  # an empty item too: "Hello," is "Hello" and ""
 
 
+def language(argv: Iterable[str]) -> str | None:
+    """The last ``lang=VALUE`` typed when VALUE is one of attnlab's languages, else None (the locale's)."""
+    from attnlab.core.i18n import LANGUAGES
+
+    given = [a.split("=", 1)[1].strip("'\"") for a in argv if a.startswith("lang=")]
+    return given[-1] if given and given[-1] in LANGUAGES else None
+
+
 def prepare(argv: Iterable[str]) -> list[str]:
     """``argv`` (the command's arguments) with every free-text override made Hydra syntax."""
     out = []
