@@ -133,7 +133,7 @@ class TrainConfig:
     # null: automatic (snapshot_steps()); or a list of steps in [0, steps)
     snapshot_steps: Optional[list[int]] = None
     snapshot_every: Optional[int] = None  # N: steps 0, N, 2N, ... and the last (when snapshot_steps is null)
-    focus_token: int = 1
+    focus_token: Any = None  # a position, a text in the sentence (its first token), or null: its second word or char
     loss_threshold: float = 1e-3  # "steps to threshold" in summaries and TensorBoard hparams
     objective: Objective = Objective.mse
 

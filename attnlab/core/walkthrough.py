@@ -75,7 +75,7 @@ def walkthrough(cfg: DictConfig, print_line: Callable[[str], object] = print) ->
             p(f"{show(tokens[i]):>{width}}: " + "  ".join(f"{v:>{width}.3f}" for v in row))
         p(_("row sums:"), w.sum(axis=-1))
         p("Z shape:", tuple(Z.shape))
-        f = cfg.train.focus_token
+        f = prepared.focus
         p("\n" + _("focus token: {token}").format(token=show(tokens[f])))
         p(f"q = {parts['Q'][f].cpu().numpy()}")
         p(_("attention weights:"))

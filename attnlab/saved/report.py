@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import html
 import json
+import re
 import string
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any, Iterable, Sequence
 from attnlab import __version__
 from attnlab.core.errors import AttnlabError, RunDirError
 from attnlab.core.focus import FOCUS_THRESHOLD, UNIFORM_SPREAD, Uniform
+from attnlab.core.i18n import language, translations
 from attnlab.outputs import streams
 from attnlab.outputs.artifacts import atomic_write_text
 from attnlab.saved.report_data import BYTES_PER_WEIGHT, DECIMALS, MAX_STR, WEIGHT_BUDGET, collect_records, load_run
@@ -42,6 +44,11 @@ def script_json(data: Any) -> str:
     return text
 
 
+def page_messages(page: str) -> list[str]:
+    """The English sentences the page shows, each ``tr("...")`` of its script (JSON string literals)."""
+    return [json.loads(m) for m in re.findall(r'\btr\(("(?:[^"\\]|\\.)*")[,)]', page)]
+
+
 def render(records: Sequence[dict[str, Any]]) -> str:
     """The page for ``records`` (one: detail view; more: comparison) as HTML text."""
     title = f"attnlab · {records[0]['name']}" if len(records) == 1 else f"attnlab · {len(records)} runs"
@@ -51,12 +58,14 @@ def render(records: Sequence[dict[str, Any]]) -> str:
               "snapshot_step": f["step"], "focus_weight": f["weight"],
               "focus_target": Uniform(f["target"]) if f["uniform"] else f["target"]}
              for r in records if (f := r.get("focus"))]  # the rows' focus cells, for the line under the table
+    page = TEMPLATE.read_text(encoding="utf-8")
     data = {"runs": [{**rec, "table": t} for rec, t in zip(records, tables)], "title": printable(title, MAX_STR),
+            "lang": language(), "tr": translations(page_messages(page)),
             "table_columns": columns, "distribution": distribution(focus),
             "generator": {"attnlab": __version__, "weight_budget_bytes": WEIGHT_BUDGET,
                           "bytes_per_weight": BYTES_PER_WEIGHT, "decimals": DECIMALS, "uniform_spread": UNIFORM_SPREAD,
                           "focus_threshold": FOCUS_THRESHOLD}}
-    template = _PageTemplate(TEMPLATE.read_text(encoding="utf-8"))
+    template = _PageTemplate(page)
     return template.substitute(title=html.escape(printable(title, MAX_STR)), data=script_json(data))
 
 
