@@ -122,7 +122,7 @@ def test_lang_zh_help_and_errors_are_chinese(english_after):
 
 def test_readme_zh_commands_are_readmes():
     """Each ``attnlab...`` command of README.zh-CN.md is one README.md gives, and every preset is in both."""
-    command = re.compile(r"`(attnlab[^`]*)`|^(attnlab[-\w]* .*?)(?:\s+#.*)?$", re.M)
+    command = re.compile(r"`(attnlab[^`]*)`|^(attnlab[-\w]* [ -~]*?)(?:\s+#.*)?$", re.M)
     zh, en = ((ROOT / name).read_text(encoding="utf-8") for name in ("README.zh-CN.md", "README.md"))
     zh_commands = {(a or b).strip() for a, b in command.findall(zh)} - {"attnlab lang=zh --help"}
     assert len(zh_commands) >= 12
@@ -130,3 +130,13 @@ def test_readme_zh_commands_are_readmes():
     presets = set(re.findall(r"experiment=(\w+)", en))
     assert presets - {"NAME"} <= set(re.findall(r"experiment=(\w+)", zh)) | {"heads", "causal", "dropout", "objective"}
     assert "README.zh-CN.md" in en.splitlines()[2]
+
+
+def test_zh_help_lists_what_the_english_help_lists():
+    """Every key, group option and preset of conf/hydra/help/attnlab.yaml (tests/test_help.py) in the zh page too."""
+    import yaml
+
+    pages = [yaml.safe_load((ROOT / "conf/hydra/help" / name).read_text(encoding="utf-8"))["template"]
+             for name in ("attnlab.yaml", "attnlab_zh.yaml")]
+    first_words = [set(re.findall(r"^  ([\w./_]+):?\s", page, re.M)) for page in pages]
+    assert len(first_words[0]) > 60 and first_words[0] - {"key"} == first_words[1] - {"配置项"}
