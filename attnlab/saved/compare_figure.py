@@ -11,6 +11,7 @@ import numpy as np
 from attnlab.core.config import loss_axis_label
 from attnlab.core.errors import RunDirError
 from attnlab.core.focus import FOCUS_THRESHOLD, focus_weights
+from attnlab.core.i18n import _
 from attnlab.outputs.fonts import drawable, label, rc
 from attnlab.outputs.plots import DPI, draw_heatmap, plot_loss, save_figure
 from attnlab.saved import safe_read
@@ -77,18 +78,18 @@ def comparison_figure(rows: Sequence[dict[str, Any]], path: Path) -> Path:
             plot_loss(ax, steps, losses, ylabel, label=drawable(name), lw=1.4, **style)
         if not curves:
             plot_loss(ax, np.zeros(0), np.zeros(0), ylabel)
-        ax.set_title("loss" if curves else "loss (no training runs)")
+        ax.set_title(_("loss") if curves else _("loss (no training runs)"))
         if curves:
             ax.legend(fontsize=7, loc="best")
         # the focus weight at each snapshot (heads averaged): how fast each run's attention focuses
         for (name, steps, weights), style in zip(focus, curve_styles(len(focus))):
             fax.plot(steps, weights, marker=".", lw=1.4, label=drawable(name), **style)
         fax.axhline(FOCUS_THRESHOLD, color="0.5", lw=0.8, ls="--")
-        fax.set(ylim=(0, 1.02), xlabel="step", ylabel="strongest weight", title="focus token's attention")
+        fax.set(ylim=(0, 1.02), xlabel=_("step"), ylabel=_("strongest weight"), title=_("focus token's attention"))
         fax.grid(True, alpha=0.3)
         heading = fig.add_subplot(grid[1, :])
         heading.set_axis_off()
-        heading.set_title("attention at the last snapshot" + more, fontsize=11)
+        heading.set_title(_("attention at the last snapshot") + more, fontsize=11)
         axes = [fig.add_subplot(grid[2 + i // cols, i % cols]) for i in range(grid_rows * cols)]
         im = None
         for a, (title, w, labels) in zip(axes, shown):
@@ -98,7 +99,7 @@ def comparison_figure(rows: Sequence[dict[str, Any]], path: Path) -> Path:
         for a in axes[len(shown):]:
             a.set_axis_off()
         if im is not None:
-            fig.colorbar(im, ax=axes, shrink=0.8, label="attention weight")
+            fig.colorbar(im, ax=axes, shrink=0.8, label=_("attention weight"))
         path = Path(path)
         if not path.parent.exists():
             raise RunDirError(f"--plot {path}: folder {path.parent} does not exist")
