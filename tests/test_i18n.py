@@ -140,3 +140,18 @@ def test_zh_help_lists_what_the_english_help_lists():
              for name in ("attnlab.yaml", "attnlab_zh.yaml")]
     first_words = [set(re.findall(r"^  ([\w./_]+):?\s", page, re.M)) for page in pages]
     assert len(first_words[0]) > 60 and first_words[0] - {"key"} == first_words[1] - {"配置项"}
+
+
+def test_report_page_carries_its_chinese_glyphs():
+    """The page's Chinese shows without a system CJK font: an @font-face cut to exactly its characters."""
+    import base64
+    import io
+
+    from fontTools.ttLib import TTFont
+
+    from attnlab.saved.report import cjk_font_face
+
+    assert cjk_font_face("step 0 loss ' journey'") == ""
+    face = cjk_font_face('{"tr":{"Attention weights":"注意力权重"},"tokens":["你","的","😀"]}')
+    font = TTFont(io.BytesIO(base64.b64decode(re.search(r"base64,([A-Za-z0-9+/=]+)\)", face)[1])))
+    assert {chr(c) for c in font.getBestCmap()} == set("注意力权重你的")

@@ -8,7 +8,9 @@ and the page inserts text with ``textContent`` only."""
 from __future__ import annotations
 
 import argparse
+import base64
 import html
+import io
 import json
 import re
 import string
@@ -22,6 +24,7 @@ from attnlab.core.focus import FOCUS_THRESHOLD, UNIFORM_SPREAD, Uniform
 from attnlab.core.i18n import language, translations
 from attnlab.outputs import streams
 from attnlab.outputs.artifacts import atomic_write_text
+from attnlab.outputs.fonts import SHIPPED_FONT
 from attnlab.saved.report_data import BYTES_PER_WEIGHT, DECIMALS, MAX_STR, WEIGHT_BUDGET, collect_records, load_run
 from attnlab.saved.runs import named_runs
 from attnlab.saved.safe_read import output_problem, printable
@@ -42,6 +45,26 @@ def script_json(data: Any) -> str:
     for ch, esc in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
         text = text.replace(ch, esc)
     return text
+
+
+def cjk_font_face(text: str) -> str:
+    """A CSS ``@font-face`` "attnlab CJK": the shipped CJK font (:data:`attnlab.outputs.fonts.SHIPPED_FONT`)
+    cut to the characters of ``text`` it has (a few kB), so the page's Chinese shows on a machine
+    without a CJK font; "" when ``text`` has none of them."""
+    from fontTools import subset
+    from fontTools.ttLib import TTFont
+
+    font = TTFont(str(SHIPPED_FONT))
+    chars = "".join(sorted({ch for ch in text if ord(ch) >= 0x2E80 and ord(ch) in font.getBestCmap()}))
+    if not chars:
+        return ""
+    cutter = subset.Subsetter(subset.Options(layout_features=[], hinting=False, desubroutinize=True))
+    cutter.populate(text=chars)
+    cutter.subset(font)
+    otf = io.BytesIO()
+    font.save(otf)
+    return ('@font-face { font-family: "attnlab CJK"; font-display: block; src: url(data:font/otf;base64,'
+            + base64.b64encode(otf.getvalue()).decode("ascii") + '); }')
 
 
 def page_messages(page: str) -> list[str]:
@@ -66,7 +89,9 @@ def render(records: Sequence[dict[str, Any]]) -> str:
                           "bytes_per_weight": BYTES_PER_WEIGHT, "decimals": DECIMALS, "uniform_spread": UNIFORM_SPREAD,
                           "focus_threshold": FOCUS_THRESHOLD}}
     template = _PageTemplate(page)
-    return template.substitute(title=html.escape(printable(title, MAX_STR)), data=script_json(data))
+    page_data = script_json(data)  # every text the page shows: the runs' and the translations
+    return template.substitute(title=html.escape(printable(title, MAX_STR)), data=page_data,
+                               font=cjk_font_face(page_data))
 
 
 def write_page(records: Sequence[dict[str, Any]], out: Path | str) -> Path:
