@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.attnlab-installed
 
-.PHONY: setup run test lint bench compat compat-src compat-oldest compat-newest clean
+.PHONY: setup run test lint i18n bench compat compat-src compat-oldest compat-newest clean
 
 setup: $(STAMP)
 
@@ -31,6 +31,14 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check attnlab tests benchmarks
+
+# `make i18n`: every _() / N_() of attnlab/ and tr() of the report page into the zh catalog (new
+# sentences come in untranslated: fill their msgstr), then the compiled .mo (tests/test_i18n.py checks both)
+LOCALE := attnlab/locale
+i18n: $(STAMP)
+	$(BIN)/pybabel extract -F babel.cfg -k N_ -k tr --no-location --omit-header --sort-output -o $(LOCALE)/attnlab.pot .
+	$(BIN)/pybabel update -i $(LOCALE)/attnlab.pot -d $(LOCALE) -D attnlab -l zh_CN --no-fuzzy-matching
+	$(BIN)/pybabel compile -d $(LOCALE) -D attnlab -l zh_CN
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run $(ARGS)

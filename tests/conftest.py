@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch is imported here or in a child process
+os.environ["LANGUAGE"] = "en"  # attnlab's lang default (the locale): English, whatever this machine's locale
 
 import pytest  # noqa: E402
 from hydra import compose, initialize_config_module  # noqa: E402

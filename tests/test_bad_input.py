@@ -73,6 +73,10 @@ CASES = [
          "train.snapshot_steps=[-1]: every step must be in [0, train.steps=201)"),
     Case("focus_outside", "a focus token outside the sentence", ("train.focus_token=6",), "ours",
          "train.focus_token=6: must be a token position in [0, 6)"),
+    Case("focus_absent", "a focus text the sentence does not hold", ("train.focus_token=旅",), "ours",
+         "train.focus_token='旅': is not in the text; its tokens: 0 'Your', 1 ' journey'"),
+    Case("focus_ambiguous", "a focus text in two tokens", ("train.focus_token=o",), "ours",
+         "train.focus_token='o': is in the text 3 times, at tokens 0 'Your', 1 ' journey', 4 ' one': give the position"),
     Case("loss_threshold", "a non-positive loss threshold", ("train.loss_threshold=0",), "ours", "train.loss_threshold=0.0: must be > 0"),
     Case("device", "an unknown device", ("device=tpu",), "ours", "device='tpu': must be cpu"),
     # issue 5: text and tokenizer

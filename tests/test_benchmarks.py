@@ -27,7 +27,7 @@ def test_plain_script_runs_attnlabs_default_config():
     cfg = config.apply_schema(compose_cfg())
     defaults = {name: p.default for name, p in inspect.signature(plain_tutorial.train).parameters.items()}
     assert (cfg.model.d_model, cfg.model.d_k, cfg.model.d_v) == (defaults["d_model"], defaults["d_out"], defaults["d_model"])
-    assert (cfg.train.steps, cfg.train.focus_token) == (defaults["steps"], defaults["focus"])
+    assert (cfg.train.steps, tokenizer.tokenize(cfg).focus) == (defaults["steps"], defaults["focus"])
     assert config.snapshot_steps(cfg.train) == list(defaults["snapshot_steps"])
     assert (cfg.seed, cfg.model.init_std, cfg.optimizer._target_, cfg.optimizer.lr) == (42, 1.0, "torch.optim.Adam", 0.05)
     assert (cfg.model.n_heads, cfg.model.causal, cfg.model.dropout, cfg.model.qkv_bias) == (1, False, 0.0, False)

@@ -145,3 +145,11 @@ def test_a_long_run_without_a_bar_says_once_how_long_it_has_to_go(monkeypatch):
     short.on_losses(np.arange(5000), np.ones(5000))
     assert short.file.getvalue() == ""
     assert [console.duration(s) for s in (45.4, 200, 7500)] == ["45 s", "3 min 20 s", "2 h 5 min"]
+
+
+def test_a_whitespace_token_is_named_one_way_as_focus_and_in_the_list():
+    from attnlab.outputs.fonts import label
+
+    line = snapshot_line(0, 1.0, np.array([0.5, 0.3, 0.2]), ["Hi", "\n", " there"], 1)
+    assert line == "step   0  loss=1.0000  |  '\\n' attends: 'Hi'=0.50 '\\n'=0.30 'there'=0.20"
+    assert label("\n") == "'\\n'"  # the figures' tick label

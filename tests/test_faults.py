@@ -488,7 +488,7 @@ def test_a_console_that_cannot_encode_chinese_gets_escapes(tmp_path, attnlab_her
     console.flush()
     out = raw.getvalue().decode("cp1252")
     assert (proc.returncode, proc.stderr) == (0, "")
-    assert "'\\u4f60(2/2)' attends:" in out
+    assert "'\\u7684' attends:" in out  # 的: the default focus, the second character
     assert out.count("\n") == 7  # six snapshot lines (0, 3, 7, 15, 20, 29) and the closing line
     assert (summary(run)["status"], summary(run)["steps_run"]) == ("completed", 30)
 

@@ -300,7 +300,7 @@ def test_head_selector_each_head_and_the_mean(browser, tmp_path, shots):
 
     p = Page(browser, page_path)
     page = p.page
-    assert page.locator("#head-select option").all_text_contents() == ["mean of 2 heads", "head 1", "head 2"]
+    assert page.locator("#head-select option").all_text_contents() == ["mean of 2 heads", "head 0", "head 1"]
     assert page.locator("#head-select").input_value() == "-1"  # the mean first
     assert p.text("#tutorial-line").endswith(line(w[0].mean(axis=0)))
     for h in (0, 1):

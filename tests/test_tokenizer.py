@@ -5,9 +5,10 @@ import pytest
 import tiktoken
 
 from attnlab.core import tokenizer
-from attnlab.core.errors import TokenizerError
+from attnlab.core.errors import ConfigError, TokenizerError
+from attnlab.core.tokenizer import tokenize
 
-from conftest import TUTORIAL_IDS
+from conftest import TUTORIAL_IDS, compose_cfg
 
 
 def test_packaged_ranks_are_the_r50k_file():
@@ -98,3 +99,32 @@ def test_download_failure_names_tiktoken_cache_dir(monkeypatch):
         tokenizer.get_encoding.__wrapped__("cl100k_base")
     assert "TIKTOKEN_CACHE_DIR" in str(err.value)
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("sentence, spec, position, label", [
+    ("Your journey starts with one step", None, 1, " journey"),  # the second word
+    ("你的旅程从一步开始", None, 2, "的"),  # the second character: 你 is two tokens
+    ("今天天气真好，我们去公园散步。", None, 2, "天"),  # never a byte inside a character
+    ("Your journey starts with one step", "journey", 1, " journey"),
+    ("Your journey starts with one step", " journey", 1, " journey"),
+    ("你的旅程从一步开始", "旅", 3, "旅(1/2)"),  # the first token of that text
+    ("你的旅程从一步开始", "一步", 10, "一"),
+    ("Your journey starts with one step", 4, 4, " one"),
+])
+def test_focus_token_by_position_text_or_default(sentence, spec, position, label):
+    cfg = compose_cfg(f"sentence={sentence}")
+    cfg.train.focus_token = spec
+    tokens = tokenize(cfg)
+    assert (tokens.focus, tokens.labels[tokens.focus]) == (position, label)
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("旅", "train.focus_token='旅': is not in the text; its tokens: 0 'Your', 1 ' journey', 2 ' starts'"),
+    ("o", "train.focus_token='o': is in the text 3 times, at tokens 0 'Your', 1 ' journey', 4 ' one': give the position"),
+])
+def test_focus_text_absent_or_ambiguous_names_the_candidates(spec, message):
+    cfg = compose_cfg()
+    cfg.train.focus_token = spec
+    with pytest.raises(ConfigError) as err:
+        tokenize(cfg)
+    assert str(err.value).startswith(message)

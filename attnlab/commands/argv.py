@@ -15,7 +15,7 @@ from typing import Iterable
 
 from attnlab.core.files import printable
 
-FREE_TEXT_KEYS = ("sentence", "text_file", "analysis.compare_sentence", "name", "notes")
+FREE_TEXT_KEYS = ("sentence", "text_file", "analysis.compare_sentence", "train.focus_token", "name", "notes")
 CONFIG_GROUPS = ("experiment", "model", "optimizer", "train", "logging")
 _SAFE = set(string.ascii_letters + string.digits + " _.-")  # left unquoted, as Hydra reads them
 _FUNCTION = re.compile(r"^\s*(choice|range|interval|glob|sort|shuffle|tag|int|float|str|bool|json_str)\s*\(")
@@ -53,6 +53,14 @@ def free_text_value(value: str) -> str:
     if all(item and set(item) <= _SAFE for item in items):
         return value
     return ",".join(quote(item) for item in items)  # an empty item too: "Hello," is "Hello" and ""
+
+
+def language(argv: Iterable[str]) -> str | None:
+    """The last ``lang=VALUE`` typed when VALUE is one of attnlab's languages, else None (the locale's)."""
+    from attnlab.core.i18n import LANGUAGES
+
+    given = [a.split("=", 1)[1].strip("'\"") for a in argv if a.startswith("lang=")]
+    return given[-1] if given and given[-1] in LANGUAGES else None
 
 
 def prepare(argv: Iterable[str]) -> list[str]:

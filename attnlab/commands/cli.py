@@ -24,10 +24,11 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError
 from attnlab.commands import argv, callbacks
 from attnlab.commands.hydra_config import register_configs
 from attnlab.commands.job import EXIT_BAD_INPUT, EXIT_FAILED_RUN, run_job
-from attnlab.core import interrupts
+from attnlab.core import i18n, interrupts
 from attnlab.core.config import schema_keys
 from attnlab.core.errors import AttnlabError, os_reason
 from attnlab.core.files import printable
+from attnlab.core.i18n import _
 from attnlab.outputs import rundir, streams
 from attnlab.outputs.console import display_path
 
@@ -46,7 +47,7 @@ def _hydra_main(cfg: DictConfig) -> str:
     try:
         result = run_job(cfg, run_dir, overrides=overrides, key="hydra.sweep.subdir" if in_sweep else "hydra.run.dir")
     except AttnlabError as err:  # a sweep job's folder refused
-        print(f"error: {err}", file=sys.stderr)
+        print(_("error: {message}").format(message=err), file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
     if result.exception is not None and os.environ.get(FULL_ERROR) == "1":
         raise result.exception
@@ -58,7 +59,8 @@ def _hydra_main(cfg: DictConfig) -> str:
               file=sys.stderr)
         sys.exit(EXIT_FAILED_RUN)
     if result.status != "completed":
-        print(f"error: {result.error}" if result.bad_input else f"{reason}; records kept in {display_path(run_dir)}",
+        print(_("error: {message}").format(message=result.error) if result.bad_input else
+              _("{reason}; records kept in {run_dir}").format(reason=reason, run_dir=display_path(run_dir)),
               file=sys.stderr)
         if not in_sweep or result.status == "interrupted":  # Ctrl-C stops a sweep; a bad job does not
             sys.exit(EXIT_BAD_INPUT if result.bad_input else EXIT_FAILED_RUN)
@@ -81,9 +83,10 @@ def error_line(err: BaseException, typed: list[str]) -> str:
     key = getattr(cause, "full_key", None) or next(iter(re.findall(r"full_key: (\S+)", text)), None)
     given = next((a for a in reversed(typed) if a.split("=", 1)[0].lstrip("+~") == key), None) if key else None
     if isinstance(err, AttnlabError):
-        return f"error: {err}"
+        return _("error: {message}").format(message=err)
     if isinstance(err, MissingConfigException) and err.missing_cfg_file and err.options:
-        return f"error: {err.missing_cfg_file.replace('/', '=', 1)}: no such option; allowed: {', '.join(err.options)}"
+        return _("error: {choice}: no such option; allowed: {options}").format(
+            choice=err.missing_cfg_file.replace("/", "=", 1), options=", ".join(err.options))
     if isinstance(err, OSError):
         return f"error: cannot write {printable(err.filename or 'the output folder', 300)}: {os_reason(err)}"
     if isinstance(err, OverrideParseException):
@@ -92,17 +95,19 @@ def error_line(err: BaseException, typed: list[str]) -> str:
         key, value = re.match(r"Ambiguous value for argument '([^=']+)=(.*)'$", first).groups()
         value = next((a.split("=", 1)[1] for a in reversed(typed) if a.split("=", 1)[0].lstrip("+") == key), value)
         quoted = '"' + value.replace('"', '\\"') + '"'
-        return (f"error: {key}={value!r}: a comma separates values; to keep it in the value, quote it for Hydra "
-                f"and the shell: '{key}={quoted}'; with -m (--multirun) the commas sweep over the values")
+        return _("error: {key}={value!r}: a comma separates values; to keep it in the value, quote it for Hydra "
+                 "and the shell: '{key}={quoted}'; with -m (--multirun) the commas sweep over the values").format(
+            key=key, value=value, quoted=quoted)
     if isinstance(cause, (ConfigAttributeError, ConfigKeyError)) and key:
-        return f"error: {printable(given or key, 120)}: no such config key (`attnlab --help` lists every key)"
+        return _("error: {key}: no such config key (`attnlab --help` lists every key)").format(
+            key=printable(given or key, 120))
     if isinstance(cause, OverflowError):
         return f"error: {printable(given or key, 120)}: too large for a float (at most 1.8e308)"
     if given is not None and "=" in given:
         value = getattr(cause, "value", None)  # in a sweep, the one value of the list that was refused
         shown = value if isinstance(value, str) else given.split("=", 1)[1]
-        return f"error: {key}={printable(shown, 300)!r}: {printable(first, 300)}"
-    return f"error: {printable(first, 300)} (`attnlab --help` lists the options)"
+        return _("error: {message}").format(message=f"{key}={printable(shown, 300)!r}: {printable(first, 300)}")
+    return _("error: {message} (`attnlab --help` lists the options)").format(message=printable(first, 300))
 
 
 def _syntax_line(report: str, refused: str, typed: list[str]) -> str:
@@ -112,18 +117,21 @@ def _syntax_line(report: str, refused: str, typed: list[str]) -> str:
     what = re.sub(r"^Error parsing override '.*'$", "", lines[0]).strip() or (lines[1] if len(lines) > 1 else "")
     what = re.sub(r" expecting \{.*\}$", "", what)  # the grammar's token list says nothing to a user
     arg = next((candidate for candidate in typed if argv.prepare([candidate]) == [refused]), None)
-    hint = "quote values that contain = , [ ] { } ( ) : or non-ASCII text for Hydra"
+    hint = _("quote values that contain = , [ ] {{ }} ( ) : or non-ASCII text for Hydra").format()
     if arg is None:
-        return f"error: {what} in the overrides (Hydra's override syntax): {hint}, e.g. 'model.positional=\"learned\"'"
+        return _("error: {what} in the overrides (Hydra's override syntax): {hint}, e.g. "
+                 "'model.positional=\"learned\"'").format(what=what, hint=hint)
     shown = arg if len(arg) <= 80 else arg[:77] + "..."
     key = arg.split("=", 1)[0].lstrip("+") if "=" in arg else None
     if key is None:
-        return (f"error: {shown!r}: not an override (key=value); a text with spaces must be one argument: "
-                "quote the whole override for the shell, e.g. 'sentence=Your journey starts'")
+        return _("error: {arg!r}: not an override (key=value); a text with spaces must be one argument: "
+                 "quote the whole override for the shell, e.g. 'sentence=Your journey starts'").format(arg=shown)
     if key in argv.FREE_TEXT_KEYS:
-        return (f"error: {shown!r}: not valid override syntax ({what}); {key} takes text as typed unless it "
-                f"starts with a quote, [ or {{, which must then be closed: '{key}=\"[a] b\"' keeps them as text")
-    return f"error: {shown!r}: not valid override syntax ({what}); {hint}, e.g. '{key}=\"a=b\"'"
+        return _("error: {arg!r}: not valid override syntax ({what}); {key} takes text as typed unless it "
+                 "starts with a quote, [ or {{, which must then be closed: '{key}=\"[a] b\"' keeps them as text"
+                 ).format(arg=shown, what=what, key=key)
+    return _("error: {arg!r}: not valid override syntax ({what}); {hint}, e.g. '{key}=\"a=b\"'").format(
+        arg=shown, what=what, hint=hint, key=key)
 
 
 install_signal_handlers = interrupts.install  # SIGINT, SIGTERM, SIGHUP: interrupted at the next step
@@ -146,8 +154,8 @@ def refusal(typed: list[str]) -> str | None:
             return (f"error: {printable(arg, 120)}: refused: a handler of Hydra's log could write a file before "
                     "attnlab holds the folder; choose hydra/hydra_logging=default, disabled or none")
     for bad in argv.unknown_added_keys(typed, schema_keys()):
-        return (f"error: {bad}: no such config key; attnlab's keys are fixed by its schema and cannot be added "
-                "or removed (`attnlab --help` lists them)")
+        return _("error: {key}: no such config key; attnlab's keys are fixed by its schema and cannot be added "
+                 "or removed (`attnlab --help` lists them)").format(key=bad)
     return None
 
 
@@ -157,13 +165,15 @@ def main() -> None:
     install_signal_handlers()
     streams.install()
     typed = sys.argv[1:]
+    lang = i18n.set_language(argv.language(typed))
     if (refused := refusal(typed)) is not None:
         print(refused, file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
     register_configs()
     prepared = argv.prepare(typed)
     first = next((i for i, a in enumerate(prepared) if "=" in a and not a.startswith("-")), 0)
-    sys.argv[1:] = [*prepared[:first], *HYDRA_WRITES_NOTHING, *prepared[first:]]  # beside the user's overrides
+    help_page = ["hydra/help=attnlab_zh"] if lang == "zh" else []  # `attnlab --help` in the learner's language
+    sys.argv[1:] = [*prepared[:first], *HYDRA_WRITES_NOTHING, *help_page, *prepared[first:]]  # beside the user's
     os.environ.setdefault(FULL_ERROR, os.environ.get("HYDRA_FULL_ERROR", "0"))
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises its errors here instead of printing its report
     # a launcher whose worker was killed leaves its semaphores to multiprocessing's tracker: no warning for that
@@ -177,7 +187,7 @@ def main() -> None:
         code = end.code
         raise
     except KeyboardInterrupt:  # outside a job (a job records its own)
-        print("interrupted: the runs that started kept their records", file=sys.stderr)
+        print(_("interrupted: the runs that started kept their records"), file=sys.stderr)
         code = EXIT_FAILED_RUN
     except Exception as err:
         if os.environ.get(FULL_ERROR) == "1":

@@ -103,7 +103,8 @@ def _job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None, job_num: i
         resolved = resolve(typed)
         artifacts.write_summary(run_dir, task=resolved["task"], config=resolved)
         checks.validate(typed)
-        tokenize(typed)  # the text's checks too, before torch loads
+        resolved["train"]["focus_token"] = tokenize(typed).focus  # the text's checks too, before torch loads
+        artifacts.write_summary(run_dir, config=resolved)  # with the focus token's position
         drawing.start(typed)  # figure workers import matplotlib while this process imports torch
         artifacts.write_summary(run_dir, versions=artifacts.environment(resolved["device"]))
         result = _run(typed, run_dir)

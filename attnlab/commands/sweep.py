@@ -11,6 +11,7 @@ from typing import Any, Sequence
 from omegaconf import DictConfig, OmegaConf, read_write
 
 from attnlab.core.files import printable
+from attnlab.core.i18n import _
 from attnlab.saved.runs import broken, collect_rows
 from attnlab.saved.table import distribution, format_table, write_csv
 
@@ -80,9 +81,10 @@ def summarize(sweep_dir: Path, print_table: bool = True) -> int:
         print(format_table(rows))
         if line := distribution(rows):
             print(line)
-        print(f"\n{len(rows)} job{'s' if len(rows) != 1 else ''}, {len(rows) - len(bad)} completed"
-              + (f" ({len(damaged)} with files that cannot be read)" if damaged else "")
-              + (f", {len(bad)} not completed ({', '.join(sorted({printable(r['status'], 40) for r in bad}))})"
-                 if bad else "")
-              + f"; summary: {csv_path}", flush=True)
+        statuses = ", ".join(sorted({printable(r["status"], 40) for r in bad}))
+        print("\n" + (_("1 job") if len(rows) == 1 else _("{n} jobs")).format(n=len(rows))
+              + _(", {n} completed").format(n=len(rows) - len(bad))
+              + (_(" ({n} with files that cannot be read)").format(n=len(damaged)) if damaged else "")
+              + (_(", {n} not completed ({statuses})").format(n=len(bad), statuses=statuses) if bad else "")
+              + _("; summary: {path}").format(path=csv_path), flush=True)
     return EXIT_SOME_JOBS_FAILED if bad or damaged else 0

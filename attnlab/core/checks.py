@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 from attnlab.core.config import OPTIMIZERS, Task, plain, snapshot_steps
 from attnlab.core.errors import ConfigError
 from attnlab.core.files import METRICS_LIMIT, NPZ_LIMIT, TOKEN_CHARS, printable
-from attnlab.core.i18n import _
+from attnlab.core.i18n import N_, _, set_language
 
 INT64_MAX = 2**63 - 1
 SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.manual_seed accepts
@@ -65,48 +65,54 @@ def _device_available(device: str) -> bool:
     return torch.cuda.is_available() if device.startswith("cuda") else torch.backends.mps.is_available()
 
 
-POSITIVE = (_int(1, INT64_MAX), "must be a positive integer")
+POSITIVE = (_int(1, INT64_MAX), N_("must be a positive integer"))
 TARGETS = {node._target_ for node in OPTIMIZERS.values()}
 SHIPPED = ", ".join(f"{k} ({v._target_})" for k, v in OPTIMIZERS.items())
 RULES: list[tuple[str, Check, str | Callable[[DictConfig], str]]] = [
-    ("seed", _int(*SEED_RANGE), f"must be an integer in [{SEED_RANGE[0]}, {SEED_RANGE[1]}] "
-     "(what torch.manual_seed accepts)"),
-    *((key, _label(n), _("must be text of at most {n} characters on one line (no control characters)").format(n=n))
+    ("seed", _int(*SEED_RANGE), lambda cfg: _("must be an integer in [{low}, {high}] (what torch.manual_seed "
+                                             "accepts)").format(low=SEED_RANGE[0], high=SEED_RANGE[1])),
+    *((key, _label(n), lambda cfg, n=n: _("must be text of at most {n} characters on one line "
+                                          "(no control characters)").format(n=n))
       for key, n in (("name", NAME_CHARS), ("notes", NOTES_CHARS))),
     *((key, *POSITIVE) for key in ("model.d_model", "model.d_k", "model.d_v", "model.n_heads", "train.steps",
                                    "tokenizer.max_tokens")),
-    ("model.dropout", _real(lambda v: 0 <= v < 1), "must be in [0, 1) (the probability of zeroing a weight)"),
+    ("model.dropout", _real(lambda v: 0 <= v < 1), N_("must be in [0, 1) (the probability of zeroing a weight)")),
     ("model.out_proj", lambda v, cfg: _out_proj_problem(cfg) is None, _out_proj_problem),
-    ("train.focus_token", _int(0, INT64_MAX), "must be a token position (an integer >= 0)"),
-    ("model.init_std", _real(lambda v: v >= 0), "must be >= 0 and finite"),
-    ("optimizer._target_", lambda v, cfg: v in TARGETS, f"must be one of the shipped optimizers: {SHIPPED}"),
-    ("optimizer.lr", _real(lambda v: v > 0), "must be a positive finite number"),
-    *((f"optimizer.{key}", _optional(_real(lambda v: v >= 0)), "must be >= 0 and finite")
+    ("train.focus_token", lambda v, cfg: v is None or (isinstance(v, str) and v != "") or _int(0, INT64_MAX)(v, cfg),
+     N_("must be a token position (an integer >= 0), a text in the sentence, or null (its second word or character)")),
+    ("model.init_std", _real(lambda v: v >= 0), N_("must be >= 0 and finite")),
+    ("optimizer._target_", lambda v, cfg: v in TARGETS,
+     lambda cfg: _("must be one of the shipped optimizers: {shipped}").format(shipped=SHIPPED)),
+    ("optimizer.lr", _real(lambda v: v > 0), N_("must be a positive finite number")),
+    *((f"optimizer.{key}", _optional(_real(lambda v: v >= 0)), N_("must be >= 0 and finite"))
       for key in ("eps", "weight_decay", "momentum")),
-    ("optimizer.dampening", _optional(_real(lambda v: True)), "must be a finite number"),
+    ("optimizer.dampening", _optional(_real(lambda v: True)), N_("must be a finite number")),
     ("optimizer.betas", _optional(lambda v, cfg: isinstance(v, list) and len(v) == 2
                                   and all(_real(lambda b: 0 <= b < 1)(b, cfg) for b in v)),
-     "must be two numbers in [0, 1), e.g. [0.9,0.999]"),
+     N_("must be two numbers in [0, 1), e.g. [0.9,0.999]")),
     ("optimizer.nesterov", _optional(lambda v, cfg: not v or (cfg.optimizer.momentum > 0
                                                                and cfg.optimizer.dampening == 0)),
-     lambda cfg: (f"needs optimizer.momentum > 0 and optimizer.dampening=0 (momentum={cfg.optimizer.momentum}, "
-                  f"dampening={cfg.optimizer.dampening})")),
+     lambda cfg: _("needs optimizer.momentum > 0 and optimizer.dampening=0 (momentum={momentum}, "
+                   "dampening={dampening})").format(momentum=cfg.optimizer.momentum,
+                                                    dampening=cfg.optimizer.dampening)),
     ("train.snapshot_steps", _optional(lambda v, cfg: all(_int(0, cfg.train.steps - 1)(s, cfg) for s in v)),
-     lambda cfg: (f"every step must be in [0, train.steps={cfg.train.steps}) "
-                  "(or leave it null: automatic, or every train.snapshot_every steps)")),
+     lambda cfg: _("every step must be in [0, train.steps={steps}) (or leave it null: automatic, or every "
+                   "train.snapshot_every steps)").format(steps=cfg.train.steps)),
     ("train.snapshot_every", _optional(lambda v, cfg: _int(1, INT64_MAX)(v, cfg) and cfg.train.snapshot_steps is None),
-     "must be a positive integer (the steps between snapshots) and train.snapshot_steps null (it lists them)"),
-    ("train.loss_threshold", _real(lambda v: v > 0), "must be > 0 and finite"),
+     N_("must be a positive integer (the steps between snapshots) and train.snapshot_steps null (it lists them)")),
+    ("train.loss_threshold", _real(lambda v: v > 0), N_("must be > 0 and finite")),
     ("threads", _optional(lambda v, cfg: v == "auto" or _int(1, INT64_MAX)(v, cfg)),
-     "must be auto or a positive integer"),
+     N_("must be auto or a positive integer")),
     ("device", lambda v, cfg: isinstance(v, str) and (v == "cpu" or v.startswith(("cuda", "mps"))),
-     "must be cpu, cuda, cuda:N or mps"),
-    ("device", lambda v, cfg: _device_available(v), "is not available on this machine; use device=cpu"),
+     N_("must be cpu, cuda, cuda:N or mps")),
+    ("device", lambda v, cfg: _device_available(v), N_("is not available on this machine; use device=cpu")),
 ]
 
 
 def validate(cfg: DictConfig) -> None:
-    """Raises ConfigError at the first value :data:`RULES` refuses."""
+    """Sets the language ``_()`` speaks (``lang``), then raises ConfigError at the first value
+    :data:`RULES` refuses."""
+    set_language(plain(OmegaConf.select(cfg, "lang", default=None)))
     for key, ok, allowed in RULES:
         value = OmegaConf.select(cfg, key, default=None)
         if OmegaConf.is_config(value):

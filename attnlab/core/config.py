@@ -13,6 +13,7 @@ from typing import Any, Iterator, Optional
 from omegaconf import II, MISSING, DictConfig, OmegaConf
 
 from attnlab.core.errors import ConfigError
+from attnlab.core.i18n import default_language
 
 TUTORIAL_SENTENCE = "Your journey starts with one step"
 
@@ -20,6 +21,11 @@ TUTORIAL_SENTENCE = "Your journey starts with one step"
 class Task(str, Enum):
     train = "train"
     walkthrough = "walkthrough"
+
+
+class Lang(str, Enum):  # what attnlab says is in this language (attnlab.core.i18n)
+    zh = "zh"
+    en = "en"
 
 
 class Positional(str, Enum):
@@ -127,7 +133,7 @@ class TrainConfig:
     # null: automatic (snapshot_steps()); or a list of steps in [0, steps)
     snapshot_steps: Optional[list[int]] = None
     snapshot_every: Optional[int] = None  # N: steps 0, N, 2N, ... and the last (when snapshot_steps is null)
-    focus_token: int = 1
+    focus_token: Any = None  # a position, a text in the sentence (its first token), or null: its second word or char
     loss_threshold: float = 1e-3  # "steps to threshold" in summaries and TensorBoard hparams
     objective: Objective = Objective.mse
 
@@ -152,6 +158,7 @@ class AnalysisConfig:
 @dataclass
 class Config:
     task: Task = Task.train
+    lang: Lang = field(default_factory=lambda: Lang(default_language()))  # from the locale, as gettext reads it
     seed: int = 42
     sentence: str = TUTORIAL_SENTENCE
     text_file: Optional[str] = None

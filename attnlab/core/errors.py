@@ -3,17 +3,20 @@ import os
 import traceback
 from pathlib import Path
 
+from attnlab.core.i18n import _
+
 
 class AttnlabError(Exception):
     """Base class: ``str(err)`` is one line meant for the user, no traceback needed."""
 
 
 class ConfigError(AttnlabError, ValueError):
-    """A config value is not allowed, e.g. ``model.d_model=0: must be a positive integer``."""
+    """A config value is not allowed, e.g. ``model.d_model=0: must be a positive integer``; ``allowed``
+    is translated here (a template marked ``N_``, or a sentence already translated)."""
 
     def __init__(self, key: str, value: object, allowed: str) -> None:
         self.key, self.value, self.allowed = key, value, allowed
-        super().__init__(f"{key}={value!r}: {allowed}")
+        super().__init__(f"{key}={value!r}: {_(allowed)}")
 
 
 class TokenizerError(AttnlabError):

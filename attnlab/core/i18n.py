@@ -1,10 +1,58 @@
-"""The learner's language. ``_(message)`` returns ``message`` in the language chosen for this
-process; every sentence attnlab says to a user goes through it, written as an English template
-with named placeholders and formatted after translation: ``_("step {step} of {steps}").format(...)``.
-Keys, values, file names and numbers stay as typed."""
+"""The learner's language (config key ``lang``: ``zh`` or ``en``). ``_(message)`` returns ``message``
+translated by the stdlib ``gettext`` catalog ``attnlab/locale/zh_CN/LC_MESSAGES/attnlab.mo`` when
+the language is ``zh``; every sentence attnlab says goes through it, an English template with
+named placeholders formatted after translation: ``_("step {step} of {steps}").format(...)``.
+Keys, values, file names and numbers stay as typed. ``make i18n`` extracts and compiles the catalog."""
 from __future__ import annotations
+
+import gettext
+import os
+from importlib import resources
+
+LANGUAGES = ("zh", "en")
+LOCALE_DIR = resources.files("attnlab") / "locale"
+_translation: gettext.NullTranslations = gettext.NullTranslations()
+
+
+def default_language() -> str:
+    """``zh`` when the locale gettext reads (the first set of LANGUAGE, LC_ALL, LC_MESSAGES, LANG)
+    is Chinese (``zh_CN.UTF-8``, ``zh``), else ``en``."""
+    for var in ("LANGUAGE", "LC_ALL", "LC_MESSAGES", "LANG"):
+        if value := os.environ.get(var):
+            return "zh" if value.split(":")[0].lower().startswith("zh") else "en"
+    return "en"
+
+
+def set_language(lang: str | None = None) -> str:
+    """Make ``_()`` speak ``lang`` (one of :data:`LANGUAGES`; None: :func:`default_language`)
+    from now on in this process; returns the language set. ValueError for another value."""
+    lang = default_language() if lang is None else lang
+    if lang not in LANGUAGES:
+        raise ValueError(f"lang={lang!r}: must be one of {', '.join(LANGUAGES)}")
+    global _translation
+    _translation = (gettext.translation("attnlab", str(LOCALE_DIR), languages=["zh_CN"]) if lang == "zh"
+                    else gettext.NullTranslations())
+    return lang
+
+
+def language() -> str:
+    """The language ``_()`` speaks now."""
+    return "en" if type(_translation) is gettext.NullTranslations else "zh"
 
 
 def _(message: str) -> str:
     """``message`` translated into the current language (English: ``message`` itself)."""
+    return _translation.gettext(message)
+
+
+def N_(message: str) -> str:
+    """``message`` itself, marked for the catalog: a table's text translated where it is shown."""
     return message
+
+
+def translations(messages: list[str]) -> dict[str, str]:
+    """``{message: translation}`` for the current language (the report page's ``tr()``)."""
+    return {m: _(m) for m in messages}
+
+
+set_language()

@@ -16,6 +16,7 @@ from omegaconf import DictConfig
 from attnlab.core.config import plain
 from attnlab.core.errors import ConfigError, TokenizerError
 from attnlab.core.files import RunFileError, read_own_file
+from attnlab.core.i18n import _
 
 GPT2_RANKS_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"
 ENDOFTEXT = "<|endoftext|>"
@@ -25,11 +26,13 @@ _PACKAGED = {"gpt2", "r50k_base"}
 
 @dataclass(frozen=True)
 class Tokens:
-    """``token_ids`` (T,), one label per token, ``vocab_size`` (rows of the embedding table, ≥ 50,257)."""
+    """``token_ids`` (T,), one label per token, ``vocab_size`` (rows of the embedding table, ≥ 50,257),
+    ``focus`` the position ``train.focus_token`` names (:func:`focus_position`)."""
 
     token_ids: list[int]
     labels: list[str]
     vocab_size: int
+    focus: int = 0
 
     @property
     def seq_len(self) -> int:  # T
@@ -122,10 +125,45 @@ def read_text(cfg: DictConfig) -> str:
 def tokenize(cfg: DictConfig) -> Tokens:
     """Tutorial §1: read, encode, label. TokenizerError, or ConfigError for an empty text, more
     than ``tokenizer.max_tokens``, one token for training, or ``train.focus_token`` not in [0, T)."""
-    name = cfg.tokenizer.encoding
-    ids = encode(read_text(cfg), name, plain(cfg.tokenizer.special_tokens))
+    name, text = cfg.tokenizer.encoding, read_text(cfg)
+    ids = encode(text, name, plain(cfg.tokenizer.special_tokens))
     _check_length(cfg, len(ids))
-    return Tokens(ids, token_labels(ids, name), max(GPT2_VOCAB_SIZE, get_encoding(name).n_vocab))
+    labels = token_labels(ids, name)
+    pieces = [get_encoding(name).decode_single_token_bytes(t) for t in ids]
+    return Tokens(ids, labels, max(GPT2_VOCAB_SIZE, get_encoding(name).n_vocab),
+                  focus_position(cfg.train.focus_token, text, pieces, labels))
+
+
+def focus_position(spec: int | str | None, text: str, pieces: list[bytes], labels: list[str]) -> int:
+    """The token position ``train.focus_token`` names in ``text`` (tokens ``pieces``, bytes each):
+    a position as given; a text (``旅``, ``journey``, ``' journey'``): the token its first byte is
+    in; None: the token where the text's second word starts, or its second character when it has
+    no spaces (``' journey'`` in the tutorial's sentence, ``的`` in 你的旅程从一步开始), never a
+    byte inside a character. ConfigError for a text that is absent or in more than one token,
+    naming the candidates (positions and labels)."""
+    if isinstance(spec, int) or not pieces:
+        return spec if isinstance(spec, int) else 0
+    starts = [0]
+    for piece in pieces:
+        starts.append(starts[-1] + len(piece))  # byte offset of each token, then the end
+
+    def token_at(char: int) -> int:  # the token holding the first byte of text[char]
+        byte = len(text[:char].encode("utf-8"))
+        return max(i for i in range(len(pieces)) if starts[i] <= byte)
+
+    if spec is None:
+        words = text.split()
+        char = text.index(words[1], text.index(words[0]) + len(words[0])) if len(words) > 1 else 1
+        return token_at(min(char, len(text) - 1))
+    found = sorted({token_at(i) for i in range(len(text)) if text.startswith(spec, i)})
+    listed = ", ".join(f"{i} {show(labels[i])}" for i in (found or range(len(labels)))[:20])
+    if not found:
+        raise ConfigError("train.focus_token", spec,
+                          _("is not in the text; its tokens: {tokens}").format(tokens=listed))
+    if len(found) > 1:
+        raise ConfigError("train.focus_token", spec, _("is in the text {n} times, at tokens {tokens}: give the "
+                                                       "position").format(n=len(found), tokens=listed))
+    return found[0]
 
 
 def _check_length(cfg: DictConfig, n_tokens: int) -> None:
@@ -140,6 +178,6 @@ def _check_length(cfg: DictConfig, n_tokens: int) -> None:
     if plain(cfg.task) == "train" and n_tokens < 2:
         raise ConfigError(key, shown, "has 1 token: training predicts the next token, give at least 2")
     focus = cfg.train.focus_token
-    if not 0 <= focus < n_tokens:
-        raise ConfigError("train.focus_token", focus, f"must be a token position in [0, {n_tokens}) "
-                          f"(the text has {n_tokens} token{'' if n_tokens == 1 else 's'})")
+    if isinstance(focus, int) and not 0 <= focus < n_tokens:
+        raise ConfigError("train.focus_token", focus, _("must be a token position in [0, {T}) (the text has {T} "
+                                                        "tokens), or a text in it").format(T=n_tokens))

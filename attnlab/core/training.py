@@ -161,9 +161,10 @@ def train(cfg: DictConfig, sinks: Iterable[Sink] = (), run_dir: Path | None = No
     model.train()  # attention dropout, when model.dropout > 0
     snapshots = snapshot_steps(cfg.train)
     is_snapshot = set(snapshots).__contains__
-    info = RunInfo(config=resolve(cfg), token_ids=tokens.token_ids, tokens=tokens.labels,
-                   snapshot_steps=snapshots, steps=cfg.train.steps, focus_token=cfg.train.focus_token,
-                   run_dir=run_dir)
+    config = resolve(cfg)
+    config["train"]["focus_token"] = tokens.focus  # the position the run used, whatever named it
+    info = RunInfo(config=config, token_ids=tokens.token_ids, tokens=tokens.labels,
+                   snapshot_steps=snapshots, steps=cfg.train.steps, focus_token=tokens.focus, run_dir=run_dir)
     interrupts.pause_point("model_built")  # a test hook
     interrupts.check()  # a deferred Ctrl-C while torch loaded: stop before any sink starts
     recorder = LossRecorder(sinks, cfg.train.loss_threshold, keep=keep_losses)

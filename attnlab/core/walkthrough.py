@@ -11,6 +11,7 @@ import torch
 from omegaconf import DictConfig
 
 from attnlab.core import checks
+from attnlab.core.i18n import _
 from attnlab.core.tokenizer import show, tokenize
 from attnlab.core.training import build_model, one_at_a_time
 
@@ -33,8 +34,8 @@ def walkthrough(cfg: DictConfig, print_line: Callable[[str], object] = print) ->
     embedding, attention = model.embedding, model.attention
     ids, tokens = prepared.token_ids, prepared.labels
 
-    p("== 1. Tokenization ==")
-    p("text:", cfg.sentence if not cfg.get("text_file") else cfg.text_file)
+    p(_("== 1. Tokenization =="))
+    p(_("text:"), cfg.sentence if not cfg.get("text_file") else cfg.text_file)
     p("token_ids:", ids)
     for tid, tok in zip(ids, tokens):
         p(f"  {tid:>6} -> {show(tok)}")
@@ -43,42 +44,43 @@ def walkthrough(cfg: DictConfig, print_line: Callable[[str], object] = print) ->
         device = next(attention.parameters()).device
         id_tensor = torch.tensor(ids, device=device)
         tok_emb = embedding.token_embedding(id_tensor)
-        p("\n== 2. Token embedding ==")
+        p("\n" + _("== 2. Token embedding =="))
         p("shape:", tuple(tok_emb.shape))
         p(tok_emb.cpu().numpy())
         manual = embedding.token_embedding.weight[id_tensor]
-        p("lookup == Embedding call?", torch.equal(manual, tok_emb))
-        p("embedding table shape:", tuple(embedding.token_embedding.weight.shape))
-        p("input dtype:", id_tensor.dtype, " shape:", tuple(id_tensor.shape))
+        p(_("lookup == Embedding call?"), torch.equal(manual, tok_emb))
+        p(_("embedding table shape:"), tuple(embedding.token_embedding.weight.shape))
+        p(_("input dtype:"), id_tensor.dtype, " shape:", tuple(id_tensor.shape))
 
         pos_emb = embedding.position_embedding(torch.arange(len(ids), device=device))
         X = embedding(id_tensor)
-        p("\n== 3. Positional embedding ==")
-        p("shape:", tuple(pos_emb.shape), *([" (left out: model.positional=none)"] if not embedding.positional else []))
+        p("\n" + _("== 3. Positional embedding =="))
+        p("shape:", tuple(pos_emb.shape), *([] if embedding.positional else [_(" (left out: model.positional=none)")]))
         p("X shape:", tuple(X.shape))
-        p("X[0] == token_embeddings[0] + pos_embeddings[0]?",
+        p(_("X[0] == token_embeddings[0] + pos_embeddings[0]?"),
           torch.equal(X[0], tok_emb[0] + (pos_emb[0] if embedding.positional else 0)))
 
         att = attention(X)  # the tutorial's one head: head 0 of Q, K, V, scores, weights
         Z, weights, parts = att.Z, att.weights[0], {k: getattr(att, k)[0] for k in ("Q", "K", "V", "scores")}
-        p("\n== 4. Self-attention ==" + (f"  (head 0 of model.n_heads={attention.n_heads})"
-                                        if attention.n_heads > 1 else ""))
+        p("\n" + _("== 4. Self-attention ==") + (_("  (head 0 of model.n_heads={H})").format(H=attention.n_heads)
+                                                 if attention.n_heads > 1 else ""))
         p("Q shape:", tuple(parts["Q"].shape), " K shape:", tuple(parts["K"].shape),
           " V shape:", tuple(parts["V"].shape))
-        p("scores shape:", tuple(parts["scores"].shape), f" (scaled by 1/sqrt(d_k), d_k={attention.d_k})")
+        p("scores shape:", tuple(parts["scores"].shape),
+          _(" (scaled by 1/sqrt(d_k), d_k={d_k})").format(d_k=attention.d_k))
         w = weights.cpu().numpy()
         width = max(10, max(len(show(t)) for t in tokens) + 1)
         p(" " * (width + 2) + "  ".join(f"{show(t):>{width}}" for t in tokens))
         for i, row in enumerate(w):
             p(f"{show(tokens[i]):>{width}}: " + "  ".join(f"{v:>{width}.3f}" for v in row))
-        p("row sums:", w.sum(axis=-1))
+        p(_("row sums:"), w.sum(axis=-1))
         p("Z shape:", tuple(Z.shape))
-        f = cfg.train.focus_token
-        p(f"\nfocus token: {show(tokens[f])}")
+        f = prepared.focus
+        p("\n" + _("focus token: {token}").format(token=show(tokens[f])))
         p(f"q = {parts['Q'][f].cpu().numpy()}")
-        p("attention weights:")
+        p(_("attention weights:"))
         for t, v in zip(tokens, w[f]):
-            p(f"  -> {show(t):>{width}}: {v:.4f}")
+            p(_("  -> {token}: {weight:.4f}").format(token=f"{show(t):>{width}}", weight=v))
         p(f"z = {Z[f].cpu().numpy()}")
 
     return {"token_ids": np.asarray(ids, dtype=np.int64), "token_embeddings": tok_emb.cpu().numpy(),

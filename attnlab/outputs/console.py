@@ -24,8 +24,9 @@ def duration(seconds: float) -> str:
     """``45 s``, ``3 min 20 s``, ``2 h 5 min``."""
     s = round(seconds)
     if s < 60:
-        return f"{s} s"
-    return f"{s // 60} min {s % 60} s" if s < 3600 else f"{s // 3600} h {s % 3600 // 60} min"
+        return _("{s} s").format(s=s)
+    return (_("{min} min {s} s").format(min=s // 60, s=s % 60) if s < 3600
+            else _("{h} h {min} min").format(h=s // 3600, min=s % 3600 // 60))
 
 
 def job_prefix() -> str:
@@ -64,11 +65,14 @@ def snapshot_line(step: int, loss: float, row: np.ndarray, tokens: list[str], fo
     shown, more = range(len(tokens)), ""
     if len(tokens) > MAX_TARGETS_SHOWN:
         shown = sorted(np.argsort(-row, kind="stable")[:MAX_TARGETS_SHOWN].tolist())
-        more = f"  ({MAX_TARGETS_SHOWN} strongest of {len(tokens)})"
+        more = _("  ({n} strongest of {T})").format(n=MAX_TARGETS_SHOWN, T=len(tokens))
     counts = Counter(tokens)
-    targets = " ".join(f"{show(tokens[j].strip())}{f'@{j}' if counts[tokens[j]] > 1 else ''}={row[j]:.2f}"
-                       for j in shown) + more
-    return f"step {step:3d}  loss={loss:.4f}  |  {show(tokens[focus])} attends: {targets}"
+    targets = " ".join(f"{show(tokens[j].strip() or tokens[j])}{f'@{j}' if counts[tokens[j]] > 1 else ''}"
+                       f"={row[j]:.2f}" for j in shown) + more
+    # zh names the focus token as the tutorial prints it, bare: ``journey关注:``
+    return _("step {step:3d}  loss={loss:.4f}  |  {focus} attends: {targets}").format(
+        step=step, loss=loss, focus=show(tokens[focus]), bare=tokens[focus].strip() or show(tokens[focus]),
+        targets=targets)
 
 
 class ConsoleSink(Sink):
@@ -111,27 +115,33 @@ class ConsoleSink(Sink):
         if elapsed >= ETA_AFTER_S:
             self._t0, left = None, (self._info.steps - done) * elapsed / done
             if left >= ETA_MIN_S:
-                self._print(f"step {done} of {self._info.steps} after {duration(elapsed)}: about {duration(left)} "
-                            f"to go ({done / elapsed:.0f} steps/s; Ctrl-C stops it and keeps every step)")
+                self._print(_("step {done} of {steps} after {elapsed}: about {left} to go ({rate:.0f} steps/s; "
+                              "Ctrl-C stops it and keeps every step)").format(
+                    done=done, steps=self._info.steps, elapsed=duration(elapsed), left=duration(left),
+                    rate=done / elapsed))
 
     def on_snapshot(self, snapshot: Snapshot) -> None:
         info = self._info
         heads = snapshot.weights[:, info.focus_token]  # (H, T): the focus token's row in every head
         self._print(snapshot_line(snapshot.step, snapshot.loss, heads.mean(axis=0), info.tokens, info.focus_token))
         if len(heads) > 1:  # the line above is the head mean; where each head attends most
-            labels = [t.strip() for t in info.tokens]
+            labels = [t.strip() or t for t in info.tokens]
             strongest = " ".join(f"{h}→{shown(t)}={w:.2f}" for h, (t, w) in enumerate(target(r, labels) for r in heads))
-            self._print(f"          {len(heads)} heads, strongest key each: {strongest}")
+            self._print(_("          {H} heads, strongest key each: {strongest}").format(H=len(heads),
+                                                                                      strongest=strongest))
 
     def on_end(self, result: RunResult) -> None:
         self.close()
         final = "n/a" if result.final_loss is None else f"{result.final_loss:.6g}"
-        steps = f"{result.steps_run} step{'' if result.steps_run == 1 else 's'}"
+        steps = (_("1 step") if result.steps_run == 1 else _("{n} steps")).format(n=result.steps_run)
         where = f"  ->  {display_path(self._info.run_dir)}" if self._info and self._info.run_dir else ""
+        status = {"completed": _("completed"), "diverged": _("diverged"), "interrupted": _("interrupted"),
+                  "failed": _("failed")}.get(result.status, result.status)
         name = self._info.config.get("name") if self._info else None
-        status = _("{status} ({name})").format(status=result.status, name=printable(name, 100)) if name else \
-            result.status
-        self._print(f"{status}: {steps}, final loss {final}, {result.wall_time_s:.2f} s{where}")  # (bar closed)
+        if name:
+            status = _("{status} ({name})").format(status=status, name=printable(name, 100))
+        self._print(_("{status}: {steps}, final loss {final}, {time:.2f} s{where}").format(
+            status=status, steps=steps, final=final, time=result.wall_time_s, where=where))  # (bar closed)
 
     def close(self) -> None:
         if self._bar is not None:

@@ -10,6 +10,7 @@ import os
 from typing import Any, Callable
 
 from attnlab.core.config import Task
+from attnlab.core.i18n import language, set_language
 
 WORKERS = 1  # a second would draw beside it with a free core; under load it made the default run slower
 _pool = None  # this process's ProcessPoolExecutor, or None
@@ -59,6 +60,12 @@ def shutdown() -> None:
         pool.shutdown(wait=True, cancel_futures=True)
 
 
+def _in_language(lang: str, function: Callable, *args: Any) -> Any:
+    """``function(*args)`` in the worker, its titles and axes in the run's language ``lang``."""
+    set_language(lang)
+    return function(*args)
+
+
 class Drawing:
     """``function(*args)`` (module-level, picklable arguments), sent to the worker when there is
     one; :meth:`result` its value, computed here without a worker or when it died. An exception
@@ -68,7 +75,7 @@ class Drawing:
         self.function, self.args, self.future = function, args, None
         if _pool is not None:
             try:
-                self.future = _pool.submit(function, *args)
+                self.future = _pool.submit(_in_language, language(), function, *args)
             except RuntimeError:  # a broken (BrokenProcessPool) or shut-down pool
                 pass
 

@@ -1,25 +1,31 @@
-"""Fonts for every figure: with a CJK font installed (Noto Sans CJK, WenQuanYi, SimHei, ...) it is
-the fallback after DejaVu Sans and the evolution figure has the tutorial's Chinese title; else the
-English one, and a character no font can draw is shown escaped (``\\u4f60``), never as an empty
-box with a "Glyph missing" warning."""
+"""Fonts for every figure: DejaVu Sans, then a CJK font: attnlab ships Noto Sans CJK SC (OFL) cut
+to GB 2312's 6,763 hanzi and CJK punctuation (``attnlab/data/fonts``, 1.6 MB; docs/i18n.md says
+why), and an installed CJK font (Noto Sans CJK, WenQuanYi, SimHei, ...) is used when there is one.
+A character no font can draw is shown escaped (``\\u4f60``), never as an empty box with a
+"Glyph missing" warning."""
 from __future__ import annotations
 
 import functools
 import re
+from importlib import resources
 
-TITLE_ZH = "注意力权重的训练演化"  # tutorial §5's figure title
-TITLE_EN = "Attention weights during training"
+from attnlab.core.i18n import _
+
+SHIPPED_FONT = resources.files("attnlab.data") / "fonts" / "NotoSansCJKsc-Regular-GB2312.otf"
 _CJK_FONT = re.compile(r"CJK|WenQuanYi|WQY|SimHei|SimSun|Source Han|Microsoft YaHei|PingFang|Hiragino"
                        r"|Heiti|Songti|Arial Unicode|Droid Sans Fallback|AR PL|Unifont", re.IGNORECASE)
 
 
 @functools.lru_cache(maxsize=None)
 def cjk_font() -> str | None:
-    """The family name of an installed CJK font, or None (first match in the font list)."""
+    """The family name of an installed CJK font (first match in the font list), else the shipped one's."""
     from matplotlib import font_manager
 
     names = sorted({f.name for f in font_manager.fontManager.ttflist if _CJK_FONT.search(f.name)})
-    return names[0] if names else None
+    if not names:
+        font_manager.fontManager.addfont(str(SHIPPED_FONT))
+        names = [font_manager.FontProperties(fname=str(SHIPPED_FONT)).get_name()]
+    return names[0]
 
 
 @functools.lru_cache(maxsize=None)
@@ -48,7 +54,7 @@ def rc() -> dict:
     import matplotlib
 
     style = {k: v for k, v in matplotlib.rcParamsDefault.items() if k not in _NOT_STYLE and not k.startswith("webagg.")}
-    return {**style, "font.family": ["DejaVu Sans"] + ([cjk_font()] if cjk_font() else []), "axes.unicode_minus": False}
+    return {**style, "font.family": ["DejaVu Sans", cjk_font()], "axes.unicode_minus": False}
 
 
 def drawable(text: str) -> str:
@@ -66,5 +72,5 @@ def label(token: str) -> str:
 
 
 def default_title() -> str:
-    """The tutorial's Chinese title when a CJK font is installed, else the English one."""
-    return TITLE_ZH if cjk_font() else TITLE_EN
+    """The evolution figure's title in the learner's language (zh: tutorial §5's own)."""
+    return _("Attention weights during training")

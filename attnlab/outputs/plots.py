@@ -12,6 +12,7 @@ import numpy as np
 
 from attnlab.core import interrupts
 from attnlab.core.config import loss_axis_label, objective_of
+from attnlab.core.i18n import _
 from attnlab.core.records import RunInfo, RunResult, Sink, Snapshot, head_mean
 from attnlab.outputs.artifacts import atomic_write_bytes
 from attnlab.outputs.drawing import Drawing
@@ -24,7 +25,9 @@ CMAP = "viridis"
 MAX_PANELS = 10  # evolution figure: at most this many snapshots, evenly spaced
 MAX_COLS = 5  # ... wrapped into rows of at most this many panels
 MAX_HEAD_ROWS = 5  # with several heads: at most this many snapshots, one row of heads each
-PANEL_IN = (3.4, 3.6)  # inches per heatmap panel (width, height)
+PANEL_IN = (3.4, 3.6)  # inches per heatmap panel (width, height), up to 12 tokens
+TICK_IN = 0.2  # inches per token of a larger panel: labels of 13-40 tokens (8 pt, rotated 45°) never overlap
+MAX_FIGURE_IN = 24  # panels per row shrink to keep a figure of large panels at most this wide
 COLORBAR_IN = 0.9  # extra figure width for the shared colour bar
 LOSS_IN = (6.4, 4.0)  # loss.png, inches
 DPI = 100
@@ -61,8 +64,8 @@ def draw_heatmap(ax, w: np.ndarray, labels: Sequence[str], title: str):
         ax.set_xticks(range(t), labels, rotation=45, ha="right", rotation_mode="anchor", fontsize=8)
         ax.set_yticks(range(t), labels, fontsize=8)
     else:
-        ax.set_xlabel("key position", fontsize=8)
-        ax.set_ylabel("query position", fontsize=8)
+        ax.set_xlabel(_("key position"), fontsize=8)
+        ax.set_ylabel(_("query position"), fontsize=8)
     if t <= MAX_CELL_VALUES:
         size = 8 if t <= 6 else 6 if t <= 9 else 5
         for i, j in np.ndindex(t, t):  # dark text on the bright (high) end of viridis
@@ -88,28 +91,30 @@ def evolution_figure(snapshots: Sequence[Snapshot], tokens: Sequence[str], total
     snapshots)`` when it shows k of the run's ``total`` (default ``len(snapshots)``)."""
     heads = len(snapshots[0].weights)  # weights (H, T, T)
     shown = pick_snapshots(snapshots, MAX_HEAD_ROWS if heads > 1 else MAX_PANELS)
+    grow = TICK_IN * max(0, min(len(tokens), MAX_TOKEN_LABELS) - MAX_CELL_VALUES)  # inches a panel grows by
+    panel_w, panel_h = PANEL_IN[0] + grow, PANEL_IN[1] + grow
     if heads > 1:  # a row of heads per snapshot
         cols, rows = heads, len(shown)
         panels = [(np.asarray(s.weights[h], dtype=np.float64),
-                   f"step={s.step}  head {h}" + (f"\nloss={s.loss:.3f}" if h == 0 else "\n"))
+                   f"step={s.step}  " + _("head {h}").format(h=h) + (f"\nloss={s.loss:.3f}" if h == 0 else "\n"))
                   for s in shown for h in range(heads)]
     else:
-        cols = min(len(shown), MAX_COLS)
+        cols = min(len(shown), MAX_COLS, max(1, int(MAX_FIGURE_IN // panel_w)))
         rows = -(-len(shown) // cols)
         panels = [(head_mean(s.weights), f"step={s.step}\nloss={s.loss:.3f}") for s in shown]
     suptitle = default_title()
     total = len(snapshots) if total is None else total
     if len(shown) < total:
-        suptitle += f"  ({len(shown)} of {total} snapshots)"
+        suptitle += _("  ({k} of {n} snapshots)").format(k=len(shown), n=total)
 
-    fig = new_figure(cols * PANEL_IN[0] + COLORBAR_IN, rows * PANEL_IN[1] + 0.5)
+    fig = new_figure(cols * panel_w + COLORBAR_IN, rows * panel_h + 0.5)
     axes = fig.subplots(rows, cols, squeeze=False)
     labels = [label(t) for t in tokens]
     for ax, (w, panel_title) in zip(axes.flat, panels):
         im = draw_heatmap(ax, w, labels, panel_title)
     for ax in axes.flat[len(panels):]:
         ax.set_axis_off()
-    fig.colorbar(im, ax=axes, shrink=0.8, label="attention weight")
+    fig.colorbar(im, ax=axes, shrink=0.8, label=_("attention weight"))
     fig.suptitle(suptitle, fontsize=13)
     return fig
 
@@ -125,7 +130,7 @@ def plot_loss(ax, steps: np.ndarray, losses: np.ndarray, ylabel: str = MSE_LABEL
     if x.size:
         ax.plot(x, y, **{"lw": 1.5, **line_kw})
     ax.set_yscale("log")
-    ax.set_xlabel("step")
+    ax.set_xlabel(_("step"))
     ax.set_ylabel(ylabel)
     ax.grid(True, which="both", alpha=0.3)
     return bool(x.size)
@@ -138,7 +143,7 @@ def loss_figure(losses: np.ndarray, ylabel: str = MSE_LABEL) -> "Figure | None":
     ax = fig.add_subplot()
     if not plot_loss(ax, np.arange(np.size(losses)), losses, ylabel):
         return None
-    ax.set_title("loss")
+    ax.set_title(_("loss"))
     return fig
 
 

@@ -90,12 +90,12 @@ def comparison_figure(rows: Sequence[dict[str, Any]], path: Path) -> Path:
             plot_loss(ax, steps, losses, ylabel, lw=lw, **style)
         if not curves:
             plot_loss(ax, np.zeros(0), np.zeros(0), ylabel)
-        ax.set_title("loss" if curves else "loss (no training runs)")
+        ax.set_title(_("loss") if curves else _("loss (no training runs)"))
         # the focus weight at each snapshot (heads averaged): how fast each run's attention focuses
         for style, steps, weights in focus:
             fax.plot(steps, weights, marker="." if keyed else None, lw=lw, **style)
         fax.axhline(FOCUS_THRESHOLD, color="0.5", lw=0.8, ls="--")
-        fax.set(ylim=(0, 1.02), xlabel="step", ylabel="strongest weight", title="focus token's attention")
+        fax.set(ylim=(0, 1.02), xlabel=_("step"), ylabel=_("strongest weight"), title=_("focus token's attention"))
         fax.grid(True, alpha=0.3)
         key = fig.add_subplot(grid[1, :])
         key.set_axis_off()
@@ -108,7 +108,7 @@ def comparison_figure(rows: Sequence[dict[str, Any]], path: Path) -> Path:
                          label=_("run: its row in the table (0 to {last})").format(last=len(rows) - 1))
         heading = fig.add_subplot(grid[2, :])
         heading.set_axis_off()
-        heading.set_title("attention at the last snapshot" + more, fontsize=11)
+        heading.set_title(_("attention at the last snapshot") + more, fontsize=11)
         axes = [fig.add_subplot(grid[3 + i // cols, i % cols]) for i in range(grid_rows * cols)]
         im = None
         for a, (title, w, labels) in zip(axes, shown):
@@ -118,7 +118,7 @@ def comparison_figure(rows: Sequence[dict[str, Any]], path: Path) -> Path:
         for a in axes[len(shown):]:
             a.set_axis_off()
         if im is not None:
-            fig.colorbar(im, ax=axes, shrink=0.8, label="attention weight")
+            fig.colorbar(im, ax=axes, shrink=0.8, label=_("attention weight"))
         path = Path(path)
         if not path.parent.exists():
             raise RunDirError(f"--plot {path}: folder {path.parent} does not exist")

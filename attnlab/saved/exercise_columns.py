@@ -5,15 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 from attnlab.core.config import select
+from attnlab.core.i18n import N_
 from attnlab.core.tokenizer import show
 
 # table columns made from the observations, their printed headers, and
 # those the printed table shows only when they differ between rows
 COLUMNS = ["focus_step", "heads_focus", "upper_max", "n_tokens", "tokens", "shapes", "max_abs_weight_minus_uniform",
            "perm_tokens_match", "perm_z_max_abs_diff"]
-HEADERS = {"focus_step": "focus>0.9 at", "heads_focus": "heads: strongest key", "upper_max": "max above diag",
-           "max_abs_weight_minus_uniform": "max|w-1/T|", "perm_tokens_match": "perm_tokens",
-           "perm_z_max_abs_diff": "perm_max|ΔZ|"}
+HEADERS = {"focus_step": N_("focus>0.9 at"), "heads_focus": N_("heads: strongest key"),
+           "upper_max": N_("max above diag"), "max_abs_weight_minus_uniform": "max|w-1/T|",
+           "perm_tokens_match": "perm_tokens", "perm_z_max_abs_diff": "perm_max|ΔZ|"}  # translated where shown
 SAME_HIDDEN = {"n_tokens", "tokens", "shapes"}
 
 

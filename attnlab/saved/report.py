@@ -8,8 +8,11 @@ and the page inserts text with ``textContent`` only."""
 from __future__ import annotations
 
 import argparse
+import base64
 import html
+import io
 import json
+import re
 import string
 import sys
 from pathlib import Path
@@ -18,9 +21,10 @@ from typing import Any, Iterable, Sequence
 from attnlab import __version__
 from attnlab.core.errors import AttnlabError, RunDirError
 from attnlab.core.focus import FOCUS_THRESHOLD, UNIFORM_SPREAD, Uniform
-from attnlab.core.i18n import _
+from attnlab.core.i18n import _, language, translations
 from attnlab.outputs import streams
 from attnlab.outputs.artifacts import atomic_write_text
+from attnlab.outputs.fonts import SHIPPED_FONT
 from attnlab.saved import safe_read
 from attnlab.saved.report_data import BYTES_PER_WEIGHT, DECIMALS, MAX_STR, WEIGHT_BUDGET, collect_records, load_run
 from attnlab.saved.runs import named_runs
@@ -44,6 +48,31 @@ def script_json(data: Any) -> str:
     return text
 
 
+def cjk_font_face(text: str) -> str:
+    """A CSS ``@font-face`` "attnlab CJK": the shipped CJK font (:data:`attnlab.outputs.fonts.SHIPPED_FONT`)
+    cut to the characters of ``text`` it has (a few kB), so the page's Chinese shows on a machine
+    without a CJK font; "" when ``text`` has none of them."""
+    from fontTools import subset
+    from fontTools.ttLib import TTFont
+
+    font = TTFont(str(SHIPPED_FONT))
+    chars = "".join(sorted({ch for ch in text if ord(ch) >= 0x2E80 and ord(ch) in font.getBestCmap()}))
+    if not chars:
+        return ""
+    cutter = subset.Subsetter(subset.Options(layout_features=[], hinting=False, desubroutinize=True))
+    cutter.populate(text=chars)
+    cutter.subset(font)
+    otf = io.BytesIO()
+    font.save(otf)
+    return ('@font-face { font-family: "attnlab CJK"; font-display: block; src: url(data:font/otf;base64,'
+            + base64.b64encode(otf.getvalue()).decode("ascii") + '); }')
+
+
+def page_messages(page: str) -> list[str]:
+    """The English sentences the page shows, each ``tr("...")`` of its script (JSON string literals)."""
+    return [json.loads(m) for m in re.findall(r'\btr\(("(?:[^"\\]|\\.)*")[,)]', page)]
+
+
 def render(records: Sequence[dict[str, Any]]) -> str:
     """The page for ``records`` (one: detail view; more: comparison) as HTML text."""
     title = f"attnlab · {records[0]['name']}" if len(records) == 1 else f"attnlab · {len(records)} runs"
@@ -57,13 +86,17 @@ def render(records: Sequence[dict[str, Any]]) -> str:
               "snapshot_step": f["step"], "focus_weight": f["weight"],
               "focus_target": Uniform(f["target"]) if f["uniform"] else f["target"]}
              for r in records if (f := r.get("focus"))]  # the rows' focus cells, for the line under the table
+    page = TEMPLATE.read_text(encoding="utf-8")
     data = {"runs": [{**rec, "table": t} for rec, t in zip(records, tables)], "title": printable(title, MAX_STR),
+            "lang": language(), "tr": translations(page_messages(page)),
             "table_columns": columns, "distribution": distribution(focus),
             "generator": {"attnlab": __version__, "weight_budget_bytes": WEIGHT_BUDGET,
                           "bytes_per_weight": BYTES_PER_WEIGHT, "decimals": DECIMALS, "uniform_spread": UNIFORM_SPREAD,
                           "focus_threshold": FOCUS_THRESHOLD}}
-    template = _PageTemplate(TEMPLATE.read_text(encoding="utf-8"))
-    return template.substitute(title=html.escape(printable(title, MAX_STR)), data=script_json(data))
+    template = _PageTemplate(page)
+    page_data = script_json(data)  # every text the page shows: the runs' and the translations
+    return template.substitute(title=html.escape(printable(title, MAX_STR)), data=page_data,
+                               font=cjk_font_face(page_data))
 
 
 def write_page(records: Sequence[dict[str, Any]], out: Path | str) -> Path:

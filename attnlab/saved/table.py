@@ -15,6 +15,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from attnlab.core.focus import FOCUS_THRESHOLD, Uniform, shown
+from attnlab.core.i18n import N_, _
 from attnlab.outputs import artifacts
 from attnlab.saved import exercise_columns as exercises
 from attnlab.saved.runs import COLUMNS, as_float
@@ -94,7 +95,7 @@ def _cell(col: str, v: Any, limit: int | None = None) -> str:
     if col in ("focus_token", "focus_target"):
         return printable(shown(v if isinstance(v, Uniform) else str(v)), limit)
     if isinstance(v, bool):
-        return "yes" if v else "no"
+        return _("yes") if v else _("no")
     if isinstance(v, float):
         fmt = {"focus_weight": ".3f", "wall_time_s": ".2f"}.get(col)
         return format(v, fmt or (".2e" if v != 0 and (abs(v) < 1e-3 or abs(v) >= 1e5) else ".4f"))
@@ -138,7 +139,7 @@ def page_table(tables: Sequence[Cells]) -> tuple[list[dict[str, Any]], list[Cell
     :func:`sort_rows`' order by that column (ties share one; None when empty)."""
     rows = [{c: cell["value"] for c, cell in t.items()} for t in tables]
     cols = columns_of(rows, table=True)
-    columns = [{"key": c, "title": HEADERS.get(c, c), "right": all(_right_aligned(r.get(c)) for r in rows)}
+    columns = [{"key": c, "title": _(HEADERS.get(c, c)), "right": all(_right_aligned(r.get(c)) for r in rows)}
                for c in cols]
     ranked: list[Cells] = [{} for _ in tables]
     for c in cols:
@@ -169,8 +170,10 @@ def clip(text: str, n: int = MAX_CELL) -> str:
     return out + "…"
 
 
-HEADERS = {"steps_to_threshold": "steps<thr", "focus_token": "focus", "focus_target": "→ target",
-           "focus_weight": "weight", "snapshot_step": "at step", "wall_time_s": "wall_s", **exercises.HEADERS}
+HEADERS = {"job": N_("job"), "status": N_("status"), "final_loss": N_("final_loss"), "error": N_("error"),
+           "steps_to_threshold": N_("steps<thr"), "focus_token": N_("focus"), "focus_target": N_("→ target"),
+           "focus_weight": N_("weight"), "snapshot_step": N_("at step"), "wall_time_s": N_("wall_s"),
+           **exercises.HEADERS}  # translated where shown
 
 
 def distribution(rows: Sequence[dict[str, Any]]) -> str | None:
@@ -186,17 +189,18 @@ def distribution(rows: Sequence[dict[str, Any]]) -> str | None:
     w = np.array([r["focus_weight"] for r in done])
     loss = np.array([as_float(r["final_loss"]) for r in done])
     n, above = len(done), int((w > FOCUS_THRESHOLD).sum())
-    return (f"{n} runs, {_cell('focus_token', done[0]['focus_token'])} at the last snapshot → "
-            + ", ".join(f"{t} {k}" for t, k in targets)
-            + f"; weight {w.min():.2f}–{w.max():.2f} (median {np.median(w):.2f}), above {FOCUS_THRESHOLD} in "
-            f"{above} of {n}; final loss {_cell('', loss.min())}–{_cell('', loss.max())} "
-            f"(median {_cell('', float(np.median(loss)))})")
+    return _("{n} runs, {token} at the last snapshot → {targets}; weight {low:.2f}–{high:.2f} (median "
+             "{median:.2f}), above {threshold} in {above} of {n}; final loss {loss_low}–{loss_high} (median "
+             "{loss_median})").format(
+        n=n, token=_cell("focus_token", done[0]["focus_token"]), targets=", ".join(f"{t} {k}" for t, k in targets),
+        low=w.min(), high=w.max(), median=np.median(w), threshold=FOCUS_THRESHOLD, above=above,
+        loss_low=_cell("", loss.min()), loss_high=_cell("", loss.max()), loss_median=_cell("", float(np.median(loss))))
 
 
 def format_table(rows: Sequence[dict[str, Any]], cols: Sequence[str] | None = None) -> str:
     """The rows as an aligned plain-text table (``cols``: these columns, default the table's)."""
     cols = columns_of(rows, table=True) if cols is None else cols
-    head = [HEADERS.get(c, c) for c in cols]
+    head = [_(HEADERS.get(c, c)) for c in cols]
     body = [[cell_text(c, r.get(c)) for c in cols] for r in rows]
     widths = [max(_width(x) for x in [h] + [b[i] for b in body]) for i, h in enumerate(head)]
     numeric = {c for c in cols if all(_right_aligned(r.get(c)) for r in rows)}
