@@ -22,6 +22,7 @@ from attnlab.commands.argv import CONFIG_GROUPS
 from attnlab.core.config import apply_schema, literal, resolve
 from attnlab.core.errors import AttnlabError, ConfigError, RunDirError
 from attnlab.core.i18n import _
+from attnlab.core.tokenizer import tokenize
 from attnlab.outputs import streams
 from attnlab.saved import safe_read
 from attnlab.saved.compare_figure import comparison_figure
@@ -49,7 +50,10 @@ def preset_config(path: Path) -> dict[str, Any]:
         options += [f"{match['group']}={match['option']}"] if item != "_self_" else []
     data.pop("hydra", None)
     merged = OmegaConf.merge(OmegaConf.to_container(compose(*options)), literal(data))
-    return resolve(apply_schema(merged))  # onto the schema: a wrong key or type is one line
+    cfg = apply_schema(merged)  # onto the schema: a wrong key or type is one line
+    config = resolve(cfg)
+    config["train"]["focus_token"] = tokenize(cfg).focus  # the position a run records, whatever names it
+    return config
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -319,7 +319,7 @@ def collect_rows(paths: Iterable[Path], sweep_end: bool = False, against: dict |
     return rows
 
 
-LABELS = ("name", "notes")  # a run's label: never what differs
+LABELS = ("name", "notes", "lang")  # a run's label and language: never what differs
 UNSET: Any = object()  # a key a config does not have
 
 
