@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 from attnlab.core.config import OPTIMIZERS, Task, plain, snapshot_steps
 from attnlab.core.errors import ConfigError
 from attnlab.core.files import METRICS_LIMIT, NPZ_LIMIT, TOKEN_CHARS
+from attnlab.core.i18n import _
 
 INT64_MAX = 2**63 - 1
 SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.manual_seed accepts
@@ -48,6 +49,10 @@ def _out_proj_problem(cfg: DictConfig) -> str | None:
     except ConfigError as err:
         return err.allowed
     return None
+
+
+def _predicts_tokens(cfg: DictConfig) -> bool:
+    return plain(cfg.task) == "train" and plain(cfg.train.objective) == "next_token"
 
 
 def _device_available(device: str) -> bool:
@@ -90,6 +95,24 @@ RULES: list[tuple[str, Check, str | Callable[[DictConfig], str]]] = [
     ("train.loss_threshold", _real(lambda v: v > 0), "must be > 0 and finite"),
     ("threads", _optional(lambda v, cfg: v == "auto" or _int(1, INT64_MAX)(v, cfg)),
      "must be auto or a positive integer"),
+    ("model.n_layers", _int(0, INT64_MAX), _("must be an integer >= 0 (0: the tutorial's one layer)")),
+    ("model.n_layers", lambda v, cfg: v == 0 or _predicts_tokens(cfg),
+     _("N >= 1 builds a GPT, which trains with task=train train.objective=next_token (the mse target and the "
+       "walkthrough are the tutorial's one layer: use model.n_layers=0)")),
+    *((key, _optional(POSITIVE[0]), _("must be a positive integer or null"))
+      for key in ("model.d_ff", "model.context", "analysis.top_k")),
+    *((key, ok, _("needs model.n_layers >= 1 (the tutorial's layer trains on the whole text at once)"))
+      for key, ok in (("model.context", lambda v, cfg: v is None or cfg.model.n_layers > 0),
+                      ("train.batch_size", lambda v, cfg: v == 1 or cfg.model.n_layers > 0),
+                      ("train.val_fraction", lambda v, cfg: v == 0 or cfg.model.n_layers > 0))),
+    ("train.batch_size", *POSITIVE),
+    ("train.val_fraction", _real(lambda v: 0 <= v < 1), _("must be in [0, 1) (the share of the text held out)")),
+    ("analysis.compare_sentence", lambda v, cfg: v is None or cfg.model.n_layers == 0,
+     _("needs model.n_layers=0 (exercise 5 is about the tutorial's one layer)")),
+    ("analysis.prompt", lambda v, cfg: v is None or (v != "" and _predicts_tokens(cfg)),
+     _("a non-empty text, with task=train train.objective=next_token (a model that predicts tokens)")),
+    ("analysis.max_new_tokens", *POSITIVE),
+    ("analysis.temperature", _real(lambda v: v >= 0), _("must be >= 0 and finite (0: greedy)")),
     ("device", lambda v, cfg: isinstance(v, str) and (v == "cpu" or v.startswith(("cuda", "mps"))),
      "must be cpu, cuda, cuda:N or mps"),
     ("device", lambda v, cfg: _device_available(v), "is not available on this machine; use device=cpu"),
