@@ -1,11 +1,21 @@
 """The mini-GPT (model.n_layers >= 1): its blocks against torch's own pre-LayerNorm encoder layer
 with a causal mask, and a restatement of nanoGPT's loop."""
+import shutil
+
 import numpy as np
 import pytest
 import torch
+from omegaconf import OmegaConf
 from torch import nn
 
+from attnlab.commands.generate import main
+from attnlab.commands.job import run_job
+from attnlab.core.generate import generate
 from attnlab.core.model import Block, ModelSpec, build_gpt, causal_mask
+from attnlab.core.training import train
+from attnlab.saved import safe_read
+
+from conftest import compose_cfg
 
 
 def _torch_layer(block: Block, n_heads: int) -> nn.TransformerEncoderLayer:
@@ -62,3 +72,85 @@ def test_gpt_stacks_blocks_with_a_final_layernorm():
     assert [w.shape for w in weights] == [(2, 2, 6, 6)] * 2
     assert gpt.blocks[0].W_fc.out_features == 32  # d_ff: 4·d_model
     assert np.isclose(gpt.next_token_head.weight.std().item(), 0.02, rtol=0.1)
+
+
+def test_sampling_with_top_k_1_is_greedy_and_a_seed_repeats_a_sample():
+    torch.manual_seed(2)
+    gpt = build_gpt(ModelSpec(8, 4, 4, 1.0, n_heads=2, n_layers=1), vocab_size=40, context=5).eval()
+    greedy = generate(gpt, [1, 2, 3], 6)
+    assert generate(gpt, [1, 2, 3], 6, temperature=0.7, top_k=1, seed=5) == greedy
+    sampled = [generate(gpt, [1, 2, 3], 6, temperature=2.0, seed=seed) for seed in (5, 5, 6)]
+    assert sampled[0] == sampled[1] != sampled[2]
+    with torch.no_grad():  # each probability is the model's softmax over its last 5 tokens (the context)
+        ids = [1, 2, 3] + [t for t, _ in greedy[:-1]]
+        logits = gpt(torch.tensor(ids[-5:]))[0][-1]
+    assert greedy[-1][1] == pytest.approx(torch.softmax(logits.double(), -1).max().item(), rel=1e-6)
+
+
+SENTENCE_GPT = ("model.n_layers=1", "train.objective=next_token", "model.d_model=16", "model.n_heads=2",
+                "model.d_k=8", "model.d_v=8", "model.init_std=0.02", "optimizer.lr=0.01", "train.steps=100",
+                "analysis.prompt='Your journey starts with one'", "analysis.max_new_tokens=1", "logging=off")
+
+
+def test_a_one_block_gpt_continues_the_tutorial_sentence_with_step():
+    """README's claim, seed 42: after 100 steps on the tutorial's sentence ' step' follows."""
+
+    result = train(compose_cfg(*SENTENCE_GPT))
+    assert result.status == "completed"
+    [(token_id, label, p)] = result.generation["tokens"]
+    assert (token_id, label, result.generation["text"]) == (2239, " step", " step")
+    assert p > 0.5
+    assert result.snapshots[-1].layers.shape == (1, 2, 6, 6)
+    assert np.array_equal(result.snapshots[-1].layers[-1], result.snapshots[-1].weights)
+
+
+@pytest.fixture(scope="module")
+def preset_run(tmp_path_factory):
+    """``attnlab experiment=gpt`` (seed 42) in-process, nothing drawn."""
+    run, cfg = tmp_path_factory.mktemp("gpt"), compose_cfg("experiment=gpt", "logging=off", "logging.console=false")
+    assert run_job(cfg, run).status == "completed"
+    (run / ".hydra").mkdir()
+    (run / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(cfg))  # as the command saves it
+    return run
+
+
+def test_the_preset_continues_todays_weather_with_good(preset_run):
+    """docs' claim (tutorial §0's "今天 天气 真 → 好"), seed 42."""
+    summary = safe_read.read_summary(preset_run)
+    generation = summary["generation"]
+    assert (generation["prompt"], generation["text"]) == ("今天天气真", "好")
+    assert [label for _, label, _ in generation["tokens"]] == ["好(1/2)", "好(2/2)"]
+    assert summary["val_loss"] < 5.0 < 10.8  # from ln(50257) = 10.8 at step 0
+    assert [layer["step"] for layer in summary["focus_layers"]] == [199, 199]
+    assert summary["focus_layers"][-1] == summary["focus"]  # the last block is the one the tutorial's views show
+    attention = safe_read.read_attention(preset_run)
+    assert attention["layers"].shape == (5, 2, 2, 16, 16)  # (S, L, H, T, T): every block at every snapshot
+    assert np.array_equal(attention["layers"][:, -1], attention["weights"])
+    rows = (preset_run / "metrics.csv").read_text().splitlines()
+    assert rows[0] == "step,loss,val_loss" and len(rows) == 201
+    assert rows[1].split(",")[2] and not rows[2].split(",")[2]  # at the snapshot steps only
+    steps, losses = safe_read.read_run_metrics(preset_run)
+    assert steps.tolist() == list(range(200))
+
+
+def test_a_finished_run_generates_again_from_its_saved_weights(preset_run, capsys):
+    assert main([str(preset_run), "今天天气真"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "'今天天气真' → '好'"
+    assert out[1].startswith("  '好(1/2)' p=")
+    assert main([str(preset_run), "今天天气真", "--temperature", "1", "--top-k", "1"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == out[0]  # top-1 sampling is greedy
+
+
+def test_a_damaged_or_tutorial_run_dir_is_one_line(preset_run, tmp_path, capsys):
+    damaged = tmp_path / "damaged"
+    shutil.copytree(preset_run, damaged)
+    (damaged / "model.npz").write_bytes(b"PK\x05\x06" + bytes(18))
+    assert main([str(damaged), "今天"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("attnlab-generate: error: ") and "model.npz" in err and err.count("\n") == 1
+    config = (damaged / ".hydra" / "config.yaml").read_text()
+    (damaged / ".hydra" / "config.yaml").write_text(config.replace("n_layers: 2", "n_layers: 3"))
+    shutil.copy(preset_run / "model.npz", damaged / "model.npz")
+    assert main([str(damaged), "今天"]) == 2
+    assert "weights do not fit the run's config" in capsys.readouterr().err

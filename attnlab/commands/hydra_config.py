@@ -22,6 +22,16 @@ def per_head(total: Any, n_heads: Any) -> int:
     return max(1, total // n_heads)
 
 
+def data_file(name: Any) -> str:
+    """The path of a text attnlab ships in ``attnlab/data`` (``${attnlab.data:weather_zh.txt}``); ValueError if none."""
+    from importlib import resources
+
+    path = resources.files("attnlab.data") / str(name)
+    if not path.is_file():
+        raise ValueError(f"attnlab ships no data file {name!r}")
+    return str(path)
+
+
 def register_configs() -> None:
     """Store the schema in Hydra's ConfigStore and register the resolvers; idempotent."""
     from hydra.core.config_store import ConfigStore
@@ -34,8 +44,9 @@ def register_configs() -> None:
 
 
 def register_resolvers() -> None:
-    """Register ``attnlab.job_dir`` and ``attnlab.per_head``; idempotent."""
-    for name, function in (("attnlab.job_dir", job_dirname), ("attnlab.per_head", per_head)):
+    """Register ``attnlab.job_dir``, ``attnlab.per_head`` and ``attnlab.data``; idempotent."""
+    for name, function in (("attnlab.job_dir", job_dirname), ("attnlab.per_head", per_head),
+                           ("attnlab.data", data_file)):
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, function)
 

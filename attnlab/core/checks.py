@@ -224,7 +224,8 @@ def resources(cfg: DictConfig, seq_len: int, vocab_size: int, run_dir: Path | No
     if plain(cfg.task) != "train":
         return
     h, n_snaps, lg = cfg.model.n_heads, len(snapshot_steps(cfg.train)), cfg.logging
-    drawn = n_snaps * (h + (h > 1)) * (lg.figures + (lg.tensorboard and lg.images))  # at most: each head, the mean
+    drawn = (n_snaps * (h + (h > 1) + cfg.model.n_layers)  # at most: each head, the mean, each GPT block
+             * (lg.figures + (lg.tensorboard and lg.images)))
     for amount, limit, what, hint in (
             (drawn, MAX_HEATMAPS, "heatmaps to draw (figures and TensorBoard images)",
              "fewer heads or snapshots, or logging.figures=false logging.images=false"),

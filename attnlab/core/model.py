@@ -291,6 +291,23 @@ class GPT(nn.Module):
         """Every parameter, the embeddings too (GPT learns them), in creation order."""
         return list(self.parameters())
 
+    def stacked_state(self) -> dict[str, torch.Tensor]:
+        """``state_dict`` with each block tensor stacked over the blocks: ``blocks.W_fc.weight``
+        (n_layers, d_ff, d_model) for ``blocks.0.W_fc.weight`` … (model.npz: 16 arrays at most)."""
+        state = self.state_dict()
+        stacked = {k: v for k, v in state.items() if not k.startswith("blocks.")}
+        for k in self.blocks[0].state_dict():
+            stacked[f"blocks.{k}"] = torch.stack([state[f"blocks.{i}.{k}"] for i in range(len(self.blocks))])
+        return stacked
+
+    def load_stacked(self, stacked: dict[str, torch.Tensor]) -> None:
+        """The inverse of :meth:`stacked_state`; RuntimeError for a missing name or another shape."""
+        state = {k: v for k, v in stacked.items() if not k.startswith("blocks.")}
+        for k, v in stacked.items():
+            if k.startswith("blocks."):
+                state.update({f"blocks.{i}.{k.removeprefix('blocks.')}": t for i, t in enumerate(v)})
+        self.load_state_dict(state)
+
 
 def build_gpt(spec: ModelSpec, vocab_size: int, context: int) -> GPT:
     """The mini-GPT in this order: §5's token (vocab_size, d_model) and position (context,

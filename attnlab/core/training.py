@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from attnlab.core import checks, interrupts, optim, threads, tokenizer
+from attnlab.core import checks, generate, interrupts, optim, threads, tokenizer
 from attnlab.core.config import optimizer_schema, plain, resolve, snapshot_steps
 from attnlab.core.errors import ConfigError, as_write_error, describe
 from attnlab.core.i18n import _
@@ -58,19 +58,25 @@ def deterministic_algorithms() -> None:
         setter(True)
 
 
+def model_spec(cfg: DictConfig) -> ModelSpec:
+    """The ``model.*`` keys of ``cfg`` as a :class:`ModelSpec`."""
+    m = cfg.model
+    return ModelSpec(m.d_model, m.d_k, m.d_v, m.init_std, positional=plain(m.positional) == "learned",
+                     n_heads=m.n_heads, causal=m.causal, dropout=m.dropout, qkv_bias=m.qkv_bias,
+                     attention=plain(m.attention), out_proj=checks.out_proj(cfg), n_layers=m.n_layers, d_ff=m.d_ff)
+
+
 @one_at_a_time
 def build_model(cfg: DictConfig, tokens: tokenizer.Tokens, order: str = "training") -> AttentionModel | GPT:
     """Set torch's threads, seed, make the parameters on the CPU in §5's order (``"training"``),
     §2–4's (``"walkthrough"``) or the GPT's (model.n_layers >= 1), then move them to ``cfg.device``."""
-    threads.configure(cfg, tokens.seq_len)
+    seq_len = corpus_split(cfg, tokens.seq_len)[1] if cfg.model.n_layers else tokens.seq_len  # a GPT's: its context
+    threads.configure(cfg, seq_len)
     torch.manual_seed(cfg.seed)
     deterministic_algorithms()
-    m = cfg.model
-    spec = ModelSpec(m.d_model, m.d_k, m.d_v, m.init_std, positional=plain(m.positional) == "learned",
-                     n_heads=m.n_heads, causal=m.causal, dropout=m.dropout, qkv_bias=m.qkv_bias,
-                     attention=plain(m.attention), out_proj=checks.out_proj(cfg), n_layers=m.n_layers, d_ff=m.d_ff)
-    if m.n_layers:
-        model = build_gpt(spec, tokens.vocab_size, corpus_split(cfg, tokens.seq_len)[1])
+    spec = model_spec(cfg)
+    if spec.n_layers:
+        model = build_gpt(spec, tokens.vocab_size, seq_len)
     elif order == "walkthrough":
         model = build_walkthrough(spec, tokens.vocab_size, tokens.seq_len)
     else:
@@ -269,6 +275,10 @@ def train(cfg: DictConfig, sinks: Iterable[Sink] = (), run_dir: Path | None = No
     elif overflow is not None:
         status, error = "diverged", overflow
     result = _result(recorder, info, kept, t0, status, error)
+    if cfg.model.n_layers:
+        result.parameters = {k: v.detach().cpu().numpy().astype(np.float32) for k, v in model.stacked_state().items()}
+    if cfg.analysis.prompt is not None and status == "completed":
+        result.generation = generate.continuation(model, cfg)
     _finish(sinks, result)
     return result
 
