@@ -154,3 +154,13 @@ def test_a_damaged_or_tutorial_run_dir_is_one_line(preset_run, tmp_path, capsys)
     shutil.copy(preset_run / "model.npz", damaged / "model.npz")
     assert main([str(damaged), "今天"]) == 2
     assert "weights do not fit the run's config" in capsys.readouterr().err
+
+
+def test_the_report_carries_every_layer_for_its_selector_and_grid(preset_run):
+    from attnlab.saved.report_data import collect_records
+
+    [rec] = collect_records([preset_run])
+    layers = np.asarray(rec["layers"])
+    assert layers.shape == (5, 2, 2, 16, 16)  # (S, L, H, T, T)
+    assert np.array_equal(layers[:, -1], np.asarray(rec["weights"]))
+    assert np.allclose(layers.sum(-1), 1.0, atol=16 * 5e-5)  # rows of 4-decimal weights
