@@ -239,8 +239,8 @@ REPRODUCE_CASES = [
      "RUN_DIR/.hydra/config.yaml: missing"),
     ("repro_unreadable", "`attnlab-reproduce` with an unparsable config.yaml", "config.yaml = `model: [unclosed`",
      "config.yaml: unreadable"),
-    ("repro_schema", "`attnlab-reproduce` with a config of another schema", "config.yaml has `model.n_layers: 2`",
-     "model.n_layers=2: is not a key of attnlab's config schema"),
+    ("repro_schema", "`attnlab-reproduce` with a config of another schema", "config.yaml has `model.n_experts: 2`",
+     "model.n_experts=2: is not a key of attnlab's config schema"),
     ("repro_target", "`attnlab-reproduce` with `_target_: os.system` in the saved config",
      "optimizer `_target_` edited to `os.system`", "optimizer._target_='os.system': must be one of the shipped optimizers"),
     ("repro_running", "`attnlab-reproduce` on a run that never finished", "summary.json says running",
@@ -487,7 +487,7 @@ def _reproduce_case(rid: str, tmp: Path, finished: Path) -> dict:
         elif rid == "repro_unreadable":
             cfg.write_text("model: [unclosed\n")
         elif rid == "repro_schema":
-            cfg.write_text(cfg.read_text().replace("  d_k: 4\n", "  d_k: 4\n  n_layers: 2\n"))
+            cfg.write_text(cfg.read_text().replace("  d_k: 4\n", "  d_k: 4\n  n_experts: 2\n"))
             summary = json.loads((run / "summary.json").read_text())
             summary.pop("config", None)  # the config of another schema is in .hydra/ only
             (run / "summary.json").write_text(json.dumps(summary))
