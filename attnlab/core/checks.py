@@ -199,6 +199,7 @@ def disk_estimate(cfg: DictConfig, seq_len: int) -> dict[str, float]:
     n_snaps, steps = len(snapshot_steps(cfg.train)), cfg.train.steps
     parts = {"metrics.csv": (len(str(steps - 1)) + LOSS_CHARS + 2) * steps,
              "attention.npz": (FLOAT32_BYTES * n_snaps * cfg.model.n_heads * seq_len * seq_len
+                               * (1 + cfg.model.n_layers)  # a GPT's layers too
                                + seq_len * (4 * TOKEN_CHARS + 8) + 8 * n_snaps + 64 * 1024)}
     if cfg.logging.tensorboard:
         parts["tensorboard"] = (TENSORBOARD_STEP_BYTES * steps
