@@ -164,3 +164,21 @@ def test_the_report_carries_every_layer_for_its_selector_and_grid(preset_run):
     assert layers.shape == (5, 2, 2, 16, 16)  # (S, L, H, T, T)
     assert np.array_equal(layers[:, -1], np.asarray(rec["weights"]))
     assert np.allclose(layers.sum(-1), 1.0, atol=16 * 5e-5)  # rows of 4-decimal weights
+
+
+def test_tensorboard_has_each_layers_focus_and_heatmap_and_the_validation_loss(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from attnlab.outputs.tensorboard import TensorBoardSink
+
+    cfg = compose_cfg("model.n_layers=2", "train.objective=next_token", "model.d_model=8", "model.n_heads=2",
+                      "train.steps=3", "train.snapshot_steps=[0,2]", "train.val_fraction=0.3",
+                      "sentence='Your journey starts with one step and then another'")
+    result = train(cfg, [TensorBoardSink(tmp_path)])
+    ea = EventAccumulator(str(tmp_path), size_guidance={"images": 0, "scalars": 0}).Reload()
+    tags = ea.Tags()
+    assert {"val_loss", "focus/weight/layer_0", "focus/weight/layer_1"} <= set(tags["scalars"])
+    assert {"attention/weights/layer_0", "attention/weights/layer_1"} <= set(tags["images"])
+    assert [e.value for e in ea.Scalars("val_loss")] == pytest.approx([s.val_loss for s in result.snapshots])
+    layer0 = result.snapshots[-1].layers[0].mean(0)[1].max()  # ' journey''s row, heads averaged
+    assert ea.Scalars("focus/weight/layer_0")[-1].value == pytest.approx(layer0, rel=1e-6)
