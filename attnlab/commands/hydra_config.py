@@ -12,6 +12,7 @@ from omegaconf import OmegaConf
 
 from attnlab.commands.sweep import job_dirname
 from attnlab.core.config import OPTIMIZERS, Config
+from attnlab.core.i18n import _
 
 
 def per_head(total: Any, n_heads: Any) -> int:
@@ -28,7 +29,7 @@ def data_file(name: Any) -> str:
 
     path = resources.files("attnlab.data") / str(name)
     if not path.is_file():
-        raise ValueError(f"attnlab ships no data file {name!r}")
+        raise ValueError(_("attnlab ships no data file {name!r}").format(name=name))
     return str(path)
 
 

@@ -11,6 +11,7 @@ from omegaconf import DictConfig
 from attnlab.core import tokenizer
 from attnlab.core.config import apply_schema, literal
 from attnlab.core.files import RunFileError
+from attnlab.core.i18n import _
 from attnlab.core.model import GPT, build_gpt
 from attnlab.core.training import model_spec
 from attnlab.saved import npz, safe_read
@@ -25,7 +26,7 @@ def load_model(run_dir: Path) -> tuple[GPT, DictConfig]:
     cfg = apply_schema(literal(safe_read.read_config(run_dir, resolve=False)))
     path = run_dir / MODEL
     if not cfg.model.n_layers:
-        raise RunFileError(path, "the run is the tutorial's one layer (model.n_layers=0): only GPT runs save weights")
+        raise RunFileError(path, _("the tutorial's one layer (model.n_layers=0): only GPT runs save weights"))
     spec = model_spec(cfg)
     vocab_size = max(tokenizer.GPT2_VOCAB_SIZE, tokenizer.get_encoding(cfg.tokenizer.encoding).n_vocab)
     with torch.device("meta"):  # the names and ranks, no memory
@@ -37,5 +38,6 @@ def load_model(run_dir: Path) -> tuple[GPT, DictConfig]:
         try:
             model.load_stacked({k: torch.from_numpy(archive.read(k)).float() for k in names})
         except RuntimeError as err:  # a shape the config's model does not have
-            raise RunFileError(path, f"weights do not fit the run's config ({str(err).splitlines()[-1].strip()})")
+            raise RunFileError(path, _("weights do not fit the run's config ({reason})").format(
+                reason=str(err).splitlines()[-1].strip()))
     return model.eval(), cfg
