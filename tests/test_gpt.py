@@ -142,7 +142,7 @@ def test_a_finished_run_generates_again_from_its_saved_weights(preset_run, capsy
     assert capsys.readouterr().out.splitlines()[0] == out[0]  # top-1 sampling is greedy
 
 
-def test_a_damaged_or_tutorial_run_dir_is_one_line(preset_run, tmp_path, capsys):
+def test_a_damaged_or_mismatched_model_npz_is_one_line(preset_run, tmp_path, capsys):
     damaged = tmp_path / "damaged"
     shutil.copytree(preset_run, damaged)
     (damaged / "model.npz").write_bytes(b"PK\x05\x06" + bytes(18))
