@@ -89,7 +89,7 @@ def test_sampling_with_top_k_1_is_greedy_and_a_seed_repeats_a_sample():
 
 SENTENCE_GPT = ("model.n_layers=1", "train.objective=next_token", "model.d_model=16", "model.n_heads=2",
                 "model.d_k=8", "model.d_v=8", "model.init_std=0.02", "optimizer.lr=0.01", "train.steps=100",
-                "analysis.prompt='Your journey starts with one'", "analysis.max_new_tokens=1", "logging=off")
+                "analysis.prompt=Your journey starts with one", "analysis.max_new_tokens=1", "logging=off")
 
 
 def test_a_one_block_gpt_continues_the_tutorial_sentence_with_step():
@@ -182,3 +182,7 @@ def test_tensorboard_has_each_layers_focus_and_heatmap_and_the_validation_loss(t
     assert [e.value for e in ea.Scalars("val_loss")] == pytest.approx([s.val_loss for s in result.snapshots])
     layer0 = result.snapshots[-1].layers[0].mean(0)[1].max()  # ' journey''s row, heads averaged
     assert ea.Scalars("focus/weight/layer_0")[-1].value == pytest.approx(layer0, rel=1e-6)
+
+
+def test_a_chinese_prompt_is_taken_as_typed():
+    assert compose_cfg("train.objective=next_token", "analysis.prompt=今天天气真").analysis.prompt == "今天天气真"
