@@ -220,6 +220,27 @@ CASES = [
          "error: model.attention='flash': Invalid value 'flash', expected one of [explicit, sdpa]"),
     Case("objective", "an unknown objective", ("train.objective=ce",), "hydra",
          "error: train.objective='ce': Invalid value 'ce', expected one of [mse, next_token]"),
+    # issue 28: the mini-GPT
+    Case("gpt_mse", "a GPT with the tutorial's mse objective", ("model.n_layers=2",), "ours",
+         "model.n_layers=2: N >= 1 builds a GPT, which trains with task=train train.objective=next_token"),
+    Case("gpt_walkthrough", "a GPT walkthrough", ("model.n_layers=1", "train.objective=next_token",
+                                                  "task=walkthrough"), "ours", "model.n_layers=1: N >= 1 builds a GPT"),
+    Case("layers_negative", "a negative number of layers", ("model.n_layers=-1",), "ours",
+         "model.n_layers=-1: must be an integer >= 0"),
+    Case("context_without_gpt", "a context window for the tutorial's layer", ("model.context=4",), "ours",
+         "model.context=4: needs model.n_layers >= 1"),
+    Case("batch_without_gpt", "batches for the tutorial's layer", ("train.batch_size=4",), "ours",
+         "train.batch_size=4: needs model.n_layers >= 1"),
+    Case("context_too_long", "a window longer than the text", ("model.n_layers=1", "train.objective=next_token",
+                                                              "model.context=7"), "ours",
+         "model.context=7: a window must have 2 to 6 tokens (the text's 6 trained on)"),
+    Case("val_one_token", "a held-out tail of 1 token", ("model.n_layers=1", "train.objective=next_token",
+                                                         "train.val_fraction=0.1"), "ours",
+         "train.val_fraction=0.1: holds out 1 token of 6"),
+    Case("prompt_mse", "a prompt for the mse objective", ("analysis.prompt=Your",), "ours",
+         "analysis.prompt='Your': a non-empty text, with task=train train.objective=next_token"),
+    Case("top_k_zero", "top-k 0", ("train.objective=next_token", "analysis.top_k=0"), "ours",
+         "analysis.top_k=0: must be a positive integer or null"),
 ]
 CASE_IDS = [c.id for c in CASES]
 MACHINE_DEPENDENT = {"memory", "threads_many"}  # their message ends with this machine's memory / CPUs
@@ -233,8 +254,8 @@ REPRODUCE_CASES = [
      "RUN_DIR/.hydra/config.yaml: missing"),
     ("repro_unreadable", "`attnlab-reproduce` with an unparsable config.yaml", "config.yaml = `model: [unclosed`",
      "config.yaml: unreadable"),
-    ("repro_schema", "`attnlab-reproduce` with a config of another schema", "config.yaml has `model.n_layers: 2`",
-     "model.n_layers=2: is not a key of attnlab's config schema"),
+    ("repro_schema", "`attnlab-reproduce` with a config of another schema", "config.yaml has `model.n_experts: 2`",
+     "model.n_experts=2: is not a key of attnlab's config schema"),
     ("repro_target", "`attnlab-reproduce` with `_target_: os.system` in the saved config",
      "optimizer `_target_` edited to `os.system`", "optimizer._target_='os.system': must be one of the shipped optimizers"),
     ("repro_running", "`attnlab-reproduce` on a run that never finished", "summary.json says running",
@@ -489,7 +510,7 @@ def _reproduce_case(rid: str, tmp: Path, finished: Path) -> dict:
         elif rid == "repro_unreadable":
             cfg.write_text("model: [unclosed\n")
         elif rid == "repro_schema":
-            cfg.write_text(cfg.read_text().replace("  d_k: 4\n", "  d_k: 4\n  n_layers: 2\n"))
+            cfg.write_text(cfg.read_text().replace("  d_k: 4\n", "  d_k: 4\n  n_experts: 2\n"))
             summary = json.loads((run / "summary.json").read_text())
             summary.pop("config", None)  # the config of another schema is in .hydra/ only
             (run / "summary.json").write_text(json.dumps(summary))

@@ -78,7 +78,7 @@ def key_lines(text: str) -> dict[str, str]:
 def test_every_schema_key_with_default_and_allowed_values(help_text):
     lines = key_lines(help_text)
     keys = schema_keys(Config)
-    assert len(keys) == 36  # the walk found the nested keys (task ... analysis.compare_sentence, name, notes, lang)
+    assert len(keys) == 45  # the walk found the nested keys (task ... analysis.top_k, name, notes, lang)
     for key, f in keys.items():
         assert key in lines, f"{key} missing from attnlab --help"
         line = lines[key]

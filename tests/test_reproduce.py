@@ -257,8 +257,8 @@ def test_a_run_made_with_an_environment_variable_reproduces_after_it_changes(tmp
     (lambda d: d, "not a run dir or sweep dir (no .hydra/config.yaml in it or below it)"),
     (lambda d: write_config(d / "r", "model: [unclosed\n"), ("config.yaml: not valid YAML (line 2: ", "expected ',' or ']'")),  # libyaml: "did not find expected"
     (lambda d: write_config(d / "r", "- a list\n"), "config.yaml: not a config"),
-    (lambda d: write_config(d / "r", "optimizer:\n  _target_: torch.optim.Adam\nmodel:\n  n_layers: 2\n"),
-     "model.n_layers=2: is not a key of attnlab's config schema"),
+    (lambda d: write_config(d / "r", "optimizer:\n  _target_: torch.optim.Adam\nmodel:\n  n_experts: 2\n"),
+     "model.n_experts=2: is not a key of attnlab's config schema"),
     (lambda d: write_config(d / "r", "optimizer:\n  _target_: torch.optim.Adam\ntrain:\n  steps: many\n"),
      "train.steps='many': Value 'many' of type 'str' could not be converted to Integer"),
     (lambda d: write_config(d / "r", "optimizer:\n  _target_: torch.optim.Adam\n", status="running"),

@@ -114,7 +114,7 @@ def test_readers_agree_with_numpy_and_json_on_a_healthy_run(healthy):
     cfg = S.read_config(run)
     assert cfg["model"] == {"d_model": 6, "d_k": 4, "d_v": 6, "init_std": 1.0, "positional": "learned", "n_heads": 1,
                             "causal": False, "dropout": 0.0, "qkv_bias": False, "attention": "explicit",
-                            "out_proj": "auto"}
+                            "out_proj": "auto", "n_layers": 0, "d_ff": None, "context": None}
     assert cfg["optimizer"]["betas"] == [0.9, 0.999]
     assert cfg["optimizer"]["eps"] == 1e-08
     assert S.read_overrides(run) == list(H.TRAIN_OVERRIDES)

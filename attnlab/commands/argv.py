@@ -15,7 +15,8 @@ from typing import Iterable
 
 from attnlab.core.files import printable
 
-FREE_TEXT_KEYS = ("sentence", "text_file", "analysis.compare_sentence", "train.focus_token", "name", "notes")
+FREE_TEXT_KEYS = ("sentence", "text_file", "analysis.compare_sentence", "analysis.prompt", "train.focus_token", "name",
+                  "notes")
 CONFIG_GROUPS = ("experiment", "model", "optimizer", "train", "logging")
 _SAFE = set(string.ascii_letters + string.digits + " _.-")  # left unquoted, as Hydra reads them
 _FUNCTION = re.compile(r"^\s*(choice|range|interval|glob|sort|shuffle|tag|int|float|str|bool|json_str)\s*\(")

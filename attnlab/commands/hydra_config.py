@@ -12,6 +12,7 @@ from omegaconf import OmegaConf
 
 from attnlab.commands.sweep import job_dirname
 from attnlab.core.config import OPTIMIZERS, Config
+from attnlab.core.i18n import _
 
 
 def per_head(total: Any, n_heads: Any) -> int:
@@ -20,6 +21,16 @@ def per_head(total: Any, n_heads: Any) -> int:
     if total < 1 or n_heads < 1:
         raise ValueError(f"attnlab.per_head needs positive integers, got {total}, {n_heads}")
     return max(1, total // n_heads)
+
+
+def data_file(name: Any) -> str:
+    """The path of a text attnlab ships in ``attnlab/data`` (``${attnlab.data:weather_zh.txt}``); ValueError if none."""
+    from importlib import resources
+
+    path = resources.files("attnlab.data") / str(name)
+    if not path.is_file():
+        raise ValueError(_("attnlab ships no data file {name!r}").format(name=name))
+    return str(path)
 
 
 def register_configs() -> None:
@@ -34,8 +45,9 @@ def register_configs() -> None:
 
 
 def register_resolvers() -> None:
-    """Register ``attnlab.job_dir`` and ``attnlab.per_head``; idempotent."""
-    for name, function in (("attnlab.job_dir", job_dirname), ("attnlab.per_head", per_head)):
+    """Register ``attnlab.job_dir``, ``attnlab.per_head`` and ``attnlab.data``; idempotent."""
+    for name, function in (("attnlab.job_dir", job_dirname), ("attnlab.per_head", per_head),
+                           ("attnlab.data", data_file)):
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, function)
 

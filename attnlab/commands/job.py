@@ -159,9 +159,11 @@ def _run(cfg: DictConfig, run_dir: Path) -> JobResult:
         return JobResult("completed")
     from attnlab.core.training import train
 
-    focus = FocusSink()
-    result = train(cfg, [*make_sinks(cfg, run_dir), focus], run_dir=run_dir, keep_snapshots=False, keep_losses=False)
+    focus, layers = FocusSink(), [FocusSink(layer) for layer in range(cfg.model.n_layers)]  # a GPT's blocks too
+    result = train(cfg, [*make_sinks(cfg, run_dir), focus, *layers], run_dir=run_dir, keep_snapshots=False,
+                   keep_losses=False)
+    per_layer = {"focus_layers": [s.summary()["focus"] for s in layers]} if layers and focus.last is not None else {}
     artifacts.write_summary(run_dir, versions=artifacts.environment(str(cfg.device)),  # the torch threads used
-                            **focus.summary(), **observe(cfg, result.token_ids, result.tokens))
+                            **focus.summary(), **per_layer, **observe(cfg, result.token_ids, result.tokens))
     return JobResult(result.status, result.error)
 

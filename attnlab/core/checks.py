@@ -57,6 +57,10 @@ def _out_proj_problem(cfg: DictConfig) -> str | None:
     return None
 
 
+def _predicts_tokens(cfg: DictConfig) -> bool:
+    return plain(cfg.task) == "train" and plain(cfg.train.objective) == "next_token"
+
+
 def _device_available(device: str) -> bool:
     if device == "cpu":
         return True
@@ -103,6 +107,24 @@ RULES: list[tuple[str, Check, str | Callable[[DictConfig], str]]] = [
     ("train.loss_threshold", _real(lambda v: v > 0), N_("must be > 0 and finite")),
     ("threads", _optional(lambda v, cfg: v == "auto" or _int(1, INT64_MAX)(v, cfg)),
      N_("must be auto or a positive integer")),
+    ("model.n_layers", _int(0, INT64_MAX), N_("must be an integer >= 0 (0: the tutorial's one layer)")),
+    ("model.n_layers", lambda v, cfg: v == 0 or _predicts_tokens(cfg),
+     N_("N >= 1 builds a GPT, which trains with task=train train.objective=next_token (the mse target and the "
+       "walkthrough are the tutorial's one layer: use model.n_layers=0)")),
+    *((key, _optional(POSITIVE[0]), N_("must be a positive integer or null"))
+      for key in ("model.d_ff", "model.context", "analysis.top_k")),
+    *((key, ok, N_("needs model.n_layers >= 1 (the tutorial's layer trains on the whole text at once)"))
+      for key, ok in (("model.context", lambda v, cfg: v is None or cfg.model.n_layers > 0),
+                      ("train.batch_size", lambda v, cfg: v == 1 or cfg.model.n_layers > 0),
+                      ("train.val_fraction", lambda v, cfg: v == 0 or cfg.model.n_layers > 0))),
+    ("train.batch_size", *POSITIVE),
+    ("train.val_fraction", _real(lambda v: 0 <= v < 1), N_("must be in [0, 1) (the share of the text held out)")),
+    ("analysis.compare_sentence", lambda v, cfg: v is None or cfg.model.n_layers == 0,
+     N_("needs model.n_layers=0 (exercise 5 is about the tutorial's one layer)")),
+    ("analysis.prompt", lambda v, cfg: v is None or (v != "" and _predicts_tokens(cfg)),
+     N_("a non-empty text, with task=train train.objective=next_token (a model that predicts tokens)")),
+    ("analysis.max_new_tokens", *POSITIVE),
+    ("analysis.temperature", _real(lambda v: v >= 0), N_("must be >= 0 and finite (0: greedy)")),
     ("device", lambda v, cfg: isinstance(v, str) and (v == "cpu" or v.startswith(("cuda", "mps"))),
      N_("must be cpu, cuda, cuda:N or mps")),
     ("device", lambda v, cfg: _device_available(v), N_("is not available on this machine; use device=cpu")),
@@ -191,6 +213,7 @@ def disk_estimate(cfg: DictConfig, seq_len: int) -> dict[str, float]:
     n_snaps, steps = len(snapshot_steps(cfg.train)), cfg.train.steps
     parts = {"metrics.csv": (len(str(steps - 1)) + LOSS_CHARS + 2) * steps,
              "attention.npz": (FLOAT32_BYTES * n_snaps * cfg.model.n_heads * seq_len * seq_len
+                               * (1 + cfg.model.n_layers)  # a GPT's layers too
                                + seq_len * (4 * TOKEN_CHARS + 8) + 8 * n_snaps + 64 * 1024)}
     if cfg.logging.tensorboard:
         parts["tensorboard"] = (TENSORBOARD_STEP_BYTES * steps
@@ -216,7 +239,8 @@ def resources(cfg: DictConfig, seq_len: int, vocab_size: int, run_dir: Path | No
     if plain(cfg.task) != "train":
         return
     h, n_snaps, lg = cfg.model.n_heads, len(snapshot_steps(cfg.train)), cfg.logging
-    drawn = n_snaps * (h + (h > 1)) * (lg.figures + (lg.tensorboard and lg.images))  # at most: each head, the mean
+    drawn = (n_snaps * (h + (h > 1) + cfg.model.n_layers)  # at most: each head, the mean, each GPT block
+             * (lg.figures + (lg.tensorboard and lg.images)))
     for amount, limit, what, hint in (
             (drawn, MAX_HEATMAPS, "heatmaps to draw (figures and TensorBoard images)",
              "fewer heads or snapshots, or logging.figures=false logging.images=false"),

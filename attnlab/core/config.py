@@ -94,6 +94,9 @@ class ModelConfig:
     # auto: an output projection W_out (n_heads·d_v -> d_model) when n_heads > 1, or when training
     # needs Z in d_model columns and n_heads·d_v != d_model; true / false: always / never
     out_proj: Any = "auto"
+    n_layers: int = 0  # 0: the tutorial's one attention layer; N: a mini-GPT of N blocks (core.model.GPT)
+    d_ff: Optional[int] = None  # the blocks' MLP width; null: 4·d_model
+    context: Optional[int] = None  # a GPT's window of tokens (its position table); null: the whole training text
 
 
 @dataclass
@@ -136,6 +139,8 @@ class TrainConfig:
     focus_token: Any = None  # a position, a text in the sentence (its first token), or null: its second word or char
     loss_threshold: float = 1e-3  # "steps to threshold" in summaries and TensorBoard hparams
     objective: Objective = Objective.mse
+    batch_size: int = 1  # windows of model.context tokens per step (model.n_layers >= 1)
+    val_fraction: float = 0.0  # the text's tail held out for a validation loss (model.n_layers >= 1)
 
 
 @dataclass
@@ -153,6 +158,11 @@ class AnalysisConfig:
     # exercise 5: apply the job's parameters to this text too and report whether its context
     # vectors are the job's rows permuted (summary.json "permutation_check"; attnlab.core.exercises)
     compare_sentence: Optional[str] = None
+    # after training with train.objective=next_token: continue this text (summary.json "generation")
+    prompt: Optional[str] = None
+    max_new_tokens: int = 8
+    temperature: float = 0.0  # 0: greedy (the most probable token); > 0: sampled from softmax(logits / temperature)
+    top_k: Optional[int] = None  # sample among the k most probable tokens only
 
 
 @dataclass

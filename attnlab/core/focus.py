@@ -103,9 +103,11 @@ def _with_mean(w: np.ndarray) -> np.ndarray:
 class FocusSink(Sink):
     """The focus metrics for summary.json: per head and for the head mean, the focus token's
     strongest key at the last snapshot, its weight and the first step above the threshold; row
-    entropies; the largest weight above the diagonal. Keeps H + 1 numbers per snapshot."""
+    entropies; the largest weight above the diagonal. Keeps H + 1 numbers per snapshot. With
+    ``layer``: of that GPT block's weights (``Snapshot.layers[layer]``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, layer: int | None = None) -> None:
+        self.layer = layer
         self.query = 0
         self.tokens: list[str] = []
         self.steps: list[int] = []
@@ -117,7 +119,7 @@ class FocusSink(Sink):
 
     def on_snapshot(self, snapshot: Snapshot) -> None:
         """Raises ValueError unless the weights are (H, T, T) with the focus token in [0, T)."""
-        w = np.asarray(snapshot.weights)
+        w = np.asarray(snapshot.weights if self.layer is None else snapshot.layers[self.layer])
         if w.ndim != 3:
             raise ValueError(f"snapshot weights must be (H, T, T), got shape {w.shape}")
         row = _query_row(w, self.query)  # (H, T): the focus token's row of each head

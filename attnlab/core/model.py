@@ -36,10 +36,10 @@ class InputEmbedding(nn.Module):
         self.positional = positional
 
     def forward(self, token_ids: torch.Tensor) -> torch.Tensor:
-        """``token_ids`` (T,) int64 → X (T, d_model)."""
+        """``token_ids`` (..., T) int64 → X (..., T, d_model)."""
         X = self.token_embedding(token_ids)  # (T, d_model)
         if self.positional:
-            X = X + self.position_embedding(torch.arange(token_ids.shape[0], device=token_ids.device))
+            X = X + self.position_embedding(torch.arange(token_ids.shape[-1], device=token_ids.device))
         return X
 
 
@@ -62,8 +62,8 @@ def causal_mask(T: int, device: torch.device | None = None) -> torch.Tensor:
 
 
 def scaled_scores(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """q kᵀ / √d_k (tutorial §4.2): q, k (T, d_k) → (T, T); -inf where ``mask`` is True."""
-    scores = q @ k.T / k.shape[-1] ** 0.5  # (T, T)
+    """q kᵀ / √d_k (tutorial §4.2): q, k (..., T, d_k) → (..., T, T); -inf where ``mask`` is True."""
+    scores = q @ k.transpose(-2, -1) / k.shape[-1] ** 0.5  # (..., T, T)
     if mask is not None:
         scores = scores.masked_fill(mask, float("-inf"))
     return scores
@@ -109,8 +109,8 @@ class MultiHeadSelfAttention(nn.Module):
         return self.d_model if self.W_out is not None else self.n_heads * self.d_v
 
     def forward(self, X: torch.Tensor, need_weights: bool = True) -> AttentionOutput:
-        """X (T, d_model) → :class:`AttentionOutput`."""
-        T = X.shape[0]
+        """X (T, d_model) → :class:`AttentionOutput`; a batch X (B, T, d_model) puts B first in each."""
+        T = X.shape[-2]
         Q_all, K_all, V_all = self.W_query(X), self.W_key(X), self.W_value(X)  # (T, H·d_k), (T, H·d_k), (T, H·d_v)
         mask = causal_mask(T, X.device) if self.causal else None
         scores = weights = None
@@ -127,7 +127,7 @@ class MultiHeadSelfAttention(nn.Module):
                 all_weights.append(w)
             Z = torch.cat(heads, dim=-1) if len(heads) > 1 else heads[0]  # (T, H·d_v); one head: no copy
             if need_weights:
-                scores, weights = torch.stack(all_scores), torch.stack(all_weights)  # (H, T, T)
+                scores, weights = torch.stack(all_scores, -3), torch.stack(all_weights, -3)  # (H, T, T)
         else:
             p = self.dropout if self.training else 0.0
             heads = F.scaled_dot_product_attention(split_heads(Q_all, self.n_heads), split_heads(K_all, self.n_heads),
@@ -137,7 +137,7 @@ class MultiHeadSelfAttention(nn.Module):
             if need_weights:  # the records only: computed as the explicit path does, no gradient
                 with torch.no_grad():
                     scores = torch.stack([scaled_scores(q, k, mask) for q, k in
-                                          zip(Q_all.split(self.d_k, -1), K_all.split(self.d_k, -1))])
+                                          zip(Q_all.split(self.d_k, -1), K_all.split(self.d_k, -1))], -3)
                     weights = torch.softmax(scores, dim=-1)  # (H, T, T)
         Q, K, V = (split_heads(t, self.n_heads) for t in (Q_all, K_all, V_all))  # (H, T, d_k), …, (H, T, d_v)
         if self.W_out is not None:
@@ -151,14 +151,14 @@ class MultiHeadSelfAttention(nn.Module):
 
 
 def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
-    """(T, H·d) → (H, T, d), a view: head h is columns h·d … (h+1)·d - 1."""
-    return x.unsqueeze(0) if n_heads == 1 else x.view(x.shape[0], n_heads, -1).transpose(0, 1)
+    """(..., T, H·d) → (..., H, T, d), a view: head h is columns h·d … (h+1)·d - 1."""
+    return x.unsqueeze(-3) if n_heads == 1 else x.view(*x.shape[:-1], n_heads, -1).transpose(-3, -2)
 
 
 def merge_heads(x: torch.Tensor) -> torch.Tensor:
-    """(H, T, d) → (T, H·d): the heads side by side, head h in columns h·d … (h+1)·d - 1."""
-    H, T, d = x.shape
-    return x.transpose(0, 1).reshape(T, H * d)
+    """(..., H, T, d) → (..., T, H·d): the heads side by side, head h in columns h·d … (h+1)·d - 1."""
+    *batch, H, T, d = x.shape
+    return x.transpose(-3, -2).reshape(*batch, T, H * d)
 
 
 def _add_bias(linear: nn.Linear) -> None:
@@ -183,6 +183,8 @@ class ModelSpec:
     qkv_bias: bool = False
     attention: str = "explicit"
     out_proj: bool | str = "auto"
+    n_layers: int = 0
+    d_ff: int | None = None  # None: 4·d_model
 
 
 class AttentionModel(nn.Module):
@@ -238,6 +240,90 @@ def build_walkthrough(spec: ModelSpec, vocab_size: int, seq_len: int) -> Attenti
     return AttentionModel(embedding, _attention(spec, z_in_d_model=False))
 
 
+class Block(nn.Module):
+    """One GPT block, pre-LayerNorm (GPT-2; nanoGPT's Block): x + attention(ln_1(x)), then
+    x + W_proj(GELU(W_fc(ln_2(x)))); x (..., T, d_model). The attention is §4's, always causal,
+    with W_out (H·d_v → d_model). Made in this order: ln_1, attention (W_query, W_key, W_value,
+    their biases, W_out), ln_2, W_fc (d_model → d_ff, bias), W_proj (d_ff → d_model, bias),
+    each with PyTorch's default init."""
+
+    def __init__(self, spec: ModelSpec, d_ff: int) -> None:
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(spec.d_model)
+        self.attention = MultiHeadSelfAttention(spec.d_model, spec.d_k, spec.d_v, spec.n_heads, causal=True,
+                                                dropout=spec.dropout, qkv_bias=spec.qkv_bias,
+                                                attention=spec.attention, out_proj=True)
+        self.ln_2 = nn.LayerNorm(spec.d_model)
+        self.W_fc = nn.Linear(spec.d_model, d_ff)
+        self.W_proj = nn.Linear(d_ff, spec.d_model)
+
+    def forward(self, x: torch.Tensor, need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x (..., T, d_model) → (x (..., T, d_model), weights (..., H, T, T) or None)."""
+        out = self.attention(self.ln_1(x), need_weights=need_weights)
+        x = x + out.Z  # residual around the attention
+        x = x + self.W_proj(F.gelu(self.W_fc(self.ln_2(x))))  # residual around the MLP
+        return x, out.weights
+
+
+class GPT(nn.Module):
+    """A mini-GPT: ``embedding`` (§2–3, trained here), ``blocks`` (:class:`Block` × n_layers),
+    ``ln_f`` (a final LayerNorm), ``next_token_head`` Linear(d_model, vocab_size)."""
+
+    def __init__(self, embedding: InputEmbedding, blocks: list[Block], next_token_head: nn.Linear) -> None:
+        super().__init__()
+        self.embedding = embedding
+        self.blocks = nn.ModuleList(blocks)
+        self.ln_f = nn.LayerNorm(next_token_head.in_features)
+        self.next_token_head = next_token_head
+
+    def forward(self, token_ids: torch.Tensor, need_weights: bool = False) -> tuple[torch.Tensor, list]:
+        """``token_ids`` (..., T) → (logits (..., T, vocab_size), each block's weights (..., H, T, T)
+        with ``need_weights``, else [])."""
+        x = self.embedding(token_ids)  # (..., T, d_model)
+        weights = []
+        for block in self.blocks:
+            x, w = block(x, need_weights)
+            if need_weights:
+                weights.append(w)
+        return self.next_token_head(self.ln_f(x)), weights
+
+    def trained_parameters(self) -> list[nn.Parameter]:
+        """Every parameter, the embeddings too (GPT learns them), in creation order."""
+        return list(self.parameters())
+
+    def stacked_state(self) -> dict[str, torch.Tensor]:
+        """``state_dict`` with each block tensor stacked over the blocks: ``blocks.W_fc.weight``
+        (n_layers, d_ff, d_model) for ``blocks.0.W_fc.weight`` … (model.npz: 16 arrays at most)."""
+        state = self.state_dict()
+        stacked = {k: v for k, v in state.items() if not k.startswith("blocks.")}
+        for k in self.blocks[0].state_dict():
+            stacked[f"blocks.{k}"] = torch.stack([state[f"blocks.{i}.{k}"] for i in range(len(self.blocks))])
+        return stacked
+
+    def load_stacked(self, stacked: dict[str, torch.Tensor]) -> None:
+        """The inverse of :meth:`stacked_state`; RuntimeError for a missing name or another shape."""
+        state = {k: v for k, v in stacked.items() if not k.startswith("blocks.")}
+        for k, v in stacked.items():
+            if k.startswith("blocks."):
+                state.update({f"blocks.{i}.{k.removeprefix('blocks.')}": t for i, t in enumerate(v)})
+        self.load_state_dict(state)
+
+
+def build_gpt(spec: ModelSpec, vocab_size: int, context: int) -> GPT:
+    """The mini-GPT in this order: §5's token (vocab_size, d_model) and position (context,
+    d_model) tables, N(0, init_std²); blocks 0 … n_layers-1 (:class:`Block`); ln_f; the head
+    Linear(d_model, vocab_size), bias-free, N(0, 0.02²) (GPT-2's)."""
+    token_embedding = nn.Embedding(vocab_size, spec.d_model)
+    position_embedding = nn.Embedding(context, spec.d_model)
+    nn.init.normal_(token_embedding.weight, mean=0.0, std=spec.init_std)
+    nn.init.normal_(position_embedding.weight, mean=0.0, std=spec.init_std)
+    embedding = InputEmbedding(token_embedding, position_embedding, spec.positional)
+    blocks = [Block(spec, spec.d_ff or 4 * spec.d_model) for _ in range(spec.n_layers)]
+    head = nn.Linear(spec.d_model, vocab_size, bias=False)
+    nn.init.normal_(head.weight, mean=0.0, std=NEXT_TOKEN_HEAD_STD)
+    return GPT(embedding, blocks, head)
+
+
 def next_token_targets(X: torch.Tensor) -> torch.Tensor:
     """The tutorial §5 target (T, d_model): row i is X[i+1]; the last row is X[-1] itself."""
     target = torch.zeros_like(X)
@@ -253,7 +339,8 @@ def mse(Z: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 
 def next_token_cross_entropy(logits: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
     """GPT's objective in nats: mean over i < T-1 of -log softmax(logits[i])[token_ids[i+1]];
-    ``logits`` (T, vocab_size), ``token_ids`` (T,). Raises ValueError for T < 2."""
-    if token_ids.shape[0] < 2:
-        raise ValueError(f"next_token_cross_entropy needs at least 2 tokens, got {token_ids.shape[0]}")
-    return F.cross_entropy(logits[:-1], token_ids[1:])
+    ``logits`` (..., T, vocab_size), ``token_ids`` (..., T) (a batch: the mean over every window's
+    predictions). Raises ValueError for T < 2."""
+    if token_ids.shape[-1] < 2:
+        raise ValueError(f"next_token_cross_entropy needs at least 2 tokens, got {token_ids.shape[-1]}")
+    return F.cross_entropy(logits[..., :-1, :].flatten(0, -2), token_ids[..., 1:].flatten())

@@ -29,11 +29,15 @@ class RunInfo:
 
 @dataclass
 class Snapshot:
-    """``weights`` (H, T, T) float32 at ``step``, rows sum to 1; ``loss`` of the same forward (§5)."""
+    """``weights`` (H, T, T) float32 at ``step``, rows sum to 1; ``loss`` of the same forward (§5).
+    A GPT (model.n_layers = L): ``weights`` its last block's on the text's first window, ``layers``
+    (L, H, T, T) every block's, ``val_loss`` on the held-out tail (None without one)."""
 
     step: int
     loss: float
     weights: np.ndarray
+    layers: np.ndarray | None = None
+    val_loss: float | None = None
 
 
 def head_mean(weights: np.ndarray) -> np.ndarray:
@@ -58,6 +62,8 @@ class RunResult:
     tokens: list[str] = field(default_factory=list)
     losses: np.ndarray = field(default_factory=lambda: np.zeros(0))
     snapshots: list[Snapshot] = field(default_factory=list)
+    generation: dict[str, Any] | None = None  # analysis.prompt's continuation (attnlab.core.generate)
+    parameters: dict[str, np.ndarray] | None = None  # a GPT's trained weights, float32, by state_dict name
 
 
 class Sink:

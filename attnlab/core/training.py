@@ -15,12 +15,15 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from attnlab.core import checks, interrupts, optim, threads, tokenizer
+from attnlab.core import checks, generate, interrupts, optim, threads, tokenizer
 from attnlab.core.config import optimizer_schema, plain, resolve, snapshot_steps
-from attnlab.core.errors import as_write_error, describe
+from attnlab.core.errors import ConfigError, as_write_error, describe
+from attnlab.core.i18n import _
 from attnlab.core.model import (
+    GPT,
     AttentionModel,
     ModelSpec,
+    build_gpt,
     build_section5,
     build_walkthrough,
     mse,
@@ -55,23 +58,77 @@ def deterministic_algorithms() -> None:
         setter(True)
 
 
+def model_spec(cfg: DictConfig) -> ModelSpec:
+    """The ``model.*`` keys of ``cfg`` as a :class:`ModelSpec`."""
+    m = cfg.model
+    return ModelSpec(m.d_model, m.d_k, m.d_v, m.init_std, positional=plain(m.positional) == "learned",
+                     n_heads=m.n_heads, causal=m.causal, dropout=m.dropout, qkv_bias=m.qkv_bias,
+                     attention=plain(m.attention), out_proj=checks.out_proj(cfg), n_layers=m.n_layers, d_ff=m.d_ff)
+
+
 @one_at_a_time
-def build_model(cfg: DictConfig, tokens: tokenizer.Tokens, order: str = "training") -> AttentionModel:
-    """Set torch's threads, seed, make the parameters on the CPU in §5's order (``"training"``)
-    or §2–4's (``"walkthrough"``), then move them to ``cfg.device``."""
-    threads.configure(cfg, tokens.seq_len)
+def build_model(cfg: DictConfig, tokens: tokenizer.Tokens, order: str = "training") -> AttentionModel | GPT:
+    """Set torch's threads, seed, make the parameters on the CPU in §5's order (``"training"``),
+    §2–4's (``"walkthrough"``) or the GPT's (model.n_layers >= 1), then move them to ``cfg.device``."""
+    seq_len = corpus_split(cfg, tokens.seq_len)[1] if cfg.model.n_layers else tokens.seq_len  # a GPT's: its context
+    if tokens.focus >= seq_len:
+        raise ConfigError("train.focus_token", cfg.train.focus_token, _(
+            "must be a position in the recorded window [0, {context})").format(context=seq_len))
+    threads.configure(cfg, seq_len)
     torch.manual_seed(cfg.seed)
     deterministic_algorithms()
-    m = cfg.model
-    spec = ModelSpec(m.d_model, m.d_k, m.d_v, m.init_std, positional=plain(m.positional) == "learned",
-                     n_heads=m.n_heads, causal=m.causal, dropout=m.dropout, qkv_bias=m.qkv_bias,
-                     attention=plain(m.attention), out_proj=checks.out_proj(cfg))
-    if order == "walkthrough":
+    spec = model_spec(cfg)
+    if spec.n_layers:
+        model = build_gpt(spec, tokens.vocab_size, seq_len)
+    elif order == "walkthrough":
         model = build_walkthrough(spec, tokens.vocab_size, tokens.seq_len)
     else:
         next_token = plain(cfg.train.objective) == "next_token"
         model = build_section5(spec, tokens.vocab_size, tokens.seq_len, next_token_head=next_token)
     return model.to(torch.device(cfg.device))
+
+
+def corpus_split(cfg: DictConfig, n_tokens: int) -> tuple[int, int]:
+    """(tokens trained on, context): the text's head; its last ``round(n_tokens·train.val_fraction)``
+    tokens are held out. ConfigError when the context does not fit in the head, or the held-out
+    tail has 1 token."""
+    n_val = round(n_tokens * cfg.train.val_fraction)
+    n_train = n_tokens - n_val
+    context = cfg.model.context or n_train
+    if not 2 <= context <= n_train:
+        raise ConfigError("model.context", cfg.model.context, _(
+            "a window must have 2 to {n} tokens (the text's {n} trained on)").format(n=n_train))
+    if n_val == 1:
+        raise ConfigError("train.val_fraction", cfg.train.val_fraction, _(
+            "holds out 1 token of {n}: a validation loss needs at least 2").format(n=n_tokens))
+    return n_train, context
+
+
+class Windows:
+    """A GPT's data (model.n_layers >= 1): ``train`` ids (N,) and ``val`` ids (M,) of the text, cut
+    into windows of ``context`` tokens; ``probe`` (context,) the first window, whose attention the
+    snapshots record."""
+
+    def __init__(self, cfg: DictConfig, ids: torch.Tensor) -> None:
+        n_train, self.context = corpus_split(cfg, ids.shape[0])
+        self.train, self.val, self.batch_size = ids[:n_train], ids[n_train:], cfg.train.batch_size
+        self.probe = self.train[: self.context]
+        self._offsets = torch.arange(self.context, device=ids.device)  # (context,)
+
+    def batch(self) -> torch.Tensor:
+        """(batch_size, context) windows at offsets drawn uniformly from torch's generator."""
+        starts = torch.randint(0, self.train.shape[0] - self.context + 1, (self.batch_size,))
+        return self.train[starts.to(self.train.device)[:, None] + self._offsets]
+
+    @torch.no_grad()
+    def val_loss(self, model: GPT) -> float | None:
+        """Next-token cross-entropy (nats) over the held-out tail in consecutive windows of at most
+        ``context`` tokens (a shorter remainder left out); None without a tail."""
+        n = min(self.context, self.val.shape[0])
+        if n < 2:
+            return None
+        windows = self.val[: self.val.shape[0] // n * n].view(-1, n)  # (W, n)
+        return next_token_cross_entropy(model(windows)[0], windows).item()
 
 
 def build_optimizer(opt_cfg: DictConfig, params: Iterable[torch.nn.Parameter]):
@@ -153,17 +210,15 @@ def train(cfg: DictConfig, sinks: Iterable[Sink] = (), run_dir: Path | None = No
     tokens = tokenizer.tokenize(cfg)
     checks.resources(cfg, tokens.seq_len, tokens.vocab_size, run_dir)
     model = build_model(cfg, tokens)
-    attention, head = model.attention, model.next_token_head
-    ids = torch.tensor(tokens.token_ids, device=next(attention.parameters()).device)  # (T,)
-    X = model.embedding(ids).detach()  # (T, d_model), not trained
-    target = next_token_targets(X)  # (T, d_model): row i is X[i+1]
+    ids = torch.tensor(tokens.token_ids, device=next(model.parameters()).device)  # (T,)
+    forward, recorded = (_gpt_forward if cfg.model.n_layers else _tutorial_forward)(model, ids, cfg)
     optimizer = build_optimizer(cfg.optimizer, model.trained_parameters())
     model.train()  # attention dropout, when model.dropout > 0
     snapshots = snapshot_steps(cfg.train)
     is_snapshot = set(snapshots).__contains__
     config = resolve(cfg)
     config["train"]["focus_token"] = tokens.focus  # the position the run used, whatever named it
-    info = RunInfo(config=config, token_ids=tokens.token_ids, tokens=tokens.labels,
+    info = RunInfo(config=config, token_ids=tokens.token_ids[:recorded], tokens=tokens.labels[:recorded],
                    snapshot_steps=snapshots, steps=cfg.train.steps, focus_token=tokens.focus, run_dir=run_dir)
     interrupts.pause_point("model_built")  # a test hook
     interrupts.check()  # a deferred Ctrl-C while torch loaded: stop before any sink starts
@@ -178,10 +233,8 @@ def train(cfg: DictConfig, sinks: Iterable[Sink] = (), run_dir: Path | None = No
             for step in range(cfg.train.steps):
                 interrupts.check()  # a signal during the previous step: stop here
                 snapshot_now = is_snapshot(step)
-                # forward (§4): Q, K, V = X W; weights = softmax(Q Kᵀ / √d_k); Z = weights V
-                out = attention(X, need_weights=snapshot_now)  # Z (T, d_model); weights (H, T, T) or None
-                # loss (§5): mean((Z - target)²), or next-token cross-entropy through the head
-                loss = mse(out.Z, target) if head is None else next_token_cross_entropy(head(out.Z), ids)
+                # forward and loss (§4–5); at snapshot steps the weights too, as Snapshot fields
+                loss, record = forward(snapshot_now)
                 # backward and step (§5): zero_grad → backward → step
                 optimizer.zero_grad()
                 loss.backward()
@@ -196,7 +249,7 @@ def train(cfg: DictConfig, sinks: Iterable[Sink] = (), run_dir: Path | None = No
                 if (snapshot_now or overflow or (step + 1) % FLUSH_EVERY == 0) and not recorder.flush():
                     break  # a non-finite loss
                 if snapshot_now:
-                    snap = Snapshot(step, recorder.final_loss, out.weights.detach().cpu().numpy().astype(np.float32))
+                    snap = Snapshot(step, recorder.final_loss, **record)
                     for sink in sinks:
                         sink.on_snapshot(snap)
                     if keep_snapshots:
@@ -223,8 +276,51 @@ def train(cfg: DictConfig, sinks: Iterable[Sink] = (), run_dir: Path | None = No
     elif overflow is not None:
         status, error = "diverged", overflow
     result = _result(recorder, info, kept, t0, status, error)
+    if cfg.model.n_layers:
+        result.parameters = {k: v.detach().cpu().numpy().astype(np.float32) for k, v in model.stacked_state().items()}
+    if cfg.analysis.prompt is not None and status == "completed":
+        result.generation = generate.continuation(model, cfg)
     _finish(sinks, result)
     return result
+
+
+def _numpy(weights: torch.Tensor) -> np.ndarray:
+    return weights.detach().cpu().numpy().astype(np.float32)
+
+
+def _tutorial_forward(model: AttentionModel, ids: torch.Tensor, cfg: DictConfig):
+    """§5's step on the whole text, (forward(need_weights) → (loss, Snapshot fields), T recorded)."""
+    attention, head = model.attention, model.next_token_head
+    X = model.embedding(ids).detach()  # (T, d_model), not trained
+    target = next_token_targets(X)  # (T, d_model): row i is X[i+1]
+
+    def forward(need_weights: bool):
+        # forward (§4): Q, K, V = X W; weights = softmax(Q Kᵀ / √d_k); Z = weights V
+        out = attention(X, need_weights=need_weights)  # Z (T, d_model); weights (H, T, T) or None
+        # loss (§5): mean((Z - target)²), or next-token cross-entropy through the head
+        loss = mse(out.Z, target) if head is None else next_token_cross_entropy(head(out.Z), ids)
+        return loss, {"weights": _numpy(out.weights)} if need_weights else None
+
+    return forward, ids.shape[0]
+
+
+def _gpt_forward(model: GPT, ids: torch.Tensor, cfg: DictConfig):
+    """A GPT's step on a batch of windows, (forward(need_weights) → (loss, Snapshot fields), context)."""
+    data = Windows(cfg, ids)
+
+    def forward(need_weights: bool):
+        record = None
+        if need_weights:  # every block's weights on the first window and the validation loss, before the update
+            model.eval()
+            with torch.no_grad():
+                layers = _numpy(torch.stack(model(data.probe, need_weights=True)[1]))  # (L, H, T, T)
+            record = {"weights": layers[-1], "layers": layers, "val_loss": data.val_loss(model)}
+            model.train()
+        batch = data.batch()  # (B, context)
+        logits, _ = model(batch)  # (B, context, vocab_size)
+        return next_token_cross_entropy(logits, batch), record
+
+    return forward, data.context
 
 
 def divergence_message(cfg: DictConfig, step: int, value: float | None) -> str:

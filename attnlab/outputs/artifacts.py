@@ -1,7 +1,9 @@
 """The run-dir files attnlab writes (docs/reference.md), each atomically: ``metrics.csv``
 (``step,loss``, losses as ``repr``), ``attention.npz`` (``steps`` (S,) int64, ``weights``
 (S, H, T, T) float32, ``tokens`` (T,) str, ``token_ids`` (T,) int64; at most core.files.NPZ_LIMIT
-bytes: core.checks.resources), ``summary.json`` and ``walkthrough.npz``. While a run goes its
+bytes: core.checks.resources; a GPT's also ``layers`` (S, L, H, T, T), every block's, and a
+``val_loss`` column in metrics.csv at its snapshot steps), ``model.npz`` (a GPT's trained weights
+by state_dict name, float32), ``summary.json`` and ``walkthrough.npz``. While a run goes its
 records reach the OS at every batch and snapshot (``kill -9`` keeps them) in
 ``.metrics.csv.partial`` and ``.attention.npy.partial``."""
 from __future__ import annotations
@@ -28,6 +30,7 @@ SUMMARY = "summary.json"
 METRICS = "metrics.csv"
 ATTENTION = "attention.npz"
 WALKTHROUGH = "walkthrough.npz"
+MODEL = "model.npz"
 
 
 def _replace_from_temp(path: Path, write) -> None:
@@ -123,6 +126,8 @@ class RunDirSink(Sink):
         self._rows: list[tuple[int, int, float | None]] = []  # (rows, bytes, last loss) after each batch
         self._weights: np.ndarray | None = None  # (S_planned, H, T, T) float32 memmap
         self._steps: list[int] = []  # steps of the snapshots written
+        self._layers: list[np.ndarray] = []  # a GPT's (L, H, T, T) per snapshot
+        self._val: dict[int, float] = {}  # step -> validation loss
         self._info: RunInfo | None = None
         self.failure: WriteError | None = None  # the first write that failed
 
@@ -172,6 +177,10 @@ class RunDirSink(Sink):
             return
         self._weights[len(self._steps)] = snapshot.weights
         self._steps.append(snapshot.step)
+        if snapshot.layers is not None:
+            self._layers.append(snapshot.layers)
+        if snapshot.val_loss is not None:
+            self._val[snapshot.step] = snapshot.val_loss
         if len(self._steps) == 1:
             interrupts.pause_point("first_snapshot")  # a test hook (a fault made real at this moment)
 
@@ -189,6 +198,8 @@ class RunDirSink(Sink):
                     self._metrics.close()
                     self._metrics = None
                 os.truncate(self._metrics_tmp, end)
+                if self._val:
+                    self._add_val_column()
                 os.replace(self._metrics_tmp, self.run_dir / METRICS)
             except OSError as err:
                 failure = self._fail(err, METRICS, None)
@@ -204,7 +215,15 @@ class RunDirSink(Sink):
                         self._write_attention(int(fit))
             self.close()
         threshold = result.steps_to_threshold
+        if result.parameters is not None:
+            try:
+                atomic_savez(self.run_dir / MODEL, **result.parameters)
+            except WriteError as err:
+                failure = failure or err
+        kept_val = [v for s, v in self._val.items() if s < n]
         fields = {"status": result.status, "final_loss": final_loss if n else None, "steps_run": n,
+                  **({"val_loss": kept_val[-1]} if kept_val else {}),
+                  **({"generation": result.generation} if result.generation else {}),
                   "steps_to_threshold": threshold if threshold is not None and threshold < n else None,
                   "wall_time_s": round(result.wall_time_s, 6), "error": result.error}
         if failure is not None and result.status != "failed":
@@ -216,10 +235,20 @@ class RunDirSink(Sink):
             raise failure  # the sinks after this one record the failure too
 
     def _write_attention(self, kept: int) -> None:
+        layers = {"layers": np.stack(self._layers[:kept])} if self._layers and kept else {}
         atomic_savez(self.run_dir / ATTENTION, weights=self._weights[:kept],
                      steps=np.asarray(self._steps[:kept], dtype=np.int64),
                      tokens=np.asarray(self._info.tokens, dtype=str),
-                     token_ids=np.asarray(self._info.token_ids, dtype=np.int64))
+                     token_ids=np.asarray(self._info.token_ids, dtype=np.int64), **layers)
+
+    def _add_val_column(self) -> None:
+        """metrics.csv's rows with a third column, ``val_loss`` (empty between snapshots)."""
+        lines = self._metrics_tmp.read_text(encoding="ascii").splitlines()
+        rows = []
+        for line in lines[1:]:
+            step = int(line.split(",", 1)[0])
+            rows.append(f"{line},{self._val[step]!r}" if step in self._val else f"{line},")
+        self._metrics_tmp.write_text("\n".join(["step,loss,val_loss", *rows, ""]), encoding="ascii")
 
     def close(self) -> None:
         if self._metrics is not None:

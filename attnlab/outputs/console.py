@@ -75,6 +75,16 @@ def snapshot_line(step: int, loss: float, row: np.ndarray, tokens: list[str], fo
         targets=targets)
 
 
+def generation_lines(generation: dict) -> list[str]:
+    """analysis.prompt's continuation (:func:`attnlab.core.generate.continuation`): the text, then
+    each new token with the model's probability of it; [] for none."""
+    if not generation:
+        return []
+    return [_("{prompt} → {text}").format(prompt=show(generation["prompt"]), text=show(generation["text"])),
+            "  " + "  ".join(_("{token} p={p:.3f}").format(token=show(label), p=p)
+                             for _id, label, p in generation["tokens"])]
+
+
 class ConsoleSink(Sink):
     """One :func:`snapshot_line` per snapshot and a closing line with the status; a tqdm bar (on a
     terminal) when ``progress`` and ≥ 1000 steps; without a bar, one line saying how long a run has
@@ -123,7 +133,9 @@ class ConsoleSink(Sink):
     def on_snapshot(self, snapshot: Snapshot) -> None:
         info = self._info
         heads = snapshot.weights[:, info.focus_token]  # (H, T): the focus token's row in every head
-        self._print(snapshot_line(snapshot.step, snapshot.loss, heads.mean(axis=0), info.tokens, info.focus_token))
+        val = "" if snapshot.val_loss is None else _("  (validation loss {val:.4f})").format(val=snapshot.val_loss)
+        line = snapshot_line(snapshot.step, snapshot.loss, heads.mean(axis=0), info.tokens, info.focus_token)
+        self._print(line + val)
         if len(heads) > 1:  # the line above is the head mean; where each head attends most
             labels = [t.strip() or t for t in info.tokens]
             strongest = " ".join(f"{h}→{shown(t)}={w:.2f}" for h, (t, w) in enumerate(target(r, labels) for r in heads))
@@ -142,6 +154,8 @@ class ConsoleSink(Sink):
             status = _("{status} ({name})").format(status=status, name=printable(name, 100))
         self._print(_("{status}: {steps}, final loss {final}, {time:.2f} s{where}").format(
             status=status, steps=steps, final=final, time=result.wall_time_s, where=where))  # (bar closed)
+        for line in generation_lines(result.generation or {}):
+            self._print(line)
 
     def close(self) -> None:
         if self._bar is not None:

@@ -4,6 +4,7 @@ Object API only (``Figure`` + ``FigureCanvasAgg``, never ``pyplot``: no global s
 matplotlib is imported only when a figure is drawn. Fonts and rcParams: :mod:`attnlab.outputs.fonts`."""
 from __future__ import annotations
 
+import dataclasses
 import io
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
@@ -184,6 +185,7 @@ class FigureSink(Sink):
     latest one (for a run that stops early) are kept."""
 
     EVOLUTION = "attention_evolution.png"
+    LAYER_EVOLUTION = "attention_evolution_layer{layer}.png"  # a GPT's block 0, 1, ...
     LOSS = "loss.png"
 
     def __init__(self, run_dir: Path):
@@ -196,6 +198,7 @@ class FigureSink(Sink):
         self._received = 0  # snapshots the run took
         self._ylabel = MSE_LABEL
         self._drawings: tuple[Drawing | None, Drawing] | None = None  # started at flush
+        self._layer_drawings: list[Drawing] = []  # a GPT's, one per block
 
     def on_start(self, info: RunInfo) -> None:
         self.tokens = list(info.tokens)
@@ -226,6 +229,10 @@ class FigureSink(Sink):
         if self._latest is not None and (not snapshots or self._latest.step > snapshots[-1].step):
             snapshots = pick_snapshots(snapshots + [self._latest])  # an early stop: its last snapshot too
         evolution = Drawing(evolution_png, snapshots, self.tokens, self._received) if snapshots else None
+        if snapshots and snapshots[0].layers is not None:  # a GPT: one figure per block, after the last block's
+            self._layer_drawings = [Drawing(evolution_png, [dataclasses.replace(s, weights=s.layers[layer])
+                                                            for s in snapshots], self.tokens, self._received)
+                                    for layer in range(len(snapshots[0].layers))]
         return evolution, Drawing(loss_png, losses, self._ylabel)
 
     def on_end(self, result: RunResult) -> None:
@@ -234,6 +241,8 @@ class FigureSink(Sink):
             self.losses if self._losses else np.asarray(result.losses, dtype=np.float64))
         if evolution is not None:
             atomic_write_bytes(self.run_dir / self.EVOLUTION, evolution.result())
+        for layer, drawing in enumerate(self._layer_drawings):
+            atomic_write_bytes(self.run_dir / self.LAYER_EVOLUTION.format(layer=layer), drawing.result())
         png = loss.result()
         if png is not None:  # (no file when no loss is finite)
             atomic_write_bytes(self.run_dir / self.LOSS, png)

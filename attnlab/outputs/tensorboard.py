@@ -111,8 +111,16 @@ class TensorBoardSink(Sink):
             add(f"focus/weight/head_{h}", strongest[h], step)
             for name, value in zip(self._names, row_entropy(head)):
                 add(f"attention/entropy/head_{h}/{name}", value, step)
+        title = f"step={step}  loss={snapshot.loss:.4f}"
+        if snapshot.val_loss is not None:
+            add("val_loss", snapshot.val_loss, step)
+        for layer, weights in enumerate(snapshot.layers if snapshot.layers is not None else []):  # a GPT's blocks
+            mean = head_mean(weights)  # (T, T)
+            add(f"focus/weight/layer_{layer}", mean[query].max(), step)
+            if self.images:
+                self._images.append((f"attention/weights/layer_{layer}", step, Drawing(
+                    heatmap_pixels, self.info.tokens, mean, f"{title}  layer {layer} (mean of heads)")))
         if self.images:  # drawn in a worker when outputs.drawing runs; added in step order
-            title = f"step={step}  loss={snapshot.loss:.4f}"
             self._images.append(("attention/weights", step, Drawing(
                 heatmap_pixels, self.info.tokens, w, title + ("  (mean of heads)" if many else ""))))
             for h, head in enumerate(heads if many else []):

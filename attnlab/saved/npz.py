@@ -47,7 +47,8 @@ class MemberInfo:
 
 
 ATTENTION_MEMBERS = {"steps": Member(("S",), "i"), "weights": Member(("S", "H", "T", "T"), "f"),
-                     "tokens": Member(("T",), "U"), "token_ids": Member(("T",), "i")}
+                     "tokens": Member(("T",), "U"), "token_ids": Member(("T",), "i"),
+                     "layers": Member(("S", "L", "H", "T", "T"), "f", required=False)}  # a GPT's every block
 WALKTHROUGH_MEMBERS = {"token_ids": Member(("T",), "i"), "token_embeddings": Member(("T", "d_model"), "f"),
                        "pos_embeddings": Member(("T", "d_model"), "f"), "X": Member(("T", "d_model"), "f"),
                        "Q": Member(("T", "d_k"), "f"), "K": Member(("T", "d_k"), "f"), "V": Member(("T", "d_v"), "f"),

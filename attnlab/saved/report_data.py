@@ -53,9 +53,10 @@ def weight_need(run_dir: Path, root: Path | None = None) -> int:
     try:
         with safe_read.open_attention(run_dir, NPZ_LIMIT, root=root) as npz:
             S, H, T, _ = npz.infos["weights"].shape
+            L = npz.infos["layers"].shape[1] if "layers" in npz.infos else 0
     except RunFileError:  # load_run says what is wrong
         return 0
-    return S * frame_bytes(H, T)
+    return S * frame_bytes(H * (1 + L), T)
 
 
 def share_budget(needs: Sequence[int], budget: int = WEIGHT_BUDGET) -> list[int]:
@@ -197,8 +198,9 @@ def _load_attention(rec: dict[str, Any], run_dir: Path, root: Path, max_weight_b
         rec["tokens"] = [printable(t, MAX_STR) for t in labels]
         rec["token_ids"] = [int(i) for i in npz.read("token_ids").tolist()]
         S, H, T, _ = npz.infos["weights"].shape
+        L = npz.infos["layers"].shape[1] if "layers" in npz.infos else 0
         rec["snapshots_total"], rec["heads"] = S, H
-        idx = pick_frames(S, max_weight_bytes, frame_bytes(H, T))
+        idx = pick_frames(S, max_weight_bytes, frame_bytes(H * (1 + L), T))
         if idx:
             weights = npz.read("weights")
             if 0 <= query < T:
@@ -206,6 +208,8 @@ def _load_attention(rec: dict[str, Any], run_dir: Path, root: Path, max_weight_b
                 rec["focus_series"] = {"steps": steps.tolist(), "weights": series}
             frames = weights[idx]  # the last snapshot among them (pick_frames keeps it)
             rec["weights"] = _rounded(frames)
+            if "layers" in npz.infos:  # a GPT: every block's, for the layer selector and grid
+                rec["layers"] = _rounded(npz.read("layers")[idx])
             rec["steps"] = [int(steps[i]) for i in idx]
             return head_mean(frames[-1]), labels, int(steps[-1])
     return None

@@ -1,0 +1,50 @@
+"""``attnlab-generate RUN_DIR PROMPT [--max-new-tokens N] [--temperature T] [--top-k K] [--seed S]``:
+a finished GPT run (``model.n_layers >= 1``) continues PROMPT, each new token printed with its
+probability (:mod:`attnlab.saved.trained` reads the run as data). Exit 2 with one line on stderr
+for a run dir that holds no usable model or a bad option."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from attnlab.core import checks
+from attnlab.core.errors import AttnlabError
+from attnlab.core.generate import continuation
+from attnlab.core.i18n import _
+from attnlab.outputs.console import generation_lines
+from attnlab.saved.safe_read import printable
+from attnlab.saved.trained import load_model
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="attnlab-generate",
+                                     description=_("A finished GPT run continues a prompt."))
+    parser.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    parser.add_argument("prompt", metavar="PROMPT")
+    parser.add_argument("--max-new-tokens", type=int, help=_("default: the run's analysis.max_new_tokens"))
+    parser.add_argument("--temperature", type=float, help=_("0: greedy (default: the run's)"))
+    parser.add_argument("--top-k", type=int, help=_("sample among the k most probable tokens"))
+    parser.add_argument("--seed", type=int, help=_("the sampling seed (default: the run's seed)"))
+    args = parser.parse_args(argv)
+    try:
+        model, cfg = load_model(args.run_dir)
+        cfg.analysis.prompt = args.prompt
+        for key in ("max_new_tokens", "temperature", "top_k"):
+            if getattr(args, key) is not None:
+                cfg.analysis[key] = getattr(args, key)
+        if args.seed is not None:
+            cfg.seed = args.seed
+        cfg.device = "cpu"
+        checks.validate(cfg)
+        lines = generation_lines(continuation(model, cfg))
+    except (AttnlabError, OSError) as err:
+        print(f"attnlab-generate: error: {printable(str(err), 1500)}", file=sys.stderr)
+        return 2
+    print("\n".join(lines))
+    return 0
+
+
+def cli() -> None:
+    sys.exit(main())
