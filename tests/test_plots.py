@@ -171,7 +171,7 @@ def test_workers_draw_the_same_bytes_and_a_dead_or_missing_pool_draws_here(monke
 
     job = SimpleNamespace(task=drawing.Task.train, logging=SimpleNamespace(figures=True, tensorboard=False, images=True))
     snaps, losses = snapshots(3), np.linspace(2, 0.01, 50)
-    drawing.start(job)
+    drawing.start(job, plots.warm_up)
     try:
         evolution = drawing.Drawing(plots.evolution_png, snaps, TOKENS, 7)
         loss = drawing.Drawing(plots.loss_png, losses)

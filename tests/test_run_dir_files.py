@@ -116,7 +116,7 @@ def test_jobs_of_a_dead_launcher_worker_say_failed_and_lose_their_lock(tmp_path)
             (sweep / name / rundir.LOCK).write_text("1\n")
         held = os.open(sweep / "2_live" / rundir.LOCK, os.O_RDONLY)
         fcntl.flock(held, fcntl.LOCK_EX)
-        assert rundir.close_orphans("its process ended before the run did (X)") == [sweep / "0_dead"]
+        assert artifacts.close_orphans("its process ended before the run did (X)") == [sweep / "0_dead"]
         os.close(held)
     finally:
         rundir.release(sweep)

@@ -29,7 +29,7 @@ from attnlab.core.config import schema_keys
 from attnlab.core.errors import AttnlabError, os_reason
 from attnlab.core.files import printable
 from attnlab.core.i18n import _
-from attnlab.outputs import rundir, streams
+from attnlab.outputs import artifacts, rundir, streams
 from attnlab.outputs.console import display_path
 
 # Hydra saves no .hydra/ and no job log into a run dir, whatever the config (also --config-path);
@@ -194,7 +194,7 @@ def main() -> None:
             raise
         what = f"{type(err).__name__}: {printable(str(err).strip().split(chr(10))[0], 300)}"
         # a launcher that lost a worker (the OOM killer, a signal): each job whose process died says failed
-        closed = [display_path(p) for p in rundir.close_orphans(f"its process ended before the run did ({what})")]
+        closed = [display_path(p) for p in artifacts.close_orphans(f"its process ended before the run did ({what})")]
         print(f"error: {what}; these jobs did not complete (summary.json says failed): {', '.join(closed)}"
               if closed else error_line(err, typed), file=sys.stderr)
         code = EXIT_FAILED_RUN if closed else EXIT_BAD_INPUT

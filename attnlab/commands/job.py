@@ -21,7 +21,7 @@ from attnlab.core.exercises import observe
 from attnlab.core.focus import FocusSink
 from attnlab.core.records import Sink
 from attnlab.core.tokenizer import token_labels, tokenize
-from attnlab.outputs import artifacts, drawing, rundir
+from attnlab.outputs import artifacts, drawing, plots, rundir
 from attnlab.outputs.console import ConsoleSink, display_path, job_prefix, prefixed
 from attnlab.saved.report import write_run_report
 
@@ -105,7 +105,7 @@ def _job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None, job_num: i
         checks.validate(typed)
         resolved["train"]["focus_token"] = tokenize(typed).focus  # the text's checks too, before torch loads
         artifacts.write_summary(run_dir, config=resolved)  # with the focus token's position
-        drawing.start(typed)  # figure workers import matplotlib while this process imports torch
+        drawing.start(typed, plots.warm_up)  # figure workers import matplotlib while this process imports torch
         artifacts.write_summary(run_dir, versions=artifacts.environment(resolved["device"]))
         result = _run(typed, run_dir)
     except KeyboardInterrupt:  # outside the training loop, which records its own interrupt

@@ -264,3 +264,21 @@ def _room(folder: Path) -> int:
     soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
     room = fs.f_bavail * fs.f_frsize
     return room if soft == resource.RLIM_INFINITY else min(room, soft)
+
+
+def close_orphans(error: str) -> list[Path]:
+    """The job folders below this process's claims whose own process died mid-run (a launcher's
+    worker killed: summary.json says running, no process holds its lock): each now says
+    ``failed`` with ``error`` and its lock is removed. Returns them, by name."""
+    closed = []
+    for held in rundir.claims():
+        with contextlib.suppress(OSError), os.scandir(held.path) as it:
+            jobs = sorted(Path(e.path) for _, e in zip(range(rundir.MAX_SCANNED), it)
+                          if e.is_dir(follow_symlinks=False))
+            for job in jobs:
+                if (os.path.isfile(job / rundir.LOCK) and not rundir.run_is_live(job)
+                        and rundir.summary_status(job) == "running"):
+                    write_summary(job, status="failed", error=error)
+                    os.unlink(job / rundir.LOCK)
+                    closed.append(job)
+    return closed

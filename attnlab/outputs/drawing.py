@@ -16,26 +16,22 @@ WORKERS = 1  # a second would draw beside it with a free core; under load it mad
 _pool = None  # this process's ProcessPoolExecutor, or None
 
 
-def _prepare_worker() -> None:
-    """Ctrl-C is the run's; matplotlib loaded and a first heatmap drawn (fonts, glyph caches);
-    no interpreter teardown at the worker's end (its results are sent by then)."""
+def _prepare_worker(warm_up: Callable[[], None] | None) -> None:
+    """Ctrl-C is the run's; ``warm_up()`` (e.g. :func:`attnlab.outputs.plots.warm_up`: matplotlib
+    loaded, fonts and glyph caches filled); no interpreter teardown at the worker's end (its
+    results are sent by then)."""
     import atexit
     import signal
 
-    import numpy as np
-
-    from attnlab.outputs import plots
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     atexit.register(os._exit, 0)
-    with plots.style():
-        fig = plots.new_figure(1, 1)
-        plots.draw_heatmap(fig.add_subplot(), np.eye(2), ["a", "b"], "a")
-        fig.canvas.draw()
+    if warm_up is not None:
+        warm_up()
 
 
-def start(cfg: Any) -> None:
-    """Start the worker now when job ``cfg`` (typed) draws figures or heatmaps; idempotent."""
+def start(cfg: Any, warm_up: Callable[[], None] | None = None) -> None:
+    """Start the worker now when job ``cfg`` (typed) draws figures or heatmaps, ``warm_up``
+    (module-level) its first call; idempotent."""
     global _pool
     log = cfg.logging
     if _pool is not None or cfg.task != Task.train or (os.cpu_count() or 1) < 2 or not (
@@ -46,7 +42,8 @@ def start(cfg: Any) -> None:
 
     try:
         _pool = concurrent.futures.ProcessPoolExecutor(WORKERS, multiprocessing.get_context("spawn"),
-                                                       initializer=_prepare_worker)
+                                                       initializer=_prepare_worker,
+                                                       initargs=(warm_up,))
         _pool.submit(int)  # a worker starts at a submit
     except (OSError, ImportError, NotImplementedError, RuntimeError):  # no processes, no working semaphores
         _pool = None

@@ -37,6 +37,14 @@ MAX_CELL_VALUES = 12  # longer texts get no values in the cells
 MSE_LABEL = "loss (MSE)"  # the tutorial's objective (attnlab.core.config.loss_axis_label names the others)
 
 
+def warm_up() -> None:
+    """matplotlib loaded and a first heatmap drawn (fonts, glyph caches): a figure worker's start."""
+    with style():
+        fig = new_figure(1, 1)
+        draw_heatmap(fig.add_subplot(), np.eye(2), ["a", "b"], "a")
+        fig.canvas.draw()
+
+
 def style():
     """``matplotlib.rc_context(fonts.rc())``: draw every figure inside it."""
     import matplotlib

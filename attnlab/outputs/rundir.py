@@ -125,7 +125,7 @@ def _contents_problem(path: Path, choose: str, stale_lock: bool = False) -> str 
     if not stale_lock and not entries:
         return None
     if "summary.json" in names:
-        status = _status(path)
+        status = summary_status(path)
         if status in FINISHED:
             return f"already holds a {status} run; {never}"
         if status == "running":
@@ -141,7 +141,7 @@ def _contents_problem(path: Path, choose: str, stale_lock: bool = False) -> str 
            f"new or empty; {choose}"
 
 
-def _status(path: Path) -> str | None:
+def summary_status(path: Path) -> str | None:
     """The ``status`` of ``path``'s summary.json (a bounded read), or None when unreadable."""
     try:
         status = json.loads(read_text(path / "summary.json", SUMMARY_LIMIT)).get("status")
@@ -207,24 +207,6 @@ def abandon_all() -> None:
     """:func:`abandon` every claim of this process (the command is ending)."""
     for held in claims():
         abandon(held.path)
-
-
-def close_orphans(error: str) -> list[Path]:
-    """The job folders below this process's claims whose own process died mid-run (a launcher's
-    worker killed: summary.json says running, no process holds its lock): each now says
-    ``failed`` with ``error`` and its lock is removed. Returns them, by name."""
-    from attnlab.outputs.artifacts import write_summary  # (artifacts imports this module)
-
-    closed = []
-    for held in claims():
-        with contextlib.suppress(OSError), os.scandir(held.path) as it:
-            jobs = sorted(Path(e.path) for _, e in zip(range(MAX_SCANNED), it) if e.is_dir(follow_symlinks=False))
-            for job in jobs:
-                if os.path.isfile(job / LOCK) and not run_is_live(job) and _status(job) == "running":
-                    write_summary(job, status="failed", error=error)
-                    os.unlink(job / LOCK)
-                    closed.append(job)
-    return closed
 
 
 def run_is_live(run_dir: Path) -> bool:
