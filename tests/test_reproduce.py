@@ -88,6 +88,20 @@ def test_fresh_run_reproduces_exactly(fresh_run, tmp_path, capsys):
     assert saved == safe_read.read_summary(fresh_run)["config"]  # the config that ran
 
 
+@pytest.mark.parametrize("snapshots", [("train.snapshot_every=10",), ()], ids=["snapshot_every", "automatic"])
+def test_runs_with_snapshot_rules_reproduce_exactly(tmp_path, capsys, snapshots):
+    """``train.snapshot_every`` is recorded as typed (its steps are its rule's); automatic steps are
+    recorded as the steps taken. Either way the saved config reruns the same snapshots."""
+    run = tmp_path / "run"
+    assert run_here(f"hydra.run.dir={run}", "logging=off", "train.steps=30", *snapshots).returncode == 0
+    train = safe_read.read_summary(run)["config"]["train"]
+    assert (train["snapshot_every"], train["snapshot_steps"]) == ((10, None) if snapshots else (None, [0, 3, 7, 15, 20, 29]))
+    assert main([str(run), "--out", str(tmp_path / "repro")]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "reproduced exactly"
+    assert safe_read.read_attention(tmp_path / "repro")["steps"].tolist() == ([0, 10, 20, 29] if snapshots
+                                                                              else [0, 3, 7, 15, 20, 29])
+
+
 def test_default_out_is_a_sibling_and_the_repro_is_itself_reproducible(fresh_run, tmp_path, capsys):
     run = copy_run(fresh_run, tmp_path / "run")
     assert main([str(run)]) == 0

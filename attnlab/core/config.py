@@ -214,12 +214,12 @@ def snapshot_steps(train: Any) -> list[int]:
 
 
 def with_recorded_snapshot_steps(data: dict) -> dict:
-    """``data`` with a null ``train.snapshot_steps`` replaced in place by the steps taken."""
+    """``data`` with a null ``train.snapshot_steps`` replaced in place by the automatic steps taken
+    (with ``train.snapshot_every`` set the steps are that rule's, kept as typed)."""
     train = data.get("train")
-    if isinstance(train, dict) and train.get("snapshot_steps") is None:
-        steps, every = train.get("steps"), train.get("snapshot_every")
-        every = 1 if every is None else every
-        if all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (steps, every)):
+    if isinstance(train, dict) and train.get("snapshot_steps") is None and train.get("snapshot_every") is None:
+        steps = train.get("steps")
+        if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0:
             train["snapshot_steps"] = snapshot_steps(train)
     return data
 
