@@ -324,8 +324,10 @@ UNSET: Any = object()  # a key a config does not have
 
 
 def config_values(config: Any) -> dict[str, Any]:
-    """``{dotted key: value}`` of every value of plain config data (a list is one value), not :data:`LABELS`."""
-    return {k: v for k, v in walk(config) if k and "[" not in k and not isinstance(v, dict) and k not in LABELS}
+    """``{dotted key: value}`` of every value of plain config data (a list is one value), not :data:`LABELS`
+    and not ``logging.*`` (what a run writes and prints, never what it computes)."""
+    return {k: v for k, v in walk(config) if k and "[" not in k and not isinstance(v, dict) and k not in LABELS
+            and not k.startswith("logging.")}
 
 
 def differs(configs: Sequence[Any], against: Any = None) -> list[dict[str, str]]:
