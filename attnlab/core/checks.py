@@ -245,8 +245,9 @@ def resources(cfg: DictConfig, seq_len: int, vocab_size: int, run_dir: Path | No
     drawn = (n_snaps * (h + (h > 1) + cfg.model.n_layers)  # at most: each head, the mean, each GPT block
              * (lg.figures + (lg.tensorboard and lg.images)))
     for amount, limit, what in (
-            (drawn, MAX_HEATMAPS, N_("about {amount:,} heatmaps to draw (figures and TensorBoard images), more than "
-                                     "{limit:,}: fewer heads or snapshots, or logging.figures=false logging.images=false")),
+            (drawn, MAX_HEATMAPS, N_("about {amount:,} heatmaps to draw (figures and TensorBoard images), more "
+                                     "than {limit:,}: fewer heads or snapshots, or logging.figures=false "
+                                     "logging.images=false")),
             (24 * h * lg.console, MAX_CONSOLE_LINE, N_("about {amount:,} characters in each snapshot's console line, "
                                                        "more than {limit:,}: fewer heads, or logging.console=false"))):
         if amount > limit:
@@ -258,8 +259,9 @@ def resources(cfg: DictConfig, seq_len: int, vocab_size: int, run_dir: Path | No
                                     ("attention.npz", NPZ_LIMIT, "train.snapshot_steps",
                                      f"{n_snaps} snapshots of {h} head(s) x {seq_len} x {seq_len} tokens")):
         if disk[file] > limit:
-            raise ConfigError(key, value, _("the run's {file} would be about {size}, more than the {limit} attnlab's "
-                                            "readers accept").format(file=file, size=_size(disk[file]), limit=_size(limit)))
+            raise ConfigError(key, value, _("the run's {file} would be about {size}, more than the {limit} "
+                                            "attnlab's readers accept").format(file=file, size=_size(disk[file]),
+                                                                               limit=_size(limit)))
     existing = Path(run_dir)
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
