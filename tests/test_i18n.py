@@ -95,9 +95,10 @@ def english_after():
 def test_lang_zh_prints_the_tutorials_section5_lines_exactly(monkeypatch, tmp_path, english_after):
     monkeypatch.delenv("LANGUAGE")
     monkeypatch.setenv("LANG", "zh_CN.UTF-8")  # no lang=: the locale's
-    proc = run_here("logging=off", cwd=tmp_path)
+    proc = run_here(cwd=tmp_path)  # figures, TensorBoard and the report page (its font cut by fontTools) too
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
+    assert len(lines) == 6, lines[6:]  # attnlab's lines only: no library's log
     expected = [
         "step   0  loss=2.3566  |  journey关注: 'Your'=0.22 'journey'=0.12 'starts'=0.13 'with'=0.14 'one'=0.19 'step'=0.21",
         "step  20  loss=0.2104  |  journey关注: 'Your'=0.57 'journey'=0.21 'starts'=0.07 'with'=0.14 'one'=0.01 'step'=0.00",
@@ -155,3 +156,25 @@ def test_report_page_carries_its_chinese_glyphs():
     face = cjk_font_face('{"tr":{"Attention weights":"注意力权重"},"tokens":["你","的","😀"]}')
     font = TTFont(io.BytesIO(base64.b64decode(re.search(r"base64,([A-Za-z0-9+/=]+)\)", face)[1])))
     assert {chr(c) for c in font.getBestCmap()} == set("注意力权重你的")
+
+
+def test_reproduce_table_speaks_zh_aligned_by_display_width(tmp_path, english_after):
+    """attnlab-reproduce's verdict table: its verdicts, headers and count line in zh, columns aligned
+    by display width (a hanzi is two columns); the rows keep the English verdict keys (the CSV's)."""
+    from attnlab.commands.reproduce import VERDICTS, verdict_table
+
+    rows = [{"job": "0_seed=1", "name": "alice", "verdict": VERDICTS[0], "differs": None},
+            {"job": "1_seed=2", "name": "bob", "verdict": VERDICTS[2], "differs": "loss"},
+            {"job": "2_seed=3", "name": "carol", "verdict": VERDICTS[0], "differs": None}]
+    i18n.set_language("zh")
+    assert verdict_table(rows, tmp_path / "r").splitlines() == [
+        "任务      名字   结论      不一致的量",
+        "--------  -----  --------  ----------",
+        "0_seed=1  alice  完全复现  -",
+        "1_seed=2  bob    未复现    loss",
+        "2_seed=3  carol  完全复现  -",
+        f"3 个运行：2 个完全复现，1 个未复现；复现结果在 {tmp_path / 'r'}"]
+    assert [r["verdict"] for r in rows] == ["reproduced exactly", "not reproduced", "reproduced exactly"]
+    i18n.set_language("en")
+    assert verdict_table(rows, tmp_path / "r").splitlines()[-1] == (
+        f"3 runs: 2 reproduced exactly, 1 not reproduced; reproductions in {tmp_path / 'r'}")

@@ -124,7 +124,7 @@ def as_array(value: Any) -> np.ndarray | None:
 def where(err: BaseException, path: Path) -> str:
     """``" (FILE, line N)"`` for the deepest frame of ``err`` in the learner's file, else ``""``."""
     lines = [f.lineno for f in traceback.extract_tb(err.__traceback__) if Path(f.filename).resolve() == path.resolve()]
-    return f" ({path.name}, line {lines[-1]})" if lines else ""
+    return _(" ({file}, line {line})").format(file=path.name, line=lines[-1]) if lines else ""
 
 
 def few(a: np.ndarray) -> str:

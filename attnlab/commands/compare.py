@@ -60,13 +60,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """The exit status of ``attnlab-compare ARGV`` (module docstring)."""
     parser = argparse.ArgumentParser(
         prog="attnlab-compare",
-        description="One table over saved attnlab runs: run dirs, or sweep dirs (every job below them).")
-    parser.add_argument("paths", nargs="+", metavar="PATH", type=Path, help="run dir or sweep dir")
-    parser.add_argument("--sort", metavar="COLUMN", help="sort rows by this column (e.g. final_loss)")
-    parser.add_argument("--reverse", action="store_true", help="sort descending")
-    parser.add_argument("--csv", metavar="FILE", type=Path, help="also write the table as CSV")
+        description=_("One table over saved attnlab runs: run dirs, or sweep dirs (every job below them)."))
+    parser.add_argument("paths", nargs="+", metavar="PATH", type=Path, help=_("run dir or sweep dir"))
+    parser.add_argument("--sort", metavar="COLUMN", help=_("sort rows by this column (e.g. final_loss)"))
+    parser.add_argument("--reverse", action="store_true", help=_("sort descending"))
+    parser.add_argument("--csv", metavar="FILE", type=Path, help=_("also write the table as CSV"))
     parser.add_argument("--plot", metavar="FILE", type=Path,
-                        help="write one figure: loss curves (log y) + last-snapshot heatmaps")
+                        help=_("write one figure: loss curves (log y) + last-snapshot heatmaps"))
     parser.add_argument("--against", metavar="PRESET.yaml", type=Path,
                         help=_("show per run the keys whose values differ from this preset (an experiment file, "
                                "read as data) instead of from the other runs"))

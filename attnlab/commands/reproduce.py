@@ -32,7 +32,7 @@ from attnlab.core import checks, threads, tokenizer
 from attnlab.core.config import apply_schema, literal, plain
 from attnlab.core.errors import AttnlabError, ConfigError, RunDirError, describe
 from attnlab.core.files import printable
-from attnlab.core.i18n import _
+from attnlab.core.i18n import N_, _
 from attnlab.outputs import artifacts, rundir, streams
 from attnlab.outputs.console import display_path
 from attnlab.saved import runs, safe_read
@@ -42,7 +42,10 @@ from attnlab.saved.verdict import Difference, compare_runs, environment_differen
 EXIT_SAME, EXIT_DIFFERENT, EXIT_NOT_A_RUN = 0, 1, 2
 ALLOWED_TARGETS = ("optimizer._target_",)  # the only instantiation key a saved config may hold
 BITS = ("cpu_capability", "blas", "torch", "machine", "device")  # with torch_threads: what decides the bits
-VERDICTS = (_("reproduced exactly"), _("within rounding"), _("not reproduced"), _("cannot be reproduced"))
+# a row's verdict is its English key (the CSV's data), translated where shown; the count line's templates
+VERDICTS = (N_("reproduced exactly"), N_("within rounding"), N_("not reproduced"), N_("cannot be reproduced"))
+COUNTS = (N_("{n} reproduced exactly"), N_("{n} within rounding"), N_("{n} not reproduced"),
+          N_("{n} cannot be reproduced"))
 KERNELS = ("DEFAULT", "AVX2", "AVX512")  # torch's kernels a second reproduction may ask for (a CPU without one fails)
 
 
@@ -199,8 +202,8 @@ def _rounding(run_dir: Path, out: Path, diffs: list[Difference], versions: Any, 
     except KeyboardInterrupt:  # the child is interrupted too: no second opinion
         done = subprocess.CompletedProcess(args, -2, "", "interrupted")
     ran = done.returncode in (EXIT_SAME, EXIT_DIFFERENT)
-    print(f"reproduction with {path} kernels: " + (printable(display_path(other), 300) if ran else
-          f"failed: {printable(done.stderr.strip()[-300:], 300)}"), file=sys.stderr)
+    print(_("reproduction with {path} kernels: {result}").format(path=path, result=printable(display_path(other), 300)
+          if ran else _("failed: {error}").format(error=printable(done.stderr.strip()[-300:], 300))), file=sys.stderr)
     return within_rounding(diffs, run_dir, out, other, made, here, path) if ran else None
 
 
@@ -219,6 +222,17 @@ def verdict_row(run_dir: Path, out: Path) -> dict[str, Any]:
             "reproduction": str(out)}
 
 
+def verdict_table(rows: Sequence[dict[str, Any]], out: Path) -> str:
+    """The verdict table of ``rows`` (``verdict``: a :data:`VERDICTS` key) and its count line, in the
+    learner's language, aligned by display width."""
+    counts = Counter(r["verdict"] for r in rows)
+    table = format_table([{**r, "verdict": _(r["verdict"])} for r in rows], ["job", "name", "verdict", "differs"]
+                         if any(r["name"] for r in rows) else ["job", "verdict", "differs"])
+    return table + "\n" + _("{n} runs: {counts}; reproductions in {out}").format(
+        n=len(rows), counts=_(", ").join(_(t).format(n=counts[v]) for v, t in zip(VERDICTS, COUNTS) if counts[v]),
+        out=display_path(out))
+
+
 def reproduce_many(paths: Sequence[Path], out: Path | None, csv: Path | None, jobs: int) -> int:
     """``attnlab-reproduce PATH...`` over every run under ``paths``: ``jobs`` at a time, each in a worker
     process of its own (torch's seed and threads are per process), into ``OUT/NAME`` (default
@@ -234,11 +248,8 @@ def reproduce_many(paths: Sequence[Path], out: Path | None, csv: Path | None, jo
         done = list(pool.map(verdict_row, [r for r, _, _ in found], [out / name for _, name, _ in found]))
     rows = [{"job": name, "name": runs.setting(runs.read_run(r, root).config, "name", str, None), **row}
             for (r, name, root), row in zip(found, done)]
-    print(format_table(rows, ["job", "name", "verdict", "differs"] if any(r["name"] for r in rows) else
-                       ["job", "verdict", "differs"]))
+    print(verdict_table(rows, out))
     counts = Counter(r["verdict"] for r in rows)
-    print(_("{n} runs: {counts}; reproductions in {out}").format(
-        n=len(rows), counts=", ".join(f"{counts[v]} {v}" for v in VERDICTS if counts[v]), out=display_path(out)))
     if csv is not None:
         write_csv(rows, csv, ["job", "name", "verdict", "differs", "reproduction"])
         print(f"csv: {printable(str(csv), 300)}")
@@ -250,18 +261,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     for several runs 0 every run reproduced, 1 some not (:func:`reproduce_many`), 2 no run."""
     parser = argparse.ArgumentParser(
         prog="attnlab-reproduce",
-        description="Re-run saved attnlab runs from their recorded configs into new folders and check their "
-                    "files are bitwise identical (or differ by floating-point rounding only); several runs, or "
-                    "folders of runs, give one verdict table. A run is read as data: nothing in it is run or "
-                    "printed raw.")
+        description=_("Re-run saved attnlab runs from their recorded configs into new folders and check their "
+                      "files are bitwise identical (or differ by floating-point rounding only); several runs, or "
+                      "folders of runs, give one verdict table. A run is read as data: nothing in it is run or "
+                      "printed raw."))
     parser.add_argument("paths", nargs="+", metavar="PATH", type=Path,
                         help=_("a run folder or a sweep job folder; or several, or folders of runs (a sweep, a "
                                "class's runs): every run below them"))
-    parser.add_argument("--out", metavar="DIR", type=Path, help="the new run folder (default: "
-                        "RUN_DIR-repro-<time> beside RUN_DIR; for a sweep job SWEEP_DIR-repro-<time>/JOB)"
+    parser.add_argument("--out", metavar="DIR", type=Path, help=_("the new run folder (default: "
+                        "RUN_DIR-repro-<time> beside RUN_DIR; for a sweep job SWEEP_DIR-repro-<time>/JOB)")
                         + _("; for several runs the folder of their reproductions (default: PATH-repro-<time>)"))
     parser.add_argument("--text-file", metavar="FILE", type=Path,
-                        help="the text of a run made with text_file= (a saved config never chooses a file to read)")
+                        help=_("the text of a run made with text_file= (a saved config never chooses a file to read)"))
     parser.add_argument("--csv", metavar="FILE", type=Path,
                         help=_("write the verdict table as CSV too (one run then gets the table too)"))
     parser.add_argument("-j", "--jobs", metavar="N", type=int, default=os.cpu_count() or 1,
@@ -274,7 +285,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             return reproduce_many(args.paths, args.out, args.csv, args.jobs)
         except AttnlabError as err:
-            print(f"error: {printable(str(err), 1500)}", file=sys.stderr)
+            print(_("error: {message}").format(message=printable(str(err), 1500)), file=sys.stderr)
             return EXIT_NOT_A_RUN
     args.run_dir = args.paths[0]
     try:
@@ -283,7 +294,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except AttnlabError as err:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
-        print(f"error: {printable(str(err), 1500)}", file=sys.stderr)
+        print(_("error: {message}").format(message=printable(str(err), 1500)), file=sys.stderr)
         return EXIT_NOT_A_RUN
     print(format_verdict(diffs, rounding))
     print(f"reproduction: {printable(display_path(out), 300)}")  # relative below the working folder

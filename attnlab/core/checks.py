@@ -163,12 +163,13 @@ def resolve_out_proj(out_proj: bool | str, n_heads: int, d_v: int, d_model: int,
     if out_proj == "auto":
         return n_heads > 1 or mismatch
     if not isinstance(out_proj, bool):
-        raise ConfigError("out_proj", out_proj, "must be auto, true or false")
+        raise ConfigError("out_proj", out_proj, N_("must be auto, true or false"))
     if not out_proj and mismatch:
         raise ConfigError("out_proj", out_proj,
-                          f"Z has n_heads·d_v = {n_heads}·{d_v} = {n_heads * d_v} columns but the loss needs "
-                          f"d_model = {d_model}; use out_proj=auto or true (a W_out brings Z to d_model), "
-                          f"or make n_heads·d_v = d_model")
+                          _("Z has n_heads·d_v = {n_heads}·{d_v} = {columns} columns but the loss needs "
+                            "d_model = {d_model}; use out_proj=auto or true (a W_out brings Z to d_model), "
+                            "or make n_heads·d_v = d_model").format(n_heads=n_heads, d_v=d_v,
+                                                                    columns=n_heads * d_v, d_model=d_model))
     return out_proj
 
 
@@ -231,23 +232,26 @@ def resources(cfg: DictConfig, seq_len: int, vocab_size: int, run_dir: Path | No
         key, value = (("model.d_model", cfg.model.d_model) if need["token_embedding"] >= need["activations"]
                       else ("text_file", cfg.text_file) if cfg.get("text_file") else ("sentence", f"{seq_len} tokens"))
         parts = ", ".join(f"{name} {_size(n)}" for name, n in need.items() if n)
-        raise ConfigError(key, value, f"the run needs about {_size(sum(need.values()))} of memory ({parts}), "
-                          f"more than the {_size(available)} available")
+        raise ConfigError(key, value, _("the run needs about {size} of memory ({parts}), more than the {available} "
+                                        "available").format(size=_size(sum(need.values())), parts=parts,
+                                                            available=_size(available)))
     cpus = os.cpu_count() or 1
     if isinstance(cfg.get("threads"), int) and cfg.threads > THREADS_PER_CPU * cpus:
-        raise ConfigError("threads", cfg.threads, f"more than {THREADS_PER_CPU} per CPU of this machine's {cpus}")
+        raise ConfigError("threads", cfg.threads, _("more than {n} per CPU of this machine's {cpus}").format(
+            n=THREADS_PER_CPU, cpus=cpus))
     if plain(cfg.task) != "train":
         return
     h, n_snaps, lg = cfg.model.n_heads, len(snapshot_steps(cfg.train)), cfg.logging
     drawn = (n_snaps * (h + (h > 1) + cfg.model.n_layers)  # at most: each head, the mean, each GPT block
              * (lg.figures + (lg.tensorboard and lg.images)))
-    for amount, limit, what, hint in (
-            (drawn, MAX_HEATMAPS, "heatmaps to draw (figures and TensorBoard images)",
-             "fewer heads or snapshots, or logging.figures=false logging.images=false"),
-            (24 * h * lg.console, MAX_CONSOLE_LINE, "characters in each snapshot's console line",
-             "fewer heads, or logging.console=false")):
+    for amount, limit, what in (
+            (drawn, MAX_HEATMAPS, N_("about {amount:,} heatmaps to draw (figures and TensorBoard images), more "
+                                     "than {limit:,}: fewer heads or snapshots, or logging.figures=false "
+                                     "logging.images=false")),
+            (24 * h * lg.console, MAX_CONSOLE_LINE, N_("about {amount:,} characters in each snapshot's console line, "
+                                                       "more than {limit:,}: fewer heads, or logging.console=false"))):
         if amount > limit:
-            raise ConfigError("model.n_heads", h, f"about {amount:,} {what}, more than {limit:,}: {hint}")
+            raise ConfigError("model.n_heads", h, _(what).format(amount=amount, limit=limit))
     if run_dir is None:
         return
     disk = disk_estimate(cfg, seq_len)
@@ -255,8 +259,9 @@ def resources(cfg: DictConfig, seq_len: int, vocab_size: int, run_dir: Path | No
                                     ("attention.npz", NPZ_LIMIT, "train.snapshot_steps",
                                      f"{n_snaps} snapshots of {h} head(s) x {seq_len} x {seq_len} tokens")):
         if disk[file] > limit:
-            raise ConfigError(key, value, f"the run's {file} would be about {_size(disk[file])}, more than the "
-                              f"{_size(limit)} attnlab's readers accept")
+            raise ConfigError(key, value, _("the run's {file} would be about {size}, more than the {limit} "
+                                            "attnlab's readers accept").format(file=file, size=_size(disk[file]),
+                                                                               limit=_size(limit)))
     existing = Path(run_dir)
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
@@ -265,5 +270,6 @@ def resources(cfg: DictConfig, seq_len: int, vocab_size: int, run_dir: Path | No
         key = "train.steps" if disk["metrics.csv"] >= disk["attention.npz"] else "train.snapshot_steps"
         value = cfg.train.steps if key == "train.steps" else cfg.train.snapshot_steps
         parts = ", ".join(f"{name} {_size(n)}" for name, n in disk.items())
-        raise ConfigError(key, value, f"the run would write about {_size(sum(disk.values()))} ({parts}), "
-                          f"more than the {_size(free)} free on the disk of {existing}")
+        raise ConfigError(key, value, _("the run would write about {size} ({parts}), more than the {free} free on "
+                                        "the disk of {path}").format(size=_size(sum(disk.values())), parts=parts,
+                                                                     free=_size(free), path=existing))

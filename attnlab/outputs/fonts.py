@@ -6,12 +6,15 @@ A character no font can draw is shown escaped (``\\u4f60``), never as an empty b
 from __future__ import annotations
 
 import functools
+import logging
 import re
 from importlib import resources
 
 from attnlab.core.i18n import _
 
 SHIPPED_FONT = resources.files("attnlab.data") / "fonts" / "NotoSansCJKsc-Regular-GB2312.otf"
+# fontTools logs each table it cuts at INFO (matplotlib's PDF/SVG fonts, the report's @font-face)
+logging.getLogger("fontTools").setLevel(logging.WARNING)
 _CJK_FONT = re.compile(r"CJK|WenQuanYi|WQY|SimHei|SimSun|Source Han|Microsoft YaHei|PingFang|Hiragino"
                        r"|Heiti|Songti|Arial Unicode|Droid Sans Fallback|AR PL|Unifont", re.IGNORECASE)
 

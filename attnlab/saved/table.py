@@ -173,6 +173,7 @@ def clip(text: str, n: int = MAX_CELL) -> str:
 HEADERS = {"job": N_("job"), "status": N_("status"), "final_loss": N_("final_loss"), "error": N_("error"),
            "steps_to_threshold": N_("steps<thr"), "focus_token": N_("focus"), "focus_target": N_("→ target"),
            "focus_weight": N_("weight"), "snapshot_step": N_("at step"), "wall_time_s": N_("wall_s"),
+           "name": N_("name"), "verdict": N_("verdict"), "differs": N_("differs"),
            **exercises.HEADERS}  # translated where shown
 
 

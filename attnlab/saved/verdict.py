@@ -12,6 +12,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from attnlab.core.i18n import _
 from attnlab.saved import safe_read
 from attnlab.saved.safe_read import printable
 
@@ -125,23 +126,25 @@ def within_rounding(diffs: list[Difference], original: Path, native: Path, other
     """Why ``diffs`` (``original`` vs ``native``, made with ``here`` kernels) are rounding, or None: ``original``
     is identical to ``other`` (made with ``path`` kernels), or each difference is at most
     :data:`ROUNDING_MARGIN` times the one between ``other`` and ``native`` (the notes show it)."""
-    kernels = f"made with {printable(made, 40) if made else 'unrecorded'} kernels, here {here}"
+    kernels = _("made with {made} kernels, here {here}").format(made=printable(made, 40) if made else _("unrecorded"),
+                                                                 here=here)
     if not compare_runs(original, other):
-        return f"{kernels}; identical with {path} kernels here"
+        return _("{kernels}; identical with {path} kernels here").format(kernels=kernels, path=path)
     envelope = {d.quantity: d.max_abs_diff for d in compare_runs(other, native)}
     for d in diffs:
         d.note = d.note or f"{envelope.get(d.quantity) or 0:.3g} between {path} and {here} here"
         d.rounding = d.max_abs_diff is not None and d.max_abs_diff <= ROUNDING_MARGIN * (envelope.get(d.quantity) or 0)
     if not all(d.rounding for d in diffs):
         return None
-    return f"{kernels}; each difference is at most {ROUNDING_MARGIN}x the one between two kernel paths here"
+    return _("{kernels}; each difference is at most {margin}x the one between two kernel paths here").format(
+        kernels=kernels, margin=ROUNDING_MARGIN)
 
 
 def format_verdict(diffs: list[Difference], rounding: str | None = None) -> str:
     """``reproduced exactly``; else a header line (``reproduced within floating-point rounding: WHY`` or
     ``not reproduced``) and a table of the differences, those rounding does not explain first."""
     if not diffs:
-        return "reproduced exactly"
+        return _("reproduced exactly")
     beyond = [d for d in diffs if d.rounding is False]
     diffs = beyond + [d for d in diffs if d.rounding is not False]
     rows = [("quantity", "first differing step", "max abs diff", "note")]
@@ -151,10 +154,11 @@ def format_verdict(diffs: list[Difference], rounding: str | None = None) -> str:
                      f"beyond rounding ({d.note})" if d.rounding is False else d.note))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     n = len(diffs)
-    differ = f"{n} quantit{'y differs' if n == 1 else 'ies differ'}"
+    differ = (_("1 quantity differs") if n == 1 else _("{n} quantities differ")).format(n=n)
     if beyond and len(beyond) < n:
-        differ = f"{len(beyond)} of {n} quantities differ beyond floating-point rounding"
-    lines = [f"reproduced within floating-point rounding: {rounding}" if rounding else f"not reproduced: {differ}"]
+        differ = _("{beyond} of {n} quantities differ beyond floating-point rounding").format(beyond=len(beyond), n=n)
+    lines = [_("reproduced within floating-point rounding: {why}").format(why=rounding) if rounding
+             else _("not reproduced: {differ}").format(differ=differ)]
     for r in rows:
         lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
     return "\n".join(lines)
