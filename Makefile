@@ -53,7 +53,7 @@ bench: $(STAMP)
 COMPAT_DIR ?= $(CURDIR)/.compat
 COMPAT_REF ?=
 COMPAT_SRC := $(if $(COMPAT_REF),$(COMPAT_DIR)/src,$(CURDIR))
-COMPAT_TESTS := tests/test_golden.py tests/test_differential.py tests/test_model.py \
+COMPAT_TESTS := tests/test_golden.py tests/test_differential.py tests/test_model.py tests/test_gpt.py \
 	tests/test_model_variants.py tests/test_variants_run.py
 COMPAT_OLDEST := torch==2.1.2 numpy==1.24.4 tiktoken==0.12.0 hydra-core==1.3.2 omegaconf==2.3.0 \
 	tensorboard==2.14.0 matplotlib==3.7.0 tqdm==4.60.0
