@@ -89,10 +89,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                                       preset=printable(str(args.against), 300)))
         if args.csv:
             write_csv(rows, args.csv)
-            print(f"csv: {printable(str(args.csv), 300)}")
+            print(_("csv: {file}").format(file=printable(str(args.csv), 300)))
         if args.plot:
             comparison_figure(rows, args.plot)
-            print(f"figure: {printable(str(args.plot), 300)}")
+            print(_("figure: {file}").format(file=printable(str(args.plot), 300)))
     except (KeyError, AttnlabError, OSError, ValueError) as err:  # KeyError: an unknown --sort column
         print(f"attnlab-compare: error: {printable(str(err.args[0] if isinstance(err, KeyError) else err), 1500)}",
               file=sys.stderr)

@@ -151,18 +151,20 @@ def reproduce(run_dir: Path, out: Path | None = None, text_file: Path | None = N
     recorded_threads = threads.for_reproduction(versions)
     now = artifacts.environment(str(cfg.device))
     if recorded_threads is None:
-        print("warning: summary.json records no torch_threads; running with threads=auto (losses may differ "
-              "in the last bits)", file=sys.stderr)
+        print(_("warning: summary.json records no torch_threads; running with threads=auto (losses may differ "
+                "in the last bits)"), file=sys.stderr)
     else:
         cfg.threads, now = recorded_threads, {**now, "torch_threads": recorded_threads}
     for line in environment_differences(versions, now):
         print(line, file=sys.stderr)
     if cfg.model.dropout > 0:
-        print(f"note: model.dropout={cfg.model.dropout}: the dropout masks are drawn from seed={cfg.seed}, so "
-              "they repeat bit for bit with the same torch and machine", file=sys.stderr)
+        print(_("note: model.dropout={dropout}: the dropout masks are drawn from seed={seed}, so they repeat "
+                "bit for bit with the same torch and machine").format(dropout=cfg.model.dropout, seed=cfg.seed),
+              file=sys.stderr)
     if summary["status"] == "interrupted":
-        print(f"note: the run was interrupted after {summary.get('steps_run')} steps; the reproduction runs all "
-              f"train.steps={cfg.train.steps} and compares the recorded steps", file=sys.stderr)
+        print(_("note: the run was interrupted after {n} steps; the reproduction runs all train.steps={steps} "
+                "and compares the recorded steps").format(n=summary.get("steps_run"), steps=cfg.train.steps),
+              file=sys.stderr)
     # the run: into a folder claimed first (new or empty, ours alone), the config it ran saved beside it
     rundir.claim(out, key="--out")
     try:
@@ -252,7 +254,7 @@ def reproduce_many(paths: Sequence[Path], out: Path | None, csv: Path | None, jo
     counts = Counter(r["verdict"] for r in rows)
     if csv is not None:
         write_csv(rows, csv, ["job", "name", "verdict", "differs", "reproduction"])
-        print(f"csv: {printable(str(csv), 300)}")
+        print(_("csv: {file}").format(file=printable(str(csv), 300)))
     return EXIT_DIFFERENT if counts[VERDICTS[2]] or counts[VERDICTS[3]] else EXIT_SAME
 
 
@@ -297,7 +299,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(_("error: {message}").format(message=printable(str(err), 1500)), file=sys.stderr)
         return EXIT_NOT_A_RUN
     print(format_verdict(diffs, rounding))
-    print(f"reproduction: {printable(display_path(out), 300)}")  # relative below the working folder
+    print(_("reproduction: {folder}").format(folder=printable(display_path(out), 300)))  # relative below cwd
     return code
 
 
