@@ -70,6 +70,28 @@ def test_a_console_that_cannot_encode_or_is_gone_never_stops_a_run():
     pipe.close()
 
 
+def test_print_reaches_the_stream_as_whole_lines():
+    """``print`` writes a line and its newline in two calls; the stream below gets whole lines in
+    one write (two processes sharing a terminal never merge lines), the rest of a line at a flush."""
+    class Calls(io.StringIO):
+        calls: list[str] = []
+
+        def write(self, text: str) -> int:
+            self.calls.append(text)
+            return super().write(text)
+
+    below = Calls()
+    out = SafeStream(below)
+    print("interrupted at step 7; records kept in run/0", file=out)
+    print("a", "b", sep=" | ", end="", file=out)
+    assert below.calls == ["interrupted at step 7; records kept in run/0\n"]
+    print(" c\nd", file=out, flush=True)
+    assert below.calls[1:] == ["a | b c\n", "d\n"]
+    out.write("progress 50%\r")
+    out.flush()  # what tqdm does after each bar update
+    assert below.calls[3:] == ["progress 50%\r"] and below.getvalue().endswith("progress 50%\r")
+
+
 def test_long_rows_show_the_12_strongest_and_say_so():
     tokens = [f" t{i}" for i in range(17)]
     row = np.arange(17, dtype=np.float32) / np.arange(17).sum()

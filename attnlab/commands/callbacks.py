@@ -61,17 +61,20 @@ def start_resource_trackers() -> None:
         signal.signal(signal.SIGHUP, previous)
 
 
-def end_stopped_sweep() -> None:
+def end_stopped_sweep(table: bool = True) -> None:
     """A sweep that a job stopped (Ctrl-C, SIGTERM, SIGHUP, a crash; Hydra then never calls
     ``on_multirun_end``): the same table, summary.csv and report for the jobs that ran, then its
-    folder released. Nothing when no sweep is open or no job folder was made (refused while composing)."""
-    if _open_sweep is None:
+    folder released. Nothing when no sweep is open, no job folder was made (refused while composing)
+    or ``table`` is False (a refusal: the command's end removes what it made); the sweep is
+    forgotten either way, so the next command in this process starts clean."""
+    global _open_sweep
+    config, _open_sweep = _open_sweep, None
+    if config is None or not table:
         return
-    sweep_dir = Path(str(_open_sweep.hydra.sweep.dir))
-    with contextlib.suppress(OSError), os.scandir(sweep_dir) as entries:
+    with contextlib.suppress(OSError), os.scandir(Path(str(config.hydra.sweep.dir))) as entries:
         if any(e.is_dir(follow_symlinks=False) for e in entries):
-            SweepSummary().on_multirun_end(_open_sweep)
-            NeverOverwrite().on_multirun_end(_open_sweep)  # else the command's end removes what it made
+            SweepSummary().on_multirun_end(config)
+            NeverOverwrite().on_multirun_end(config)
 
 
 class NeverOverwrite(Callback):

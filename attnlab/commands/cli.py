@@ -40,6 +40,7 @@ FULL_ERROR = "ATTNLAB_FULL_ERROR"  # the user's HYDRA_FULL_ERROR (attnlab sets H
 
 @hydra.main(version_base="1.3", config_path="pkg://attnlab.conf", config_name="config")
 def _hydra_main(cfg: DictConfig) -> str:
+    streams.install()  # a launcher's worker process too (idempotent)
     hc = HydraConfig.get()
     run_dir, in_sweep = Path(hc.runtime.output_dir), hc.mode == RunMode.MULTIRUN
     os.chdir(hc.runtime.cwd)  # hydra.job.chdir=true changes no path's meaning (Hydra changes back after the job)
@@ -199,8 +200,7 @@ def main() -> None:
               if closed else error_line(err, typed), file=sys.stderr)
         code = EXIT_FAILED_RUN if closed else EXIT_BAD_INPUT
     finally:
-        if code != EXIT_BAD_INPUT:  # a refusal is one line; a sweep a job stopped: its table of the jobs that ran
-            callbacks.end_stopped_sweep()
+        callbacks.end_stopped_sweep(table=code != EXIT_BAD_INPUT)  # a stopped sweep's table; a refusal: one line
         rundir.abandon_all()  # a folder claimed for a job that never started is removed again
         interrupts.ignore_from_now()
     sys.exit(code)

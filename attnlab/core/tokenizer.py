@@ -16,7 +16,7 @@ from omegaconf import DictConfig
 from attnlab.core.config import plain
 from attnlab.core.errors import ConfigError, TokenizerError
 from attnlab.core.files import RunFileError, read_own_file
-from attnlab.core.i18n import _
+from attnlab.core.i18n import N_, _
 
 GPT2_RANKS_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"
 ENDOFTEXT = "<|endoftext|>"
@@ -118,7 +118,8 @@ def read_text(cfg: DictConfig) -> str:
     try:
         text = read_own_file(cfg.text_file)
     except RunFileError as err:
-        raise ConfigError("text_file", cfg.text_file, f"must be a readable UTF-8 file ({err.reason})") from None
+        allowed = _("must be a readable UTF-8 file ({reason})").format(reason=err.reason)
+        raise ConfigError("text_file", cfg.text_file, allowed) from None
     return text.removesuffix("\n").removesuffix("\r") if text.endswith("\n") else text
 
 
@@ -170,13 +171,13 @@ def _check_length(cfg: DictConfig, n_tokens: int) -> None:
     key = "text_file" if cfg.get("text_file") else "sentence"
     shown = cfg.text_file if key == "text_file" else cfg.sentence
     if n_tokens == 0:
-        raise ConfigError(key, shown, "is empty: give at least 2 tokens of text")
+        raise ConfigError(key, shown, N_("is empty: give at least 2 tokens of text"))
     if n_tokens > cfg.tokenizer.max_tokens:
         short = shown if len(shown) <= 40 else shown[:40] + "…"
-        raise ConfigError(key, short, f"has {n_tokens} tokens, more than tokenizer.max_tokens="
-                          f"{cfg.tokenizer.max_tokens} (raise it to allow longer text)")
+        raise ConfigError(key, short, _("has {n} tokens, more than tokenizer.max_tokens={max} (raise it to allow "
+                          "longer text)").format(n=n_tokens, max=cfg.tokenizer.max_tokens))
     if plain(cfg.task) == "train" and n_tokens < 2:
-        raise ConfigError(key, shown, "has 1 token: training predicts the next token, give at least 2")
+        raise ConfigError(key, shown, N_("has 1 token: training predicts the next token, give at least 2"))
     focus = cfg.train.focus_token
     if isinstance(focus, int) and not 0 <= focus < n_tokens:
         raise ConfigError("train.focus_token", focus, _("must be a token position in [0, {T}) (the text has {T} "

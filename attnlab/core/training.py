@@ -326,9 +326,10 @@ def _gpt_forward(model: GPT, ids: torch.Tensor, cfg: DictConfig):
 def divergence_message(cfg: DictConfig, step: int, value: float | None) -> str:
     """Where the loss stopped being finite and the likely cause (init_std at step 0, else lr)."""
     if step == 0:
-        return (f"loss became {value} at step 0, before any update: the initial values overflow "
-                f"(model.init_std={cfg.model.init_std}); try a smaller model.init_std")
-    return f"loss became {value} at step {step} (optimizer.lr={cfg.optimizer.lr}); try a smaller optimizer.lr"
+        return _("loss became {value} at step 0, before any update: the initial values overflow "
+                 "(model.init_std={std}); try a smaller model.init_std").format(value=value, std=cfg.model.init_std)
+    return _("loss became {value} at step {step} (optimizer.lr={lr}); try a smaller optimizer.lr").format(
+        value=value, step=step, lr=cfg.optimizer.lr)
 
 
 def _result(recorder: LossRecorder, info: RunInfo, kept: list[Snapshot], t0: float, status: str,

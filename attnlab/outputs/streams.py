@@ -12,24 +12,38 @@ import threading
 class SafeStream:
     """A text stream whose ``write`` / ``flush`` never raise (escapes for what it cannot encode);
     after a broken pipe or I/O error it is silent (:attr:`broken`) and its descriptor points at
-    ``os.devnull``, so the interpreter's final flush stays quiet too."""
+    ``os.devnull``, so the interpreter's final flush stays quiet too. Whole lines go out in one
+    write (``print`` writes a line and its ``\n`` in two calls): lines of processes that share a
+    terminal, jobs side by side, never merge, unbuffered (PYTHONUNBUFFERED) too; the rest of a line
+    waits for its ``\n`` or a flush."""
 
     def __init__(self, stream) -> None:
         self.stream = stream
         self.broken = stream is None
+        self._pending = ""  # the start of a line not written yet
 
     def write(self, text: str) -> int:
         if not self.broken:
-            try:
-                self.stream.write(text)
-            except UnicodeEncodeError:
-                encoding = getattr(self.stream, "encoding", None) or "ascii"
-                self.write(text.encode(encoding, "backslashreplace").decode(encoding))
-            except (OSError, ValueError):  # EPIPE, EIO; ValueError: the stream was closed
-                self._silence()
+            self._pending += text
+            if "\n" in text:
+                cut = self._pending.rindex("\n") + 1
+                lines, self._pending = self._pending[:cut], self._pending[cut:]
+                self._write(lines)
         return len(text)
 
+    def _write(self, text: str) -> None:
+        try:
+            self.stream.write(text)
+        except UnicodeEncodeError:
+            encoding = getattr(self.stream, "encoding", None) or "ascii"
+            self._write(text.encode(encoding, "backslashreplace").decode(encoding))
+        except (OSError, ValueError):  # EPIPE, EIO; ValueError: the stream was closed
+            self._silence()
+
     def flush(self) -> None:
+        if self._pending and not self.broken:
+            text, self._pending = self._pending, ""
+            self._write(text)
         if not self.broken:
             try:
                 self.stream.flush()
