@@ -144,11 +144,7 @@ def _run(cfg: DictConfig, run_dir: Path) -> JobResult:
         from attnlab.core.walkthrough import walkthrough
 
         t0, prefix, shown = time.perf_counter(), job_prefix(), cfg.logging.console
-        def say(line: str) -> None:  # one write per line (jobs side by side)
-            if shown:
-                print(prefixed(line, prefix) + "\n", end="", flush=True)
-
-        arrays = walkthrough(cfg, print_line=say)
+        arrays = walkthrough(cfg, print_line=lambda line: print(prefixed(line, prefix)) if shown else None)
         artifacts.atomic_savez(run_dir / artifacts.WALKTHROUGH, **arrays)
         ids = arrays["token_ids"].tolist()
         artifacts.write_summary(run_dir, status="completed", wall_time_s=round(time.perf_counter() - t0, 6),

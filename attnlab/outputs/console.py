@@ -113,8 +113,8 @@ class ConsoleSink(Sink):
         line = prefixed(line, self.prefix)
         if self._bar is not None:
             self._bar.write(line, file=self.file)
-        else:  # one write per line: lines of jobs side by side never merge (also with PYTHONUNBUFFERED)
-            print(line + "\n", end="", file=self.file, flush=True)
+        else:
+            print(line, file=self.file, flush=True)
 
     def on_losses(self, steps: np.ndarray, losses: np.ndarray) -> None:
         if self._bar is not None:
