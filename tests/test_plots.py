@@ -2,9 +2,11 @@
 tutorial's panel content, no missing-glyph warnings, figures independent of the user's style."""
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import subprocess
 import sys
+import time
 import warnings
 
 import numpy as np
@@ -164,6 +166,11 @@ def _die_outside(pid: int) -> str:
     return "here"
 
 
+def _pid_after(seconds: float) -> int:
+    time.sleep(seconds)
+    return os.getpid()
+
+
 def test_workers_draw_the_same_bytes_and_a_dead_or_missing_pool_draws_here(monkeypatch):
     from types import SimpleNamespace
 
@@ -177,10 +184,17 @@ def test_workers_draw_the_same_bytes_and_a_dead_or_missing_pool_draws_here(monke
         loss = drawing.Drawing(plots.loss_png, losses)
         heatmap = drawing.Drawing(heatmap_pixels, TOKENS, snaps[1].weights, "step=10")
         assert evolution.future is not None or (os.cpu_count() or 1) < 2  # sent to a worker (one core: drawn here)
-        assert evolution.result() == plots.evolution_png(snaps, TOKENS, 7)
+        concurrent.futures.wait([d.future for d in (evolution, loss, heatmap) if d.future is not None])
+        assert evolution.result() == plots.evolution_png(snaps, TOKENS, 7)  # the worker's bytes
         assert loss.result() == plots.loss_png(losses)
         np.testing.assert_array_equal(heatmap.result(), heatmap_pixels(TOKENS, snaps[1].weights, "step=10"))
-        assert drawing.Drawing(_die_outside, os.getpid()).result() == "here"  # the worker died: drawn here
+        busy = [drawing.Drawing(_pid_after, 0.4) for _ in range(3)]  # one drawn, one queued in the worker
+        late = drawing.Drawing(_pid_after, 0)
+        assert late.result() == os.getpid()  # not started by the worker: drawn here, at once
+        assert all(b.result() != os.getpid() for b in busy)
+        dying = drawing.Drawing(_die_outside, os.getpid())
+        concurrent.futures.wait([dying.future])
+        assert dying.result() == "here"  # the worker died: drawn here
         assert drawing._pool is None  # ... and the broken pool is gone
         assert drawing.Drawing(plots.loss_png, losses).result() == plots.loss_png(losses)
     finally:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-MIN_WORK_FOR_MORE = 2.5e6  # multiply-adds per step from which more threads pay (2 cores: (48, 48) 1.7e6 no, (64, 64) 3.9e6 yes)
+MIN_WORK_FOR_MORE = 2.5e6  # multiply-adds per step from which more threads pay (2 cores: (64, 64) 3.9e6 does)
 _default: int | None = None  # torch's own count in this process, before attnlab set one
 
 

@@ -1,7 +1,8 @@
 """Figures drawn beside the run (tutorial §5's figures, TensorBoard's heatmaps): a spawned
 ``concurrent.futures.ProcessPoolExecutor`` worker imports matplotlib while the run imports torch,
-then draws on the other core while the run trains. It runs the same functions the run would
-(:class:`Drawing`): the same bytes and pixels; the run writes every file itself. Without a pool
+then draws on the other core while the run trains; at the run's end, what the worker has not
+started is drawn by the run itself. Both run the same functions (:class:`Drawing`): the same bytes
+and pixels; the run writes every file itself. Without a pool
 (not started by a job, cannot start, one core) or when the worker dies, the run draws them itself.
 """
 from __future__ import annotations
@@ -81,7 +82,9 @@ class Drawing:
         return self.future is None or self.future.done()
 
     def result(self) -> Any:
-        if self.future is not None:
+        """The drawing's value: the worker's when it has started it, else drawn here (the run's
+        process, idle at its end, draws what the worker has not reached)."""
+        if self.future is not None and not self.future.cancel():
             from concurrent.futures import BrokenExecutor
 
             try:

@@ -52,11 +52,14 @@ def cjk_font_face(text: str) -> str:
     """A CSS ``@font-face`` "attnlab CJK": the shipped CJK font (:data:`attnlab.outputs.fonts.SHIPPED_FONT`)
     cut to the characters of ``text`` it has (a few kB), so the page's Chinese shows on a machine
     without a CJK font; "" when ``text`` has none of them."""
+    wide = {ch for ch in text if ord(ch) >= 0x2E80}
+    if not wide:  # (fontTools is not even imported)
+        return ""
     from fontTools import subset
     from fontTools.ttLib import TTFont
 
     font = TTFont(str(SHIPPED_FONT))
-    chars = "".join(sorted({ch for ch in text if ord(ch) >= 0x2E80 and ord(ch) in font.getBestCmap()}))
+    chars = "".join(sorted(ch for ch in wide if ord(ch) in font.getBestCmap()))
     if not chars:
         return ""
     cutter = subset.Subsetter(subset.Options(layout_features=[], hinting=False, desubroutinize=True))
