@@ -1,11 +1,9 @@
-"""The run-dir files attnlab writes (docs/reference.md), each atomically: ``metrics.csv``
-(``step,loss``, losses as ``repr``), ``attention.npz`` (``steps`` (S,) int64, ``weights``
-(S, H, T, T) float32, ``tokens`` (T,) str, ``token_ids`` (T,) int64; at most core.files.NPZ_LIMIT
-bytes: core.checks.resources; a GPT's also ``layers`` (S, L, H, T, T), every block's, and a
-``val_loss`` column in metrics.csv at its snapshot steps), ``model.npz`` (a GPT's trained weights
-by state_dict name, float32), ``summary.json`` and ``walkthrough.npz``. While a run goes its
-records reach the OS at every batch and snapshot (``kill -9`` keeps them) in
-``.metrics.csv.partial`` and ``.attention.npy.partial``."""
+"""The run-dir files attnlab writes (docs/reference.md), each atomically: ``metrics.csv`` (``step,loss``,
+losses as ``repr``), ``attention.npz`` (``steps`` (S,) int64, ``weights`` (S, H, T, T) float32, ``tokens``
+(T,) str, ``token_ids`` (T,) int64; a GPT's also ``layers`` (S, L, H, T, T) and a ``val_loss`` column in
+metrics.csv), ``model.npz`` (a GPT's weights by state_dict name, float32), ``summary.json`` and
+``walkthrough.npz``. While a run goes its records reach the OS at every batch and snapshot (``kill -9``
+keeps them) in ``.metrics.csv.partial`` and ``.attention.npy.partial``."""
 from __future__ import annotations
 
 import contextlib
@@ -34,8 +32,8 @@ MODEL = "model.npz"
 
 
 def _replace_from_temp(path: Path, write) -> None:
-    """``write(tmp_path)`` into a hidden file beside ``path`` (same suffix), then rename it to ``path``.
-    Raises WriteError naming ``path``'s file (``path`` untouched, no temporary file left)."""
+    """``write(tmp_path)`` beside ``path`` (same suffix), then rename it to ``path``; raises WriteError
+    naming the file (``path`` untouched, no temporary file left)."""
     path = Path(path)
     tmp = path.with_name(f".{os.getpid()}.{path.name}")
     try:
@@ -60,14 +58,12 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def atomic_savez(path: Path, **arrays: Any) -> None:
-    """``np.savez(path, **arrays)`` atomically (``path`` ends in ``.npz``; members in argument
-    order); a memmap is copied in chunks, so memory stays flat. Raises WriteError."""
+    """``np.savez(path, **arrays)`` atomically (a memmap is copied in chunks); raises WriteError."""
     _replace_from_temp(path, lambda tmp: np.savez(tmp, **arrays))
 
 
 def write_summary(run_dir: Path, **fields: Any) -> dict[str, Any]:
-    """Update this process's ``summary.json`` with ``fields`` (atomically) and return it.
-    Raises WriteError (summary.json unchanged) when it cannot be written."""
+    """Update this process's ``summary.json`` with ``fields`` (atomically) and return it; raises WriteError."""
     path = Path(run_dir) / SUMMARY
     try:
         summary = json.loads(path.read_bytes())  # attnlab's own file, written by this process
@@ -79,9 +75,8 @@ def write_summary(run_dir: Path, **fields: Any) -> dict[str, Any]:
 
 
 def environment(device: str = "cpu") -> dict[str, Any]:
-    """What a reproduction depends on: library versions, platform, device, torch's thread count and
-    kernels (``cpu_capability``: ``DEFAULT``, ``AVX2``, ``AVX512``, ...), the ``blas`` torch was built
-    with, attnlab's version and git commit (None outside a git checkout)."""
+    """What a reproduction depends on: library versions, platform, device, torch's threads and kernels
+    (``cpu_capability``: ``DEFAULT``, ``AVX2``, ...) and ``blas``, attnlab's git commit (or None)."""
     import torch
 
     return {**_static_environment(), "device": device, "torch_threads": torch.get_num_threads()}
@@ -110,10 +105,9 @@ def _static_environment() -> dict[str, Any]:
 
 
 class RunDirSink(Sink):
-    """Writes ``metrics.csv``, ``attention.npz`` and the final ``summary.json`` into ``run_dir``;
-    ``on_end`` promotes the partial files whatever the status (``steps_run`` rows, the snapshots
-    of those steps). A refused write raises WriteError (``no space left on device while writing
-    metrics.csv at step 57``) and summary.json says ``failed`` with that reason.
+    """Writes ``metrics.csv``, ``attention.npz`` and ``summary.json`` into ``run_dir``; ``on_end`` keeps
+    ``steps_run`` rows and their snapshots whatever the status. A refused write raises WriteError
+    (``no space left on device while writing metrics.csv at step 57``), which summary.json records.
     ``final_status=False`` (a job): summary.json keeps ``status: running`` for the job to write
     once every other file is written, so a run killed while drawing reads as killed."""
 
@@ -267,9 +261,8 @@ def _room(folder: Path) -> int:
 
 
 def close_orphans(error: str) -> list[Path]:
-    """The job folders below this process's claims whose own process died mid-run (a launcher's
-    worker killed: summary.json says running, no process holds its lock): each now says
-    ``failed`` with ``error`` and its lock is removed. Returns them, by name."""
+    """The job folders below this process's claims whose process died mid-run (summary.json says
+    running, no process holds its lock), each now ``failed`` with ``error`` and unlocked; by name."""
     closed = []
     for held in rundir.claims():
         with contextlib.suppress(OSError), os.scandir(held.path) as it:

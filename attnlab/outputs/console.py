@@ -30,9 +30,8 @@ def duration(seconds: float) -> str:
 
 
 def job_prefix() -> str:
-    """``"[job N] "`` for a sweep job whose launcher may run jobs side by side (any choice of
-    ``hydra/launcher`` but Hydra's sequential ``basic``: joblib, submitit, ...), N being the number
-    its folder starts with; ``""`` for a single run, a sequential sweep, or outside Hydra."""
+    """``"[job N] "`` for a sweep job whose launcher may run jobs side by side (any ``hydra/launcher``
+    but ``basic``); ``""`` for a single run, a sequential sweep, or outside Hydra."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
@@ -58,10 +57,9 @@ def display_path(path) -> str:
 
 
 def snapshot_line(step: int, loss: float, row: np.ndarray, tokens: list[str], focus: int) -> str:
-    """The tutorial §5 line for one snapshot, ``step   0  loss=2.3566  |  ' journey' attends:
-    'Your'=0.22 'journey'=0.12 ...``: ``row`` (T,) is the focus token's weights; over 12 tokens
-    only the 12 strongest, in position order, and the line says so; a token the text holds more
-    than once is named with its position, ``'the'@7=0.12`` (as attnlab-report's line names it)."""
+    """The tutorial §5 line for one snapshot, ``step   0  loss=2.3566  |  ' journey' attends: 'Your'=0.22
+    'journey'=0.12 ...``: ``row`` (T,) is the focus token's weights; over 12 tokens the 12 strongest (the
+    line says so); a token the text holds more than once is named with its position, ``'the'@7=0.12``."""
     shown, more = range(len(tokens)), ""
     if len(tokens) > MAX_TARGETS_SHOWN:
         shown = sorted(np.argsort(-row, kind="stable")[:MAX_TARGETS_SHOWN].tolist())
@@ -76,8 +74,7 @@ def snapshot_line(step: int, loss: float, row: np.ndarray, tokens: list[str], fo
 
 
 def generation_lines(generation: dict) -> list[str]:
-    """analysis.prompt's continuation (:func:`attnlab.core.generate.continuation`): the text, then
-    each new token with the model's probability of it; [] for none."""
+    """analysis.prompt's continuation: the text, then each new token with its probability; [] for none."""
     if not generation:
         return []
     return [_("{prompt} → {text}").format(prompt=show(generation["prompt"]), text=show(generation["text"])),
@@ -87,10 +84,9 @@ def generation_lines(generation: dict) -> list[str]:
 
 class ConsoleSink(Sink):
     """One :func:`snapshot_line` per snapshot and a closing line with the status; a tqdm bar (on a
-    terminal) when ``progress`` and ≥ 1000 steps; without a bar, one line saying how long a run has
-    to go when, after :data:`ETA_AFTER_S` of training, that is more than :data:`ETA_MIN_S` (the
-    steps/s measured so far). ``prefix`` (:func:`job_prefix`) starts every line and names the bar.
-    Printing never stops a run (:class:`attnlab.outputs.streams.SafeStream`)."""
+    terminal) when ``progress`` and ≥ 1000 steps, else one line with the time to go when, after
+    :data:`ETA_AFTER_S` of training, more than :data:`ETA_MIN_S` is left. ``prefix``
+    (:func:`job_prefix`) starts every line and names the bar."""
 
     def __init__(self, progress: bool = True, file=None, prefix: str = "") -> None:
         self.progress = progress

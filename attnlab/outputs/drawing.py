@@ -1,12 +1,11 @@
 """Figures drawn beside the run (tutorial §5's figures, TensorBoard's heatmaps): a spawned
-``concurrent.futures.ProcessPoolExecutor`` worker imports matplotlib while the run imports torch,
-then draws on the other core while the run trains; at the run's end, what the worker has not
-started is drawn by the run itself. Both run the same functions (:class:`Drawing`): the same bytes
-and pixels; the run writes every file itself. Without a pool
-(not started by a job, cannot start, one core) or when the worker dies, the run draws them itself.
-"""
+``ProcessPoolExecutor`` worker imports matplotlib while the run imports torch, then draws on the other
+core; at the run's end the run draws what the worker has not started. Same functions, same bytes, and
+the run writes every file. Without a worker (not started, one core) or when it dies, the run draws
+them itself."""
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any, Callable
 
@@ -18,9 +17,8 @@ _pool = None  # this process's ProcessPoolExecutor, or None
 
 
 def _prepare_worker(warm_up: Callable[[], None] | None) -> None:
-    """Ctrl-C is the run's; ``warm_up()`` (e.g. :func:`attnlab.outputs.plots.warm_up`: matplotlib
-    loaded, fonts and glyph caches filled); no interpreter teardown at the worker's end (its
-    results are sent by then)."""
+    """Ctrl-C is the run's; ``warm_up()`` (:func:`attnlab.outputs.plots.warm_up`); no interpreter
+    teardown at the worker's end (its results are sent by then)."""
     import atexit
     import signal
 
@@ -31,8 +29,7 @@ def _prepare_worker(warm_up: Callable[[], None] | None) -> None:
 
 
 def start(cfg: Any, warm_up: Callable[[], None] | None = None) -> None:
-    """Start the worker now when job ``cfg`` (typed) draws figures or heatmaps, ``warm_up``
-    (module-level) its first call; idempotent."""
+    """Start the worker now when job ``cfg`` draws figures or heatmaps, ``warm_up`` its first call."""
     global _pool
     log = cfg.logging
     if _pool is not None or cfg.task != Task.train or (os.cpu_count() or 1) < 2 or not (
@@ -65,17 +62,14 @@ def _in_language(lang: str, function: Callable, *args: Any) -> Any:
 
 
 class Drawing:
-    """``function(*args)`` (module-level, picklable arguments), sent to the worker when there is
-    one; :meth:`result` its value, computed here without a worker or when it died. An exception
-    of ``function`` itself is raised by :meth:`result`."""
+    """``function(*args)`` (module-level, picklable), sent to the worker when there is one; :meth:`result`
+    its value (or its exception), computed here without a worker or when it died."""
 
     def __init__(self, function: Callable, *args: Any) -> None:
         self.function, self.args, self.future = function, args, None
         if _pool is not None:
-            try:
+            with contextlib.suppress(RuntimeError):  # a broken (BrokenProcessPool) or shut-down pool
                 self.future = _pool.submit(_in_language, language(), function, *args)
-            except RuntimeError:  # a broken (BrokenProcessPool) or shut-down pool
-                pass
 
     def done(self) -> bool:
         """True when :meth:`result` will not wait for the worker."""

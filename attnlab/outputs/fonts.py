@@ -1,8 +1,6 @@
-"""Fonts for every figure: DejaVu Sans, then a CJK font: attnlab ships Noto Sans CJK SC (OFL) cut
-to GB 2312's 6,763 hanzi and CJK punctuation (``attnlab/data/fonts``, 1.6 MB; docs/i18n.md says
-why), and an installed CJK font (Noto Sans CJK, WenQuanYi, SimHei, ...) is used when there is one.
-A character no font can draw is shown escaped (``\\u4f60``), never as an empty box with a
-"Glyph missing" warning."""
+"""Fonts for every figure: DejaVu Sans, then a CJK font (an installed one, else the shipped Noto Sans
+CJK SC cut to GB 2312, ``attnlab/data/fonts``, docs/i18n.md). A character no font can draw is shown
+escaped (``\\u4f60``), never as an empty box."""
 from __future__ import annotations
 
 import functools
@@ -51,9 +49,8 @@ _NOT_STYLE = frozenset({"backend", "backend_fallback", "interactive", "toolbar",
 
 
 def rc() -> dict:
-    """rcParams for every figure (``matplotlib.rc_context(rc())``): matplotlib's own defaults, so no
-    ``matplotlibrc`` or caller's rcParams changes what a run reproduces, plus attnlab's fonts: a list
-    of concrete families gives per-glyph fallback (a generic "sans-serif" would use only the first)."""
+    """rcParams for every figure (``matplotlib.rc_context(rc())``): matplotlib's own defaults (no
+    ``matplotlibrc`` changes what a run reproduces) and attnlab's fonts, a list for per-glyph fallback."""
     import matplotlib
 
     style = {k: v for k, v in matplotlib.rcParamsDefault.items() if k not in _NOT_STYLE and not k.startswith("webagg.")}
@@ -61,16 +58,14 @@ def rc() -> dict:
 
 
 def drawable(text: str) -> str:
-    """``text`` with each character no font here can draw escaped (``你`` -> ``\\u4f60``
-    without a CJK font) and ``$`` escaped so it is never read as mathtext."""
+    """``text`` with each character no font here can draw escaped (``你`` -> ``\\u4f60``), ``$`` -> ``\\$``."""
     points = _drawable()
     return "".join(r"\$" if ch == "$" else ch if ord(ch) in points or ch in "\n\t"
                    else f"\\u{ord(ch):04x}" if ord(ch) <= 0xFFFF else f"\\U{ord(ch):08x}" for ch in text)
 
 
 def label(token: str) -> str:
-    """A tick label for one token: stripped like the tutorial's ``t.strip()`` (a token that is
-    only whitespace is shown as its ``repr``, ``' '``), then made :func:`drawable`."""
+    """A tick label: the token stripped as in the tutorial (only whitespace: its ``repr``), :func:`drawable`."""
     return drawable(token.strip() or repr(token))
 
 

@@ -1,7 +1,6 @@
-"""Matplotlib figures (tutorial §5): the attention-evolution figure, the loss curve, and the
-heatmap they share with TensorBoard's images and :mod:`attnlab.saved.compare_figure`.
-Object API only (``Figure`` + ``FigureCanvasAgg``, never ``pyplot``: no global state, no GUI);
-matplotlib is imported only when a figure is drawn. Fonts and rcParams: :mod:`attnlab.outputs.fonts`."""
+"""Matplotlib figures (tutorial §5): the attention-evolution figure, the loss curve, and the heatmap
+they share with TensorBoard and :mod:`attnlab.saved.compare_figure`. ``Figure`` + ``FigureCanvasAgg``
+(no pyplot, no GUI); matplotlib is imported only when a figure is drawn."""
 from __future__ import annotations
 
 import dataclasses
@@ -22,7 +21,6 @@ from attnlab.outputs.fonts import default_title, label, rc
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
 
-CMAP = "viridis"
 MAX_PANELS = 10  # evolution figure: at most this many snapshots, evenly spaced
 MAX_COLS = 5  # ... wrapped into rows of at most this many panels
 MAX_HEAD_ROWS = 5  # with several heads: at most this many snapshots, one row of heads each
@@ -30,7 +28,6 @@ PANEL_IN = (3.4, 3.6)  # inches per heatmap panel (width, height), up to 12 toke
 TICK_IN = 0.2  # inches per token of a larger panel: labels of 13-40 tokens (8 pt, rotated 45°) never overlap
 MAX_FIGURE_IN = 24  # panels per row shrink to keep a figure of large panels at most this wide
 COLORBAR_IN = 0.9  # extra figure width for the shared colour bar
-LOSS_IN = (6.4, 4.0)  # loss.png, inches
 DPI = 100
 MAX_TOKEN_LABELS = 40  # longer texts get position ticks instead of token labels
 MAX_CELL_VALUES = 12  # longer texts get no values in the cells
@@ -63,11 +60,10 @@ def new_figure(width_in: float, height_in: float) -> "Figure":
 
 
 def draw_heatmap(ax, w: np.ndarray, labels: Sequence[str], title: str):
-    """One heatmap of ``w`` (T, T) on ``ax`` in the tutorial's style: viridis over [0, 1],
-    token labels up to 40 tokens (positions beyond), cell values up to 12. Returns the image
-    (for a colour bar)."""
+    """One heatmap of ``w`` (T, T) on ``ax`` in the tutorial's style: viridis over [0, 1], token labels
+    up to 40 tokens (positions beyond), cell values up to 12. Returns the image (for a colour bar)."""
     t = w.shape[0]
-    im = ax.imshow(w, cmap=CMAP, vmin=0.0, vmax=1.0)
+    im = ax.imshow(w, cmap="viridis", vmin=0.0, vmax=1.0)
     ax.set_title(title, fontsize=10)
     if t <= MAX_TOKEN_LABELS:
         ax.set_xticks(range(t), labels, rotation=45, ha="right", rotation_mode="anchor", fontsize=8)
@@ -84,8 +80,7 @@ def draw_heatmap(ax, w: np.ndarray, labels: Sequence[str], title: str):
 
 
 def pick_snapshots(snapshots: Sequence, max_panels: int = MAX_PANELS) -> list:
-    """At most ``max_panels`` of ``snapshots`` (Snapshot objects or steps), evenly spaced by
-    index, first and last always included."""
+    """At most ``max_panels`` of ``snapshots`` (Snapshot objects or steps), evenly spaced, first and last in."""
     n = len(snapshots)
     if n <= max_panels:
         return list(snapshots)
@@ -93,11 +88,10 @@ def pick_snapshots(snapshots: Sequence, max_panels: int = MAX_PANELS) -> list:
 
 
 def evolution_figure(snapshots: Sequence[Snapshot], tokens: Sequence[str], total: int | None = None) -> "Figure":
-    """Tutorial §5's figure (call inside :func:`style`): one heatmap per snapshot, titled
-    ``step=N\\nloss=X.XXX``, one shared colour bar over [0, 1]; at most :data:`MAX_PANELS` snapshots
-    (:func:`pick_snapshots`) in rows of :data:`MAX_COLS`, or with H > 1 heads (weights (H, T, T))
-    a row of H heads per snapshot (at most :data:`MAX_HEAD_ROWS`). The suptitle says ``(k of n
-    snapshots)`` when it shows k of the run's ``total`` (default ``len(snapshots)``)."""
+    """Tutorial §5's figure (call inside :func:`style`): one heatmap per snapshot, titled ``step=N\\nloss=X.XXX``,
+    a shared colour bar; at most :data:`MAX_PANELS` snapshots in rows of :data:`MAX_COLS`, or with H > 1 heads
+    (weights (H, T, T)) a row of heads per snapshot (at most :data:`MAX_HEAD_ROWS`). The suptitle says
+    ``(k of n snapshots)`` when it shows k of the run's ``total`` (default ``len(snapshots)``)."""
     heads = len(snapshots[0].weights)  # weights (H, T, T)
     shown = pick_snapshots(snapshots, MAX_HEAD_ROWS if heads > 1 else MAX_PANELS)
     grow = TICK_IN * max(0, min(len(tokens), MAX_TOKEN_LABELS) - MAX_CELL_VALUES)  # inches a panel grows by
@@ -146,9 +140,8 @@ def plot_loss(ax, steps: np.ndarray, losses: np.ndarray, ylabel: str = MSE_LABEL
 
 
 def loss_figure(losses: np.ndarray, ylabel: str = MSE_LABEL) -> "Figure | None":
-    """``loss.png``'s figure (6.4 x 4.0 in): ``losses`` (n,) against step 0..n-1
-    (:func:`plot_loss`); None when no loss is finite."""
-    fig = new_figure(*LOSS_IN)
+    """``loss.png``'s figure (6.4 x 4.0 in): ``losses`` (n,) against step 0..n-1; None when none is finite."""
+    fig = new_figure(6.4, 4.0)
     ax = fig.add_subplot()
     if not plot_loss(ax, np.arange(np.size(losses)), losses, ylabel):
         return None
@@ -164,8 +157,7 @@ def figure_bytes(fig: "Figure", fmt: str = "png") -> bytes:
 
 
 def save_figure(fig: "Figure", path: Path) -> Path:
-    """Render ``fig`` in the format ``path``'s suffix names (PNG when none) and write it
-    atomically, creating its folder; raises WriteError naming the file."""
+    """Write ``fig`` atomically in the format ``path``'s suffix names (PNG when none); raises WriteError."""
     path = Path(path)
     data = figure_bytes(fig, path.suffix.lstrip(".").lower() or "png")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -180,20 +172,20 @@ def evolution_png(snapshots: Sequence[Snapshot], tokens: Sequence[str], total: i
 
 
 def loss_png(losses: np.ndarray, ylabel: str = MSE_LABEL) -> bytes | None:
-    """:func:`loss_figure` as the bytes of a PNG file; None when no loss is finite."""
+    """:func:`loss_figure` as the bytes of a PNG file, or None."""
     with style():
         fig = loss_figure(losses, ylabel)
         return None if fig is None else figure_bytes(fig)
 
 
 class FigureSink(Sink):
-    """Writes ``attention_evolution.png`` and ``loss.png`` into ``run_dir`` at the end of a run
-    (whatever its status), each unless there is nothing to draw. Memory stays flat: only the
-    snapshots the figure will show (:func:`pick_snapshots` of ``RunInfo.snapshot_steps``) and the
-    latest one (for a run that stops early) are kept."""
+    """Writes ``attention_evolution.png`` (a GPT's also one per block) and ``loss.png`` into ``run_dir``
+    at the end of a run (whatever its status), each unless there is nothing to draw. Memory stays flat:
+    only the snapshots the figure will show (:func:`pick_snapshots` of ``RunInfo.snapshot_steps``) and
+    the latest one (for a run that stops early) are kept."""
 
     EVOLUTION = "attention_evolution.png"
-    LAYER_EVOLUTION = "attention_evolution_layer{layer}.png"  # a GPT's block 0, 1, ...
+    LAYER_EVOLUTION = "attention_evolution_layer{layer}.png"
     LOSS = "loss.png"
 
     def __init__(self, run_dir: Path):
@@ -205,8 +197,7 @@ class FigureSink(Sink):
         self._latest: Snapshot | None = None
         self._received = 0  # snapshots the run took
         self._ylabel = MSE_LABEL
-        self._drawings: tuple[Drawing | None, Drawing] | None = None  # started at flush
-        self._layer_drawings: list[Drawing] = []  # a GPT's, one per block
+        self._drawings: list[tuple[str, Drawing]] | None = None  # (file name, PNG bytes or None), from flush
 
     def on_start(self, info: RunInfo) -> None:
         self.tokens = list(info.tokens)
@@ -229,28 +220,27 @@ class FigureSink(Sink):
         return np.concatenate(self._losses) if self._losses else np.zeros(0)
 
     def flush(self) -> None:
-        if self._losses:  # the run is over: both figures start drawing (in a worker, see outputs.drawing)
-            self._drawings = self._draw(self.losses)
+        if self._losses:  # the run is over: the figures start drawing (in a worker, see outputs.drawing)
+            self._draw(self.losses)
 
-    def _draw(self, losses: np.ndarray) -> tuple[Drawing | None, Drawing]:
+    def _draw(self, losses: np.ndarray) -> None:
         snapshots = self.snapshots
         if self._latest is not None and (not snapshots or self._latest.step > snapshots[-1].step):
             snapshots = pick_snapshots(snapshots + [self._latest])  # an early stop: its last snapshot too
-        evolution = Drawing(evolution_png, snapshots, self.tokens, self._received) if snapshots else None
-        if snapshots and snapshots[0].layers is not None:  # a GPT: one figure per block, after the last block's
-            self._layer_drawings = [Drawing(evolution_png, [dataclasses.replace(s, weights=s.layers[layer])
-                                                            for s in snapshots], self.tokens, self._received)
-                                    for layer in range(len(snapshots[0].layers))]
-        return evolution, Drawing(loss_png, losses, self._ylabel)
+        self._drawings = []
+        if snapshots:
+            self._drawings.append((self.EVOLUTION, Drawing(evolution_png, snapshots, self.tokens, self._received)))
+        for layer in range(0 if not snapshots or snapshots[0].layers is None else len(snapshots[0].layers)):
+            per_block = [dataclasses.replace(s, weights=s.layers[layer]) for s in snapshots]  # a GPT's blocks
+            self._drawings.append((self.LAYER_EVOLUTION.format(layer=layer),
+                                   Drawing(evolution_png, per_block, self.tokens, self._received)))
+        self._drawings.append((self.LOSS, Drawing(loss_png, losses, self._ylabel)))
 
     def on_end(self, result: RunResult) -> None:
         interrupts.pause_point("drawing")  # a test hook: the run's records are written, its figures not yet
-        evolution, loss = self._drawings or self._draw(
-            self.losses if self._losses else np.asarray(result.losses, dtype=np.float64))
-        if evolution is not None:
-            atomic_write_bytes(self.run_dir / self.EVOLUTION, evolution.result())
-        for layer, drawing in enumerate(self._layer_drawings):
-            atomic_write_bytes(self.run_dir / self.LAYER_EVOLUTION.format(layer=layer), drawing.result())
-        png = loss.result()
-        if png is not None:  # (no file when no loss is finite)
-            atomic_write_bytes(self.run_dir / self.LOSS, png)
+        if self._drawings is None:
+            self._draw(self.losses if self._losses else np.asarray(result.losses, dtype=np.float64))
+        for name, drawing in self._drawings:
+            png = drawing.result()
+            if png is not None:  # (no loss.png when no loss is finite)
+                atomic_write_bytes(self.run_dir / name, png)

@@ -1,8 +1,7 @@
-"""Claiming a run dir (``hydra.run.dir``, a sweep's folders, ``attnlab-reproduce --out``) before
-anything is written into it: one live attnlab process per folder, never someone else's files.
-:func:`claim` creates ``.attnlab.lock`` with ``O_EXCL`` and holds an ``fcntl.flock`` on it (dropped
-however the process ends: :func:`run_is_live`). It holds the pid and a disk reserve that
-:func:`release_reserve` gives back when a write fails or the last writes begin."""
+"""Claiming a run dir (``hydra.run.dir``, a sweep's folders, ``attnlab-reproduce --out``) before anything
+is written into it: one live attnlab process per folder, never someone else's files. The lock file
+``.attnlab.lock`` (created with ``O_EXCL``, ``flock``-ed until the process ends) holds the pid and a
+disk reserve for the run's last writes."""
 from __future__ import annotations
 
 import contextlib
@@ -26,15 +25,13 @@ MAX_SCANNED = 1000  # entries of a folder looked at
 
 @dataclass
 class Claim:
-    """A folder this process holds: its lock file's descriptor, the outermost folder :func:`claim`
-    created (None when it existed), whether its lock holds the disk reserve, whether a job started
-    writing there (:func:`abandon` then leaves it be)."""
+    """A folder this process holds (its lock file's descriptor ``fd``)."""
 
     path: Path
     fd: int
-    created: Path | None
-    reserve: bool = False
-    started: bool = False
+    created: Path | None  # the outermost folder claim() created, None when it existed
+    reserve: bool = False  # the lock file holds the disk reserve
+    started: bool = False  # a job writes there: abandon() leaves it be
 
 
 _claims: dict[str, Claim] = {}
@@ -60,46 +57,39 @@ def _holder(path: Path) -> str:
 
 def claim(path: Path, key: str = "hydra.run.dir", value: str | None = None) -> Claim:
     """Claim ``path`` (created when missing) for this process and return the claim (the one it
-    holds already, if any); ``value``: the folder as the user gave it. Nothing but attnlab writes
-    into a claimed folder (Hydra saves nothing: ``hydra.output_subdir: null``). Raises
-    RunDirError, one line naming ``key`` (the folders it made removed): the folder cannot be
-    written, another process holds it, or it holds anything else."""
+    holds already, if any); ``value``: the folder as the user gave it. Raises RunDirError, one line
+    naming ``key`` (the folders it made removed): the folder cannot be written, another process
+    holds it, or it holds anything else."""
     path = Path(path)
     if (held := claimed(path)) is not None:
         return held
     shown = f"{key}={printable(str(path if value is None else value), 300)!r}"
     choose = f"choose another {key}"
     created = next((p for p in reversed([path.absolute(), *path.absolute().parents]) if not os.path.lexists(p)), None)
+    held = None
     try:
         path.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        _remove_created(path, created)
-        if path.exists() and not path.is_dir():
-            raise RunDirError(f"{shown}: not a folder; {choose}") from None
-        raise RunDirError(f"{shown}: cannot write there ({os_reason(err)}); {choose}") from None
-    try:
         fd = os.open(path / LOCK, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    except FileExistsError:  # another process's lock, live or left by a killed run
-        if run_is_live(path) or (time.sleep(0.05) or run_is_live(path)):  # (a claim flocks just after creating)
-            raise RunDirError(f"{shown}: another attnlab process{_holder(path)} is writing a run there; "
-                              f"{choose}") from None
-        raise RunDirError(f"{shown}: {_contents_problem(path, choose, stale_lock=True)}") from None
-    except OSError as err:
-        _remove_created(path, created)
-        raise RunDirError(f"{shown}: cannot write there ({os_reason(err)}); {choose}") from None
-    held = Claim(path, fd, created)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        held = Claim(path, fd, created)
+        fcntl.flock(held.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         problem = _contents_problem(path, choose)
         if problem is None:
-            os.write(fd, f"{os.getpid()}\n".encode())
-            held.reserve = _reserve(fd)
+            os.write(held.fd, f"{os.getpid()}\n".encode())
+            held.reserve = _reserve(held.fd)
+    except FileExistsError:  # another process's lock, live or left by a killed run
+        if not path.is_dir():
+            problem = f"not a folder; {choose}"
+        elif run_is_live(path) or (time.sleep(0.05) or run_is_live(path)):  # (a claim flocks just after creating)
+            problem = f"another attnlab process{_holder(path)} is writing a run there; {choose}"
+        else:
+            problem = _contents_problem(path, choose, stale_lock=True)
     except OSError as err:
         problem = f"cannot write there ({os_reason(err)}); {choose}"
     if problem is not None:
-        _drop(held)
+        if held is not None:
+            _drop(held)
         _remove_created(path, created)
-        raise RunDirError(f"{shown}: {problem}")
+        raise RunDirError(f"{shown}: {problem}") from None
     _claims[os.path.realpath(path)] = held
     return held
 
@@ -120,9 +110,8 @@ def _contents_problem(path: Path, choose: str, stale_lock: bool = False) -> str 
     """None when ``path`` holds nothing but the lock, else the refusal (after ``KEY='value': ``)."""
     never = f"{choose} (runs are never overwritten)"
     with os.scandir(path) as it:
-        entries = [e for _, e in zip(range(MAX_SCANNED), it) if e.name != LOCK]
-    names = {e.name for e in entries}
-    if not stale_lock and not entries:
+        names = {e.name for _, e in zip(range(MAX_SCANNED), it)} - {LOCK}
+    if not stale_lock and not names:
         return None
     if "summary.json" in names:
         status = summary_status(path)
@@ -162,16 +151,15 @@ def _remove_created(path: Path, top: Path | None) -> None:
 
 
 def _drop(held: Claim) -> None:
-    """Delete the lock file this claim created and close it (which releases the flock)."""
-    with contextlib.suppress(OSError):  # only the lock file this claim created
+    """Delete the lock file this claim created (only that one) and close it, releasing the flock."""
+    with contextlib.suppress(OSError):
         if os.path.samestat(os.stat(held.path / LOCK, follow_symlinks=False), os.fstat(held.fd)):
             os.unlink(held.path / LOCK)
     os.close(held.fd)
 
 
 def release_reserve(path: Path) -> None:
-    """Give back the disk space held in ``path``'s lock file (a write failed, or the run's last
-    writes begin); a no-op when this process holds none there."""
+    """Give back the disk reserve in ``path``'s lock file (a write failed, or the last writes begin)."""
     held = claimed(path)
     if held is not None and held.reserve:
         held.reserve = False
@@ -186,8 +174,8 @@ def release(path: Path) -> None:
 
 
 def abandon(path: Path) -> None:
-    """Undo this process's claim on ``path`` when no job started there: a sweep's ``multirun.yaml``
-    and the folders the claim created are removed (anything else there: the claim is only released)."""
+    """Undo this process's claim on ``path``; when no job started there, a sweep's ``multirun.yaml``
+    and the folders the claim created are removed too."""
     held = claimed(path)
     if held is None:
         return
@@ -195,12 +183,12 @@ def abandon(path: Path) -> None:
         names = set(os.listdir(held.path)) - {LOCK}
     except OSError:
         names = {"?"}
-    if held.started or not names <= {"multirun.yaml"}:
-        return release(path)
-    for name in names:
+    unused = not held.started and names <= {"multirun.yaml"}
+    for name in names if unused else ():
         (held.path / name).unlink(missing_ok=True)
     release(path)
-    _remove_created(held.path, held.created)
+    if unused:
+        _remove_created(held.path, held.created)
 
 
 def abandon_all() -> None:
@@ -210,14 +198,11 @@ def abandon_all() -> None:
 
 
 def run_is_live(run_dir: Path) -> bool:
-    """True when a process holds ``run_dir``'s lock (its run is being written right now); False
-    without a lock file, for anything but a regular one (:func:`open_run_file`), on any error.
+    """True when a process holds ``run_dir``'s lock (its run is being written right now), else False.
     Read it before summary.json: ``running`` with a free lock is a killed run."""
     try:
         with open_run_file(Path(run_dir) / LOCK, LOCK_LIMIT) as f:
             fcntl.flock(f.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    except (OSError, RunFileError):
-        return False
+    except (OSError, RunFileError) as err:
+        return isinstance(err, BlockingIOError)  # held by another process
     return False

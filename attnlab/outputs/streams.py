@@ -10,12 +10,10 @@ import threading
 
 
 class SafeStream:
-    """A text stream whose ``write`` / ``flush`` never raise (escapes for what it cannot encode);
-    after a broken pipe or I/O error it is silent (:attr:`broken`) and its descriptor points at
-    ``os.devnull``, so the interpreter's final flush stays quiet too. Whole lines go out in one
-    write (``print`` writes a line and its ``\n`` in two calls): lines of processes that share a
-    terminal, jobs side by side, never merge, unbuffered (PYTHONUNBUFFERED) too; the rest of a line
-    waits for its ``\n`` or a flush."""
+    """A text stream whose ``write`` / ``flush`` never raise (escapes for what it cannot encode); after
+    a broken pipe or I/O error it is silent (:attr:`broken`) and its descriptor points at ``os.devnull``
+    (the interpreter's final flush stays quiet too). Whole lines go out in one write, so lines of jobs
+    that share a terminal never merge; the rest of a line waits for its ``\n`` or a flush."""
 
     def __init__(self, stream) -> None:
         self.stream = stream
@@ -23,15 +21,16 @@ class SafeStream:
         self._pending = ""  # the start of a line not written yet
 
     def write(self, text: str) -> int:
-        if not self.broken:
-            self._pending += text
-            if "\n" in text:
-                cut = self._pending.rindex("\n") + 1
-                lines, self._pending = self._pending[:cut], self._pending[cut:]
-                self._write(lines)
+        self._pending += text
+        if "\n" in text:
+            cut = self._pending.rindex("\n") + 1
+            lines, self._pending = self._pending[:cut], self._pending[cut:]
+            self._write(lines)
         return len(text)
 
     def _write(self, text: str) -> None:
+        if self.broken or not text:
+            return
         try:
             self.stream.write(text)
         except UnicodeEncodeError:
@@ -41,9 +40,8 @@ class SafeStream:
             self._silence()
 
     def flush(self) -> None:
-        if self._pending and not self.broken:
-            text, self._pending = self._pending, ""
-            self._write(text)
+        text, self._pending = self._pending, ""
+        self._write(text)
         if not self.broken:
             try:
                 self.stream.flush()
@@ -67,16 +65,15 @@ def safe(stream) -> SafeStream:
 
 
 def _quiet_tensorboard_thread(args) -> None:
-    """TensorBoard's writer thread failing to write (a full disk) prints nothing: the writer
-    raises it again in the run's thread, which records it."""
+    """TensorBoard's writer thread failing to write (a full disk) prints nothing: the run records it."""
     if not (issubclass(args.exc_type, OSError) and type(args.thread).__name__ == "_AsyncWriterThread"):
         threading.__excepthook__(args)
 
 
 def install() -> None:
-    """For attnlab's commands: a closed standard descriptor (``attnlab >&-``) reopened on
-    ``os.devnull`` (the first file a run opens never becomes descriptor 1 or 2), ``sys.stdout``
-    and ``sys.stderr`` as :class:`SafeStream`, TensorBoard's writer thread kept quiet."""
+    """For attnlab's commands: a closed standard descriptor (``attnlab >&-``) reopened on ``os.devnull``
+    (a run's first file never becomes descriptor 1 or 2), ``sys.stdout`` and ``sys.stderr`` as
+    :class:`SafeStream`, TensorBoard's writer thread kept quiet."""
     for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
         try:
             os.fstat(fd)

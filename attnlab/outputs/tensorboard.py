@@ -1,7 +1,6 @@
-"""TensorBoard sink: scalars, attention heatmaps, hparams and text, written straight into the run
-dir so ``tensorboard --logdir outputs`` lists one run per folder. The tags (``loss``,
-``attention/focus/<pos>_<tok>``, ``focus/weight``, ``attention/weights``, ``hparam/...``, ``run/...``)
-are docs/reference.md's TensorBoard table. ``torch.utils.tensorboard`` is imported only when a sink is made."""
+"""TensorBoard sink: scalars, attention heatmaps, hparams and text, written straight into the run dir
+(``tensorboard --logdir outputs`` lists one run per folder); the tags are docs/reference.md's table.
+``torch.utils.tensorboard`` is imported only when a sink is made."""
 from __future__ import annotations
 
 import re
@@ -17,13 +16,10 @@ from attnlab.outputs.drawing import Drawing
 from attnlab.outputs.fonts import drawable, label
 from attnlab.outputs.plots import draw_heatmap, new_figure, style
 
-HEATMAP_IN = (4.6, 4.0)  # inches of one TensorBoard heatmap (460 x 400 px)
-
 
 def tag_names(tokens: list[str]) -> list[str]:
-    """Tag-safe, unique suffixes ``<pos>_<token>``: letters, digits, ``_.-`` and symbols such as
-    emoji (Unicode So) kept, each run of anything else -> ``_``: ``[" with", "$", "旅(1/2)"]`` ->
-    ``["0_with", "1__", "2_旅_1_2"]`` (token labels: ``tokenizer.token_labels``)."""
+    """Tag-safe, unique suffixes ``<pos>_<token>``: letters, digits, ``_.-`` and symbols such as emoji
+    kept, each run of anything else -> ``_``: ``[" with", "$", "旅(1/2)"]`` -> ``["0_with", "1__", "2_旅_1_2"]``."""
     out = []
     for pos, tok in enumerate(tokens):
         marked = "".join(ch if ch.isalnum() or ch in "_.-" or unicodedata.category(ch) == "So" else "\0"
@@ -34,9 +30,8 @@ def tag_names(tokens: list[str]) -> list[str]:
 
 
 def flatten_config(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested config -> ``{"model.d_model": 6, ...}`` with hparams-plugin-friendly values:
-    numbers and strings kept, bools as ``"true"``/``"false"``, None as ``"none"``, lists as
-    strings (``"[0, 20]"``)."""
+    """Nested config -> ``{"model.d_model": 6, ...}``: numbers and strings kept, bools as ``"true"``/``"false"``,
+    None as ``"none"``, lists as strings (``"[0, 20]"``)."""
     flat: dict[str, Any] = {}
     for key, value in config.items():
         name = f"{prefix}{key}"
@@ -50,9 +45,8 @@ def flatten_config(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 class TensorBoardSink(Sink):
-    """Writes one run's TensorBoard events into ``run_dir`` (the module docstring); ``images=False``
-    skips the heatmap images (~0.1 s each). ``on_end`` without ``on_start`` still writes the
-    hparams session with its status; the event file is created at the first record."""
+    """Writes one run's TensorBoard events into ``run_dir``; ``images=False`` skips the heatmaps. ``on_end``
+    without ``on_start`` still writes the hparams session; the event file is created at the first record."""
 
     def __init__(self, run_dir: Path, images: bool = True):
         from torch.utils.tensorboard import SummaryWriter  # fails here if tensorboard is missing
@@ -134,8 +128,7 @@ class TensorBoardSink(Sink):
             self.writer.add_image(tag, drawing.result(), step, dataformats="HWC")
 
     def flush(self) -> None:
-        """Add every heatmap image, then have TensorBoard's writer thread put every event queued
-        so far in the event file."""
+        """Add every heatmap image, then write every queued event to the event file."""
         self._add_images(wait=True)
         if self._writer is not None:
             self._writer.flush()
@@ -169,10 +162,10 @@ class TensorBoardSink(Sink):
 
 
 def heatmap_pixels(tokens: Sequence[str], weights: np.ndarray, title: str = "") -> np.ndarray:
-    """The heatmap TensorBoard shows for ``weights`` ((T, T) or (1, T, T)) over ``tokens``:
+    """The heatmap TensorBoard shows for ``weights`` ((T, T) or (H, T, T), heads averaged) over ``tokens``:
     ``(400, 460, 3)`` uint8 RGB (HWC), colour scale fixed to [0, 1] so steps compare."""
     with style():
-        fig = new_figure(*HEATMAP_IN)
+        fig = new_figure(4.6, 4.0)
         ax = fig.add_subplot()
         im = draw_heatmap(ax, head_mean(weights), [label(t) for t in tokens], drawable(title))
         fig.colorbar(im, ax=ax, shrink=0.85)
