@@ -17,8 +17,8 @@ from torch import nn
 
 from attnlab.core.checks import resolve_out_proj
 from attnlab.core.errors import ConfigError
+from attnlab.core.tokenizer import GPT2_VOCAB_SIZE  # noqa: F401  (tutorial §2; imported from here too)
 
-GPT2_VOCAB_SIZE = 50257  # tutorial §2
 ATTENTION_PATHS = ("explicit", "sdpa")
 NEXT_TOKEN_HEAD_STD = 0.02  # GPT-2's init std for its weights (as nanoGPT's _init_weights)
 
@@ -133,7 +133,7 @@ class MultiHeadSelfAttention(nn.Module):
             heads = F.scaled_dot_product_attention(split_heads(Q_all, self.n_heads), split_heads(K_all, self.n_heads),
                                                    split_heads(V_all, self.n_heads), dropout_p=p,
                                                    is_causal=self.causal)  # (H, T, d_v)
-            Z = merge_heads(heads)  # (T, H·d_v)
+            Z = heads.transpose(-3, -2).flatten(-2)  # (T, H·d_v): the heads side by side
             if need_weights:  # the records only: computed as the explicit path does, no gradient
                 with torch.no_grad():
                     scores = torch.stack([scaled_scores(q, k, mask) for q, k in
@@ -153,12 +153,6 @@ class MultiHeadSelfAttention(nn.Module):
 def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
     """(..., T, H·d) → (..., H, T, d), a view: head h is columns h·d … (h+1)·d - 1."""
     return x.unsqueeze(-3) if n_heads == 1 else x.view(*x.shape[:-1], n_heads, -1).transpose(-3, -2)
-
-
-def merge_heads(x: torch.Tensor) -> torch.Tensor:
-    """(..., H, T, d) → (..., T, H·d): the heads side by side, head h in columns h·d … (h+1)·d - 1."""
-    *batch, H, T, d = x.shape
-    return x.transpose(-3, -2).reshape(*batch, T, H * d)
 
 
 def _add_bias(linear: nn.Linear) -> None:
@@ -212,32 +206,37 @@ def _attention(spec: ModelSpec, z_in_d_model: bool) -> MultiHeadSelfAttention:
                                   out_proj=out_proj)
 
 
-def build_section5(spec: ModelSpec, vocab_size: int, seq_len: int, next_token_head: bool = False) -> AttentionModel:
-    """Tutorial §5's model in §5's order: token (vocab_size, d_model) and position (seq_len,
-    d_model) tables, both re-drawn N(0, init_std²); the attention (Z in d_model); with
-    ``next_token_head`` Linear(d_model, vocab_size), bias-free, N(0, 0.02²) (GPT-2's), drawn last."""
+def _embedding(spec: ModelSpec, vocab_size: int, rows: int, text_order: bool = False) -> InputEmbedding:
+    """Token (vocab_size, d_model) and position (rows, d_model) tables, both re-drawn N(0, init_std²):
+    made, then drawn (§5); with ``text_order`` each drawn when made, as §2–3's text runs."""
     token_embedding = nn.Embedding(vocab_size, spec.d_model)
-    position_embedding = nn.Embedding(seq_len, spec.d_model)
-    nn.init.normal_(token_embedding.weight, mean=0.0, std=spec.init_std)
-    nn.init.normal_(position_embedding.weight, mean=0.0, std=spec.init_std)
-    embedding = InputEmbedding(token_embedding, position_embedding, spec.positional)
+    if text_order:
+        nn.init.normal_(token_embedding.weight, mean=0.0, std=spec.init_std)
+    position_embedding = nn.Embedding(rows, spec.d_model)
+    for table in (position_embedding,) if text_order else (token_embedding, position_embedding):
+        nn.init.normal_(table.weight, mean=0.0, std=spec.init_std)
+    return InputEmbedding(token_embedding, position_embedding, spec.positional)
+
+
+def _next_token_head(spec: ModelSpec, vocab_size: int) -> nn.Linear:
+    """Linear(d_model, vocab_size), bias-free, N(0, 0.02²) (GPT-2's)."""
+    head = nn.Linear(spec.d_model, vocab_size, bias=False)
+    nn.init.normal_(head.weight, mean=0.0, std=NEXT_TOKEN_HEAD_STD)
+    return head
+
+
+def build_section5(spec: ModelSpec, vocab_size: int, seq_len: int, next_token_head: bool = False) -> AttentionModel:
+    """Tutorial §5's model in §5's order: the tables (seq_len positions), the attention (Z in
+    d_model), with ``next_token_head`` the head, drawn last."""
+    embedding = _embedding(spec, vocab_size, seq_len)
     attention = _attention(spec, z_in_d_model=True)
-    head = None
-    if next_token_head:
-        head = nn.Linear(spec.d_model, vocab_size, bias=False)
-        nn.init.normal_(head.weight, mean=0.0, std=NEXT_TOKEN_HEAD_STD)
-    return AttentionModel(embedding, attention, head)
+    return AttentionModel(embedding, attention, _next_token_head(spec, vocab_size) if next_token_head else None)
 
 
 def build_walkthrough(spec: ModelSpec, vocab_size: int, seq_len: int) -> AttentionModel:
-    """Tutorial §2–4's model in the order its text runs: token table made and re-drawn, then the
-    position table, then the attention (no loss: "auto" gives W_out only for H > 1)."""
-    token_embedding = nn.Embedding(vocab_size, spec.d_model)
-    nn.init.normal_(token_embedding.weight, mean=0.0, std=spec.init_std)
-    position_embedding = nn.Embedding(seq_len, spec.d_model)
-    nn.init.normal_(position_embedding.weight, mean=0.0, std=spec.init_std)
-    embedding = InputEmbedding(token_embedding, position_embedding, spec.positional)
-    return AttentionModel(embedding, _attention(spec, z_in_d_model=False))
+    """Tutorial §2–4's model in the order its text runs: the tables, then the attention (no loss:
+    "auto" gives W_out only for H > 1)."""
+    return AttentionModel(_embedding(spec, vocab_size, seq_len, text_order=True), _attention(spec, z_in_d_model=False))
 
 
 class Block(nn.Module):
@@ -310,18 +309,11 @@ class GPT(nn.Module):
 
 
 def build_gpt(spec: ModelSpec, vocab_size: int, context: int) -> GPT:
-    """The mini-GPT in this order: §5's token (vocab_size, d_model) and position (context,
-    d_model) tables, N(0, init_std²); blocks 0 … n_layers-1 (:class:`Block`); ln_f; the head
-    Linear(d_model, vocab_size), bias-free, N(0, 0.02²) (GPT-2's)."""
-    token_embedding = nn.Embedding(vocab_size, spec.d_model)
-    position_embedding = nn.Embedding(context, spec.d_model)
-    nn.init.normal_(token_embedding.weight, mean=0.0, std=spec.init_std)
-    nn.init.normal_(position_embedding.weight, mean=0.0, std=spec.init_std)
-    embedding = InputEmbedding(token_embedding, position_embedding, spec.positional)
+    """The mini-GPT in this order: §5's tables (context positions); blocks 0 … n_layers-1
+    (:class:`Block`); ln_f; the next-token head."""
+    embedding = _embedding(spec, vocab_size, context)
     blocks = [Block(spec, spec.d_ff or 4 * spec.d_model) for _ in range(spec.n_layers)]
-    head = nn.Linear(spec.d_model, vocab_size, bias=False)
-    nn.init.normal_(head.weight, mean=0.0, std=NEXT_TOKEN_HEAD_STD)
-    return GPT(embedding, blocks, head)
+    return GPT(embedding, blocks, _next_token_head(spec, vocab_size))
 
 
 def next_token_targets(X: torch.Tensor) -> torch.Tensor:
