@@ -186,7 +186,7 @@ def memory_estimate(cfg: DictConfig, seq_len: int, vocab_size: int) -> dict[str,
     weights with gradients and two Adam moments; the next-token head and its (T, vocab) logits;
     activations (X, Q, K, V, Z, the (H, T, T) scores and weights, forward and backward)."""
     m, t = cfg.model, seq_len
-    next_token = plain(cfg.train.objective) == "next_token" and plain(cfg.task) == "train"
+    next_token = _predicts_tokens(cfg)
     return {
         "token_embedding": FLOAT32_BYTES * vocab_size * m.d_model,
         "attention": FLOAT32_BYTES * 4 * m.n_heads * m.d_model * (2 * m.d_k + m.d_v + (m.d_v if out_proj(cfg) else 0)),
@@ -254,8 +254,7 @@ def resources(cfg: DictConfig, seq_len: int, vocab_size: int, run_dir: Path | No
     free = shutil.disk_usage(existing).free
     if sum(disk.values()) > free:
         key = "train.steps" if disk["metrics.csv"] >= disk["attention.npz"] else "train.snapshot_steps"
-        value = cfg.train.steps if key == "train.steps" else cfg.train.snapshot_steps
         parts = ", ".join(f"{name} {_size(n)}" for name, n in disk.items())
-        raise ConfigError(key, value, _("the run would write about {size} ({parts}), more than the {free} free on "
-                                        "the disk of {path}").format(size=_size(sum(disk.values())), parts=parts,
-                                                                     free=_size(free), path=existing))
+        raise ConfigError(key, OmegaConf.select(cfg, key), _(
+            "the run would write about {size} ({parts}), more than the {free} free on the disk of {path}").format(
+            size=_size(sum(disk.values())), parts=parts, free=_size(free), path=existing))

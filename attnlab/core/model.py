@@ -1,10 +1,7 @@
 """The tutorial's model: §2–3 :class:`InputEmbedding`, §4 :class:`MultiHeadSelfAttention` (one
-head, switches off: §4's code bit for bit), §5's :func:`mse` or GPT's
-:func:`next_token_cross_entropy`; :func:`build_section5` / :func:`build_walkthrough` make the
-parameters in the tutorial's two random-number orders.
-
-Shapes: T tokens, d_model embedding size, H heads, d_k query/key and d_v value size per head.
-"""
+head, switches off: §4's code bit for bit), §5's :func:`mse` or GPT's :func:`next_token_cross_entropy`,
+built in the tutorial's random-number orders. Shapes: T tokens, d_model embedding size, H heads,
+d_k query/key and d_v value size per head."""
 from __future__ import annotations
 
 import math
@@ -110,44 +107,34 @@ class MultiHeadSelfAttention(nn.Module):
 
     def forward(self, X: torch.Tensor, need_weights: bool = True) -> AttentionOutput:
         """X (T, d_model) → :class:`AttentionOutput`; a batch X (B, T, d_model) puts B first in each."""
-        T = X.shape[-2]
         Q_all, K_all, V_all = self.W_query(X), self.W_key(X), self.W_value(X)  # (T, H·d_k), (T, H·d_k), (T, H·d_v)
-        mask = causal_mask(T, X.device) if self.causal else None
+        Q, K, V = (split_heads(t, self.n_heads) for t in (Q_all, K_all, V_all))  # (H, T, d_k), …, (H, T, d_v)
+        mask = causal_mask(X.shape[-2], X.device) if self.causal else None
         scores = weights = None
         if self.attention == "explicit":
             all_scores, all_weights, heads = [], [], []
             # head h is tutorial §4.2–4.4 on its own columns h·d_k … (h+1)·d_k - 1 of Q and K
-            per_head = [(Q_all, K_all, V_all)] if self.n_heads == 1 else zip(
-                Q_all.split(self.d_k, -1), K_all.split(self.d_k, -1), V_all.split(self.d_v, -1))
+            per_head = [(Q_all, K_all, V_all)] if self.n_heads == 1 else zip(Q.unbind(-3), K.unbind(-3), V.unbind(-3))
             for q, k, v in per_head:
                 s = scaled_scores(q, k, mask)  # (T, T)
                 w = torch.softmax(s, dim=-1)  # (T, T), rows sum to 1
-                heads.append(self._drop(w) @ v)  # (T, d_v)
+                heads.append(F.dropout(w, self.dropout, self.training) @ v)  # (T, d_v); dropout in training
                 all_scores.append(s)
                 all_weights.append(w)
             Z = torch.cat(heads, dim=-1) if len(heads) > 1 else heads[0]  # (T, H·d_v); one head: no copy
             if need_weights:
                 scores, weights = torch.stack(all_scores, -3), torch.stack(all_weights, -3)  # (H, T, T)
         else:
-            p = self.dropout if self.training else 0.0
-            heads = F.scaled_dot_product_attention(split_heads(Q_all, self.n_heads), split_heads(K_all, self.n_heads),
-                                                   split_heads(V_all, self.n_heads), dropout_p=p,
+            heads = F.scaled_dot_product_attention(Q, K, V, dropout_p=self.dropout if self.training else 0.0,
                                                    is_causal=self.causal)  # (H, T, d_v)
             Z = heads.transpose(-3, -2).flatten(-2)  # (T, H·d_v): the heads side by side
-            if need_weights:  # the records only: computed as the explicit path does, no gradient
+            if need_weights:  # the records only, no gradient
                 with torch.no_grad():
-                    scores = torch.stack([scaled_scores(q, k, mask) for q, k in
-                                          zip(Q_all.split(self.d_k, -1), K_all.split(self.d_k, -1))], -3)
-                    weights = torch.softmax(scores, dim=-1)  # (H, T, T)
-        Q, K, V = (split_heads(t, self.n_heads) for t in (Q_all, K_all, V_all))  # (H, T, d_k), …, (H, T, d_v)
+                    scores = scaled_scores(Q, K, mask)  # (H, T, T)
+                    weights = torch.softmax(scores, dim=-1)
         if self.W_out is not None:
             Z = self.W_out(Z)  # (T, d_model)
         return AttentionOutput(Q, K, V, scores, weights, Z)
-
-    def _drop(self, weights: torch.Tensor) -> torch.Tensor:
-        if self.training and self.dropout > 0:
-            return F.dropout(weights, self.dropout)
-        return weights
 
 
 def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
