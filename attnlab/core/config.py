@@ -47,8 +47,7 @@ LOSS_NAMES = {Objective.mse.value: "MSE", Objective.next_token.value: "cross-ent
 
 def objective_of(config: Any) -> Any:
     """``train.objective`` of plain config data; None when absent (= ``mse``)."""
-    train = config.get("train") if isinstance(config, dict) else None
-    return train.get("objective") if isinstance(train, dict) else None
+    return select(config, "train.objective")
 
 
 def loss_name(objectives: Any) -> str | None:

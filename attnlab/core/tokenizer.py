@@ -141,8 +141,8 @@ def focus_position(spec: int | str | None, text: str, pieces: list[bytes], label
     no spaces (``' journey'`` in the tutorial's sentence, ``的`` in 你的旅程从一步开始), never a
     byte inside a character. ConfigError for a text that is absent or in more than one token,
     naming the candidates (positions and labels)."""
-    if isinstance(spec, int) or not pieces:
-        return spec if isinstance(spec, int) else 0
+    if isinstance(spec, int):
+        return spec
     starts = [0]
     for piece in pieces:
         starts.append(starts[-1] + len(piece))  # byte offset of each token, then the end
