@@ -1,7 +1,6 @@
-"""Value checks a schema type cannot express: :data:`RULES` of (key, check, what is allowed), each
-failure one ConfigError ``key=value: what is allowed``. :func:`validate` runs before anything is
-built; :func:`resources`, once T is known, is the one estimate of what the run asks (memory, files
-against the readers' limits and the free disk, heatmaps drawn, console line width, threads).
+"""Value checks a schema type cannot express: :data:`RULES` of (key, check, what is allowed); a
+failure is one ConfigError ``key=value: what is allowed`` (a check may raise its own). :func:`resources`,
+once T is known, estimates what the run asks (memory, files, heatmaps, console width, threads).
 """
 from __future__ import annotations
 
@@ -13,7 +12,7 @@ from typing import Any, Callable
 
 from omegaconf import DictConfig, OmegaConf
 
-from attnlab.core.config import OPTIMIZERS, Task, plain, snapshot_steps
+from attnlab.core.config import Task, optimizer_schema, plain, snapshot_steps
 from attnlab.core.errors import ConfigError
 from attnlab.core.files import METRICS_LIMIT, NPZ_LIMIT, TOKEN_CHARS, printable
 from attnlab.core.i18n import N_, _, set_language
@@ -49,14 +48,6 @@ def _label(limit: int) -> Check:
     return lambda v, cfg: v is None or isinstance(v, str) and len(v) <= limit and printable(v, limit) == v
 
 
-def _out_proj_problem(cfg: DictConfig) -> str | None:
-    try:
-        out_proj(cfg)
-    except ConfigError as err:
-        return err.allowed
-    return None
-
-
 def _predicts_tokens(cfg: DictConfig) -> bool:
     return plain(cfg.task) == "train" and plain(cfg.train.objective) == "next_token"
 
@@ -70,8 +61,6 @@ def _device_available(device: str) -> bool:
 
 
 POSITIVE = (_int(1, INT64_MAX), N_("must be a positive integer"))
-TARGETS = {node._target_ for node in OPTIMIZERS.values()}
-SHIPPED = ", ".join(f"{k} ({v._target_})" for k, v in OPTIMIZERS.items())
 RULES: list[tuple[str, Check, str | Callable[[DictConfig], str]]] = [
     ("seed", _int(*SEED_RANGE), lambda cfg: _("must be an integer in [{low}, {high}] (what torch.manual_seed "
                                              "accepts)").format(low=SEED_RANGE[0], high=SEED_RANGE[1])),
@@ -81,12 +70,11 @@ RULES: list[tuple[str, Check, str | Callable[[DictConfig], str]]] = [
     *((key, *POSITIVE) for key in ("model.d_model", "model.d_k", "model.d_v", "model.n_heads", "train.steps",
                                    "tokenizer.max_tokens")),
     ("model.dropout", _real(lambda v: 0 <= v < 1), N_("must be in [0, 1) (the probability of zeroing a weight)")),
-    ("model.out_proj", lambda v, cfg: _out_proj_problem(cfg) is None, _out_proj_problem),
+    ("model.out_proj", lambda v, cfg: isinstance(out_proj(cfg), bool), ""),  # out_proj() raises its ConfigError
     ("train.focus_token", lambda v, cfg: v is None or (isinstance(v, str) and v != "") or _int(0, INT64_MAX)(v, cfg),
      N_("must be a token position (an integer >= 0), a text in the sentence, or null (its second word or character)")),
     ("model.init_std", _real(lambda v: v >= 0), N_("must be >= 0 and finite")),
-    ("optimizer._target_", lambda v, cfg: v in TARGETS,
-     lambda cfg: _("must be one of the shipped optimizers: {shipped}").format(shipped=SHIPPED)),
+    ("optimizer._target_", lambda v, cfg: bool(optimizer_schema(v)), ""),  # raises its ConfigError
     ("optimizer.lr", _real(lambda v: v > 0), N_("must be a positive finite number")),
     *((f"optimizer.{key}", _optional(_real(lambda v: v >= 0)), N_("must be >= 0 and finite"))
       for key in ("eps", "weight_decay", "momentum")),
@@ -145,27 +133,25 @@ def validate(cfg: DictConfig) -> None:
 
 def out_proj(cfg: DictConfig) -> bool:
     """Whether the model gets W_out (:func:`resolve_out_proj`); ConfigError("model.out_proj", ...)."""
-    value = cfg.model.out_proj
+    value, m = cfg.model.out_proj, cfg.model
     value = {"true": True, "false": False}.get(value, value) if isinstance(value, str) else value
-    m = cfg.model
-    try:
-        return resolve_out_proj(value, m.n_heads, m.d_v, m.d_model, z_in_d_model=cfg.task == Task.train)
-    except ConfigError as err:
-        raise ConfigError("model.out_proj", cfg.model.out_proj, err.allowed) from None
+    return resolve_out_proj(value, m.n_heads, m.d_v, m.d_model, z_in_d_model=cfg.task == Task.train,
+                            key="model.out_proj")
 
 
-def resolve_out_proj(out_proj: bool | str, n_heads: int, d_v: int, d_model: int, *, z_in_d_model: bool) -> bool:
+def resolve_out_proj(out_proj: bool | str, n_heads: int, d_v: int, d_model: int, *, z_in_d_model: bool,
+                     key: str = "out_proj") -> bool:
     """Whether the attention gets W_out (H·d_v → d_model). ``"auto"``: when H > 1 (it mixes the
     heads, Vaswani et al. §3.2.2) or when ``z_in_d_model`` (§5's loss needs Z in d_model columns)
-    and H·d_v ≠ d_model; ``True`` / ``False``: always / never. ConfigError("out_proj", ...) for
+    and H·d_v ≠ d_model; ``True`` / ``False``: always / never. ConfigError(``key``, ...) for
     another value, or ``False`` when ``z_in_d_model`` and H·d_v ≠ d_model."""
     mismatch = z_in_d_model and n_heads * d_v != d_model
     if out_proj == "auto":
         return n_heads > 1 or mismatch
     if not isinstance(out_proj, bool):
-        raise ConfigError("out_proj", out_proj, N_("must be auto, true or false"))
+        raise ConfigError(key, out_proj, N_("must be auto, true or false"))
     if not out_proj and mismatch:
-        raise ConfigError("out_proj", out_proj,
+        raise ConfigError(key, out_proj,
                           _("Z has n_heads·d_v = {n_heads}·{d_v} = {columns} columns but the loss needs "
                             "d_model = {d_model}; use out_proj=auto or true (a W_out brings Z to d_model), "
                             "or make n_heads·d_v = d_model").format(n_heads=n_heads, d_v=d_v,
@@ -200,7 +186,7 @@ def memory_estimate(cfg: DictConfig, seq_len: int, vocab_size: int) -> dict[str,
     weights with gradients and two Adam moments; the next-token head and its (T, vocab) logits;
     activations (X, Q, K, V, Z, the (H, T, T) scores and weights, forward and backward)."""
     m, t = cfg.model, seq_len
-    next_token = plain(cfg.train.objective) == "next_token" and plain(cfg.task) == "train"
+    next_token = _predicts_tokens(cfg)
     return {
         "token_embedding": FLOAT32_BYTES * vocab_size * m.d_model,
         "attention": FLOAT32_BYTES * 4 * m.n_heads * m.d_model * (2 * m.d_k + m.d_v + (m.d_v if out_proj(cfg) else 0)),
@@ -268,8 +254,7 @@ def resources(cfg: DictConfig, seq_len: int, vocab_size: int, run_dir: Path | No
     free = shutil.disk_usage(existing).free
     if sum(disk.values()) > free:
         key = "train.steps" if disk["metrics.csv"] >= disk["attention.npz"] else "train.snapshot_steps"
-        value = cfg.train.steps if key == "train.steps" else cfg.train.snapshot_steps
         parts = ", ".join(f"{name} {_size(n)}" for name, n in disk.items())
-        raise ConfigError(key, value, _("the run would write about {size} ({parts}), more than the {free} free on "
-                                        "the disk of {path}").format(size=_size(sum(disk.values())), parts=parts,
-                                                                     free=_size(free), path=existing))
+        raise ConfigError(key, OmegaConf.select(cfg, key), _(
+            "the run would write about {size} ({parts}), more than the {free} free on the disk of {path}").format(
+            size=_size(sum(disk.values())), parts=parts, free=_size(free), path=existing))

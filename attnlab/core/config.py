@@ -1,8 +1,6 @@
-"""The config schema as plain dataclasses: every key's type and default, written once
-(tutorial §5's: seed 42, d_model 6, d_k 4, d_v = d_model, init std 1.0, Adam lr 0.05, 201 steps,
-snapshots at 0, 20, 50, 100, 200, focus on ' journey'). ``conf/`` adds only what differs;
-value checks a type cannot express are in :mod:`attnlab.core.checks`.
-"""
+"""The config schema as plain dataclasses, every key's type and default once (tutorial §5's:
+seed 42, d_model 6, d_k 4, d_v = d_model, init std 1.0, Adam lr 0.05, 201 steps, snapshots at 0,
+20, 50, 100, 200). ``conf/`` adds what differs; value checks are in :mod:`attnlab.core.checks`."""
 from __future__ import annotations
 
 import functools
@@ -13,7 +11,7 @@ from typing import Any, Iterator, Optional
 from omegaconf import II, MISSING, DictConfig, OmegaConf
 
 from attnlab.core.errors import ConfigError
-from attnlab.core.i18n import default_language
+from attnlab.core.i18n import _, default_language
 
 TUTORIAL_SENTENCE = "Your journey starts with one step"
 
@@ -49,8 +47,7 @@ LOSS_NAMES = {Objective.mse.value: "MSE", Objective.next_token.value: "cross-ent
 
 def objective_of(config: Any) -> Any:
     """``train.objective`` of plain config data; None when absent (= ``mse``)."""
-    train = config.get("train") if isinstance(config, dict) else None
-    return train.get("objective") if isinstance(train, dict) else None
+    return select(config, "train.objective")
 
 
 def loss_name(objectives: Any) -> str | None:
@@ -192,8 +189,9 @@ def optimizer_schema(target: Any) -> type[OptimizerConfig]:
     for node in OPTIMIZERS.values():
         if node._target_ == target:
             return node
-    allowed = ", ".join(f"{k} ({v._target_})" for k, v in OPTIMIZERS.items())
-    raise ConfigError("optimizer._target_", target, f"must be one of the shipped optimizers: {allowed}")
+    shipped = ", ".join(f"{k} ({v._target_})" for k, v in OPTIMIZERS.items())
+    raise ConfigError("optimizer._target_", target,
+                      _("must be one of the shipped optimizers: {shipped}").format(shipped=shipped))
 
 
 SNAPSHOT_FRACTIONS = (0.0, 0.1, 0.25, 0.5, 1.0)  # tutorial §5: steps 0, 20, 50, 100, 200 of 0..200
@@ -211,17 +209,6 @@ def snapshot_steps(train: Any) -> list[int]:
         return sorted({*range(0, steps, every), steps - 1})
     last = steps - 1
     return sorted({int(f * last + 0.5) for f in SNAPSHOT_FRACTIONS} | {s for s in LEARNING_PHASE if s < steps})
-
-
-def with_recorded_snapshot_steps(data: dict) -> dict:
-    """``data`` with a null ``train.snapshot_steps`` replaced in place by the automatic steps taken
-    (with ``train.snapshot_every`` set the steps are that rule's, kept as typed)."""
-    train = data.get("train")
-    if isinstance(train, dict) and train.get("snapshot_steps") is None and train.get("snapshot_every") is None:
-        steps = train.get("steps")
-        if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0:
-            train["snapshot_steps"] = snapshot_steps(train)
-    return data
 
 
 def walk(data: Any) -> Iterator[tuple[str, Any]]:
@@ -269,9 +256,9 @@ def literal(data: Any) -> Any:
 
 
 def resolve(cfg: DictConfig) -> dict:
-    """``cfg`` as plain resolved data (enums as strings, automatic snapshot steps filled in).
-    Raises ConfigError naming the key for a key the schema lacks (``+key=value``) or an
-    interpolation that cannot be resolved (missing, recursive, an unset environment variable)."""
+    """``cfg`` as plain resolved data (enums as strings, a null ``train.snapshot_steps`` filled with
+    the steps taken unless ``snapshot_every`` is set). ConfigError naming the key for a key the schema
+    lacks (``+key=value``) or an interpolation that cannot be resolved (missing, recursive, unset env)."""
     from omegaconf.errors import OmegaConfBaseException
 
     raw = OmegaConf.to_container(cfg, resolve=False, enum_to_str=True)
@@ -287,7 +274,12 @@ def resolve(cfg: DictConfig) -> dict:
         key = err.full_key or "<config>"
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ConfigError(key, select(raw, key), f"cannot be resolved: {reason}") from None
-    return with_recorded_snapshot_steps(data)  # the steps this run takes (null = automatic)
+    train = data.get("train")
+    if isinstance(train, dict) and train.get("snapshot_steps") is None and train.get("snapshot_every") is None:
+        steps = train.get("steps")
+        if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0:
+            train["snapshot_steps"] = snapshot_steps(train)
+    return data
 
 
 def plain(value: Any) -> Any:
@@ -300,15 +292,6 @@ GROUP_HINT = ("is a section of keys, not a value: a config group option such as 
               "no groups); set the section's keys instead (e.g. logging.tensorboard=false, optimizer.lr=0.01)")
 
 
-def _check_sections(cfg: DictConfig) -> None:
-    """ConfigError (:data:`GROUP_HINT`) when a section (``model``, ...) holds a plain value."""
-    sections = {f.name for f in fields(Config) if f.name == "optimizer" or is_dataclass(f.default_factory)}
-    raw = OmegaConf.to_container(cfg, resolve=False)
-    for key in sorted(sections & set(raw)):
-        if not isinstance(raw[key], dict) and raw[key] != MISSING:
-            raise ConfigError(key, raw[key], GROUP_HINT)
-
-
 def apply_schema(cfg: Any) -> DictConfig:
     """``cfg`` (composed, or a saved ``.hydra/config.yaml`` as data) merged onto :class:`Config`,
     ``optimizer`` onto the shipped schema its ``_target_`` names; nothing instantiated. Raises
@@ -318,7 +301,11 @@ def apply_schema(cfg: Any) -> DictConfig:
     if not isinstance(cfg, DictConfig):
         cfg = OmegaConf.create(cfg)
     if OmegaConf.get_type(cfg) is not Config:  # a typed config cannot hold a value where a section goes
-        _check_sections(cfg)
+        sections = {f.name for f in fields(Config) if f.name == "optimizer" or is_dataclass(f.default_factory)}
+        raw = OmegaConf.to_container(cfg, resolve=False)
+        for key in sorted(sections & set(raw)):
+            if not isinstance(raw[key], dict) and raw[key] != MISSING:
+                raise ConfigError(key, raw[key], GROUP_HINT)
     schema = optimizer_schema(OmegaConf.select(cfg, "optimizer._target_", default=None))
     if OmegaConf.get_type(cfg) is Config and OmegaConf.get_type(cfg.optimizer) is schema:
         OmegaConf.set_struct(cfg, True)  # already typed (composed by Hydra onto the schema)

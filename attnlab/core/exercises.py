@@ -1,11 +1,6 @@
-"""Measured answers to the tutorial's exercises (§8), added to each run's summary.json by the job.
-
-:func:`observe` returns: ``n_tokens`` (T) and ``token_table`` (``[[id, label], ...]``, first
-:data:`MAX_TABLE`) for exercise 2; for the walkthrough ``shapes`` (exercise 1) and
-``max_abs_weight_minus_uniform`` (exercise 3, 0 = uniform); with ``analysis.compare_sentence``
-``permutation_check`` (exercise 5). Exercise 4 (lr x steps) reads ``final_loss`` and
-``steps_to_threshold``. :mod:`attnlab.saved.exercise_columns` turns them into table cells.
-"""
+"""Measured answers to the tutorial's exercises (§8) for summary.json: :func:`observe`. Exercise 4
+(lr x steps) reads ``final_loss`` and ``steps_to_threshold``; :mod:`attnlab.saved.exercise_columns`
+turns them into table cells."""
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -63,8 +58,7 @@ def permutation_check(cfg: DictConfig) -> dict[str, Any]:
                            "x_max_abs_diff": None}
     if perm is None:
         return out
-    order = "walkthrough" if cfg.task == Task.walkthrough else "training"
-    model = build_model(cfg, prepared, order=order)
+    model = build_model(cfg, prepared, order="walkthrough" if cfg.task == Task.walkthrough else "training")
     model.eval()
     embedding, attention = model.embedding, model.attention
     device = next(attention.parameters()).device
@@ -81,7 +75,9 @@ def permutation_check(cfg: DictConfig) -> dict[str, Any]:
 
 def observe(cfg: DictConfig, token_ids: Sequence[int], labels: Sequence[str],
             arrays: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
-    """The fields above for a job on ``token_ids`` (T,); ``arrays`` the walkthrough's (None: training)."""
+    """For a job on ``token_ids`` (T,): ``n_tokens`` and ``token_table`` (exercise 2); with the
+    walkthrough's ``arrays`` (None: training) ``shapes`` (exercise 1) and ``max_abs_weight_minus_uniform``
+    (exercise 3, 0 = uniform); with ``analysis.compare_sentence`` ``permutation_check`` (exercise 5)."""
     out: dict[str, Any] = {"n_tokens": len(token_ids), "token_table": token_table(token_ids, labels)}
     if arrays is not None:
         out["shapes"] = {k: list(arrays[k].shape) for k in STAGES if k in arrays}

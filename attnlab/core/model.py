@@ -1,10 +1,7 @@
 """The tutorial's model: §2–3 :class:`InputEmbedding`, §4 :class:`MultiHeadSelfAttention` (one
-head, switches off: §4's code bit for bit), §5's :func:`mse` or GPT's
-:func:`next_token_cross_entropy`; :func:`build_section5` / :func:`build_walkthrough` make the
-parameters in the tutorial's two random-number orders.
-
-Shapes: T tokens, d_model embedding size, H heads, d_k query/key and d_v value size per head.
-"""
+head, switches off: §4's code bit for bit), §5's :func:`mse` or GPT's :func:`next_token_cross_entropy`,
+built in the tutorial's random-number orders. Shapes: T tokens, d_model embedding size, H heads,
+d_k query/key and d_v value size per head."""
 from __future__ import annotations
 
 import math
@@ -17,8 +14,8 @@ from torch import nn
 
 from attnlab.core.checks import resolve_out_proj
 from attnlab.core.errors import ConfigError
+from attnlab.core.tokenizer import GPT2_VOCAB_SIZE  # noqa: F401  (tutorial §2; imported from here too)
 
-GPT2_VOCAB_SIZE = 50257  # tutorial §2
 ATTENTION_PATHS = ("explicit", "sdpa")
 NEXT_TOKEN_HEAD_STD = 0.02  # GPT-2's init std for its weights (as nanoGPT's _init_weights)
 
@@ -110,55 +107,39 @@ class MultiHeadSelfAttention(nn.Module):
 
     def forward(self, X: torch.Tensor, need_weights: bool = True) -> AttentionOutput:
         """X (T, d_model) → :class:`AttentionOutput`; a batch X (B, T, d_model) puts B first in each."""
-        T = X.shape[-2]
         Q_all, K_all, V_all = self.W_query(X), self.W_key(X), self.W_value(X)  # (T, H·d_k), (T, H·d_k), (T, H·d_v)
-        mask = causal_mask(T, X.device) if self.causal else None
+        Q, K, V = (split_heads(t, self.n_heads) for t in (Q_all, K_all, V_all))  # (H, T, d_k), …, (H, T, d_v)
+        mask = causal_mask(X.shape[-2], X.device) if self.causal else None
         scores = weights = None
         if self.attention == "explicit":
             all_scores, all_weights, heads = [], [], []
             # head h is tutorial §4.2–4.4 on its own columns h·d_k … (h+1)·d_k - 1 of Q and K
-            per_head = [(Q_all, K_all, V_all)] if self.n_heads == 1 else zip(
-                Q_all.split(self.d_k, -1), K_all.split(self.d_k, -1), V_all.split(self.d_v, -1))
+            per_head = [(Q_all, K_all, V_all)] if self.n_heads == 1 else zip(Q.unbind(-3), K.unbind(-3), V.unbind(-3))
             for q, k, v in per_head:
                 s = scaled_scores(q, k, mask)  # (T, T)
                 w = torch.softmax(s, dim=-1)  # (T, T), rows sum to 1
-                heads.append(self._drop(w) @ v)  # (T, d_v)
+                heads.append(F.dropout(w, self.dropout, self.training) @ v)  # (T, d_v); dropout in training
                 all_scores.append(s)
                 all_weights.append(w)
             Z = torch.cat(heads, dim=-1) if len(heads) > 1 else heads[0]  # (T, H·d_v); one head: no copy
             if need_weights:
                 scores, weights = torch.stack(all_scores, -3), torch.stack(all_weights, -3)  # (H, T, T)
         else:
-            p = self.dropout if self.training else 0.0
-            heads = F.scaled_dot_product_attention(split_heads(Q_all, self.n_heads), split_heads(K_all, self.n_heads),
-                                                   split_heads(V_all, self.n_heads), dropout_p=p,
+            heads = F.scaled_dot_product_attention(Q, K, V, dropout_p=self.dropout if self.training else 0.0,
                                                    is_causal=self.causal)  # (H, T, d_v)
-            Z = merge_heads(heads)  # (T, H·d_v)
-            if need_weights:  # the records only: computed as the explicit path does, no gradient
+            Z = heads.transpose(-3, -2).flatten(-2)  # (T, H·d_v): the heads side by side
+            if need_weights:  # the records only, no gradient
                 with torch.no_grad():
-                    scores = torch.stack([scaled_scores(q, k, mask) for q, k in
-                                          zip(Q_all.split(self.d_k, -1), K_all.split(self.d_k, -1))], -3)
-                    weights = torch.softmax(scores, dim=-1)  # (H, T, T)
-        Q, K, V = (split_heads(t, self.n_heads) for t in (Q_all, K_all, V_all))  # (H, T, d_k), …, (H, T, d_v)
+                    scores = scaled_scores(Q, K, mask)  # (H, T, T)
+                    weights = torch.softmax(scores, dim=-1)
         if self.W_out is not None:
             Z = self.W_out(Z)  # (T, d_model)
         return AttentionOutput(Q, K, V, scores, weights, Z)
-
-    def _drop(self, weights: torch.Tensor) -> torch.Tensor:
-        if self.training and self.dropout > 0:
-            return F.dropout(weights, self.dropout)
-        return weights
 
 
 def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
     """(..., T, H·d) → (..., H, T, d), a view: head h is columns h·d … (h+1)·d - 1."""
     return x.unsqueeze(-3) if n_heads == 1 else x.view(*x.shape[:-1], n_heads, -1).transpose(-3, -2)
-
-
-def merge_heads(x: torch.Tensor) -> torch.Tensor:
-    """(..., H, T, d) → (..., T, H·d): the heads side by side, head h in columns h·d … (h+1)·d - 1."""
-    *batch, H, T, d = x.shape
-    return x.transpose(-3, -2).reshape(*batch, T, H * d)
 
 
 def _add_bias(linear: nn.Linear) -> None:
@@ -212,32 +193,37 @@ def _attention(spec: ModelSpec, z_in_d_model: bool) -> MultiHeadSelfAttention:
                                   out_proj=out_proj)
 
 
-def build_section5(spec: ModelSpec, vocab_size: int, seq_len: int, next_token_head: bool = False) -> AttentionModel:
-    """Tutorial §5's model in §5's order: token (vocab_size, d_model) and position (seq_len,
-    d_model) tables, both re-drawn N(0, init_std²); the attention (Z in d_model); with
-    ``next_token_head`` Linear(d_model, vocab_size), bias-free, N(0, 0.02²) (GPT-2's), drawn last."""
+def _embedding(spec: ModelSpec, vocab_size: int, rows: int, text_order: bool = False) -> InputEmbedding:
+    """Token (vocab_size, d_model) and position (rows, d_model) tables, both re-drawn N(0, init_std²):
+    made, then drawn (§5); with ``text_order`` each drawn when made, as §2–3's text runs."""
     token_embedding = nn.Embedding(vocab_size, spec.d_model)
-    position_embedding = nn.Embedding(seq_len, spec.d_model)
-    nn.init.normal_(token_embedding.weight, mean=0.0, std=spec.init_std)
-    nn.init.normal_(position_embedding.weight, mean=0.0, std=spec.init_std)
-    embedding = InputEmbedding(token_embedding, position_embedding, spec.positional)
+    if text_order:
+        nn.init.normal_(token_embedding.weight, mean=0.0, std=spec.init_std)
+    position_embedding = nn.Embedding(rows, spec.d_model)
+    for table in (position_embedding,) if text_order else (token_embedding, position_embedding):
+        nn.init.normal_(table.weight, mean=0.0, std=spec.init_std)
+    return InputEmbedding(token_embedding, position_embedding, spec.positional)
+
+
+def _next_token_head(spec: ModelSpec, vocab_size: int) -> nn.Linear:
+    """Linear(d_model, vocab_size), bias-free, N(0, 0.02²) (GPT-2's)."""
+    head = nn.Linear(spec.d_model, vocab_size, bias=False)
+    nn.init.normal_(head.weight, mean=0.0, std=NEXT_TOKEN_HEAD_STD)
+    return head
+
+
+def build_section5(spec: ModelSpec, vocab_size: int, seq_len: int, next_token_head: bool = False) -> AttentionModel:
+    """Tutorial §5's model in §5's order: the tables (seq_len positions), the attention (Z in
+    d_model), with ``next_token_head`` the head, drawn last."""
+    embedding = _embedding(spec, vocab_size, seq_len)
     attention = _attention(spec, z_in_d_model=True)
-    head = None
-    if next_token_head:
-        head = nn.Linear(spec.d_model, vocab_size, bias=False)
-        nn.init.normal_(head.weight, mean=0.0, std=NEXT_TOKEN_HEAD_STD)
-    return AttentionModel(embedding, attention, head)
+    return AttentionModel(embedding, attention, _next_token_head(spec, vocab_size) if next_token_head else None)
 
 
 def build_walkthrough(spec: ModelSpec, vocab_size: int, seq_len: int) -> AttentionModel:
-    """Tutorial §2–4's model in the order its text runs: token table made and re-drawn, then the
-    position table, then the attention (no loss: "auto" gives W_out only for H > 1)."""
-    token_embedding = nn.Embedding(vocab_size, spec.d_model)
-    nn.init.normal_(token_embedding.weight, mean=0.0, std=spec.init_std)
-    position_embedding = nn.Embedding(seq_len, spec.d_model)
-    nn.init.normal_(position_embedding.weight, mean=0.0, std=spec.init_std)
-    embedding = InputEmbedding(token_embedding, position_embedding, spec.positional)
-    return AttentionModel(embedding, _attention(spec, z_in_d_model=False))
+    """Tutorial §2–4's model in the order its text runs: the tables, then the attention (no loss:
+    "auto" gives W_out only for H > 1)."""
+    return AttentionModel(_embedding(spec, vocab_size, seq_len, text_order=True), _attention(spec, z_in_d_model=False))
 
 
 class Block(nn.Module):
@@ -310,18 +296,11 @@ class GPT(nn.Module):
 
 
 def build_gpt(spec: ModelSpec, vocab_size: int, context: int) -> GPT:
-    """The mini-GPT in this order: §5's token (vocab_size, d_model) and position (context,
-    d_model) tables, N(0, init_std²); blocks 0 … n_layers-1 (:class:`Block`); ln_f; the head
-    Linear(d_model, vocab_size), bias-free, N(0, 0.02²) (GPT-2's)."""
-    token_embedding = nn.Embedding(vocab_size, spec.d_model)
-    position_embedding = nn.Embedding(context, spec.d_model)
-    nn.init.normal_(token_embedding.weight, mean=0.0, std=spec.init_std)
-    nn.init.normal_(position_embedding.weight, mean=0.0, std=spec.init_std)
-    embedding = InputEmbedding(token_embedding, position_embedding, spec.positional)
+    """The mini-GPT in this order: §5's tables (context positions); blocks 0 … n_layers-1
+    (:class:`Block`); ln_f; the next-token head."""
+    embedding = _embedding(spec, vocab_size, context)
     blocks = [Block(spec, spec.d_ff or 4 * spec.d_model) for _ in range(spec.n_layers)]
-    head = nn.Linear(spec.d_model, vocab_size, bias=False)
-    nn.init.normal_(head.weight, mean=0.0, std=NEXT_TOKEN_HEAD_STD)
-    return GPT(embedding, blocks, head)
+    return GPT(embedding, blocks, _next_token_head(spec, vocab_size))
 
 
 def next_token_targets(X: torch.Tensor) -> torch.Tensor:

@@ -1,10 +1,8 @@
 """The shipped optimizers (Adam, AdamW, SGD) for tutorial §5's ``optimizer.step()``: :func:`build`.
-
-Building a ``torch.optim`` class imports ``torch._dynamo`` (seconds of CPU), so when this torch's
-``torch.optim.adam.adam`` / ``torch.optim.sgd.sgd`` take exactly the keywords passed here
-(:func:`fast_path_ok`), :class:`Adam` / :class:`SGD` call them with the state the classes would
-make: the same numbers bit for bit (tests/test_optim.py). Otherwise the class. One parameter
-group, ``zero_grad()`` to None, ``step()`` without a closure.
+Building a ``torch.optim`` class imports ``torch._dynamo`` (seconds of CPU) and its step costs more CPU,
+so when this torch's ``adam`` / ``sgd`` functions take exactly the keywords passed here
+(:func:`fast_path_ok`), :class:`Adam` / :class:`SGD` call them with the state the classes would make,
+bit for bit (tests/test_optim.py); otherwise the class. One group, ``zero_grad()`` to None, no closure.
 """
 from __future__ import annotations
 

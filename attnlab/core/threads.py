@@ -19,17 +19,19 @@ def work_per_step(seq_len: int, d_model: int, d_k: int | None = None, d_v: int |
     return 3.0 * n_heads * (seq_len * d_model * (2 * d_k + d_v) + seq_len * seq_len * (d_k + d_v))
 
 
-def auto_threads(seq_len: int, d_model: int, d_k: int | None = None, d_v: int | None = None,
-                 n_heads: int = 1) -> int:
-    """1 below :data:`MIN_WORK_FOR_MORE` multiply-adds per step, else torch's default count."""
+def _torch_default() -> int:
     global _default
-    if work_per_step(seq_len, d_model, d_k, d_v, n_heads) < MIN_WORK_FOR_MORE:
-        return 1
     if _default is None:
         import torch
 
         _default = torch.get_num_threads()
     return _default
+
+
+def auto_threads(seq_len: int, d_model: int, d_k: int | None = None, d_v: int | None = None,
+                 n_heads: int = 1) -> int:
+    """1 below :data:`MIN_WORK_FOR_MORE` multiply-adds per step, else torch's default count."""
+    return 1 if work_per_step(seq_len, d_model, d_k, d_v, n_heads) < MIN_WORK_FOR_MORE else _torch_default()
 
 
 def resolve(value: Any, seq_len: int, d_model: int, d_k: int | None = None, d_v: int | None = None,
@@ -40,11 +42,9 @@ def resolve(value: Any, seq_len: int, d_model: int, d_k: int | None = None, d_v:
 
 def configure(cfg: Any, seq_len: int) -> int:
     """``torch.set_num_threads`` for job ``cfg`` at ``seq_len`` tokens; the count torch then reports."""
-    global _default
     import torch
 
-    if _default is None:
-        _default = torch.get_num_threads()  # remembered before it changes
+    _torch_default()  # remembered before it changes
     m = cfg.model
     n = resolve(cfg.get("threads", "auto"), seq_len, m.d_model, m.d_k, m.d_v, m.n_heads)
     if torch.get_num_threads() != n:

@@ -54,7 +54,7 @@ def get_encoding(name: str = "gpt2") -> tiktoken.Encoding:
             raise TokenizerError(f"tokenizer.encoding={name!r}: packaged ranks file {path} is corrupted "
                                  f"({err}); reinstall attnlab") from err
         return tiktoken.Encoding(name=name, pat_str=r50k_pat_str, mergeable_ranks=ranks,
-                                 special_tokens={ENDOFTEXT: 50256}, explicit_n_vocab=50257)
+                                 special_tokens={ENDOFTEXT: 50256}, explicit_n_vocab=GPT2_VOCAB_SIZE)
     if name not in tiktoken.list_encoding_names():
         raise TokenizerError(f"tokenizer.encoding={name!r}: unknown encoding; allowed: "
                              f"{', '.join(sorted(set(tiktoken.list_encoding_names()) | _PACKAGED))}")
@@ -71,9 +71,7 @@ def get_encoding(name: str = "gpt2") -> tiktoken.Encoding:
 def encode(text: str, name: str = "gpt2", special_tokens: str = "special") -> list[int]:
     """Token ids ``(T,)`` of ``text``; ``special_tokens="special"``: ``<|endoftext|>`` is 50256."""
     enc = get_encoding(name)
-    if special_tokens == "special":
-        return enc.encode(text, allowed_special="all")
-    return enc.encode_ordinary(text)
+    return enc.encode(text, allowed_special="all") if special_tokens == "special" else enc.encode_ordinary(text)
 
 
 def token_labels(token_ids: list[int], name: str = "gpt2") -> list[str]:
@@ -129,9 +127,10 @@ def tokenize(cfg: DictConfig) -> Tokens:
     name, text = cfg.tokenizer.encoding, read_text(cfg)
     ids = encode(text, name, plain(cfg.tokenizer.special_tokens))
     _check_length(cfg, len(ids))
-    labels = token_labels(ids, name)
-    pieces = [get_encoding(name).decode_single_token_bytes(t) for t in ids]
-    return Tokens(ids, labels, max(GPT2_VOCAB_SIZE, get_encoding(name).n_vocab),
+    enc = get_encoding(name)
+    pieces = [enc.decode_single_token_bytes(t) for t in ids]
+    labels = piece_labels(pieces)
+    return Tokens(ids, labels, max(GPT2_VOCAB_SIZE, enc.n_vocab),
                   focus_position(cfg.train.focus_token, text, pieces, labels))
 
 
@@ -142,8 +141,8 @@ def focus_position(spec: int | str | None, text: str, pieces: list[bytes], label
     no spaces (``' journey'`` in the tutorial's sentence, ``的`` in 你的旅程从一步开始), never a
     byte inside a character. ConfigError for a text that is absent or in more than one token,
     naming the candidates (positions and labels)."""
-    if isinstance(spec, int) or not pieces:
-        return spec if isinstance(spec, int) else 0
+    if isinstance(spec, int):
+        return spec
     starts = [0]
     for piece in pieces:
         starts.append(starts[-1] + len(piece))  # byte offset of each token, then the end
@@ -169,7 +168,7 @@ def focus_position(spec: int | str | None, text: str, pieces: list[bytes], label
 
 def _check_length(cfg: DictConfig, n_tokens: int) -> None:
     key = "text_file" if cfg.get("text_file") else "sentence"
-    shown = cfg.text_file if key == "text_file" else cfg.sentence
+    shown = cfg[key]
     if n_tokens == 0:
         raise ConfigError(key, shown, N_("is empty: give at least 2 tokens of text"))
     if n_tokens > cfg.tokenizer.max_tokens:

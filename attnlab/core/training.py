@@ -59,7 +59,6 @@ def deterministic_algorithms() -> None:
 
 
 def model_spec(cfg: DictConfig) -> ModelSpec:
-    """The ``model.*`` keys of ``cfg`` as a :class:`ModelSpec`."""
     m = cfg.model
     return ModelSpec(m.d_model, m.d_k, m.d_v, m.init_std, positional=plain(m.positional) == "learned",
                      n_heads=m.n_heads, causal=m.causal, dropout=m.dropout, qkv_bias=m.qkv_bias,
@@ -277,7 +276,7 @@ def train(cfg: DictConfig, sinks: Iterable[Sink] = (), run_dir: Path | None = No
         status, error = "diverged", overflow
     result = _result(recorder, info, kept, t0, status, error)
     if cfg.model.n_layers:
-        result.parameters = {k: v.detach().cpu().numpy().astype(np.float32) for k, v in model.stacked_state().items()}
+        result.parameters = {k: _numpy(v) for k, v in model.stacked_state().items()}
     if cfg.analysis.prompt is not None and status == "completed":
         result.generation = generate.continuation(model, cfg)
     _finish(sinks, result)
