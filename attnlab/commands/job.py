@@ -62,14 +62,10 @@ def make_sinks(cfg: DictConfig, run_dir: Path) -> list[Sink]:
 
 def run_job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None,
             key: str = "hydra.run.dir") -> JobResult:
-    """Run one job into ``run_dir``: ``task=train`` trains (tutorial §5), ``task=walkthrough``
-    narrates §1–4. ``cfg`` may be untyped (a saved config): it is checked against the schema.
-
-    ``run_dir`` is claimed first (:func:`attnlab.outputs.rundir.claim`); RunDirError naming
-    ``key`` when refused, and nothing is written. ``summary.json`` says ``running`` first (with
-    the resolved ``config`` and the ``overrides``: enough to reproduce the run) and the status
-    last. A signal ends the job ``interrupted`` at the next training step; after the last step
-    it is only reported (``late_signal``). A file that cannot be written ends the job ``failed``."""
+    """Run one job into ``run_dir``: ``task=train`` trains (tutorial §5), ``task=walkthrough`` narrates
+    §1–4; ``cfg`` may be untyped (a saved config). ``run_dir`` is claimed first (RunDirError naming
+    ``key`` when refused, nothing written). ``summary.json`` says ``running`` first, with the resolved
+    ``config`` and the ``overrides`` (enough to reproduce the run), and the status last."""
     run_dir = Path(run_dir)
     job_num = OmegaConf.select(HydraConfig.get(), "job.num", default=None) if HydraConfig.initialized() else None
     rundir.claim(run_dir, key=key).started = True  # a job writes there now: abandon() leaves the folder be
@@ -95,8 +91,11 @@ def _job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None, job_num: i
     # phase 2: the config checked (one line before torch loads), then the run
     typed = None
     try:
-        if HydraConfig.initialized():
-            save_hydra_files(run_dir, cfg)
+        if HydraConfig.initialized():  # .hydra/ as Hydra saves it (Hydra writes nothing: hydra.output_subdir=null)
+            hc = HydraConfig.get()
+            (run_dir / ".hydra").mkdir(exist_ok=True)
+            for name, node in {"config": cfg, "hydra": {"hydra": hc}, "overrides": hc.overrides.task}.items():
+                artifacts.atomic_write_text(run_dir / ".hydra" / f"{name}.yaml", OmegaConf.to_yaml(node))
         interrupts.pause_point("before_training")
         interrupts.check()
         typed = apply_schema(cfg)
@@ -127,16 +126,6 @@ def _job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None, job_num: i
         except (OSError, AttnlabError) as err:  # a view: never the run's status
             print(f"warning: report.html not written: {err}", file=sys.stderr)
     return result
-
-
-def save_hydra_files(run_dir: Path, cfg: DictConfig) -> None:
-    """``.hydra/config.yaml``, ``hydra.yaml`` and ``overrides.yaml`` as Hydra saves them (Hydra
-    itself writes nothing into a job folder, ``hydra.output_subdir: null``): once attnlab holds
-    the folder. Raises WriteError."""
-    hc = HydraConfig.get()
-    (run_dir / ".hydra").mkdir(exist_ok=True)
-    for name, node in (("config.yaml", cfg), ("hydra.yaml", {"hydra": hc}), ("overrides.yaml", hc.overrides.task)):
-        artifacts.atomic_write_text(run_dir / ".hydra" / name, OmegaConf.to_yaml(node))
 
 
 def _run(cfg: DictConfig, run_dir: Path) -> JobResult:
