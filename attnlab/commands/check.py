@@ -144,9 +144,9 @@ def difference(name: str, got: np.ndarray, want: np.ndarray, mistakes: list[tupl
     return lines
 
 
-def check_stage(names: dict[str, Any], stage: Stage, path: Path) -> list[str]:
-    """One stage of the learner's file (its ``names``: :func:`load`): [] when it matches, else why not, as lines."""
-    fn = names.get(stage.function)
+def check_stage(learner: dict[str, Any], stage: Stage, path: Path) -> list[str]:
+    """One stage of the learner's file (``learner``: :func:`load`): [] when it matches, else why not, as lines."""
+    fn = learner.get(stage.function)
     if not callable(fn):
         return [_("  {file} has no function {fn}(); `attnlab-check --template NEW.py` writes the six to fill in")
                 .format(file=path.name, fn=stage.function)]
@@ -209,7 +209,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_PASSED
     all_stages = stages()  # before the learner's file can change torch's defaults
     try:
-        names = load(args.file)
+        learner = load(args.file)
     except SyntaxError as err:
         print(_("attnlab-check: error: {file}, line {line}: SyntaxError: {message}").format(
             file=args.file, line=err.lineno, message=err.msg), file=sys.stderr)
@@ -221,7 +221,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for number, stage in enumerate(all_stages, 1):
         head = _("stage {n}/{total} {title}, {fn}()").format(n=number, total=len(all_stages), title=stage.title,
                                                                fn=stage.function)
-        if problem := check_stage(names, stage, args.file):
+        if problem := check_stage(learner, stage, args.file):
             print(_("{stage}: differs").format(stage=head), *problem, sep="\n")
             print(_("fix this stage and run attnlab-check again: the stages after it are checked once it passes"))
             return EXIT_DIFFERS
