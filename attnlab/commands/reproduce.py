@@ -171,10 +171,9 @@ def reproduce(run_dir: Path, out: Path | None = None, text_file: Path | None = N
 
 def _rounding(run_dir: Path, out: Path, diffs: list[Difference], versions: Any, now: dict[str, Any],
               text_file: Path | None) -> str | None:
-    """Why ``diffs`` are floating-point rounding (:func:`attnlab.saved.verdict.within_rounding`), from a
-    second reproduction into ``OUT-<kernels>`` with the run's kernels (one of :data:`KERNELS`), else
-    DEFAULT; None when the run recorded this machine's kernels, BLAS and torch (then rounding explains
-    nothing) or this machine has no second kernel path."""
+    """Why ``diffs`` are rounding (:func:`attnlab.saved.verdict.within_rounding`), from a second reproduction
+    into ``OUT-<kernels>`` with the run's kernels (else DEFAULT); None when the run recorded this machine's
+    kernels, BLAS and torch (rounding explains nothing), or this machine has no second kernel path."""
     versions = versions if isinstance(versions, dict) else {}
     made, here = versions.get("cpu_capability"), now["cpu_capability"]
     path = made if made in KERNELS and made != here else "DEFAULT" if here != "DEFAULT" else None
@@ -195,9 +194,8 @@ def _rounding(run_dir: Path, out: Path, diffs: list[Difference], versions: Any, 
 
 
 def verdict_row(run_dir: Path, out: Path) -> dict[str, Any]:
-    """One row of the verdict table: ``verdict`` (:data:`VERDICTS`) and ``differs`` (the quantities that
-    differ, those rounding does not explain first; or why the run cannot be reproduced) of
-    :func:`reproduce` ``run_dir`` into ``out``, its warnings left out. Never raises."""
+    """The verdict row of :func:`reproduce` ``run_dir`` into ``out``: ``verdict`` (:data:`VERDICTS`), ``differs``
+    (what differs, what rounding does not explain first; or why it cannot be reproduced). Never raises."""
     try:
         with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
             _, out, diffs, rounding = reproduce(run_dir, out)
@@ -221,10 +219,9 @@ def verdict_table(rows: Sequence[dict[str, Any]], out: Path) -> str:
 
 
 def reproduce_many(paths: Sequence[Path], out: Path | None, csv: Path | None, jobs: int) -> int:
-    """``attnlab-reproduce PATH...`` over every run under ``paths``: ``jobs`` at a time, each in a worker
-    process of its own (torch's seed and threads are per process), into ``OUT/NAME`` (default
-    ``PATH-repro-<time>`` for one PATH, else ``repro-<time>`` here); one verdict table, ``--csv``.
-    Exit status 1 when a run is not reproduced (or cannot be), else 0. Raises RunDirError."""
+    """Every run under ``paths`` reproduced into ``OUT/NAME`` (default ``PATH-repro-<time>`` for one PATH, else
+    ``repro-<time>``), ``jobs`` at a time in worker processes (torch's seed and threads are per process); one
+    verdict table. Exit status 1 when a run is not reproduced (or cannot be), else 0. Raises RunDirError."""
     found = runs.named_runs(paths)
     out = out or stamped(f"{str(paths[0]).rstrip('/')}-repro" if len(paths) == 1 else "repro")
     for key, path in (("--out", out), ("--csv", csv)):
