@@ -18,6 +18,7 @@ from attnlab.commands.job import EXIT_BAD_INPUT
 from attnlab.core import interrupts
 from attnlab.core.errors import AttnlabError, ConfigError, describe
 from attnlab.outputs import rundir
+from attnlab.saved.report import write_sweep_report
 
 # the exit status of the last sweep that ended in this process (None: none did)
 sweep_exit_status: int | None = None
@@ -25,8 +26,8 @@ _open_sweep: DictConfig | None = None  # a sweep that started and has not ended 
 
 
 def _claim(config: DictConfig, kind: str) -> None:
-    """Claim ``hydra.<kind>.dir``; one line and exit status 2 when it is refused or cannot be
-    resolved (Hydra turns a callback's exception into a warning, so this exits)."""
+    """Claim ``hydra.<kind>.dir``; one line and exit 2 when refused or not resolvable (Hydra turns a
+    callback's exception into a warning)."""
     interrupts.check()
     try:
         try:
@@ -41,32 +42,26 @@ def _claim(config: DictConfig, kind: str) -> None:
 
 
 def start_resource_trackers() -> None:
-    """Start multiprocessing's and joblib's (loky's) resource trackers, the helper processes a
-    joblib sweep uses to clean up shared memory, with SIGHUP ignored (they ignore SIGINT and SIGTERM
-    already): a closed terminal then interrupts the jobs, which record their status, instead of
-    killing the trackers, whose replacements print a traceback per resource. Without joblib (or
-    its tracker module moved) only multiprocessing's is started."""
+    """Start multiprocessing's and joblib's (loky's) resource trackers with SIGHUP ignored (as SIGINT
+    and SIGTERM are): a closed terminal then interrupts a joblib sweep's jobs, which record their status,
+    instead of killing the trackers, whose replacements print a traceback per resource."""
     from multiprocessing import resource_tracker
 
     previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # inherited through fork and exec
     try:
         resource_tracker.ensure_running()
-        try:
+        with contextlib.suppress(ImportError, AttributeError):  # no joblib, or its tracker module moved
             from joblib.externals.loky.backend import resource_tracker as loky_tracker
 
             loky_tracker.ensure_running()
-        except (ImportError, AttributeError):
-            pass
     finally:
         signal.signal(signal.SIGHUP, previous)
 
 
 def end_stopped_sweep(table: bool = True) -> None:
-    """A sweep that a job stopped (Ctrl-C, SIGTERM, SIGHUP, a crash; Hydra then never calls
-    ``on_multirun_end``): the same table, summary.csv and report for the jobs that ran, then its
-    folder released. Nothing when no sweep is open, no job folder was made (refused while composing)
-    or ``table`` is False (a refusal: the command's end removes what it made); the sweep is
-    forgotten either way, so the next command in this process starts clean."""
+    """A sweep that a job stopped (Ctrl-C, a signal, a crash: Hydra never calls ``on_multirun_end``):
+    the same table, summary.csv and report for the jobs that ran, unless no job folder was made or
+    ``table`` is False (a refusal); forgotten either way, so the next command in this process starts clean."""
     global _open_sweep
     config, _open_sweep = _open_sweep, None
     if config is None or not table:
@@ -78,9 +73,8 @@ def end_stopped_sweep(table: bool = True) -> None:
 
 
 class NeverOverwrite(Callback):
-    """Claim ``hydra.run.dir`` or ``hydra.sweep.dir`` (each job's folder: ``run_job``) before
-    anything is written into it (:func:`attnlab.outputs.rundir.claim`). A Ctrl-C that came while
-    Python was importing stops here, before any folder is made."""
+    """Claim ``hydra.run.dir`` or ``hydra.sweep.dir`` (each job's folder: ``run_job``) before anything
+    is written into it; a Ctrl-C that came while Python was importing stops here."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         _claim(config, "run")
@@ -99,9 +93,8 @@ class NeverOverwrite(Callback):
 
 
 class SweepSummary(Callback):
-    """At the start of a multirun: job folders named by the keys that vary. At its end:
-    :func:`attnlab.commands.sweep.summarize` (its exit status in :data:`sweep_exit_status`), then
-    with ``logging.report`` the sweep's ``report.html``."""
+    """Job folders named by the keys that vary; at the end :func:`attnlab.commands.sweep.summarize` (its
+    exit status in :data:`sweep_exit_status`) and with ``logging.report`` the sweep's ``report.html``."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         sweep.name_by_swept_keys(config)  # job folders name what varies, not the constant overrides
@@ -116,8 +109,6 @@ class SweepSummary(Callback):
         except Exception as err:  # the table is a view: its failure never hides the jobs' status
             print(f"error: the sweep summary was not written: {describe(err)}", file=sys.stderr)
         if config.logging.get("report", False):
-            from attnlab.saved.report import write_sweep_report
-
             try:
                 print(f"report: {write_sweep_report(sweep_dir)}")
             except Exception as err:

@@ -1,21 +1,17 @@
 """``attnlab-check FILE.py`` / ``attnlab-check --template FILE.py``: a learner's own tutorial §2–4,
 stage by stage, against the tutorial's numbers (``experiment=tutorial_walkthrough``: seed 123, std 0.02).
 
-FILE.py defines the six functions of :mod:`attnlab.commands.check_template`. Each gets the reference
-inputs (the tutorial's layers, or the previous stage's reference output, as fresh copies), so a
-mistake shows at its own stage; an output matches when it has the reference's shape and differs by
-at most :data:`TOLERANCE` times the reference's largest magnitude. The first stage that differs is
-shown with expected vs got and the typical wrong variant it equals, if any. FILE.py is imported and
-run, as pytest would. Exit status 0 every stage matches, 1 a stage differs, 2 FILE cannot be loaded
-(or ``--template``'s FILE exists).
+FILE.py defines the six functions of :mod:`attnlab.commands.check_template`; each gets the reference
+inputs (fresh copies), so a mistake shows at its own stage, with expected vs got and the typical
+mistake it equals. FILE.py is imported and run, as pytest would. Exit status 0 every stage matches,
+1 a stage differs, 2 FILE cannot be loaded (or ``--template``'s FILE exists).
 """
 from __future__ import annotations
 
 import argparse
 import copy
 import functools
-import importlib.machinery
-import importlib.util
+import runpy
 import sys
 import traceback
 from dataclasses import dataclass
@@ -134,7 +130,7 @@ def few(a: np.ndarray) -> str:
 
 
 def difference(name: str, got: np.ndarray, want: np.ndarray, mistakes: list[tuple[str, Any]]) -> list[str]:
-    """How ``got`` differs from ``want``, as lines: expected vs got, the largest difference, the likely mistake."""
+    """Expected vs got, the largest difference and the likely mistake, as lines."""
     lines = [_("  {name}: expected {values}").format(name=name, values=few(want)),
              _("  {pad}  got      {values}").format(pad=" " * len(name), values=few(got))]
     if got.shape == want.shape:
@@ -148,9 +144,9 @@ def difference(name: str, got: np.ndarray, want: np.ndarray, mistakes: list[tupl
     return lines
 
 
-def check_stage(module: Any, stage: Stage, path: Path) -> list[str]:
-    """Run one stage of the learner's ``module``: [] when it matches, else the lines saying why not."""
-    fn = getattr(module, stage.function, None)
+def check_stage(learner: dict[str, Any], stage: Stage, path: Path) -> list[str]:
+    """One stage of the learner's file (``learner``: :func:`load`): [] when it matches, else why not, as lines."""
+    fn = learner.get(stage.function)
     if not callable(fn):
         return [_("  {file} has no function {fn}(); `attnlab-check --template NEW.py` writes the six to fill in")
                 .format(file=path.name, fn=stage.function)]
@@ -177,19 +173,16 @@ def check_stage(module: Any, stage: Stage, path: Path) -> list[str]:
     return []
 
 
-def load(path: Path) -> Any:
-    """Import the learner's file as a module (its folder first on sys.path, as ``python FILE.py`` has it).
-    Raises OSError / any exception the file raises on import."""
+def load(path: Path) -> dict[str, Any]:
+    """The names the learner's file defines, run as a module (its folder first on sys.path, as ``python
+    FILE.py`` has it). Raises OSError / what the file raises on import."""
     if not path.is_file():
         raise FileNotFoundError(_("no such file"))
-    loader = importlib.machinery.SourceFileLoader("attnlab_check_learner", str(path))
-    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
     sys.path.insert(0, str(path.resolve().parent))
     try:
-        loader.exec_module(module)
+        return runpy.run_path(str(path), run_name="attnlab_check_learner")
     finally:
         sys.path.remove(str(path.resolve().parent))
-    return module
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -216,7 +209,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_PASSED
     all_stages = stages()  # before the learner's file can change torch's defaults
     try:
-        module = load(args.file)
+        learner = load(args.file)
     except SyntaxError as err:
         print(_("attnlab-check: error: {file}, line {line}: SyntaxError: {message}").format(
             file=args.file, line=err.lineno, message=err.msg), file=sys.stderr)
@@ -228,7 +221,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for number, stage in enumerate(all_stages, 1):
         head = _("stage {n}/{total} {title}, {fn}()").format(n=number, total=len(all_stages), title=stage.title,
                                                                fn=stage.function)
-        if problem := check_stage(module, stage, args.file):
+        if problem := check_stage(learner, stage, args.file):
             print(_("{stage}: differs").format(stage=head), *problem, sep="\n")
             print(_("fix this stage and run attnlab-check again: the stages after it are checked once it passes"))
             return EXIT_DIFFERS

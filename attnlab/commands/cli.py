@@ -1,17 +1,17 @@
 """The ``attnlab`` command: one Hydra job (``attnlab [overrides]``) or a sweep (``attnlab -m ...``).
 
-Composes the config (``conf/`` + ``experiment=NAME`` + overrides) and hands it to
-:func:`attnlab.commands.job.run_job`. Exit status: 0 completed; 1 a run (or a sweep job) did not
-complete (diverged, interrupted, failed, a file that could not be written); 2 bad input or a
-refused output folder, one line on stderr (:func:`error_line`; ``HYDRA_FULL_ERROR=1`` shows
-Hydra's report and the traceback instead). SIGINT, SIGTERM and SIGHUP stop a run at its next
-training step (status ``interrupted``).
+Exit status: 0 completed; 1 a run (or a sweep job) did not complete (diverged, interrupted, failed,
+a file that could not be written); 2 bad input or a refused output folder, one line on stderr
+(:func:`error_line`; ``HYDRA_FULL_ERROR=1`` raises instead). SIGINT, SIGTERM and SIGHUP stop a run
+at its next training step (status ``interrupted``).
 """
 from __future__ import annotations
 
+import logging
 import os
 import re
 import sys
+import threading
 from pathlib import Path
 
 import hydra
@@ -22,19 +22,16 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError
 
 from attnlab.commands import argv, callbacks
+from attnlab.commands.argv import HYDRA_WRITES_NOTHING, refusal
 from attnlab.commands.hydra_config import register_configs
 from attnlab.commands.job import EXIT_BAD_INPUT, EXIT_FAILED_RUN, run_job
 from attnlab.core import i18n, interrupts
-from attnlab.core.config import schema_keys
 from attnlab.core.errors import AttnlabError, os_reason
 from attnlab.core.files import printable
 from attnlab.core.i18n import _
 from attnlab.outputs import artifacts, rundir, streams
 from attnlab.outputs.console import display_path
 
-# Hydra saves no .hydra/ and no job log into a run dir, whatever the config (also --config-path);
-# overriding these (or keys below them) is refused: attnlab saves .hydra/ once it holds the folder
-HYDRA_WRITES_NOTHING = ("hydra.output_subdir=null", "hydra/job_logging=none")
 FULL_ERROR = "ATTNLAB_FULL_ERROR"  # the user's HYDRA_FULL_ERROR (attnlab sets Hydra's to 1 to catch its errors)
 
 
@@ -75,9 +72,8 @@ def _hydra_main(cfg: DictConfig) -> str:
 
 
 def error_line(err: BaseException, typed: list[str]) -> str:
-    """An error Hydra raised reading the command line ``typed`` or composing the config, as one
-    line naming the argument and what is allowed, e.g. ``error: optimizer=adamm: no such
-    option; allowed: adam, adamw, sgd``."""
+    """An error raised reading the command line ``typed`` or composing the config as one line naming
+    the argument and what is allowed, e.g. ``error: optimizer=adamm: no such option; allowed: adam, ...``."""
     cause = err.__cause__ if err.__cause__ is not None else err
     text = str(cause)
     first = text.splitlines()[0] if text.strip() else type(cause).__name__
@@ -112,8 +108,7 @@ def error_line(err: BaseException, typed: list[str]) -> str:
 
 
 def _syntax_line(report: str, refused: str, typed: list[str]) -> str:
-    """Hydra's override-grammar error (``report``, about the override ``refused`` as Hydra got it)
-    as one line naming the argument typed and what to type."""
+    """Hydra's override-grammar error ``report`` about ``refused`` (as Hydra got it), as one line."""
     lines = [ln.strip() for ln in report.splitlines() if ln.strip() and not ln.startswith("See https")]
     what = re.sub(r"^Error parsing override '.*'$", "", lines[0]).strip() or (lines[1] if len(lines) > 1 else "")
     what = re.sub(r" expecting \{.*\}$", "", what)  # the grammar's token list says nothing to a user
@@ -138,31 +133,9 @@ def _syntax_line(report: str, refused: str, typed: list[str]) -> str:
 install_signal_handlers = interrupts.install  # SIGINT, SIGTERM, SIGHUP: interrupted at the next step
 
 
-def refusal(typed: list[str]) -> str | None:
-    """The one-line error for arguments refused before Hydra reads them (not text, an option
-    Hydra does not have or that unpickles, a setting of :data:`HYDRA_WRITES_NOTHING` or of Hydra's log
-    handlers, ``+key`` /
-    ``~key`` outside the schema), or None."""
-    refused = argv.not_text(typed) or argv.refused_option(typed) or argv.unknown_option(typed)
-    if refused is not None:
-        return refused
-    ours = argv.overridden(typed, [setting.split("=")[0] for setting in HYDRA_WRITES_NOTHING])
-    if ours is not None:
-        return (f"error: {printable(ours[0], 120)}: attnlab sets {ours[1]} (Hydra writes nothing into a run dir; "
-                "attnlab saves .hydra/ itself once it holds the folder)")
-    for arg in typed:  # Hydra's own log: its options (hydra/hydra_logging=disabled) only, never a handler
-        if (arg.split("=", 1)[0].lstrip("+~") + ".").startswith("hydra.hydra_logging."):
-            return (f"error: {printable(arg, 120)}: refused: a handler of Hydra's log could write a file before "
-                    "attnlab holds the folder; choose hydra/hydra_logging=default, disabled or none")
-    for bad in argv.unknown_added_keys(typed, schema_keys()):
-        return _("error: {key}: no such config key; attnlab's keys are fixed by its schema and cannot be added "
-                 "or removed (`attnlab --help` lists them)").format(key=bad)
-    return None
-
-
 def main() -> None:
-    """``attnlab [overrides]`` / ``attnlab -m [overrides]``: the arguments checked and made Hydra
-    syntax (:mod:`attnlab.commands.argv`), then Hydra; its errors before a job are :func:`error_line`."""
+    """``attnlab [-m] [overrides]``: the arguments checked and made Hydra syntax (:mod:`attnlab.commands.argv`),
+    then Hydra; its errors before a job are :func:`error_line`."""
     install_signal_handlers()
     streams.install()
     typed = sys.argv[1:]
@@ -207,13 +180,8 @@ def main() -> None:
 
 
 def console_main() -> None:
-    """The ``attnlab`` console script: :func:`main`, then, once Hydra's job log and the standard
-    streams are flushed, ``os._exit`` with its status, skipping the interpreter's teardown of
-    torch's modules (~0.4 s, every file is closed by then). A normal exit while another thread or
-    child process runs."""
-    import logging
-    import threading
-
+    """:func:`main`, then ``os._exit`` once the logs and streams are flushed: no teardown of torch's
+    modules (~0.4 s). A normal exit while another thread or child process runs."""
     try:
         main()
         code = 0

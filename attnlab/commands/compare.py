@@ -1,11 +1,8 @@
-"""``attnlab-compare PATH... [--sort COLUMN] [--reverse] [--csv FILE] [--plot FILE]``: one table
-over saved runs (run dirs, or sweep dirs: every run dir below them).
-
-The rows are :func:`attnlab.saved.runs.collect_rows`, as in the end-of-sweep table. A run whose
-files cannot be read is still a row (status ``unreadable`` / ``missing``, ``error`` naming each
-file) plus a warning line on stderr. Exit status: 0; 1 when some run cannot be read completely;
-2 with one line on stderr for a PATH that is not a run/sweep dir, an unknown ``--sort`` column,
-a ``--csv`` / ``--plot`` inside a run or sweep dir it reads, or a figure that cannot be written.
+"""``attnlab-compare PATH... [--sort COLUMN] [--reverse] [--csv FILE] [--plot FILE] [--against PRESET]``:
+one table over saved runs (:func:`attnlab.saved.runs.collect_rows`, as at a sweep's end; a run that
+cannot be read is still a row, plus a warning line). Exit status 0; 1 when some run cannot be read
+completely; 2 with one line for a PATH that is no run/sweep dir, an unknown ``--sort`` column, a
+``--csv`` / ``--plot`` inside a folder it reads, or a figure that cannot be written.
 """
 from __future__ import annotations
 
@@ -35,9 +32,9 @@ GROUP_OPTION = re.compile(rf"^(override )?/?(?P<group>{GROUPS}): *(?P<option>\w+
 
 
 def preset_config(path: Path) -> dict[str, Any]:
-    """The config ``experiment=PRESET`` runs, from the preset file ``path`` read as data (the safe
-    reader; nothing resolved): attnlab's own config with the preset's ``defaults`` options (``override
-    /optimizer: sgd``), its keys on top (``hydra`` left out). Raises RunDirError or ConfigError (one line)."""
+    """The config ``experiment=PRESET`` runs, from the preset file ``path`` read as data: attnlab's config
+    with the preset's ``defaults`` options (``override /optimizer: sgd``), its keys (not ``hydra``) on
+    top. Raises RunDirError or ConfigError (one line)."""
     data = safe_read.read_yaml_data(path)
     if not isinstance(data, dict):
         raise ConfigError(printable(str(path), 300), type(data).__name__, _("a preset must be a mapping of keys"))

@@ -1,13 +1,14 @@
 """Hydra's side of the config: the schema of :mod:`attnlab.core.config` in Hydra's ConfigStore
-(``base_config``, ``schema/optimizer/NAME``), and attnlab's resolvers ``${attnlab.job_dir:NUM,
-OVERRIDE_DIRNAME}`` (:func:`attnlab.commands.sweep.job_dirname`) and ``${attnlab.per_head:TOTAL,
-N_HEADS}``. The resolvers are registered on import, so every job process has them whatever the
-launcher (a worker imports ``attnlab.commands.cli`` to unpickle the task function).
+(``base_config``, ``schema/optimizer/NAME``), and the resolvers ``${attnlab.job_dir:NUM,OVERRIDE_DIRNAME}``
+(:func:`attnlab.commands.sweep.job_dirname`), ``${attnlab.per_head:TOTAL,N_HEADS}`` and ``${attnlab.data:FILE}``;
+registered on import, so every job process has them (a launcher's worker imports ``attnlab.commands.cli``).
 """
 from __future__ import annotations
 
+from importlib import resources
 from typing import Any
 
+from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
 from attnlab.commands.sweep import job_dirname
@@ -25,8 +26,6 @@ def per_head(total: Any, n_heads: Any) -> int:
 
 def data_file(name: Any) -> str:
     """The path of a text attnlab ships in ``attnlab/data`` (``${attnlab.data:weather_zh.txt}``); ValueError if none."""
-    from importlib import resources
-
     path = resources.files("attnlab.data") / str(name)
     if not path.is_file():
         raise ValueError(_("attnlab ships no data file {name!r}").format(name=name))
@@ -35,21 +34,14 @@ def data_file(name: Any) -> str:
 
 def register_configs() -> None:
     """Store the schema in Hydra's ConfigStore and register the resolvers; idempotent."""
-    from hydra.core.config_store import ConfigStore
-
     cs = ConfigStore.instance()
     cs.store(name="base_config", node=Config)
     for name, node in OPTIMIZERS.items():
         cs.store(group="schema/optimizer", name=name, node=node)
-    register_resolvers()
-
-
-def register_resolvers() -> None:
-    """Register ``attnlab.job_dir``, ``attnlab.per_head`` and ``attnlab.data``; idempotent."""
     for name, function in (("attnlab.job_dir", job_dirname), ("attnlab.per_head", per_head),
                            ("attnlab.data", data_file)):
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, function)
 
 
-register_resolvers()
+register_configs()

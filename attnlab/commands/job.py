@@ -62,41 +62,40 @@ def make_sinks(cfg: DictConfig, run_dir: Path) -> list[Sink]:
 
 def run_job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None,
             key: str = "hydra.run.dir") -> JobResult:
-    """Run one job into ``run_dir``: ``task=train`` trains (tutorial §5), ``task=walkthrough``
-    narrates §1–4. ``cfg`` may be untyped (a saved config): it is checked against the schema.
-
-    ``run_dir`` is claimed first (:func:`attnlab.outputs.rundir.claim`); RunDirError naming
-    ``key`` when refused, and nothing is written. ``summary.json`` says ``running`` first (with
-    the resolved ``config`` and the ``overrides``: enough to reproduce the run) and the status
-    last. A signal ends the job ``interrupted`` at the next training step; after the last step
-    it is only reported (``late_signal``). A file that cannot be written ends the job ``failed``."""
+    """Run one job into ``run_dir``: ``task=train`` trains (tutorial §5), ``task=walkthrough`` narrates
+    §1–4; ``cfg`` may be untyped (a saved config). ``run_dir`` is claimed first (RunDirError naming
+    ``key`` when refused, nothing written). ``summary.json`` says ``running`` first, with the resolved
+    ``config`` and the ``overrides`` (enough to reproduce the run), and the status last."""
     run_dir = Path(run_dir)
-    job_num = OmegaConf.select(HydraConfig.get(), "job.num", default=None) if HydraConfig.initialized() else None
+    hc = HydraConfig.get() if HydraConfig.initialized() else None  # None: attnlab-reproduce, the benchmarks
     rundir.claim(run_dir, key=key).started = True  # a job writes there now: abandon() leaves the folder be
     try:
         with interrupts.deferred(), interrupts.shielded():  # only the training loop is interruptible
-            result = _job(cfg, run_dir, overrides, job_num if isinstance(job_num, int) else None)
+            result = _job(cfg, run_dir, overrides, hc)
             return result._replace(late_signal=interrupts.requested()) if result.status == "completed" else result
     finally:
         drawing.shutdown()
         rundir.release(run_dir)
 
 
-def _job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None, job_num: int | None) -> JobResult:
+def _job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None, hc: DictConfig | None) -> JobResult:
     # phase 1: summary.json says running, before anything else is looked at
+    job_num = OmegaConf.select(hc, "job.num", default=None) if hc is not None else None
     try:
         artifacts.write_summary(run_dir, status="running", task=None,
                                 started_at=_dt.datetime.now().astimezone().isoformat(timespec="seconds"),
                                 final_loss=None, steps_run=0, wall_time_s=None, error=None,
                                 overrides=list(overrides or []), config=None,
-                                **({} if job_num is None else {"job_num": job_num}))
+                                **({"job_num": job_num} if isinstance(job_num, int) else {}))
     except WriteError as err:
         return JobResult("failed", str(err), exception=err, unrecorded=str(err))
     # phase 2: the config checked (one line before torch loads), then the run
     typed = None
     try:
-        if HydraConfig.initialized():
-            save_hydra_files(run_dir, cfg)
+        if hc is not None:  # .hydra/ as Hydra saves it (Hydra writes nothing: hydra.output_subdir=null)
+            (run_dir / ".hydra").mkdir(exist_ok=True)
+            for name, node in {"config": cfg, "hydra": {"hydra": hc}, "overrides": hc.overrides.task}.items():
+                artifacts.atomic_write_text(run_dir / ".hydra" / f"{name}.yaml", OmegaConf.to_yaml(node))
         interrupts.pause_point("before_training")
         interrupts.check()
         typed = apply_schema(cfg)
@@ -110,10 +109,8 @@ def _job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None, job_num: i
         result = _run(typed, run_dir)
     except KeyboardInterrupt:  # outside the training loop, which records its own interrupt
         result = JobResult("interrupted", "interrupted before the training steps")
-    except WriteError as err:
-        result = JobResult("failed", str(err), exception=err)
-    except AttnlabError as err:  # ours are one line as they stand
-        result = JobResult("failed", str(err), bad_input=True, exception=err)
+    except AttnlabError as err:  # ours are one line as they stand; a file not written is no bad input
+        result = JobResult("failed", str(err), bad_input=not isinstance(err, WriteError), exception=err)
     except Exception as err:
         result = JobResult("failed", describe(err), exception=err)
     # phase 3: the final status, once every other file is written (a killed job still says running)
@@ -127,16 +124,6 @@ def _job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None, job_num: i
         except (OSError, AttnlabError) as err:  # a view: never the run's status
             print(f"warning: report.html not written: {err}", file=sys.stderr)
     return result
-
-
-def save_hydra_files(run_dir: Path, cfg: DictConfig) -> None:
-    """``.hydra/config.yaml``, ``hydra.yaml`` and ``overrides.yaml`` as Hydra saves them (Hydra
-    itself writes nothing into a job folder, ``hydra.output_subdir: null``): once attnlab holds
-    the folder. Raises WriteError."""
-    hc = HydraConfig.get()
-    (run_dir / ".hydra").mkdir(exist_ok=True)
-    for name, node in (("config.yaml", cfg), ("hydra.yaml", {"hydra": hc}), ("overrides.yaml", hc.overrides.task)):
-        artifacts.atomic_write_text(run_dir / ".hydra" / name, OmegaConf.to_yaml(node))
 
 
 def _run(cfg: DictConfig, run_dir: Path) -> JobResult:

@@ -1,14 +1,9 @@
-"""``attnlab-reproduce RUN_DIR [--out DIR] [--text-file FILE]``: re-run a saved run, check it
-gives the same numbers.
-
-RUN_DIR is data (:mod:`attnlab.saved.safe_read`). The config that runs is the one ``summary.json``
-recorded (else ``.hydra/config.yaml``), checked; the original's files are checked in full first.
-The job runs into ``RUN_DIR-repro-<time>`` (or ``--out DIR``) and :mod:`attnlab.saved.verdict`
-compares the two bit for bit; when the run recorded other kernels, BLAS, torch or machine, a
-second reproduction in a child process with other kernels tells rounding from a different run.
-Exit status 0 identical or within rounding, 1 different, 2 not a run that can be reproduced
-(one line; ``HYDRA_FULL_ERROR=1`` raises instead). ``attnlab-reproduce PATH... [--csv FILE] [-j N]``
-over several runs or folders of runs: one verdict table (:func:`reproduce_many`).
+"""``attnlab-reproduce RUN_DIR [--out DIR] [--text-file FILE]``: re-run a saved run from the config it
+recorded (read as data, :mod:`attnlab.saved.safe_read`) and compare the two bit for bit
+(:mod:`attnlab.saved.verdict`); when the run recorded other kernels, BLAS, torch or machine, a second
+reproduction with other kernels tells rounding from a different run. Exit status 0 identical or within
+rounding, 1 different, 2 not a run that can be reproduced (one line; ``HYDRA_FULL_ERROR=1`` raises
+instead). ``attnlab-reproduce PATH... [--csv FILE] [-j N]``: one verdict table (:func:`reproduce_many`).
 """
 from __future__ import annotations
 
@@ -40,7 +35,6 @@ from attnlab.saved.table import format_table, write_csv
 from attnlab.saved.verdict import Difference, compare_runs, environment_differences, format_verdict, within_rounding
 
 EXIT_SAME, EXIT_DIFFERENT, EXIT_NOT_A_RUN = 0, 1, 2
-ALLOWED_TARGETS = ("optimizer._target_",)  # the only instantiation key a saved config may hold
 BITS = ("cpu_capability", "blas", "torch", "machine", "device")  # with torch_threads: what decides the bits
 # a row's verdict is its English key (the CSV's data), translated where shown; the count line's templates
 VERDICTS = (N_("reproduced exactly"), N_("within rounding"), N_("not reproduced"), N_("cannot be reproduced"))
@@ -50,33 +44,28 @@ KERNELS = ("DEFAULT", "AVX2", "AVX512")  # torch's kernels a second reproduction
 
 
 def saved_config(run_dir: Path, text_file: Path | None = None) -> tuple[dict[str, Any], Path]:
-    """The config to run as checked plain data (:func:`_checked`), and the file it came from.
-    Raises RunDirError (missing, a sweep folder, unsafe, not a mapping) or ConfigError, one line."""
+    """The config to run as plain data, and the file it came from: ``summary.json``'s ``config``, else
+    ``.hydra/config.yaml`` (whole-string ``${key}`` references resolved; in a recorded config ``${`` is
+    text). Raises RunDirError (missing, unsafe, not a mapping) or ConfigError, one line: a ``_target_``
+    other than ``optimizer._target_``, a ``???``, a ``text_file`` without ``--text-file FILE`` or the reverse."""
+    path = run_dir / safe_read.SUMMARY
     try:
-        recorded = safe_read.read_json_data(run_dir / safe_read.SUMMARY, root=run_dir).get("config")
+        data = safe_read.read_json_data(path, root=run_dir).get("config")
     except (RunDirError, AttributeError):  # no summary (check_original says so), or not a mapping
-        recorded = None
-    if isinstance(recorded, dict):
-        return _checked(recorded, run_dir / safe_read.SUMMARY, text_file, references=False), run_dir / safe_read.SUMMARY
-    path = run_dir / safe_read.CONFIG
-    try:
-        data = safe_read.read_config(run_dir, resolve=False)
-    except safe_read.MissingRunFile:
-        raise safe_read.MissingRunFile(path, "missing (RUN_DIR must be a run or sweep-job folder made by "
-                                       "attnlab)") from None
-    return _checked(data, path, text_file, references=True), path
-
-
-def _checked(data: dict[str, Any], path: Path, text_file: Path | None, references: bool) -> dict[str, Any]:
-    """``data`` checked: a ``_target_`` only at ``optimizer._target_``, no ``???``, a ``text_file``
-    only with ``--text-file FILE``. ``references``: resolve whole-string ``${key}`` references
-    (Hydra's saved config; in a recorded config ``${`` is text)."""
+        data = None
+    if not isinstance(data, dict):
+        path = run_dir / safe_read.CONFIG
+        try:
+            data = safe_read.read_config(run_dir, resolve=False)
+        except safe_read.MissingRunFile:
+            raise safe_read.MissingRunFile(path, "missing (RUN_DIR must be a run or sweep-job folder made by "
+                                           "attnlab)") from None
     for key, value in safe_read.special_keys(data):
-        if key not in ALLOWED_TARGETS:
+        if key != "optimizer._target_":  # the only instantiation key a saved config may hold
             shown = value if isinstance(value, (str, int, float, bool)) or value is None else type(value).__name__
             raise ConfigError(key, shown, "a saved config may name a _target_ only at optimizer._target_ "
                               f"(nothing else is ever instantiated; in {printable(str(path), 300)})")
-    if references:
+    if path.name != safe_read.SUMMARY:
         data = safe_read.resolve_references(data, path)
     for key, value in safe_read.walk(data):
         if value == "???":  # OmegaConf's "missing": merged onto the schema it would silently become the default
@@ -89,7 +78,7 @@ def _checked(data: dict[str, Any], path: Path, text_file: Path | None, reference
         data["text_file"] = str(text_file)
     elif text_file is not None:
         raise ConfigError("--text-file", str(text_file), "the saved config has no text_file (it uses sentence)")
-    return data
+    return data, path
 
 
 def check_original(run_dir: Path, task: str) -> dict[str, Any]:
@@ -116,22 +105,17 @@ def check_original(run_dir: Path, task: str) -> dict[str, Any]:
     return summary
 
 
-def default_out(run_dir: Path) -> Path:
-    """``RUN_DIR-repro-<YYYYmmdd-HHMMSS.ffffff>`` beside RUN_DIR; for a sweep's job
-    ``SWEEP_DIR-repro-<time>/JOB`` (the sweep folder keeps only its own jobs)."""
-    run_dir, stamp = Path(run_dir).resolve(), _dt.datetime.now().strftime("%Y%m%d-%H%M%S.%f")
-    sweep = run_dir.parent
-    if (sweep / "multirun.yaml").is_file():
-        return sweep.parent / f"{sweep.name}-repro-{stamp}" / run_dir.name
-    return run_dir.parent / f"{run_dir.name}-repro-{stamp}"
+def stamped(prefix: str) -> Path:
+    """``PREFIX-<YYYYmmdd-HHMMSS.ffffff>``."""
+    return Path(f"{prefix}-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S.%f')}")
 
 
 def reproduce(run_dir: Path, out: Path | None = None, text_file: Path | None = None,
               one_path: bool = False) -> tuple[int, Path, list[Difference], str | None]:
-    """Re-run ``run_dir`` into ``out`` (default :func:`default_out`) and compare; returns
-    ``(exit status, out, differences, why they are rounding or None)``; ``one_path``: no second
-    reproduction. Raises RunDirError / ConfigError (one line) when it cannot be reproduced or
-    ``out`` is refused. Environment warnings go to stderr first."""
+    """Re-run ``run_dir`` into ``out`` (default ``RUN_DIR-repro-<time>`` beside it; for a sweep's job
+    ``SWEEP_DIR-repro-<time>/JOB``) and compare; returns ``(exit status, out, differences, why they are
+    rounding or None)``; ``one_path``: no second reproduction. Raises RunDirError / ConfigError (one
+    line) when it cannot be reproduced or ``out`` is refused. Environment warnings go to stderr first."""
     if not Path(run_dir).is_dir():
         raise RunDirError(f"{printable(str(run_dir), 300)}: not a directory")
     run_dir = Path(run_dir).resolve()
@@ -141,8 +125,11 @@ def reproduce(run_dir: Path, out: Path | None = None, text_file: Path | None = N
     except ConfigError as err:
         raise ConfigError(err.key, err.value, f"{err.allowed} (in {printable(str(source), 300)})") from None
     summary = check_original(run_dir, plain(cfg.task))
-    out = Path(out) if out is not None else default_out(run_dir)
-    if (problem := safe_read.output_problem(out, [run_dir])) is not None:
+    if out is None:  # a sweep folder keeps only its own jobs
+        sweep = run_dir.parent
+        in_sweep = (sweep / "multirun.yaml").is_file()
+        out = stamped(f"{sweep}-repro") / run_dir.name if in_sweep else stamped(f"{run_dir}-repro")
+    if (problem := safe_read.output_problem(Path(out), [run_dir])) is not None:
         raise RunDirError(problem)
     checks.validate(cfg)  # value and text checks (ConfigError / TokenizerError) before any folder is made
     tokenizer.tokenize(cfg)
@@ -150,27 +137,25 @@ def reproduce(run_dir: Path, out: Path | None = None, text_file: Path | None = N
     versions = summary.get("versions")
     recorded_threads = threads.for_reproduction(versions)
     now = artifacts.environment(str(cfg.device))
-    if recorded_threads is None:
-        print(_("warning: summary.json records no torch_threads; running with threads=auto (losses may differ "
-                "in the last bits)"), file=sys.stderr)
-    else:
+    notes = [_("warning: summary.json records no torch_threads; running with threads=auto (losses may differ "
+               "in the last bits)")] if recorded_threads is None else []
+    if recorded_threads is not None:
         cfg.threads, now = recorded_threads, {**now, "torch_threads": recorded_threads}
-    for line in environment_differences(versions, now):
-        print(line, file=sys.stderr)
+    notes += environment_differences(versions, now)
     if cfg.model.dropout > 0:
-        print(_("note: model.dropout={dropout}: the dropout masks are drawn from seed={seed}, so they repeat "
-                "bit for bit with the same torch and machine").format(dropout=cfg.model.dropout, seed=cfg.seed),
-              file=sys.stderr)
+        notes.append(_("note: model.dropout={dropout}: the dropout masks are drawn from seed={seed}, so they repeat "
+                       "bit for bit with the same torch and machine").format(dropout=cfg.model.dropout, seed=cfg.seed))
     if summary["status"] == "interrupted":
-        print(_("note: the run was interrupted after {n} steps; the reproduction runs all train.steps={steps} "
-                "and compares the recorded steps").format(n=summary.get("steps_run"), steps=cfg.train.steps),
-              file=sys.stderr)
+        notes.append(_("note: the run was interrupted after {n} steps; the reproduction runs all train.steps={steps} "
+                       "and compares the recorded steps").format(n=summary.get("steps_run"), steps=cfg.train.steps))
+    for line in notes:
+        print(line, file=sys.stderr)
     # the run: into a folder claimed first (new or empty, ours alone), the config it ran saved beside it
+    out = Path(out)
     rundir.claim(out, key="--out")
     try:
         (out / ".hydra").mkdir(parents=True, exist_ok=True)
-        artifacts.atomic_write_bytes(out / ".hydra" / "config.yaml",
-                                     yaml.safe_dump(data, sort_keys=False, allow_unicode=True).encode("utf-8"))
+        artifacts.atomic_write_text(out / safe_read.CONFIG, yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
     except BaseException:
         rundir.abandon(out)
         raise
@@ -186,10 +171,9 @@ def reproduce(run_dir: Path, out: Path | None = None, text_file: Path | None = N
 
 def _rounding(run_dir: Path, out: Path, diffs: list[Difference], versions: Any, now: dict[str, Any],
               text_file: Path | None) -> str | None:
-    """Why ``diffs`` are floating-point rounding (:func:`attnlab.saved.verdict.within_rounding`), from a
-    second reproduction into ``OUT-<kernels>`` with the run's kernels (one of :data:`KERNELS`), else
-    DEFAULT; None when the run recorded this machine's kernels, BLAS and torch (then rounding explains
-    nothing) or this machine has no second kernel path."""
+    """Why ``diffs`` are rounding (:func:`attnlab.saved.verdict.within_rounding`), from a second reproduction
+    into ``OUT-<kernels>`` with the run's kernels (else DEFAULT); None when the run recorded this machine's
+    kernels, BLAS and torch (rounding explains nothing), or this machine has no second kernel path."""
     versions = versions if isinstance(versions, dict) else {}
     made, here = versions.get("cpu_capability"), now["cpu_capability"]
     path = made if made in KERNELS and made != here else "DEFAULT" if here != "DEFAULT" else None
@@ -210,9 +194,8 @@ def _rounding(run_dir: Path, out: Path, diffs: list[Difference], versions: Any, 
 
 
 def verdict_row(run_dir: Path, out: Path) -> dict[str, Any]:
-    """One row of the verdict table: ``verdict`` (:data:`VERDICTS`) and ``differs`` (the quantities that
-    differ, those rounding does not explain first; or why the run cannot be reproduced) of
-    :func:`reproduce` ``run_dir`` into ``out``, its warnings left out. Never raises."""
+    """The verdict row of :func:`reproduce` ``run_dir`` into ``out``: ``verdict`` (:data:`VERDICTS`), ``differs``
+    (what differs, what rounding does not explain first; or why it cannot be reproduced). Never raises."""
     try:
         with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
             _, out, diffs, rounding = reproduce(run_dir, out)
@@ -236,13 +219,11 @@ def verdict_table(rows: Sequence[dict[str, Any]], out: Path) -> str:
 
 
 def reproduce_many(paths: Sequence[Path], out: Path | None, csv: Path | None, jobs: int) -> int:
-    """``attnlab-reproduce PATH...`` over every run under ``paths``: ``jobs`` at a time, each in a worker
-    process of its own (torch's seed and threads are per process), into ``OUT/NAME`` (default
-    ``PATH-repro-<time>`` for one PATH, else ``repro-<time>`` here); one verdict table, ``--csv``.
-    Exit status 1 when a run is not reproduced (or cannot be), else 0. Raises RunDirError."""
+    """Every run under ``paths`` reproduced into ``OUT/NAME`` (default ``PATH-repro-<time>`` for one PATH, else
+    ``repro-<time>``), ``jobs`` at a time in worker processes (torch's seed and threads are per process); one
+    verdict table. Exit status 1 when a run is not reproduced (or cannot be), else 0. Raises RunDirError."""
     found = runs.named_runs(paths)
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S.%f")
-    out = out or Path(f"{str(paths[0]).rstrip('/')}-repro-{stamp}" if len(paths) == 1 else f"repro-{stamp}")
+    out = out or stamped(f"{str(paths[0]).rstrip('/')}-repro" if len(paths) == 1 else "repro")
     for key, path in (("--out", out), ("--csv", csv)):
         if path is not None and (problem := safe_read.output_problem(path, [r for r, _, _ in found], key=key)):
             raise RunDirError(problem)
@@ -251,11 +232,10 @@ def reproduce_many(paths: Sequence[Path], out: Path | None, csv: Path | None, jo
     rows = [{"job": name, "name": runs.setting(runs.read_run(r, root).config, "name", str, None), **row}
             for (r, name, root), row in zip(found, done)]
     print(verdict_table(rows, out))
-    counts = Counter(r["verdict"] for r in rows)
     if csv is not None:
         write_csv(rows, csv, ["job", "name", "verdict", "differs", "reproduction"])
         print(_("csv: {file}").format(file=printable(str(csv), 300)))
-    return EXIT_DIFFERENT if counts[VERDICTS[2]] or counts[VERDICTS[3]] else EXIT_SAME
+    return EXIT_DIFFERENT if any(r["verdict"] in VERDICTS[2:] for r in rows) else EXIT_SAME
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -281,18 +261,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help=_("several runs: reproductions at a time (default: this machine's cores)"))
     parser.add_argument("--one-path", action="store_true", help=argparse.SUPPRESS)  # the second reproduction
     args = parser.parse_args(argv)
-    if len(args.paths) > 1 or args.csv or (args.paths[0].is_dir() and not runs.is_job_dir(args.paths[0])):
-        if args.text_file is not None:
-            parser.error(_("--text-file reproduces one run: pass its RUN_DIR alone"))
-        try:
-            return reproduce_many(args.paths, args.out, args.csv, args.jobs)
-        except AttnlabError as err:
-            print(_("error: {message}").format(message=printable(str(err), 1500)), file=sys.stderr)
-            return EXIT_NOT_A_RUN
-    args.run_dir = args.paths[0]
+    many = len(args.paths) > 1 or args.csv or (args.paths[0].is_dir() and not runs.is_job_dir(args.paths[0]))
+    if many and args.text_file is not None:
+        parser.error(_("--text-file reproduces one run: pass its RUN_DIR alone"))
     try:
-        code, out, diffs, rounding = reproduce(args.run_dir, args.out, text_file=args.text_file,
-                                               one_path=args.one_path)
+        if many:
+            return reproduce_many(args.paths, args.out, args.csv, args.jobs)
+        code, out, diffs, rounding = reproduce(args.paths[0], args.out, args.text_file, args.one_path)
     except AttnlabError as err:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise

@@ -6,7 +6,7 @@ import hashlib
 import re
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, read_write
 
@@ -16,7 +16,6 @@ from attnlab.saved.runs import broken, collect_rows
 from attnlab.saved.table import distribution, format_table, write_csv
 
 MAX_NAME_BYTES = 160  # well under the 255-byte file-name limit of common filesystems
-SUMMARY_CSV = "summary.csv"
 EXIT_SOME_JOBS_FAILED = 1
 
 _UNSAFE = re.compile(r"[/\\\x00-\x1f\x7f]|\s")
@@ -41,38 +40,31 @@ def job_dirname(num: Any, override_dirname: Any = "") -> str:
     return name
 
 
-def constant_keys(overrides: Sequence[str]) -> list[str]:
-    """The keys of a sweep's command-line ``overrides`` that take one value in every job (``seed=1``,
-    ``train.snapshot_steps=[0,5]``; not ``a=1,2``, ``range(...)``, ``choice(...)``, ...): left out of the
-    job folder names (Hydra's ``override_dirname.exclude_keys``)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    return [o.key_or_group for o in OverridesParser.create().parse_overrides(list(overrides))
-            if not o.is_sweep_override()]
-
-
 def name_by_swept_keys(config: DictConfig) -> None:
     """Make the jobs of the sweep ``config`` (Hydra's, at the multirun's start) name their folders by the
-    keys that vary only: ``exclude_keys`` joined by :func:`constant_keys`, as a Hydra override every job's
-    config is composed with."""
-    excluded = [*OmegaConf.to_container(config.hydra.job.config.override_dirname.exclude_keys, resolve=False),
-                *constant_keys(OmegaConf.to_container(config.hydra.overrides.task, resolve=False))]
+    keys that vary only: the keys of the overrides that take one value in every job (``seed=1``, not
+    ``a=1,2`` or ``range(...)``) join Hydra's ``override_dirname.exclude_keys``, by an override every
+    job's config is composed with."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    typed = OverridesParser.create().parse_overrides(OmegaConf.to_container(config.hydra.overrides.task))
+    excluded = [*OmegaConf.to_container(config.hydra.job.config.override_dirname.exclude_keys),
+                *(o.key_or_group for o in typed if not o.is_sweep_override())]
     with read_write(config.hydra.overrides):
         config.hydra.overrides.hydra.append("hydra.job.config.override_dirname.exclude_keys=["
                                             + ",".join(f"'{key}'" for key in dict.fromkeys(excluded)) + "]")
 
 
 def summarize(sweep_dir: Path, print_table: bool = True) -> int:
-    """Print the jobs' table of ``sweep_dir`` and write ``summary.csv`` in it (one row per job
-    folder). Returns the sweep's exit status: 1 when a job did not complete, has a file that
-    cannot be read, or there is no job, else 0. A job that cannot be read is its own row
-    (status ``missing``/``unreadable``/``running``, ``error`` naming the file)."""
+    """Print the jobs' table of ``sweep_dir`` and write ``summary.csv`` in it (one row per job folder,
+    also one that cannot be read). Returns the sweep's exit status: 1 when a job did not complete, has a
+    file that cannot be read, or there is no job, else 0."""
     sweep_dir = Path(sweep_dir)
     rows = collect_rows([sweep_dir], sweep_end=True)
     if not rows:
         print(f"sweep summary: no job folders under {sweep_dir}", file=sys.stderr)
         return EXIT_SOME_JOBS_FAILED
-    csv_path = sweep_dir / SUMMARY_CSV
+    csv_path = sweep_dir / "summary.csv"
     write_csv(rows, csv_path)
     bad = [r for r in rows if r["status"] != "completed"]
     damaged = [r for r in rows if r["status"] == "completed" and broken(r)]
