@@ -67,9 +67,8 @@ def _dtype_ok(dtype: np.dtype, kinds: str) -> bool:
 
 
 class NpzArchive:
-    """An .npz of a run dir, checked as the module docstring says (at most :data:`NPZ_MAX_MEMBERS`
-    entries, declared sizes within ``limit``); ``infos``: name -> :class:`MemberInfo`. Every
-    problem is one RunFileError naming the file. A context manager."""
+    """An .npz of a run dir, checked as the module docstring says (declared sizes within ``limit``);
+    ``infos``: name -> :class:`MemberInfo`. Every problem is one RunFileError naming the file."""
 
     def __init__(self, path: Path, members: Mapping[str, Member], limit: int = NPZ_LIMIT, *,
                  root: Path | None = None) -> None:
@@ -85,14 +84,12 @@ class NpzArchive:
             raise (self._damaged(err) if isinstance(err, _DAMAGE) else err) from None
 
     def _damaged(self, err: BaseException) -> RunFileError:
-        if isinstance(err, RunFileError):
-            return err
         msg = str(err).strip().splitlines()[0] if str(err).strip() else ""
         why = type(err).__name__ + (f": {printable(msg, 120)}" if msg else "")
         return RunFileError(self.path, f"damaged archive ({why})")
 
     def _check_directory(self) -> None:
-        """The end record's entry count and directory size, before zipfile reads the directory."""
+        """The end record's directory size, before zipfile reads the directory (bounding its entries)."""
         tail = b""
         for n in (22, 22 + 65535):  # the end record, then room for a zip comment before it
             n = min(n, self._file.size)
@@ -103,9 +100,7 @@ class NpzArchive:
                 break
         else:
             raise RunFileError(self.path, "not a zip archive (an .npz is one; empty or truncated?)")
-        entries, size = struct.unpack("<HI", tail[at + 10:at + 16])
-        if entries > NPZ_MAX_MEMBERS:
-            raise RunFileError(self.path, f"{entries} members, more than the limit of {NPZ_MAX_MEMBERS}")
+        size = struct.unpack("<I", tail[at + 12:at + 16])[0]
         if size > NPZ_DIRECTORY_LIMIT:
             raise RunFileError(self.path, f"zip directory of {size} bytes, more than the limit of "
                                f"{NPZ_DIRECTORY_LIMIT}")

@@ -33,8 +33,6 @@ from attnlab.saved.table import distribution, page_table
 
 REPORT = "report.html"
 TEMPLATE = Path(__file__).with_name("report_template.html")
-DATA_ID = "attnlab-data"
-PAGE_BUDGET = 20_000_000  # bytes: a page never needs more
 
 class _PageTemplate(string.Template):
     delimiter = "@@"  # never used by the page's own JavaScript or CSS
