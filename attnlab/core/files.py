@@ -56,11 +56,6 @@ class MissingRunFile(RunFileError):
     """The file does not exist (e.g. no summary.json: the run never started)."""
 
 
-class ResolverInterpolation(RunFileError):
-    """A config value is an interpolation that would run a resolver (``${oc.env:X}``, a preset's
-    ``${attnlab.per_head:4,${model.n_heads}}``) or has text around it: never resolved here."""
-
-
 _BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
 _UNSAFE = re.compile(f"[\x00-\x1f\x7f-\x9f{_BIDI}\u2028\u2029\ufeff\ud800-\udfff]")
 

@@ -1,5 +1,4 @@
-"""The figure of ``attnlab-compare --plot``: the runs' loss curves overlaid and each run's last
-attention heatmap, drawn with :mod:`attnlab.outputs.plots`."""
+"""The figure of ``attnlab-compare --plot``: the runs' loss curves, focus weights and last heatmaps."""
 from __future__ import annotations
 
 import contextlib

@@ -40,8 +40,6 @@ class Member:
 
 @dataclass(frozen=True)
 class MemberInfo:
-    """A checked member: its ``shape`` and zip entry ``info``."""
-
     shape: tuple[int, ...]
     info: zipfile.ZipInfo
 
@@ -167,7 +165,7 @@ class NpzArchive:
         return out
 
     def read(self, name: str) -> np.ndarray:
-        """Member ``name`` (CRC verified). Raises RunFileError."""
+        """Member ``name``, its CRC verified."""
         if name not in self.infos:
             raise RunFileError(self.path, f"no member {name}.npy")
         try:
@@ -190,7 +188,7 @@ class NpzArchive:
         return self.read(name)[index]
 
     def verify(self) -> None:
-        """Read every member through, so a CRC error or truncation is found now."""
+        """Read every member, so a CRC error or truncation is found now."""
         for name in self.infos:
             self.read(name)
 

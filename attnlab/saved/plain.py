@@ -1,13 +1,12 @@
-"""Plain data read from a run dir: its interpolations and Hydra keys (found by
-:func:`attnlab.core.config.walk`), plain references resolved by copying (nothing evaluated), and
-summary.json's field types."""
+"""Plain data read from a run dir: its interpolations and Hydra keys, plain references resolved by
+copying (nothing evaluated), and summary.json's field types."""
 from __future__ import annotations
 
 import re
 from typing import Any, Mapping
 
 from attnlab.core.config import select, walk
-from attnlab.core.files import REFERENCE_CHAIN, ResolverInterpolation, RunFileError, printable
+from attnlab.core.files import REFERENCE_CHAIN, RunFileError, printable
 from attnlab.outputs.artifacts import SUMMARY
 
 
@@ -31,8 +30,8 @@ _REFERENCE = re.compile(r"\$\{([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)\}")
 
 def resolve_references(data: Any, label: Any = "config.yaml") -> Any:
     r"""A copy of ``data`` where a string that is exactly ``${a.b}`` naming a scalar becomes it
-    (chains up to :data:`REFERENCE_CHAIN`) and a wholly escaped ``\${`` becomes text. Other ``${``:
-    :class:`ResolverInterpolation`; a missing key, section, cycle or long chain: RunFileError."""
+    (chains up to :data:`REFERENCE_CHAIN`) and a wholly escaped ``\${`` becomes text. RunFileError for
+    any other ``${`` (a resolver is never run), a missing key, a section, a cycle or a long chain."""
     resolved: dict[str, Any] = {}
     for key, value in interpolations(data):
         seen, current = [key], value
@@ -44,7 +43,7 @@ def resolve_references(data: Any, label: Any = "config.yaml") -> Any:
             if m is None:
                 why = ("resolvers never run on a shared config" if ":" in current
                        else "only a whole-string ${key.path} reference to another key is allowed")
-                raise ResolverInterpolation(label, f"{key} holds an interpolation ({printable(value, 60)}); {why}")
+                raise RunFileError(label, f"{key} holds an interpolation ({printable(value, 60)}); {why}")
             target = m.group(1)
             hit = select(data, target, _MISSING)
             if hit is _MISSING:
@@ -72,7 +71,7 @@ def _replace(data: Any, key: str, resolved: dict[str, Any]) -> Any:
 
 
 def type_name(value: Any) -> str:
-    """``a str``, ``an int``, ``null``, ... for error lines."""
+    """``a str``, ``an int``, ``null``, ..."""
     names = {bool: "a bool", int: "an int", float: "a float", str: "a str", list: "a list", dict: "a dict"}
     return "null" if value is None else names.get(type(value), type(value).__name__)
 

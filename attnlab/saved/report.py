@@ -47,9 +47,8 @@ def script_json(data: Any) -> str:
 
 
 def cjk_font_face(text: str) -> str:
-    """A CSS ``@font-face`` "attnlab CJK": the shipped CJK font (:data:`attnlab.outputs.fonts.SHIPPED_FONT`)
-    cut to the characters of ``text`` it has (a few kB), so the page's Chinese shows on a machine
-    without a CJK font; "" when ``text`` has none of them."""
+    """A CSS ``@font-face`` "attnlab CJK": the shipped CJK font cut to the characters of ``text`` it has
+    (a few kB), so the page's Chinese shows without a CJK font; "" when ``text`` has none."""
     from fontTools import subset
     from fontTools.ttLib import TTFont
 
@@ -114,12 +113,12 @@ def write_report(paths: Iterable[Path | str], out: Path | str) -> Path:
 
 
 def write_run_report(run_dir: Path | str) -> Path:
-    """``RUN_DIR/report.html`` for one run."""
+    """``RUN_DIR/report.html``."""
     return write_page([load_run(run_dir)], Path(run_dir) / REPORT)
 
 
 def write_sweep_report(sweep_dir: Path | str) -> Path:
-    """``SWEEP_DIR/report.html`` over every run below ``sweep_dir``."""
+    """``SWEEP_DIR/report.html`` over its runs."""
     return write_report([sweep_dir], Path(sweep_dir) / REPORT)
 
 

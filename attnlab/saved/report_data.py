@@ -1,10 +1,8 @@
 """The data of ``attnlab-report``'s page: one record per run (:func:`load_run`) built from
-attnlab-compare's row (JSON-ready but for the table cells' row values, which the page leaves off),
-and the downsampling that keeps a page in budget. Text goes through ``printable``
-(:data:`MAX_STR`), configs are cut at :data:`MAX_NODES` values. The runs share
-:data:`WEIGHT_BUDGET` bytes of weights JSON (at most 7 bytes a weight at 4 decimals); a run
-whose snapshots do not fit keeps ``max(2, share // frame_bytes)``, evenly spaced, first and last
-kept. Loss curves are thinned to :data:`MAX_LOSS_POINTS`, keeping every shown snapshot's step."""
+attnlab-compare's row, text ``printable`` (:data:`MAX_STR`), configs cut at :data:`MAX_NODES` values.
+The runs share :data:`WEIGHT_BUDGET` bytes of weights JSON; a run whose snapshots do not fit keeps
+``max(2, share // frame_bytes)``, evenly spaced, first and last kept. Loss curves are thinned to
+:data:`MAX_LOSS_POINTS`, keeping every shown snapshot's step."""
 from __future__ import annotations
 
 import contextlib
@@ -41,7 +39,7 @@ def frame_bytes(H: int, T: int) -> int:
 
 
 def pick_frames(n: int, budget: int, fbytes: int) -> list[int]:
-    """Indices of the snapshots to show out of ``n`` (see the module docstring)."""
+    """Indices of the snapshots to show out of ``n``."""
     return _thin(n, max(MIN_FRAMES, budget // max(fbytes, 1))).tolist()
 
 
@@ -90,8 +88,8 @@ def _finite_or_none(values: Iterable[float]) -> list[float | None]:
 
 
 def _jsonable(value: Any, budget: list[int] | None = None, depth: int = 0) -> Any:
-    """JSON data from YAML/JSON/numpy data: text printable, non-finite floats as "nan"/"inf"/"-inf",
-    at most :data:`MAX_NODES` values and :data:`MAX_DEPTH` levels (the rest "…")."""
+    """JSON data: text printable, non-finite floats as "nan"/"inf"/"-inf", at most :data:`MAX_NODES`
+    values and :data:`MAX_DEPTH` levels (the rest "…")."""
     budget = [MAX_NODES] if budget is None else budget
     budget[0] -= 1
     if budget[0] < 0 or depth > MAX_DEPTH:
@@ -230,7 +228,7 @@ def _load_walkthrough(rec: dict[str, Any], run_dir: Path, root: Path,
 def collect_records(paths: Iterable[Path | str], *,
                     found: list[tuple[Path, str, Path]] | None = None) -> list[dict[str, Any]]:
     """:func:`load_run` of every run under ``paths`` (or ``found``), named as attnlab-compare names
-    them, with a legend ``label``, sharing :data:`WEIGHT_BUDGET`. Raises RunDirError."""
+    them, with a legend ``label``. Raises RunDirError."""
     found = runs.named_runs(Path(p) for p in paths) if found is None else found
     shares = share_budget([weight_need(r, root) for r, _, root in found])
     records = [load_run(r, name=name, max_weight_bytes=share, root=root)

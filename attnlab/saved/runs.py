@@ -219,12 +219,7 @@ UNREAD: Any = object()  # row_from's ``metrics`` / ``attention`` not read by the
 def job_row(run_dir: Path, job: str | None = None, sweep_end: bool = False, *,
             root: Path | None = None) -> dict[str, Any]:
     """The row of ``run_dir``; never raises. ``sweep_end``: a ``running`` summary means the job died."""
-    try:
-        files = read_run(Path(run_dir), root)
-    except Exception as err:  # a defect of attnlab's, not of the run: still a row, naming it
-        files = RunFiles(Path(run_dir), Path(root or run_dir), status="unreadable", linked=True,
-                         problems=[f"cannot be read ({type(err).__name__}: {safe_read.printable(str(err), 300)})"])
-    return row_from(files, job, sweep_end=sweep_end)
+    return row_from(read_run(Path(run_dir), root), job, sweep_end=sweep_end)
 
 
 def row_from(files: RunFiles, job: str | None = None, *, sweep_end: bool = False, metrics: Any = UNREAD,

@@ -1,10 +1,8 @@
-"""The one reader of run dirs someone else made (attnlab-compare, the sweep table, attnlab-report,
-attnlab-reproduce). A run dir is data, never code: every file is opened by
-:func:`attnlab.core.files.open_run_file` (regular files only, no link below ``root``, size
-checked first, never blocks); YAML is pre-scanned (nodes after alias expansion, depth, core tags
-only, no merge or duplicate keys) then loaded with CSafeLoader; JSON, metrics.csv and .npz
-(:mod:`attnlab.saved.npz`) are bounded and checked. Every error is one line,
-:class:`RunFileError` ``<file>: <what is wrong>`` (:class:`MissingRunFile` when absent)."""
+"""The one reader of run dirs someone else made (docs/security.md). A run dir is data, never code:
+every file is opened by :func:`attnlab.core.files.open_run_file`; YAML is pre-scanned (nodes after
+alias expansion, depth, core tags only, no merge or duplicate keys) then loaded with CSafeLoader;
+JSON, metrics.csv and .npz (:mod:`attnlab.saved.npz`) are bounded and checked. Every error is one
+line, :class:`RunFileError` ``<file>: <what is wrong>`` (:class:`MissingRunFile` when absent)."""
 from __future__ import annotations
 
 import functools
@@ -70,9 +68,8 @@ def _loader() -> type:
 
 
 def _prescan(text: str) -> None:
-    """Walk ``yaml.parse`` events (no tree built); ValueError past the bounds: nodes after alias
-    expansion, depth, a tag outside :data:`_TAGS`, a merge, duplicate or non-scalar key, a
-    recursive alias, a number longer than :data:`MAX_NUMBER_CHARS`, a second document."""
+    """Walk ``yaml.parse`` events (no tree built); ValueError past the bounds (see the module docstring),
+    for a recursive alias, a number longer than :data:`MAX_NUMBER_CHARS` or a second document."""
     anchored: dict[str, tuple[int, int]] = {}  # anchor -> (expanded nodes, depth)
     stack: list[list] = []  # open collections: [anchor, total at start, depth below, keys or None, next is key]
     total = documents = 0
@@ -141,13 +138,12 @@ def parse_yaml_data(text: str, label: Any = "<yaml>") -> Any:
                 raise ValueError("a lone surrogate in a string")
             if isinstance(value, int) and value.bit_length() > MAX_INT_BITS:
                 raise ValueError(f"an integer of {value.bit_length()} bits (more than Python prints)")
-    except yaml.MarkedYAMLError as err:
-        if err.problem == "exceeded maximum nesting depth":  # libyaml's own bound, before ours is reached
-            raise RunFileError(label, f"refused YAML: nested deeper than {YAML_MAX_DEPTH} levels") from None
-        where = f"line {err.problem_mark.line + 1}: " if err.problem_mark is not None else ""
-        raise RunFileError(label, f"not valid YAML ({where}{printable(err.problem or err, 120)})") from None
     except yaml.YAMLError as err:
-        raise RunFileError(label, f"not valid YAML ({printable(str(err).splitlines()[0], 120)})") from None
+        problem, mark = getattr(err, "problem", None), getattr(err, "problem_mark", None)
+        if problem == "exceeded maximum nesting depth":  # libyaml's own bound, before ours is reached
+            raise RunFileError(label, f"refused YAML: nested deeper than {YAML_MAX_DEPTH} levels") from None
+        why = printable(problem or str(err).splitlines()[0], 120)
+        raise RunFileError(label, f"not valid YAML ({f'line {mark.line + 1}: ' if mark else ''}{why})") from None
     except ValueError as err:
         raise RunFileError(label, f"refused YAML: {printable(err, 200)}") from None
     except (LookupError, TypeError, ArithmeticError) as err:  # !!bool maybe, !!int ''
@@ -157,7 +153,7 @@ def parse_yaml_data(text: str, label: Any = "<yaml>") -> Any:
 
 
 def read_yaml_data(path: Path, limit: int = CONFIG_LIMIT, *, root: Path | None = None) -> Any:
-    """:func:`parse_yaml_data` of ``path`` (bounded UTF-8 text)."""
+    """:func:`parse_yaml_data` of ``path``."""
     return parse_yaml_data(read_text(path, limit, root=root), Path(path))
 
 
@@ -190,8 +186,7 @@ _INT = re.compile(r"\s*\+?[0-9]+\s*")
 def read_run_metrics(run_dir: Path, limit: int = METRICS_LIMIT, *,
                      root: Path | None = None) -> tuple[np.ndarray, np.ndarray]:
     """``RUN_DIR/metrics.csv`` as ``(steps (N,) int64, losses (N,) float64)``: header ``step,loss``,
-    steps non-negative and increasing, losses floats. Raises RunFileError naming the line, e.g.
-    ``metrics.csv: line 7: loss 'abc' is not a number``."""
+    steps non-negative and increasing. Raises RunFileError naming the line."""
     path = Path(run_dir) / METRICS
     raw = read_bytes(path, limit, root=root or run_dir)
     lengths = np.diff(np.concatenate(([-1], np.flatnonzero(np.frombuffer(raw, np.uint8) == 10), [len(raw)]))) - 1
@@ -232,7 +227,7 @@ def read_run_metrics(run_dir: Path, limit: int = METRICS_LIMIT, *,
     return np.array(steps, dtype=np.int64), np.array(losses, dtype=np.float64)
 
 
-# ``root`` (default ``run_dir``): no symbolic link is followed below it (the sweep folder a job was found in)
+# ``root`` (default ``run_dir``): no link is followed below it (the sweep folder a job was found in)
 def read_config(run_dir: Path, limit: int = CONFIG_LIMIT, *, root: Path | None = None,
                 resolve: bool = True) -> dict[str, Any]:
     """``.hydra/config.yaml`` as a mapping, plain references resolved unless ``resolve=False``."""
@@ -305,7 +300,7 @@ def exists(run_dir: Path, name: str) -> bool:
 
 
 def file_problem(err: RunFileError, run_dir: Path) -> str:
-    """``err`` as one printable line naming its file relative to ``run_dir``."""
+    """``err`` as one line naming its file relative to ``run_dir``."""
     try:
         name = Path(err.path).relative_to(run_dir).as_posix()
     except ValueError:
