@@ -4,6 +4,7 @@ allow-list, rank, shape x itemsize = declared size, named dims equal across memb
 ``np.load(allow_pickle=False)``."""
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import struct
@@ -64,7 +65,7 @@ def _dtype_ok(dtype: np.dtype, kinds: str) -> bool:
     return dtype.itemsize in (4, 8) if dtype.kind in "fi" else 0 < dtype.itemsize <= 4 * TOKEN_CHARS
 
 
-class NpzArchive:
+class NpzArchive(contextlib.AbstractContextManager):
     """An .npz of a run dir, checked as the module docstring says (declared sizes within ``limit``);
     ``infos``: name -> :class:`MemberInfo`. Every problem is one RunFileError naming the file."""
 
@@ -196,9 +197,6 @@ class NpzArchive:
         if self._zip is not None:
             self._zip.close()
         self._file.close()
-
-    def __enter__(self) -> "NpzArchive":
-        return self
 
     def __exit__(self, *exc) -> None:
         self.close()
