@@ -69,15 +69,11 @@ def _loader() -> type:
 
 def _prescan(text: str) -> None:
     """Walk ``yaml.parse`` events (no tree built); ValueError past the bounds (see the module docstring),
-    for a recursive alias, a number longer than :data:`MAX_NUMBER_CHARS` or a second document."""
+    for a recursive alias or a number longer than :data:`MAX_NUMBER_CHARS` (the loader refuses a second document)."""
     anchored: dict[str, tuple[int, int]] = {}  # anchor -> (expanded nodes, depth)
     stack: list[list] = []  # open collections: [anchor, total at start, depth below, keys or None, next is key]
-    total = documents = 0
+    total = 0
     for ev in yaml.parse(text, Loader=_loader()):
-        if isinstance(ev, yaml.DocumentStartEvent):
-            documents += 1
-            if documents > 1:
-                raise ValueError("more than one YAML document")
         if not isinstance(ev, (yaml.NodeEvent, yaml.CollectionEndEvent)):
             continue
         if isinstance(ev, yaml.NodeEvent) and stack and stack[-1][3] is not None:  # inside a mapping
