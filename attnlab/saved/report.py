@@ -99,8 +99,6 @@ def render(records: Sequence[dict[str, Any]]) -> str:
 def write_page(records: Sequence[dict[str, Any]], out: Path | str) -> Path:
     """Write :func:`render` to ``out`` atomically. RunDirError when its folder does not exist."""
     out = Path(out)
-    if out.is_dir():
-        out = out / REPORT
     if not out.parent.is_dir():
         raise RunDirError(f"{out}: folder {out.parent} does not exist")
     atomic_write_text(out, render(records))

@@ -331,11 +331,9 @@ def read_overrides(run_dir: Path, limit: int = CONFIG_LIMIT, *, root: Path | Non
     """``.hydra/overrides.yaml``: the command-line overrides (raw text)."""
     path = Path(run_dir) / OVERRIDES
     data = read_yaml_data(path, limit, root=root or run_dir)
-    if data is None:
-        return []
-    if not isinstance(data, list) or not all(isinstance(o, str) for o in data):
+    if data is not None and not (isinstance(data, list) and all(isinstance(o, str) for o in data)):
         raise RunFileError(path, "not a list of override strings")
-    return data
+    return data or []
 
 
 def read_job_num(run_dir: Path, limit: int = CONFIG_LIMIT, *, root: Path | None = None) -> int | None:
