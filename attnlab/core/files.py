@@ -56,22 +56,15 @@ class MissingRunFile(RunFileError):
     """The file does not exist (e.g. no summary.json: the run never started)."""
 
 
-class ResolverInterpolation(RunFileError):
-    """A config value is an interpolation that would run a resolver (``${oc.env:X}``, a preset's
-    ``${attnlab.per_head:4,${model.n_heads}}``) or has text around it: never resolved here."""
-
-
 _BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
 _UNSAFE = re.compile(f"[\x00-\x1f\x7f-\x9f{_BIDI}\u2028\u2029\ufeff\ud800-\udfff]")
 
 
 def printable(text: Any, limit: int = TEXT_LIMIT) -> str:
-    """``text`` (``str()`` of anything else) safe for a terminal, table cell or CSV: control
-    characters, DEL, bidi controls, line separators, BOM and lone surrogates as ``\\x1b`` /
-    ``\\n`` / ``\\u202e`` escapes; cut to ``limit`` characters, ending ``…[+N chars]`` (N not
-    shown). O(limit) work."""
-    if not isinstance(text, str):
-        text = str(text)
+    """``str(text)`` safe for a terminal, table cell or CSV: control characters, DEL, bidi controls,
+    line separators, BOM and lone surrogates as ``\\x1b``-style escapes; cut to ``limit`` characters,
+    ending ``…[+N chars]`` (N not shown)."""
+    text = str(text)
     out: list[str] = []  # one piece per character shown
     width = 0
     for ch in text[: limit + 1]:
@@ -94,8 +87,7 @@ def _kind(mode: int) -> str:
 
 
 class _BoundedFile(io.FileIO):
-    """A read-only file that never reads past ``size`` (its size when it was checked) and
-    counts what it reads."""
+    """A read-only file that never reads past ``size`` (its size when checked); counts what it reads."""
 
     def __init__(self, fd: int, size: int) -> None:
         super().__init__(fd, "rb", closefd=True)
@@ -196,13 +188,13 @@ def read_own_file(path: Path, limit: int = TEXT_FILE_LIMIT) -> str:
 
 
 def read_bytes(path: Path, limit: int, *, root: Path | None = None) -> bytes:
-    """The bytes of ``path`` (checked as :func:`open_run_file`; at most ``limit`` bytes)."""
+    """The bytes of ``path``, opened by :func:`open_run_file`."""
     with open_run_file(path, limit, root=root) as f:
         return f.read()
 
 
 def decode_utf8(data: bytes, path: Path) -> str:
-    """``data`` as strict UTF-8; raises RunFileError naming ``path`` and the first bad byte."""
+    """``data`` as strict UTF-8, else RunFileError naming ``path`` and the first bad byte."""
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -210,5 +202,5 @@ def decode_utf8(data: bytes, path: Path) -> str:
 
 
 def read_text(path: Path, limit: int, *, root: Path | None = None) -> str:
-    """``path`` as UTF-8 text (strict; at most ``limit`` bytes). Raises RunFileError."""
+    """:func:`read_bytes` as strict UTF-8 text."""
     return decode_utf8(read_bytes(path, limit, root=root), Path(path))

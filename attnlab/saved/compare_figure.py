@@ -1,5 +1,4 @@
-"""The figure of ``attnlab-compare --plot``: the runs' loss curves overlaid and each run's last
-attention heatmap, drawn with :mod:`attnlab.outputs.plots`."""
+"""The figure of ``attnlab-compare --plot``: the runs' loss curves, focus weights and last heatmaps."""
 from __future__ import annotations
 
 import contextlib
@@ -12,11 +11,12 @@ from attnlab.core.config import loss_axis_label
 from attnlab.core.errors import RunDirError
 from attnlab.core.focus import FOCUS_THRESHOLD, focus_weights
 from attnlab.core.i18n import _
+from attnlab.core.records import head_mean
 from attnlab.outputs.fonts import drawable, label, rc
 from attnlab.outputs.plots import DPI, draw_heatmap, plot_loss, save_figure
 from attnlab.saved import safe_read
-from attnlab.saved.runs import last_attention
-from attnlab.saved.safe_read import ATTENTION, METRICS
+from attnlab.saved.runs import saved_attention
+from attnlab.saved.safe_read import METRICS
 from attnlab.saved.swept import run_labels, short_names, wrap
 
 MAX_HEATMAPS = 8  # at most this many heatmap panels
@@ -48,23 +48,23 @@ def comparison_figure(rows: Sequence[dict[str, Any]], path: Path) -> Path:
     for i, (r, name, style) in enumerate(zip(rows, legend, styles)):
         run_dir = Path(r["path"])
         root = Path(r.get("root") or run_dir)  # no link below the PATH the run was found under is followed
-        metrics = last = None
+        metrics = attention = None
         with contextlib.suppress(RunDirError):  # the row names a file that cannot be read
             metrics = safe_read.read_run_metrics(run_dir, root=root) if safe_read.exists(run_dir, METRICS) else None
         with contextlib.suppress(RunDirError):
-            last = last_attention(run_dir, root=root)
-        with contextlib.suppress(RunDirError, ValueError):  # ValueError: no such focus token
-            if safe_read.exists(run_dir, ATTENTION) and last is not None:
-                with safe_read.open_attention(run_dir, root=root) as npz:
-                    focus.append((style, npz.read("steps"), focus_weights(npz.read("weights"), r["focus_query"])))
-                    drawn[i] = (drawable(name), style)
+            attention = saved_attention(run_dir, root=root)
         if metrics is not None and metrics[1].size:
             curves.append((style, *metrics))
             drawn[i] = (drawable(name), style)
             objectives.append(r.get("objective"))
-        if last is not None:
-            w, labels, step = last
-            maps.append((panel_title(name, "walkthrough" if step is None else f"step={step}"), w, labels))
+        if attention is not None:
+            steps, weights, labels = attention
+            with contextlib.suppress(ValueError):  # no such focus token
+                if steps is not None:
+                    focus.append((style, steps, focus_weights(weights, r["focus_query"])))
+                    drawn[i] = (drawable(name), style)
+            maps.append((panel_title(name, "walkthrough" if steps is None else f"step={steps[-1]}"),
+                         head_mean(weights[-1]), labels))
     shown = maps[:MAX_HEATMAPS]
     n = max(len(shown), 1)
     cols = min(n, HEATMAP_COLS)

@@ -4,6 +4,7 @@ allow-list, rank, shape x itemsize = declared size, named dims equal across memb
 ``np.load(allow_pickle=False)``."""
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import struct
@@ -40,8 +41,6 @@ class Member:
 
 @dataclass(frozen=True)
 class MemberInfo:
-    """A checked member: its ``shape`` and zip entry ``info``."""
-
     shape: tuple[int, ...]
     info: zipfile.ZipInfo
 
@@ -66,10 +65,9 @@ def _dtype_ok(dtype: np.dtype, kinds: str) -> bool:
     return dtype.itemsize in (4, 8) if dtype.kind in "fi" else 0 < dtype.itemsize <= 4 * TOKEN_CHARS
 
 
-class NpzArchive:
-    """An .npz of a run dir, checked as the module docstring says (at most :data:`NPZ_MAX_MEMBERS`
-    entries, declared sizes within ``limit``); ``infos``: name -> :class:`MemberInfo`. Every
-    problem is one RunFileError naming the file. A context manager."""
+class NpzArchive(contextlib.AbstractContextManager):
+    """An .npz of a run dir, checked as the module docstring says (declared sizes within ``limit``);
+    ``infos``: name -> :class:`MemberInfo`. Every problem is one RunFileError naming the file."""
 
     def __init__(self, path: Path, members: Mapping[str, Member], limit: int = NPZ_LIMIT, *,
                  root: Path | None = None) -> None:
@@ -85,14 +83,12 @@ class NpzArchive:
             raise (self._damaged(err) if isinstance(err, _DAMAGE) else err) from None
 
     def _damaged(self, err: BaseException) -> RunFileError:
-        if isinstance(err, RunFileError):
-            return err
         msg = str(err).strip().splitlines()[0] if str(err).strip() else ""
         why = type(err).__name__ + (f": {printable(msg, 120)}" if msg else "")
         return RunFileError(self.path, f"damaged archive ({why})")
 
     def _check_directory(self) -> None:
-        """The end record's entry count and directory size, before zipfile reads the directory."""
+        """The end record's directory size, before zipfile reads the directory (bounding its entries)."""
         tail = b""
         for n in (22, 22 + 65535):  # the end record, then room for a zip comment before it
             n = min(n, self._file.size)
@@ -103,9 +99,7 @@ class NpzArchive:
                 break
         else:
             raise RunFileError(self.path, "not a zip archive (an .npz is one; empty or truncated?)")
-        entries, size = struct.unpack("<HI", tail[at + 10:at + 16])
-        if entries > NPZ_MAX_MEMBERS:
-            raise RunFileError(self.path, f"{entries} members, more than the limit of {NPZ_MAX_MEMBERS}")
+        size = struct.unpack("<I", tail[at + 12:at + 16])[0]
         if size > NPZ_DIRECTORY_LIMIT:
             raise RunFileError(self.path, f"zip directory of {size} bytes, more than the limit of "
                                f"{NPZ_DIRECTORY_LIMIT}")
@@ -172,7 +166,7 @@ class NpzArchive:
         return out
 
     def read(self, name: str) -> np.ndarray:
-        """Member ``name`` (CRC verified). Raises RunFileError."""
+        """Member ``name``, its CRC verified."""
         if name not in self.infos:
             raise RunFileError(self.path, f"no member {name}.npy")
         try:
@@ -195,7 +189,7 @@ class NpzArchive:
         return self.read(name)[index]
 
     def verify(self) -> None:
-        """Read every member through, so a CRC error or truncation is found now."""
+        """Read every member, so a CRC error or truncation is found now."""
         for name in self.infos:
             self.read(name)
 
@@ -203,9 +197,6 @@ class NpzArchive:
         if self._zip is not None:
             self._zip.close()
         self._file.close()
-
-    def __enter__(self) -> "NpzArchive":
-        return self
 
     def __exit__(self, *exc) -> None:
         self.close()

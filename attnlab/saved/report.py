@@ -33,8 +33,6 @@ from attnlab.saved.table import distribution, page_table
 
 REPORT = "report.html"
 TEMPLATE = Path(__file__).with_name("report_template.html")
-DATA_ID = "attnlab-data"
-PAGE_BUDGET = 20_000_000  # bytes: a page never needs more
 
 class _PageTemplate(string.Template):
     delimiter = "@@"  # never used by the page's own JavaScript or CSS
@@ -49,9 +47,8 @@ def script_json(data: Any) -> str:
 
 
 def cjk_font_face(text: str) -> str:
-    """A CSS ``@font-face`` "attnlab CJK": the shipped CJK font (:data:`attnlab.outputs.fonts.SHIPPED_FONT`)
-    cut to the characters of ``text`` it has (a few kB), so the page's Chinese shows on a machine
-    without a CJK font; "" when ``text`` has none of them."""
+    """A CSS ``@font-face`` "attnlab CJK": the shipped CJK font cut to the characters of ``text`` it has
+    (a few kB), so the page's Chinese shows without a CJK font; "" when ``text`` has none."""
     wide = {ch for ch in text if ord(ch) >= 0x2E80}
     if not wide:  # (fontTools is not even imported)
         return ""
@@ -105,8 +102,6 @@ def render(records: Sequence[dict[str, Any]]) -> str:
 def write_page(records: Sequence[dict[str, Any]], out: Path | str) -> Path:
     """Write :func:`render` to ``out`` atomically. RunDirError when its folder does not exist."""
     out = Path(out)
-    if out.is_dir():
-        out = out / REPORT
     if not out.parent.is_dir():
         raise RunDirError(f"{out}: folder {out.parent} does not exist")
     atomic_write_text(out, render(records))
@@ -119,12 +114,12 @@ def write_report(paths: Iterable[Path | str], out: Path | str) -> Path:
 
 
 def write_run_report(run_dir: Path | str) -> Path:
-    """``RUN_DIR/report.html`` for one run."""
+    """``RUN_DIR/report.html``."""
     return write_page([load_run(run_dir)], Path(run_dir) / REPORT)
 
 
 def write_sweep_report(sweep_dir: Path | str) -> Path:
-    """``SWEEP_DIR/report.html`` over every run below ``sweep_dir``."""
+    """``SWEEP_DIR/report.html`` over its runs."""
     return write_report([sweep_dir], Path(sweep_dir) / REPORT)
 
 

@@ -1,10 +1,8 @@
 """The data of ``attnlab-report``'s page: one record per run (:func:`load_run`) built from
-attnlab-compare's row (JSON-ready but for the table cells' row values, which the page leaves off),
-and the downsampling that keeps a page in budget. Text goes through ``printable``
-(:data:`MAX_STR`), configs are cut at :data:`MAX_NODES` values. The runs share
-:data:`WEIGHT_BUDGET` bytes of weights JSON (at most 7 bytes a weight at 4 decimals); a run
-whose snapshots do not fit keeps ``max(2, share // frame_bytes)``, evenly spaced, first and last
-kept. Loss curves are thinned to :data:`MAX_LOSS_POINTS`, keeping every shown snapshot's step."""
+attnlab-compare's row, text ``printable`` (:data:`MAX_STR`), configs cut at :data:`MAX_NODES` values.
+The runs share :data:`WEIGHT_BUDGET` bytes of weights JSON; a run whose snapshots do not fit keeps
+``max(2, share // frame_bytes)``, evenly spaced, first and last kept. Loss curves are thinned to
+:data:`MAX_LOSS_POINTS`, keeping every shown snapshot's step."""
 from __future__ import annotations
 
 import contextlib
@@ -16,7 +14,6 @@ import numpy as np
 
 from attnlab.core.config import loss_name
 from attnlab.core.focus import Uniform, focus_weights
-from attnlab.core.records import head_mean
 from attnlab.saved import runs, safe_read, table
 from attnlab.saved.safe_read import ATTENTION, METRICS, WALKTHROUGH, RunFileError, printable
 from attnlab.saved.swept import run_labels, short_names
@@ -42,7 +39,7 @@ def frame_bytes(H: int, T: int) -> int:
 
 
 def pick_frames(n: int, budget: int, fbytes: int) -> list[int]:
-    """Indices of the snapshots to show out of ``n`` (see the module docstring)."""
+    """Indices of the snapshots to show out of ``n``."""
     return _thin(n, max(MIN_FRAMES, budget // max(fbytes, 1))).tolist()
 
 
@@ -91,8 +88,8 @@ def _finite_or_none(values: Iterable[float]) -> list[float | None]:
 
 
 def _jsonable(value: Any, budget: list[int] | None = None, depth: int = 0) -> Any:
-    """JSON data from YAML/JSON/numpy data: text printable, non-finite floats as "nan"/"inf"/"-inf",
-    at most :data:`MAX_NODES` values and :data:`MAX_DEPTH` levels (the rest "…")."""
+    """JSON data: text printable, non-finite floats as "nan"/"inf"/"-inf", at most :data:`MAX_NODES`
+    values and :data:`MAX_DEPTH` levels (the rest "…")."""
     budget = [MAX_NODES] if budget is None else budget
     budget[0] -= 1
     if budget[0] < 0 or depth > MAX_DEPTH:
@@ -153,14 +150,14 @@ def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int
     metrics = (files.attempt(safe_read.read_run_metrics, run_dir, root=files.root)
                if safe_read.exists(run_dir, METRICS) else None)
 
-    last = None  # the last snapshot as attnlab-compare reads it (runs.last_attention), from the frames read here
+    attention = None  # as attnlab-compare reads it (runs.saved_attention), from the arrays read here
     if safe_read.exists(run_dir, ATTENTION):
-        last = files.attempt(_load_attention, rec, run_dir, files.root, max_weight_bytes, focus)
+        attention = files.attempt(_load_attention, rec, run_dir, files.root, max_weight_bytes, focus)
     elif safe_read.exists(run_dir, WALKTHROUGH):
-        last = files.attempt(_load_walkthrough, rec, run_dir, files.root,
-                             runs.setting(used, "tokenizer.encoding", str, "gpt2"))
+        attention = files.attempt(_load_walkthrough, rec, run_dir, files.root,
+                                  runs.setting(used, "tokenizer.encoding", str, "gpt2"))
     # attnlab-compare's row from the files read above (it adds the expected files that are missing)
-    row = runs.row_from(files, name, metrics=metrics, last=last)
+    row = runs.row_from(files, name, metrics=metrics, attention=attention)
     rec["table"] = table.page_cells(row)
     rec["loss_name"] = loss_name([row.get("objective")])
     for key in ("final_loss", "steps_run", "wall_time_s", "steps_to_threshold"):  # the row's numbers
@@ -189,9 +186,9 @@ def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int
 
 
 def _load_attention(rec: dict[str, Any], run_dir: Path, root: Path, max_weight_bytes: int,
-                    query: int) -> tuple[np.ndarray, list[str], int] | None:
+                    query: int) -> tuple[np.ndarray, np.ndarray, list[str]] | None:
     """Fill ``rec``'s snapshots and the focus weight of ``query`` at every snapshot (``focus_series``)
-    from attention.npz; returns the last as :func:`runs.last_attention`."""
+    from attention.npz; returns it as :func:`runs.saved_attention`."""
     with safe_read.open_attention(run_dir, NPZ_LIMIT, root=root) as npz:
         steps = npz.read("steps")
         labels = [str(t) for t in npz.read("tokens").tolist()]
@@ -206,18 +203,17 @@ def _load_attention(rec: dict[str, Any], run_dir: Path, root: Path, max_weight_b
             if 0 <= query < T:
                 series = _finite_or_none(focus_weights(weights, query))
                 rec["focus_series"] = {"steps": steps.tolist(), "weights": series}
-            frames = weights[idx]  # the last snapshot among them (pick_frames keeps it)
-            rec["weights"] = _rounded(frames)
+            rec["weights"] = _rounded(weights[idx])
             if "layers" in npz.infos:  # a GPT: every block's, for the layer selector and grid
                 rec["layers"] = _rounded(npz.read("layers")[idx])
             rec["steps"] = [int(steps[i]) for i in idx]
-            return head_mean(frames[-1]), labels, int(steps[-1])
+            return steps, weights, labels
     return None
 
 
 def _load_walkthrough(rec: dict[str, Any], run_dir: Path, root: Path,
-                      encoding: Any) -> tuple[np.ndarray, list[str], None]:
-    """Fill ``rec`` from walkthrough.npz; returns it as :func:`runs.last_attention`."""
+                      encoding: Any) -> tuple[None, np.ndarray, list[str]]:
+    """Fill ``rec`` from walkthrough.npz; returns it as :func:`runs.saved_attention`."""
     walk = safe_read.read_walkthrough(run_dir, NPZ_LIMIT, root=root, keys=("weights", "token_ids"))
     rec["kind"] = "walkthrough"
     rec["token_ids"] = [int(i) for i in walk["token_ids"].tolist()]
@@ -226,13 +222,13 @@ def _load_walkthrough(rec: dict[str, Any], run_dir: Path, root: Path,
     rec["snapshots_total"], rec["heads"] = 1, 1
     rec["steps"] = [0]
     rec["weights"] = _rounded(walk["weights"][None, None])
-    return head_mean(walk["weights"]), labels, None
+    return None, walk["weights"][None, None], labels
 
 
 def collect_records(paths: Iterable[Path | str], *,
                     found: list[tuple[Path, str, Path]] | None = None) -> list[dict[str, Any]]:
     """:func:`load_run` of every run under ``paths`` (or ``found``), named as attnlab-compare names
-    them, with a legend ``label``, sharing :data:`WEIGHT_BUDGET`. Raises RunDirError."""
+    them, with a legend ``label``. Raises RunDirError."""
     found = runs.named_runs(Path(p) for p in paths) if found is None else found
     shares = share_budget([weight_need(r, root) for r, _, root in found])
     records = [load_run(r, name=name, max_weight_bytes=share, root=root)

@@ -1,9 +1,7 @@
-"""Saved runs as rows: the run dirs under PATHs, and one row per run, as attnlab-compare's table and
-CSV, the sweep's end table and the report's runs table show it. Rows are built from the run's own
-files through :mod:`attnlab.saved.safe_read`; cells hold text as read (shown via ``printable``).
-Keys: :data:`COLUMNS` (status is summary.json's, or ``killed``, ``missing``, ``unreadable``;
-``final_loss`` is MSE or cross-entropy in nats; the focus cells are at the last snapshot, heads
-averaged), the exercise observations, ``path`` and ``problems`` (files that cannot be read)."""
+"""Saved runs as rows (attnlab-compare, the sweep's end table, the report's runs table), read through
+:mod:`attnlab.saved.safe_read`; cells hold text as read. Keys: :data:`COLUMNS` (status is summary.json's,
+or ``killed``, ``missing``, ``unreadable``; ``final_loss`` MSE or cross-entropy in nats; focus cells at
+the last snapshot, heads averaged), the exercise observations, ``path`` and ``problems``."""
 from __future__ import annotations
 
 import contextlib
@@ -71,10 +69,8 @@ def find_runs(path: Path) -> list[Path]:
 
 @dataclass
 class RunFiles:
-    """What a run dir says about itself (:func:`read_run`): ``summary`` ({} when unusable),
-    ``status``, ``config`` (summary.json's, else ``.hydra/config.yaml``; nothing resolved),
-    ``overrides``, ``problems`` (a line per unreadable file), ``root`` (no link followed below
-    it), ``linked`` (reached through a link: nothing read)."""
+    """What a run dir says about itself (:func:`read_run`): ``config`` is summary.json's, else
+    ``.hydra/config.yaml`` (nothing resolved); ``root``: no link followed below it; ``linked``: nothing read."""
 
     run_dir: Path
     root: Path
@@ -139,7 +135,7 @@ def read_run(run_dir: Path, root: Path | None = None) -> RunFiles:
 
 
 def _link_below(root: Path, run_dir: Path) -> str | None:
-    """The first folder below ``root`` down to ``run_dir`` (a folder below it) that is a link, or None."""
+    """The first folder from ``root`` down to ``run_dir`` that is a link, or None."""
     parts = run_dir.relative_to(root).parts
     return next(("/".join(parts[:i]) for i in range(1, len(parts) + 1) if root.joinpath(*parts[:i]).is_symlink()),
                 None)
@@ -166,42 +162,36 @@ def token_labels_for(token_ids: Sequence[int], encoding: Any) -> list[str]:
     return [f"#{int(t)}" for t in token_ids]
 
 
-def last_attention(run_dir: Path, encoding: str = "gpt2", *,
-                   root: Path | None = None) -> tuple[np.ndarray, list[str], int | None] | None:
-    """``(weights (T, T) heads averaged, token labels, step)`` at the last snapshot of attention.npz,
-    or of walkthrough.npz (step None); None without one. Raises RunFileError."""
+def saved_attention(run_dir: Path, encoding: str = "gpt2", *,
+                    root: Path | None = None) -> tuple[np.ndarray | None, np.ndarray, list[str]] | None:
+    """``(steps (S,), weights (S, H, T, T), token labels)`` of attention.npz, or ``(None, weights
+    (1, 1, T, T), labels)`` of walkthrough.npz; None without either or without a snapshot. Raises RunFileError."""
     run_dir = Path(run_dir)
     if safe_read.exists(run_dir, ATTENTION):
-        with safe_read.open_attention(run_dir, root=root) as npz:
-            steps = npz.read("steps")
-            if not steps.size:
-                return None
-            labels = [str(t) for t in npz.read("tokens").tolist()]
-            return head_mean(npz.read_frame("weights", -1)), labels, int(steps[-1])
+        att = safe_read.read_attention(run_dir, ("steps", "weights", "tokens"), root=root)
+        return (att["steps"], att["weights"], [str(t) for t in att["tokens"].tolist()]) if att["steps"].size else None
     if safe_read.exists(run_dir, WALKTHROUGH):
         walk = safe_read.read_walkthrough(run_dir, root=root, keys=("weights", "token_ids"))
-        return head_mean(walk["weights"]), token_labels_for(walk["token_ids"], encoding), None
+        return None, walk["weights"][None, None], token_labels_for(walk["token_ids"], encoding)
     return None
 
 
-def _recorded_focus(run_dir: Path, query: int, *, root: Path | None = None) -> dict[str, Any]:
-    """summary.json's ``focus`` as attention.npz's snapshots give it; {} when ``query`` is not a
-    token. Raises RunFileError."""
-    sink, att = FocusSink(), safe_read.read_attention(run_dir, root=root)
-    if not 0 <= query < len(att["tokens"]):
+def _focus(attention: tuple[np.ndarray | None, np.ndarray, list[str]], query: int) -> dict[str, Any]:
+    """The row's focus cells at the last snapshot (heads averaged) and summary.json's ``focus`` as
+    attention.npz's snapshots give it; {} when ``query`` is not a token."""
+    steps, weights, labels = attention
+    if not 0 <= query < len(labels):
         return {}
-    sink.on_start(RunInfo({}, [], [str(t) for t in att["tokens"].tolist()], [], 0, query))
-    for step, weights in zip(att["steps"].tolist(), att["weights"]):
-        sink.on_snapshot(Snapshot(step, math.nan, weights))
-    return sink.summary()
-
-
-def _focus(last: tuple[np.ndarray, list[str], int | None] | None, focus: int) -> dict[str, Any]:
-    if last is None or not 0 <= focus < last[0].shape[0]:
-        return {}
-    w, labels, step = last
-    to, weight = target(w[focus], labels)
-    return {"focus_token": labels[focus], "focus_target": to, "focus_weight": weight, "snapshot_step": step}
+    to, weight = target(head_mean(weights[-1])[query], labels)
+    cells = {"focus_token": labels[query], "focus_target": to, "focus_weight": weight,
+             "snapshot_step": None if steps is None else int(steps[-1])}
+    if steps is None:
+        return cells
+    sink = FocusSink()
+    sink.on_start(RunInfo({}, [], labels, [], 0, query))
+    for step, w in zip(steps.tolist(), weights):
+        sink.on_snapshot(Snapshot(step, math.nan, w))
+    return {**cells, **sink.summary()}
 
 
 def setting(config: Any, key: str, kind: type | tuple[type, ...], default: Any) -> Any:
@@ -223,29 +213,24 @@ def broken(row: dict[str, Any]) -> bool:
     return bool(row.get("problems"))
 
 
-UNREAD: Any = object()  # row_from's ``metrics`` / ``last`` not read by the caller: the row reads them
+UNREAD: Any = object()  # row_from's ``metrics`` / ``attention`` not read by the caller: the row reads them
 
 
 def job_row(run_dir: Path, job: str | None = None, sweep_end: bool = False, *,
             root: Path | None = None) -> dict[str, Any]:
     """The row of ``run_dir``; never raises. ``sweep_end``: a ``running`` summary means the job died."""
-    try:
-        files = read_run(Path(run_dir), root)
-    except Exception as err:  # a defect of attnlab's, not of the run: still a row, naming it
-        files = RunFiles(Path(run_dir), Path(root or run_dir), status="unreadable", linked=True,
-                         problems=[f"cannot be read ({type(err).__name__}: {safe_read.printable(str(err), 300)})"])
-    return row_from(files, job, sweep_end=sweep_end)
+    return row_from(read_run(Path(run_dir), root), job, sweep_end=sweep_end)
 
 
 def row_from(files: RunFiles, job: str | None = None, *, sweep_end: bool = False, metrics: Any = UNREAD,
-             last: Any = UNREAD) -> dict[str, Any]:
-    """:func:`job_row` from a :func:`read_run`; ``metrics`` and ``last`` may be passed when already
-    read (None: there is none; :data:`UNREAD`: read here). Never raises."""
+             attention: Any = UNREAD) -> dict[str, Any]:
+    """:func:`job_row` from a :func:`read_run`; ``metrics`` and ``attention`` (:func:`saved_attention`)
+    may be passed when already read (None: there is none; :data:`UNREAD`: read here). Never raises."""
     row: dict[str, Any] = dict.fromkeys(COLUMNS)
     row["job"] = job if job is not None else files.run_dir.name
     row["path"], row["root"] = str(files.run_dir), str(files.root)  # root: not a column
     try:
-        _fill_row(row, files, sweep_end, metrics, last)
+        _fill_row(row, files, sweep_end, metrics, attention)
     except Exception as err:  # a defect of attnlab's, not of the run: still a row, naming it
         row["status"] = row["status"] or "unreadable"
         row["problems"] = [f"cannot be read ({type(err).__name__}: {safe_read.printable(str(err), 300)})"]
@@ -253,7 +238,7 @@ def row_from(files: RunFiles, job: str | None = None, *, sweep_end: bool = False
     return row
 
 
-def _fill_row(row: dict[str, Any], files: RunFiles, sweep_end: bool, metrics: Any, last: Any) -> None:
+def _fill_row(row: dict[str, Any], files: RunFiles, sweep_end: bool, metrics: Any, attention: Any) -> None:
     run_dir, summary, config = files.run_dir, files.summary, files.config
     row["status"] = files.status
     if files.linked:
@@ -276,24 +261,24 @@ def _fill_row(row: dict[str, Any], files: RunFiles, sweep_end: bool, metrics: An
         below = np.flatnonzero(losses < as_float(threshold)) if threshold else ()
         row.update(final_loss=float(losses[-1]) if len(losses) else None, steps_run=len(steps),
                    steps_to_threshold=int(steps[below[0]]) if len(below) else None)
-    if last is UNREAD:
-        last = files.attempt(last_attention, run_dir, setting(config, "tokenizer.encoding", str, "gpt2"),
-                             root=files.root)
+    if attention is UNREAD:
+        attention = files.attempt(saved_attention, run_dir, setting(config, "tokenizer.encoding", str, "gpt2"),
+                                  root=files.root)
     row["focus_query"] = setting(config, "train.focus_token", int, 1)  # not a column: the focus curves' row
-    row.update(_focus(last, row["focus_query"]))
+    cells = _focus(attention, row["focus_query"]) if attention is not None else {}
+    recorded = cells.pop("focus", None)
+    row.update(cells)
     files.problems.extend(f"{name}: missing" for name in files.expected_files()
                           if not safe_read.exists(run_dir, name))
-    recorded = (files.attempt(_recorded_focus, run_dir, row["focus_query"], root=files.root)
-                if last and last[2] is not None else {})
-    row.update(exercises.columns({**summary, "focus": None, **(recorded or {})}))
+    row.update(exercises.columns({**summary, "focus": recorded}))
     own = DIED if files.status == "killed" or (sweep_end and files.status == "running") else summary.get("error")
     row["error"] = "; ".join(x for x in [own, *files.problems] if x) or None
     row["problems"] = files.problems
 
 
 def named_runs(paths: Iterable[Path]) -> list[tuple[Path, str, Path]]:
-    """``(run dir, name, root)`` for every run under ``paths``, by PATH, job number, folder name;
-    ``name`` is relative to the PATHs' common parent, ``root`` the PATH. Raises RunDirError."""
+    """``(run dir, name relative to the PATHs' common parent, its PATH)`` for every run, ordered by
+    PATH, job number, folder name. Raises RunDirError."""
     paths = [Path(p) for p in paths]
     found = [(i, r) for i, p in enumerate(paths) for r in find_runs(p)]
     if not found:
@@ -311,8 +296,7 @@ def named_runs(paths: Iterable[Path]) -> list[tuple[Path, str, Path]]:
 
 
 def collect_rows(paths: Iterable[Path], sweep_end: bool = False, against: dict | None = None) -> list[dict[str, Any]]:
-    """The rows of every run under ``paths``, ``differs`` filled in (:func:`differs`, ``against`` a
-    config). Raises RunDirError for a PATH with no run."""
+    """The rows of every run under ``paths``, ``differs`` filled in (``against`` a config). Raises RunDirError."""
     rows = [job_row(r, job=name, sweep_end=sweep_end, root=root) for r, name, root in named_runs(paths)]
     for row, keys in zip(rows, differs([r.get("config") or {} for r in rows], against)):
         row["differs"] = differs_text(keys)
@@ -324,8 +308,7 @@ UNSET: Any = object()  # a key a config does not have
 
 
 def config_values(config: Any) -> dict[str, Any]:
-    """``{dotted key: value}`` of every value of plain config data (a list is one value), not :data:`LABELS`
-    and not ``logging.*`` (what a run writes and prints, never what it computes)."""
+    """``{dotted key: value}`` of a config's values (a list is one), not :data:`LABELS` nor ``logging.*``."""
     return {k: v for k, v in walk(config) if k and "[" not in k and not isinstance(v, dict) and k not in LABELS
             and not k.startswith("logging.")}
 
@@ -352,7 +335,7 @@ def differs(configs: Sequence[Any], against: Any = None) -> list[dict[str, str]]
 
 
 def differs_text(keys: dict[str, str]) -> str | None:
-    """:func:`differs`' keys of one run as ``key=value key=value``; None for none."""
+    """One run's :func:`differs` as ``key=value key=value``; None for none."""
     return " ".join(f"{k}={v}" for k, v in keys.items()) or None
 
 

@@ -1,10 +1,8 @@
-"""The one reader of run dirs someone else made (attnlab-compare, the sweep table, attnlab-report,
-attnlab-reproduce). A run dir is data, never code: every file is opened by
-:func:`attnlab.core.files.open_run_file` (regular files only, no link below ``root``, size
-checked first, never blocks); YAML is pre-scanned (nodes after alias expansion, depth, core tags
-only, no merge or duplicate keys) then loaded with CSafeLoader; JSON, metrics.csv and .npz
-(:mod:`attnlab.saved.npz`) are bounded and checked. Every error is one line,
-:class:`RunFileError` ``<file>: <what is wrong>`` (:class:`MissingRunFile` when absent)."""
+"""The one reader of run dirs someone else made (docs/security.md). A run dir is data, never code:
+every file is opened by :func:`attnlab.core.files.open_run_file`; YAML is pre-scanned (nodes after
+alias expansion, depth, core tags only, no merge or duplicate keys) then loaded with CSafeLoader;
+JSON, metrics.csv and .npz (:mod:`attnlab.saved.npz`) are bounded and checked. Every error is one
+line, :class:`RunFileError` ``<file>: <what is wrong>`` (:class:`MissingRunFile` when absent)."""
 from __future__ import annotations
 
 import functools
@@ -13,11 +11,12 @@ import os
 import re
 import warnings
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 import yaml
 
+from attnlab.core.config import select, walk
 from attnlab.core.files import *  # noqa: F401,F403  (the limits, printable, the bounded reads, the errors)
 from attnlab.core.files import (
     CONFIG_LIMIT,
@@ -25,6 +24,7 @@ from attnlab.core.files import (
     METRICS_LIMIT,
     METRICS_LINE_LIMIT,
     NPZ_LIMIT,
+    REFERENCE_CHAIN,
     SUMMARY_LIMIT,
     YAML_MAX_DEPTH,
     YAML_MAX_NODES,
@@ -35,14 +35,12 @@ from attnlab.core.files import (
     read_text,
 )
 from attnlab.outputs.artifacts import ATTENTION, METRICS, SUMMARY, WALKTHROUGH  # the names the writer gives them
-from attnlab.saved import npz, plain
+from attnlab.saved import npz
 from attnlab.saved.npz import *  # noqa: F401,F403  (Member, NpzArchive, read_npz, ...)
-from attnlab.saved.plain import *  # noqa: F401,F403  (select, walk, resolve_references, ...)
 
-HYDRA_DIR = ".hydra"
-CONFIG = f"{HYDRA_DIR}/config.yaml"
-OVERRIDES = f"{HYDRA_DIR}/overrides.yaml"
-HYDRA = f"{HYDRA_DIR}/hydra.yaml"
+CONFIG = ".hydra/config.yaml"
+OVERRIDES = ".hydra/overrides.yaml"
+HYDRA = ".hydra/hydra.yaml"
 
 
 _CORE = "tag:yaml.org,2002:"
@@ -70,17 +68,12 @@ def _loader() -> type:
 
 
 def _prescan(text: str) -> None:
-    """Walk ``yaml.parse`` events (no tree built); ValueError past the bounds: nodes after alias
-    expansion, depth, a tag outside :data:`_TAGS`, a merge, duplicate or non-scalar key, a
-    recursive alias, a number longer than :data:`MAX_NUMBER_CHARS`, a second document."""
+    """Walk ``yaml.parse`` events (no tree built); ValueError past the bounds (see the module docstring),
+    for a recursive alias or a number longer than :data:`MAX_NUMBER_CHARS` (the loader refuses a second document)."""
     anchored: dict[str, tuple[int, int]] = {}  # anchor -> (expanded nodes, depth)
     stack: list[list] = []  # open collections: [anchor, total at start, depth below, keys or None, next is key]
-    total = documents = 0
+    total = 0
     for ev in yaml.parse(text, Loader=_loader()):
-        if isinstance(ev, yaml.DocumentStartEvent):
-            documents += 1
-            if documents > 1:
-                raise ValueError("more than one YAML document")
         if not isinstance(ev, (yaml.NodeEvent, yaml.CollectionEndEvent)):
             continue
         if isinstance(ev, yaml.NodeEvent) and stack and stack[-1][3] is not None:  # inside a mapping
@@ -133,7 +126,7 @@ def parse_yaml_data(text: str, label: Any = "<yaml>") -> Any:
     try:
         _prescan(text)
         data = yaml.load(text, Loader=_loader())  # noqa: S506 (a SafeLoader subclass)
-        for _, value in plain.walk(data):
+        for _, value in walk(data):
             if isinstance(value, dict) and not all(isinstance(k, str) for k in value):
                 bad = next(k for k in value if not isinstance(k, str))
                 raise ValueError(f"a mapping key that is not a string ({printable(repr(bad), 40)})")
@@ -141,13 +134,12 @@ def parse_yaml_data(text: str, label: Any = "<yaml>") -> Any:
                 raise ValueError("a lone surrogate in a string")
             if isinstance(value, int) and value.bit_length() > MAX_INT_BITS:
                 raise ValueError(f"an integer of {value.bit_length()} bits (more than Python prints)")
-    except yaml.MarkedYAMLError as err:
-        if err.problem == "exceeded maximum nesting depth":  # libyaml's own bound, before ours is reached
-            raise RunFileError(label, f"refused YAML: nested deeper than {YAML_MAX_DEPTH} levels") from None
-        where = f"line {err.problem_mark.line + 1}: " if err.problem_mark is not None else ""
-        raise RunFileError(label, f"not valid YAML ({where}{printable(err.problem or err, 120)})") from None
     except yaml.YAMLError as err:
-        raise RunFileError(label, f"not valid YAML ({printable(str(err).splitlines()[0], 120)})") from None
+        problem, mark = getattr(err, "problem", None), getattr(err, "problem_mark", None)
+        if problem == "exceeded maximum nesting depth":  # libyaml's own bound, before ours is reached
+            raise RunFileError(label, f"refused YAML: nested deeper than {YAML_MAX_DEPTH} levels") from None
+        why = printable(problem or str(err).splitlines()[0], 120)
+        raise RunFileError(label, f"not valid YAML ({f'line {mark.line + 1}: ' if mark else ''}{why})") from None
     except ValueError as err:
         raise RunFileError(label, f"refused YAML: {printable(err, 200)}") from None
     except (LookupError, TypeError, ArithmeticError) as err:  # !!bool maybe, !!int ''
@@ -157,7 +149,6 @@ def parse_yaml_data(text: str, label: Any = "<yaml>") -> Any:
 
 
 def read_yaml_data(path: Path, limit: int = CONFIG_LIMIT, *, root: Path | None = None) -> Any:
-    """:func:`parse_yaml_data` of ``path`` (bounded UTF-8 text)."""
     return parse_yaml_data(read_text(path, limit, root=root), Path(path))
 
 
@@ -190,8 +181,7 @@ _INT = re.compile(r"\s*\+?[0-9]+\s*")
 def read_run_metrics(run_dir: Path, limit: int = METRICS_LIMIT, *,
                      root: Path | None = None) -> tuple[np.ndarray, np.ndarray]:
     """``RUN_DIR/metrics.csv`` as ``(steps (N,) int64, losses (N,) float64)``: header ``step,loss``,
-    steps non-negative and increasing, losses floats. Raises RunFileError naming the line, e.g.
-    ``metrics.csv: line 7: loss 'abc' is not a number``."""
+    steps non-negative and increasing. Raises RunFileError naming the line."""
     path = Path(run_dir) / METRICS
     raw = read_bytes(path, limit, root=root or run_dir)
     lengths = np.diff(np.concatenate(([-1], np.flatnonzero(np.frombuffer(raw, np.uint8) == 10), [len(raw)]))) - 1
@@ -232,31 +222,123 @@ def read_run_metrics(run_dir: Path, limit: int = METRICS_LIMIT, *,
     return np.array(steps, dtype=np.int64), np.array(losses, dtype=np.float64)
 
 
-# ``root`` (default ``run_dir``): no symbolic link is followed below it (the sweep folder a job was found in)
+def interpolations(data: Any) -> list[tuple[str, str]]:
+    """``(key path, value)`` of every string holding ``${``."""
+    return [(k, v) for k, v in walk(data) if isinstance(v, str) and "${" in v]
+
+
+HYDRA_SPECIAL = ("_target_", "_args_", "_partial_", "_recursive_", "_convert_")
+
+
+def special_keys(data: Any) -> list[tuple[str, Any]]:
+    """``(key path, value)`` of every Hydra instantiation key (:data:`HYDRA_SPECIAL`) in ``data``."""
+    return [(f"{key}.{k}" if key else str(k), v) for key, value in walk(data) if isinstance(value, dict)
+            for k, v in value.items() if k in HYDRA_SPECIAL]
+
+
+_MISSING = object()
+_REFERENCE = re.compile(r"\$\{([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)\}")
+
+
+def resolve_references(data: Any, label: Any = "config.yaml") -> Any:
+    r"""A copy of ``data`` where a string that is exactly ``${a.b}`` naming a scalar becomes it
+    (chains up to :data:`REFERENCE_CHAIN`) and a wholly escaped ``\${`` becomes text. RunFileError for
+    any other ``${`` (a resolver is never run), a missing key, a section, a cycle or a long chain."""
+    resolved: dict[str, Any] = {}
+    for key, value in interpolations(data):
+        seen, current = [key], value
+        for _ in range(REFERENCE_CHAIN + 1):
+            if all(len(m) == 1 for m in re.findall(r"(\\*)\$\{", current)):  # every ${ escaped once
+                resolved[key] = current.replace("\\${", "${")
+                break
+            m = _REFERENCE.fullmatch(current)
+            if m is None:
+                why = ("resolvers never run on a shared config" if ":" in current
+                       else "only a whole-string ${key.path} reference to another key is allowed")
+                raise RunFileError(label, f"{key} holds an interpolation ({printable(value, 60)}); {why}")
+            target = m.group(1)
+            hit = select(data, target, _MISSING)
+            if hit is _MISSING:
+                raise RunFileError(label, f"{key} refers to {target}, which the config does not have")
+            if target in seen:
+                raise RunFileError(label, f"{key}: the references {' -> '.join(seen + [target])} form a cycle")
+            if isinstance(hit, (dict, list)):
+                raise RunFileError(label, f"{key} refers to {target}, a section; only a value can be referred to")
+            seen.append(target)
+            if not (isinstance(hit, str) and "${" in hit):
+                resolved[key] = hit
+                break
+            current = hit
+        else:
+            raise RunFileError(label, f"{key}: a chain of more than {REFERENCE_CHAIN} references")
+    return _replace(data, "", resolved) if resolved else data
+
+
+def _replace(data: Any, key: str, resolved: dict[str, Any]) -> Any:
+    if isinstance(data, dict):
+        return {k: _replace(v, f"{key}.{k}" if key else str(k), resolved) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_replace(v, f"{key}[{i}]", resolved) for i, v in enumerate(data)]
+    return resolved.get(key, data)
+
+
+def type_name(value: Any) -> str:
+    """``a str``, ``an int``, ``null``, ..."""
+    names = {bool: "a bool", int: "an int", float: "a float", str: "a str", list: "a list", dict: "a dict"}
+    return "null" if value is None else names.get(type(value), type(value).__name__)
+
+
+NUMBER, INTEGER = "number", "integer"
+_TYPE_NAMES = {str: "a string", dict: "an object", list: "a list", NUMBER: "a number", INTEGER: "an integer",
+               None: "null"}
+# summary.json fields attnlab writes; task and config are null for a job refused for a bad value
+SUMMARY_TYPES: dict[str, tuple] = {
+    "status": (str,), "task": (str, None), "started_at": (str,), "error": (str, None),
+    "config": (dict, None), "overrides": (list,),
+    "final_loss": (NUMBER, None), "steps_run": (INTEGER,), "steps_to_threshold": (INTEGER, None),
+    "wall_time_s": (NUMBER, None), "versions": (dict, None), "n_tokens": (INTEGER,),
+    "token_table": (list,), "shapes": (dict,), "max_abs_weight_minus_uniform": (NUMBER,),
+    "permutation_check": (dict,), "reproduced_from": (str,), "job_num": (INTEGER, None),
+}
+
+
+def _is(value: Any, t: Any) -> bool:
+    if t is None:
+        return value is None
+    return not isinstance(value, bool) and isinstance(value, {NUMBER: (int, float), INTEGER: int}.get(t, t))
+
+
+def type_problems(data: Any, types: Mapping[str, tuple], label: str = SUMMARY) -> list[str]:
+    """One line per field of ``data`` not of a type in ``types[field]`` (a bool is no number)."""
+    if not isinstance(data, dict):
+        return [f"{label}: is {type_name(data)}, expected an object"]
+    return [f"{label}: {k} is {type_name(data[k])}, expected {' or '.join(_TYPE_NAMES[t] for t in allowed)}"
+            for k, allowed in types.items() if k in data and not any(_is(data[k], t) for t in allowed)]
+
+
+# ``root`` (default ``run_dir``): no link is followed below it (the sweep folder a job was found in)
 def read_config(run_dir: Path, limit: int = CONFIG_LIMIT, *, root: Path | None = None,
                 resolve: bool = True) -> dict[str, Any]:
     """``.hydra/config.yaml`` as a mapping, plain references resolved unless ``resolve=False``."""
     path = Path(run_dir) / CONFIG
     data = read_yaml_data(path, limit, root=root or run_dir)
     if not isinstance(data, dict):
-        raise RunFileError(path, f"not a config (a YAML mapping is expected, found {plain.type_name(data)})")
-    return plain.resolve_references(data, path) if resolve else data
+        raise RunFileError(path, f"not a config (a YAML mapping is expected, found {type_name(data)})")
+    return resolve_references(data, path) if resolve else data
 
 
 def read_overrides(run_dir: Path, limit: int = CONFIG_LIMIT, *, root: Path | None = None) -> list[str]:
     """``.hydra/overrides.yaml``: the command-line overrides (raw text)."""
     path = Path(run_dir) / OVERRIDES
     data = read_yaml_data(path, limit, root=root or run_dir)
-    if data is None:
-        return []
-    if not isinstance(data, list) or not all(isinstance(o, str) for o in data):
+    if data is not None and not (isinstance(data, list) and all(isinstance(o, str) for o in data)):
         raise RunFileError(path, "not a list of override strings")
-    return data
+    return data or []
 
 
 def read_job_num(run_dir: Path, limit: int = CONFIG_LIMIT, *, root: Path | None = None) -> int | None:
     """``hydra.job.num`` of ``.hydra/hydra.yaml`` when an integer, else None."""
-    num = plain.select(read_yaml_data(Path(run_dir) / HYDRA, limit, root=root or run_dir), "hydra.job.num")
+    num = select(read_yaml_data(Path(run_dir) / HYDRA, limit, root=root or run_dir), "hydra.job.num")
     return num if isinstance(num, int) and not isinstance(num, bool) else None
 
 
@@ -264,10 +346,10 @@ def read_summary(run_dir: Path, limit: int = SUMMARY_LIMIT, *, root: Path | None
     """``summary.json`` with its fields (:data:`SUMMARY_TYPES`) type-checked; MissingRunFile when absent."""
     path = Path(run_dir) / SUMMARY
     data = read_json_data(path, limit, root=root or run_dir)
-    problems = plain.type_problems(data, plain.SUMMARY_TYPES)
+    problems = type_problems(data, SUMMARY_TYPES)
     if not problems:
         odd = [o for o in data.get("overrides", []) if not isinstance(o, str)]
-        problems = [f"{SUMMARY}: overrides holds {plain.type_name(odd[0])}, expected strings"] if odd else []
+        problems = [f"{SUMMARY}: overrides holds {type_name(odd[0])}, expected strings"] if odd else []
     if problems:
         more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
         raise RunFileError(path, problems[0].removeprefix(f"{SUMMARY}: ") + more)
@@ -300,12 +382,12 @@ def read_walkthrough(run_dir: Path, limit: int = NPZ_LIMIT, *, root: Path | None
 
 
 def exists(run_dir: Path, name: str) -> bool:
-    """Whether ``RUN_DIR/name`` is there in any form (then read, and refused unless a regular file)."""
+    """Whether ``RUN_DIR/name`` is there in any form (a link too: reading it is refused)."""
     return os.path.lexists(Path(run_dir) / name)
 
 
 def file_problem(err: RunFileError, run_dir: Path) -> str:
-    """``err`` as one printable line naming its file relative to ``run_dir``."""
+    """``err`` as one line naming its file relative to ``run_dir``."""
     try:
         name = Path(err.path).relative_to(run_dir).as_posix()
     except ValueError:

@@ -1,5 +1,5 @@
-"""What tells compared runs apart: the swept keys (overrides whose values differ) with short names,
-for the titles and legends of ``attnlab-compare --plot`` and the report."""
+"""The swept keys (overrides whose values differ) with short names, for the titles and legends of
+``attnlab-compare --plot`` and the report."""
 from __future__ import annotations
 
 from typing import Any, Callable, Sequence

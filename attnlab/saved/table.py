@@ -1,7 +1,6 @@
 """Rows of saved runs as a printed table and as CSV, and sorting them. The CSV keeps every column
-at full precision (floats as ``repr``), text through ``printable`` and a leading ``'`` before a
-formula start (``= + - @``); the printed table drops CSV-only and empty columns, cuts wide cells
-and counts Chinese and emoji as two columns."""
+(floats as ``repr``, text ``printable``, ``'`` before a formula start ``= + - @``); the printed table
+drops CSV-only and empty columns, cuts wide cells, counts Chinese and emoji as two columns."""
 from __future__ import annotations
 
 import csv
@@ -87,8 +86,7 @@ def write_csv(rows: Sequence[dict[str, Any]], path: Path, cols: Sequence[str] | 
 
 
 def _cell(col: str, v: Any, limit: int | None = None) -> str:
-    """A cell's text before :func:`clip`, escaped text cut at ``limit`` characters (the column's
-    width + 1: clip() then cuts it to its width)."""
+    """A cell's text before :func:`clip`, cut at ``limit`` characters (default the column's width + 1)."""
     limit = limit or WIDE.get(col, MAX_CELL) + 1
     if v is None or v == "":
         return "-"
@@ -115,9 +113,8 @@ def cell_text(col: str, v: Any) -> str:
 
 
 def page_cells(row: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """One row's cells for attnlab-report's runs table: per printed-table column ``text``
-    (:func:`cell_text`), ``full`` (when ``text`` is cut) and ``value``, the row's own, which
-    :func:`page_table` sorts and hides columns by (and leaves off the page)."""
+    """One row's cells for attnlab-report's runs table: per column ``text`` (:func:`cell_text`), ``full``
+    (when ``text`` is cut) and ``value``, which :func:`page_table` sorts by and leaves off the page."""
     return {c: page_cell(c, row.get(c)) for c in columns_of([row]) if c not in TABLE_SKIP}
 
 
@@ -134,9 +131,8 @@ Cells = dict[str, dict[str, Any]]  # column -> cell (page_cells)
 
 
 def page_table(tables: Sequence[Cells]) -> tuple[list[dict[str, Any]], list[Cells]]:
-    """attnlab-report's runs table from the runs' :func:`page_cells`: the printed table's columns
-    (``key``, ``title``, ``right``) and each run's cells with ``sort``, its place in
-    :func:`sort_rows`' order by that column (ties share one; None when empty)."""
+    """The printed table's columns (``key``, ``title``, ``right``) and each run's :func:`page_cells`
+    with ``sort``, its place in :func:`sort_rows`' order by that column (ties share one; None when empty)."""
     rows = [{c: cell["value"] for c, cell in t.items()} for t in tables]
     cols = columns_of(rows, table=True)
     columns = [{"key": c, "title": _(HEADERS.get(c, c)), "right": all(_right_aligned(r.get(c)) for r in rows)}
@@ -178,10 +174,8 @@ HEADERS = {"job": N_("job"), "status": N_("status"), "final_loss": N_("final_los
 
 
 def distribution(rows: Sequence[dict[str, Any]]) -> str | None:
-    """One line over the completed training rows (at least 2, one focus token) that have a focus:
-    where the focus token ends at the last snapshot (each target, how many runs), its weight (range,
-    median), how many runs end above :data:`attnlab.core.focus.FOCUS_THRESHOLD`, and the final loss
-    (range, median); None for fewer rows."""
+    """One line over the completed training rows with a focus (at least 2, one focus token): its targets
+    at the last snapshot, its weight (range, median, how many above FOCUS_THRESHOLD), the final loss."""
     done = [r for r in rows if r.get("status") == "completed" and r.get("snapshot_step") is not None
             and isinstance(r.get("focus_weight"), float) and isinstance(r.get("final_loss"), (int, float))]
     if len(done) < 2 or len({r.get("focus_token") for r in done}) > 1:

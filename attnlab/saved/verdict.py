@@ -1,6 +1,5 @@
 """``attnlab-reproduce``'s verdict: a run and its reproduction compared quantity by quantity (every
-step's loss, every snapshot, and every value summary.json claims), both read through
-:mod:`attnlab.saved.safe_read`; and whether the differences are floating-point rounding."""
+step's loss, every snapshot, every value summary.json claims); whether differences are rounding."""
 from __future__ import annotations
 
 import contextlib
@@ -35,7 +34,7 @@ class Difference:
 
 
 def environment_differences(recorded: dict[str, Any] | None, current: dict[str, Any]) -> list[str]:
-    """One warning line per key whose recorded ``versions`` differ from ``current``."""
+    """A warning line per key of the recorded ``versions`` that differs from ``current``."""
     if not recorded:
         return ["warning: summary.json records no environment (versions); cannot check it matches"]
     return [f"warning: {printable(key, 60)} differs: {printable(recorded.get(key), 100)} when the run was made, "
