@@ -173,9 +173,13 @@ def default_run(default_cli_run) -> Path:
 
 @pytest.fixture(scope="session")
 def report_sweep(tmp_path_factory) -> Path:
-    """``attnlab -m optimizer.lr=0.01,0.05 logging=off``: two jobs of the default run, made once."""
-    folder, done = shared_once(tmp_path_factory, "report_sweep",
-                               _cli_run("-m", "optimizer.lr=0.01,0.05", "hydra.sweep.dir={folder}/sweep", "logging=off"))
+    """``attnlab -m optimizer.lr=0.01,0.05 logging=off``: two jobs of the default run, made once
+    (in the process of the worker that asks first: :func:`run_here`)."""
+    def make(folder: Path) -> dict:
+        proc = run_here("-m", "optimizer.lr=0.01,0.05", f"hydra.sweep.dir={folder}/sweep", "logging=off")
+        return {"returncode": proc.returncode, "stderr": proc.stderr}
+
+    folder, done = shared_once(tmp_path_factory, "report_sweep", make)
     assert done["returncode"] == 0, done["stderr"]
     return folder / "sweep"
 
