@@ -173,9 +173,13 @@ def default_run(default_cli_run) -> Path:
 
 @pytest.fixture(scope="session")
 def report_sweep(tmp_path_factory) -> Path:
-    """``attnlab -m optimizer.lr=0.01,0.05 logging=off``: two jobs of the default run, made once."""
-    folder, done = shared_once(tmp_path_factory, "report_sweep",
-                               _cli_run("-m", "optimizer.lr=0.01,0.05", "hydra.sweep.dir={folder}/sweep", "logging=off"))
+    """``attnlab -m optimizer.lr=0.01,0.05 logging=off``: two jobs of the default run, made once
+    (in the process of the worker that asks first: :func:`run_here`)."""
+    def make(folder: Path) -> dict:
+        proc = run_here("-m", "optimizer.lr=0.01,0.05", f"hydra.sweep.dir={folder}/sweep", "logging=off")
+        return {"returncode": proc.returncode, "stderr": proc.stderr}
+
+    folder, done = shared_once(tmp_path_factory, "report_sweep", make)
     assert done["returncode"] == 0, done["stderr"]
     return folder / "sweep"
 
@@ -216,17 +220,17 @@ def outside(tmp_path_factory):
 @pytest.fixture(autouse=True)
 def no_child_left():
     """A test that fails before it stops the ``attnlab`` it started leaves no process behind: every
-    ``attnlab`` child of this test process still running at the end is killed (read from /proc)."""
+    ``attnlab`` child of this test process still running at the end is killed (the children of each
+    of its threads, /proc/PID/task/TID/children)."""
     yield
-    me = os.getpid()
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+    for task in Path(f"/proc/{os.getpid()}/task").iterdir():
         try:
-            pid, rest = stat.read_text().split(" ", 1)
-            ppid = int(rest.rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
+            children = (task / "children").read_text().split()
+        except OSError:  # the thread ended
             continue
-        if ppid == me and b"attnlab" in (stat.parent / "cmdline").read_bytes():
+        for pid in children:
             try:
-                os.kill(int(pid), 9)
+                if b"attnlab" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    os.kill(int(pid), 9)
             except OSError:
                 pass
