@@ -188,10 +188,14 @@ def test_workers_draw_the_same_bytes_and_a_dead_or_missing_pool_draws_here(monke
         assert evolution.result() == plots.evolution_png(snaps, TOKENS, 7)  # the worker's bytes
         assert loss.result() == plots.loss_png(losses)
         np.testing.assert_array_equal(heatmap.result(), heatmap_pixels(TOKENS, snaps[1].weights, "step=10"))
-        busy = [drawing.Drawing(_pid_after, 0.4) for _ in range(3)]  # one drawn, one queued in the worker
+        busy = [drawing.Drawing(_pid_after, 0.8) for _ in range(4)]  # one drawn, one queued in the worker
+        while not (busy[0].future.running() and busy[1].future.running()):
+            time.sleep(0.01)
         late = drawing.Drawing(_pid_after, 0)
         assert late.result() == os.getpid()  # not started by the worker: drawn here, at once
-        assert all(b.result() != os.getpid() for b in busy)
+        assert busy[0].result() != os.getpid()  # the worker's; waiting for it, the run drew the newest not started
+        assert busy[3].future.done() and busy[3].result() == os.getpid()
+        assert busy[1].result() != os.getpid()
         dying = drawing.Drawing(_die_outside, os.getpid())
         concurrent.futures.wait([dying.future])
         assert dying.result() == "here"  # the worker died: drawn here

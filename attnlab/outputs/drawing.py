@@ -1,8 +1,8 @@
 """Figures drawn beside the run (tutorial §5's figures, TensorBoard's heatmaps): a spawned
 ``ProcessPoolExecutor`` worker imports matplotlib while the run imports torch, then draws on the other
-core; at the run's end the run draws what the worker has not started. Same functions, same bytes, and
-the run writes every file. Without a worker (not started, one core) or when it dies, the run draws
-them itself."""
+core. At the run's end the two draw side by side: the worker in the order sent, the run the newest
+drawings the worker has not started. Same functions, same bytes, and the run writes every file.
+Without a worker (not started, one core) or when it dies, the run draws them itself."""
 from __future__ import annotations
 
 import contextlib
@@ -14,6 +14,7 @@ from attnlab.core.i18n import language, set_language
 
 WORKERS = 1  # a second would draw beside it with a free core; under load it made the default run slower
 _pool = None  # this process's ProcessPoolExecutor, or None
+_sent: list["Drawing"] = []  # sent to the worker, their result not asked for yet
 
 
 def _prepare_worker(warm_up: Callable[[], None] | None) -> None:
@@ -51,6 +52,7 @@ def shutdown() -> None:
     """End the worker (after its current drawing); the next :func:`start` makes a new one."""
     global _pool
     pool, _pool = _pool, None
+    _sent.clear()
     if pool is not None:
         pool.shutdown(wait=True, cancel_futures=True)
 
@@ -70,17 +72,33 @@ class Drawing:
         if _pool is not None:
             with contextlib.suppress(RuntimeError):  # a broken (BrokenProcessPool) or shut-down pool
                 self.future = _pool.submit(_in_language, language(), function, *args)
+                _sent.append(self)
 
     def done(self) -> bool:
         """True when :meth:`result` will not wait for the worker."""
         return self.future is None or self.future.done()
 
     def result(self) -> Any:
-        """The drawing's value: the worker's when it has started it, else drawn here (the run's
-        process, idle at its end, draws what the worker has not reached)."""
-        if self.future is not None and not self.future.cancel():
-            from concurrent.futures import BrokenExecutor
+        """The value. What the worker has not started is drawn here; while the run waits for the
+        worker, it draws the newest drawings the worker has not started (their values kept)."""
+        from concurrent.futures import BrokenExecutor, Future
 
+        with contextlib.suppress(ValueError):
+            _sent.remove(self)
+        while self.future is not None and not self.future.done():
+            if self.future.cancel():  # not started by the worker
+                self.future = None
+                break
+            other = next((d for d in reversed(_sent) if d.future.cancel()), None)
+            if other is None:
+                break
+            _sent.remove(other)
+            other.future = Future()
+            try:
+                other.future.set_result(other.function(*other.args))
+            except Exception as err:  # raised by other.result()
+                other.future.set_exception(err)
+        if self.future is not None:
             try:
                 return self.future.result()
             except BrokenExecutor:  # the worker died: drawn here, a new pool at the next job

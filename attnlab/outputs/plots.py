@@ -227,6 +227,7 @@ class FigureSink(Sink):
         snapshots = self.snapshots
         if self._latest is not None and (not snapshots or self._latest.step > snapshots[-1].step):
             snapshots = pick_snapshots(snapshots + [self._latest])  # an early stop: its last snapshot too
+        loss = Drawing(loss_png, losses, self._ylabel)  # sent first: a run waiting for the worker draws the newest
         self._drawings = []
         if snapshots:
             self._drawings.append((self.EVOLUTION, Drawing(evolution_png, snapshots, self.tokens, self._received)))
@@ -234,7 +235,7 @@ class FigureSink(Sink):
             per_block = [dataclasses.replace(s, weights=s.layers[layer]) for s in snapshots]  # a GPT's blocks
             self._drawings.append((self.LAYER_EVOLUTION.format(layer=layer),
                                    Drawing(evolution_png, per_block, self.tokens, self._received)))
-        self._drawings.append((self.LOSS, Drawing(loss_png, losses, self._ylabel)))
+        self._drawings.append((self.LOSS, loss))
 
     def on_end(self, result: RunResult) -> None:
         interrupts.pause_point("drawing")  # a test hook: the run's records are written, its figures not yet
