@@ -93,11 +93,12 @@ class Drawing:
             if other is None:
                 break
             _sent.remove(other)
-            other.future = Future()
+            drawn = Future()  # set before it replaces other's cancelled one (an interrupt leaves that)
             try:
-                other.future.set_result(other.function(*other.args))
+                drawn.set_result(other.function(*other.args))
             except Exception as err:  # raised by other.result()
-                other.future.set_exception(err)
+                drawn.set_exception(err)
+            other.future = drawn
         if self.future is not None:
             try:
                 return self.future.result()
