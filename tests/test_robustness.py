@@ -228,14 +228,17 @@ def test_resource_trackers_start_ignoring_sighup_without_joblib_too():
 
 
 def test_sighup_to_a_joblib_sweep_interrupts_every_job_and_nothing_else(tmp_path):
-    """A closed terminal (SIGHUP to the whole process group) during a joblib sweep: both jobs say
-    interrupted, the table of both is printed, and no helper process (joblib's resource trackers)
-    dies with a traceback."""
-    sweep = tmp_path / "sweep"
+    """A closed terminal (SIGHUP to the whole process group) during a joblib sweep: both running jobs
+    say interrupted, also the slow one (~80 ms a step; the fast one ends first, and a job's SystemExit
+    would make joblib kill the other worker mid-step), the third job never starts, the table of both
+    is printed, and no helper process (joblib's resource trackers) dies with a traceback."""
+    sweep, text = tmp_path / "sweep", tmp_path / "long.txt"
+    text.write_text("Your journey starts with one step " * 170, encoding="utf-8")  # ~1,000 tokens
     env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
     proc = subprocess.Popen([sys.executable, "-m", "attnlab.commands.cli", "-m", f"hydra.sweep.dir={sweep}",
-                             "seed=1,2", "train.steps=2000000", "logging=off", "logging.console=false",
-                             "hydra/launcher=joblib", "hydra.launcher.n_jobs=2"], cwd=ROOT, env=env,
+                             f"text_file={text}", "model.d_model=8,768,16", "model.d_k=8", "train.steps=2000000",
+                             "logging=off", "logging.console=false", "hydra/launcher=joblib",
+                             "hydra.launcher.n_jobs=2"], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     _wait_for(lambda: len(list(sweep.glob("*/.metrics.csv.partial"))) == 2, 120, proc)  # both training
     os.killpg(proc.pid, signal.SIGHUP)
@@ -246,6 +249,7 @@ def test_sighup_to_a_joblib_sweep_interrupts_every_job_and_nothing_else(tmp_path
     assert len(lines) == 2 and all(line.startswith("interrupted ") for line in lines), err
     assert [r["status"] for r in read_csv(sweep / "summary.csv")] == ["interrupted", "interrupted"]
     assert "2 jobs, 0 completed, 2 not completed (interrupted)" in out
+    assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == ["0_model.d_model=8", "1_model.d_model=768"]
 
 
 # --- determinism ----------------------------------------------------------------------------

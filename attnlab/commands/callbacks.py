@@ -23,6 +23,20 @@ from attnlab.saved.report import write_sweep_report
 # the exit status of the last sweep that ended in this process (None: none did)
 sweep_exit_status: int | None = None
 _open_sweep: DictConfig | None = None  # a sweep that started and has not ended (its config)
+# in a launcher's worker: (the command's pid, the sweep dir) of a sweep one of its jobs stopped (interrupted);
+# kept here, not in commands.cli, whose job function a worker gets pickled by value with copied globals
+_stopped_here: tuple[str, str] | None = None
+
+
+def stop_sweep_here(sweep: tuple[str, str]) -> None:
+    """No further job of ``sweep`` runs in this process."""
+    global _stopped_here
+    _stopped_here = sweep
+
+
+def sweep_stopped_here(sweep: tuple[str, str] | None) -> bool:
+    """Whether a job of ``sweep`` (None: not in a worker) stopped it in this process."""
+    return sweep is not None and sweep == _stopped_here
 
 
 def _claim(config: DictConfig, kind: str) -> None:

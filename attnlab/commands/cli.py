@@ -7,6 +7,7 @@ at its next training step (status ``interrupted``).
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -33,6 +34,17 @@ from attnlab.outputs import artifacts, rundir, streams
 from attnlab.outputs.console import display_path
 
 FULL_ERROR = "ATTNLAB_FULL_ERROR"  # the user's HYDRA_FULL_ERROR (attnlab sets Hydra's to 1 to catch its errors)
+# the pid of the command's process: a job in another one (a launcher's worker) never ends the command with
+# SystemExit there (joblib would kill the other workers, mid-write); the worker runs no more jobs instead
+MAIN_PID = "ATTNLAB_MAIN_PID"
+
+
+def _end_command(code: int, sweep: tuple[str, str] | None) -> None:
+    """``sys.exit(code)`` in the command's process; in a launcher's worker (``sweep``: its command's
+    pid and sweep dir), no further job of that sweep runs here (:func:`callbacks.stop_sweep_here`)."""
+    if sweep is None:
+        sys.exit(code)
+    callbacks.stop_sweep_here(sweep)
 
 
 @hydra.main(version_base="1.3", config_path="pkg://attnlab.conf", config_name="config")
@@ -40,13 +52,20 @@ def _hydra_main(cfg: DictConfig) -> str:
     streams.install()  # a launcher's worker process too (idempotent)
     hc = HydraConfig.get()
     run_dir, in_sweep = Path(hc.runtime.output_dir), hc.mode == RunMode.MULTIRUN
+    main_pid = os.environ.get(MAIN_PID, str(os.getpid()))
+    in_worker = (main_pid, str(hc.sweep.dir)) if main_pid != str(os.getpid()) else None
+    if callbacks.sweep_stopped_here(in_worker):  # the sweep was stopped: this job does not start
+        with contextlib.suppress(OSError):
+            run_dir.rmdir()  # the empty folder Hydra made for it
+        return "interrupted"
     os.chdir(hc.runtime.cwd)  # hydra.job.chdir=true changes no path's meaning (Hydra changes back after the job)
     overrides = OmegaConf.to_container(hc.overrides.task, resolve=False)  # as typed, never resolved
     try:
         result = run_job(cfg, run_dir, overrides=overrides, key="hydra.sweep.subdir" if in_sweep else "hydra.run.dir")
     except AttnlabError as err:  # a sweep job's folder refused
         print(_("error: {message}").format(message=err), file=sys.stderr)
-        sys.exit(EXIT_BAD_INPUT)
+        _end_command(EXIT_BAD_INPUT, in_worker)
+        return "failed"
     if result.exception is not None and os.environ.get(FULL_ERROR) == "1":
         raise result.exception
     reason = result.error if (result.error or "").startswith(result.status) else f"{result.status}: {result.error}"
@@ -55,19 +74,20 @@ def _hydra_main(cfg: DictConfig) -> str:
               if result.unrecorded == result.error else
               f"{reason}; summary.json does not say so ({result.unrecorded}); records kept in {display_path(run_dir)}",
               file=sys.stderr)
-        sys.exit(EXIT_FAILED_RUN)
-    if result.status != "completed":
+        _end_command(EXIT_FAILED_RUN, in_worker)
+    elif result.status != "completed":
         print(_("error: {message}").format(message=result.error) if result.bad_input else
               _("{reason}; records kept in {run_dir}").format(reason=reason, run_dir=display_path(run_dir)),
               file=sys.stderr)
         if not in_sweep or result.status == "interrupted":  # Ctrl-C stops a sweep; a bad job does not
-            sys.exit(EXIT_BAD_INPUT if result.bad_input else EXIT_FAILED_RUN)
+            _end_command(EXIT_BAD_INPUT if result.bad_input else EXIT_FAILED_RUN, in_worker)
     elif result.late_signal is not None:  # after the last step: the run completed
         if in_sweep:
             print(f"interrupted: the sweep stops after {display_path(run_dir)}, which completed", file=sys.stderr)
-            sys.exit(EXIT_FAILED_RUN)
-        print(f"note: interrupt received after the last step; the run completed ({display_path(run_dir)})",
-              file=sys.stderr)
+            _end_command(EXIT_FAILED_RUN, in_worker)
+        else:
+            print(f"note: interrupt received after the last step; the run completed ({display_path(run_dir)})",
+                  file=sys.stderr)
     return result.status
 
 
@@ -148,6 +168,7 @@ def main() -> None:
     first = next((i for i, a in enumerate(prepared) if "=" in a and not a.startswith("-")), 0)
     help_page = ["hydra/help=attnlab_zh"] if lang == "zh" else []  # `attnlab --help` in the learner's language
     sys.argv[1:] = [*prepared[:first], *HYDRA_WRITES_NOTHING, *help_page, *prepared[first:]]  # beside the user's
+    os.environ[MAIN_PID] = str(os.getpid())
     os.environ.setdefault(FULL_ERROR, os.environ.get("HYDRA_FULL_ERROR", "0"))
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises its errors here instead of printing its report
     # a launcher whose worker was killed leaves its semaphores to multiprocessing's tracker: no warning for that
