@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -250,6 +251,23 @@ def test_sighup_to_a_joblib_sweep_interrupts_every_job_and_nothing_else(tmp_path
     assert [r["status"] for r in read_csv(sweep / "summary.csv")] == ["interrupted", "interrupted"]
     assert "2 jobs, 0 completed, 2 not completed (interrupted)" in out
     assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == ["0_model.d_model=8", "1_model.d_model=768"]
+
+
+def test_a_job_refused_in_a_joblib_worker_exits_2_and_the_other_job_completes(tmp_path):
+    """Two jobs aimed at one folder under joblib: the one refused says so in one line and the command
+    exits 2 (as with the basic launcher), while the other job runs to its end (not killed by joblib)."""
+    sweep = tmp_path / "sweep"
+    proc = subprocess.Popen([sys.executable, "-m", "attnlab.commands.cli", "-m", f"hydra.sweep.dir={sweep}",
+                             "hydra.sweep.subdir=same", "seed=1,2", "train.steps=3000", "logging=off",
+                             "logging.console=false", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2"], cwd=ROOT,
+                            env={k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(f"error: hydra.sweep.subdir='{sweep / 'same'}': "), err
+    assert [r["status"] for r in read_csv(sweep / "summary.csv")] == ["completed"]
+    assert not list(Path(tempfile.gettempdir()).glob(f"attnlab-{proc.pid}-exit-*"))  # read and removed
 
 
 # --- determinism ----------------------------------------------------------------------------

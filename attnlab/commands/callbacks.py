@@ -6,6 +6,7 @@ import contextlib
 import os
 import signal
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +29,23 @@ _open_sweep: DictConfig | None = None  # a sweep that started and has not ended 
 _stopped_here: tuple[str, str] | None = None
 
 
-def stop_sweep_here(sweep: tuple[str, str]) -> None:
-    """No further job of ``sweep`` runs in this process."""
+def stop_sweep_here(sweep: tuple[str, str], code: int) -> None:
+    """No further job of ``sweep`` runs in this process; the command ends with at least ``code``
+    (:func:`worker_exit_status`)."""
     global _stopped_here
     _stopped_here = sweep
+    with contextlib.suppress(OSError):  # for the command's process, which cannot see this one's return value
+        (Path(tempfile.gettempdir()) / f"attnlab-{sweep[0]}-exit-{os.getpid()}").write_text(str(code), "ascii")
+
+
+def worker_exit_status() -> int:
+    """The highest exit status a launcher's worker asked for in this command (0: none); read once."""
+    codes = [0]
+    for path in Path(tempfile.gettempdir()).glob(f"attnlab-{os.getpid()}-exit-*"):
+        with contextlib.suppress(OSError, ValueError):
+            codes.append(int(path.read_text("ascii")))
+            path.unlink()
+    return max(codes)
 
 
 def sweep_stopped_here(sweep: tuple[str, str] | None) -> bool:

@@ -44,7 +44,7 @@ def _end_command(code: int, sweep: tuple[str, str] | None) -> None:
     pid and sweep dir), no further job of that sweep runs here (:func:`callbacks.stop_sweep_here`)."""
     if sweep is None:
         sys.exit(code)
-    callbacks.stop_sweep_here(sweep)
+    callbacks.stop_sweep_here(sweep, code)
 
 
 @hydra.main(version_base="1.3", config_path="pkg://attnlab.conf", config_name="config")
@@ -169,6 +169,7 @@ def main() -> None:
     help_page = ["hydra/help=attnlab_zh"] if lang == "zh" else []  # `attnlab --help` in the learner's language
     sys.argv[1:] = [*prepared[:first], *HYDRA_WRITES_NOTHING, *help_page, *prepared[first:]]  # beside the user's
     os.environ[MAIN_PID] = str(os.getpid())
+    callbacks.worker_exit_status()  # none left by an earlier process of this pid
     os.environ.setdefault(FULL_ERROR, os.environ.get("HYDRA_FULL_ERROR", "0"))
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises its errors here instead of printing its report
     # a launcher whose worker was killed leaves its semaphores to multiprocessing's tracker: no warning for that
@@ -177,7 +178,8 @@ def main() -> None:
     try:
         with interrupts.deferred():
             _hydra_main()
-        code = callbacks.sweep_exit_status or 0  # a sweep with a job that did not complete: 1
+        # a sweep with a job that did not complete: 1; a job a launcher's worker refused: 2
+        code = max(callbacks.sweep_exit_status or 0, callbacks.worker_exit_status())
     except SystemExit as end:  # a job that stopped the command (interrupted, or its folder refused: 2)
         code = end.code
         raise
