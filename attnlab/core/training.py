@@ -73,10 +73,11 @@ def build_model(cfg: DictConfig, tokens: tokenizer.Tokens, order: str = "trainin
     if tokens.focus >= seq_len:
         raise ConfigError("train.focus_token", cfg.train.focus_token, _(
             "must be a position in the recorded window [0, {context})").format(context=seq_len))
-    threads.configure(cfg, seq_len)
+    spec = model_spec(cfg)
+    head = spec.n_layers > 0 or (order == "training" and plain(cfg.train.objective) == "next_token")
+    threads.configure(cfg, seq_len, tokens.vocab_size if head else 0, spec.out_proj)  # the whole step counted
     torch.manual_seed(cfg.seed)
     deterministic_algorithms()
-    spec = model_spec(cfg)
     if spec.n_layers:
         model = build_gpt(spec, tokens.vocab_size, seq_len)
     elif order == "walkthrough":
