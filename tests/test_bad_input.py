@@ -485,7 +485,7 @@ def _reproduce_case(rid: str, tmp: Path, finished: Path) -> dict:
         else:
             shutil.copytree(finished, run)
             if rid == "killed_run":
-                artifacts.write_summary(run, status="running")  # what a run killed mid-way leaves
+                artifacts.update_summary(run, status="running")  # what a run killed mid-way leaves
         before = _tree(run)
         proc = _run([sys.executable, "-m", "attnlab.commands.cli", f"hydra.run.dir={'' if where == run else run}", *QUIET],
                     where)
@@ -517,7 +517,7 @@ def _reproduce_case(rid: str, tmp: Path, finished: Path) -> dict:
         elif rid == "repro_target":
             cfg.write_text(cfg.read_text().replace("torch.optim.Adam", "os.system"))
         elif rid == "repro_running":
-            artifacts.write_summary(run, status="running")
+            artifacts.update_summary(run, status="running")
         before = _tree(run) if run.exists() else None
         proc = _run([sys.executable, "-m", "attnlab.commands.reproduce", str(run)], tmp)
         cmd = "attnlab-reproduce RUN_DIR"

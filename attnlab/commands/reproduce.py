@@ -23,7 +23,7 @@ from typing import Any, Sequence
 import yaml
 
 from attnlab.commands.job import run_job
-from attnlab.core import checks, threads, tokenizer
+from attnlab.core import checks, threads
 from attnlab.core.config import apply_schema, literal, plain
 from attnlab.core.errors import AttnlabError, ConfigError, RunDirError, describe
 from attnlab.core.files import printable
@@ -131,8 +131,7 @@ def reproduce(run_dir: Path, out: Path | None = None, text_file: Path | None = N
         out = stamped(f"{sweep}-repro") / run_dir.name if in_sweep else stamped(f"{run_dir}-repro")
     if (problem := safe_read.output_problem(Path(out), [run_dir])) is not None:
         raise RunDirError(problem)
-    checks.validate(cfg)  # value and text checks (ConfigError / TokenizerError) before any folder is made
-    tokenizer.tokenize(cfg)
+    tokens = checks.validated_tokens(cfg)  # value and text checks (ConfigError / TokenizerError) before any folder
     # the environment: the recorded thread count (the same reductions, the same bits), the rest warned about
     versions = summary.get("versions")
     recorded_threads = threads.for_reproduction(versions)
@@ -160,10 +159,9 @@ def reproduce(run_dir: Path, out: Path | None = None, text_file: Path | None = N
         rundir.abandon(out)
         raise
     cfg.logging.console = False  # the verdict is the output; the numbers do not depend on it
-    result = run_job(cfg, out)
+    result = run_job(cfg, out, recorded={"reproduced_from": str(run_dir)}, tokens=tokens)
     if result.bad_input:  # checked above: only a text file that changed since can get here
         raise ConfigError("text_file", data.get("text_file"), result.error or "refused")
-    artifacts.write_summary(out, reproduced_from=str(run_dir))
     diffs = compare_runs(run_dir, out)
     rounding = None if not diffs or one_path else _rounding(run_dir, out, diffs, versions, now, text_file)
     return (EXIT_SAME if not diffs or rounding else EXIT_DIFFERENT), out, diffs, rounding

@@ -197,8 +197,9 @@ class LossRecorder:
 
 @one_at_a_time
 def train(cfg: DictConfig, sinks: Iterable[Sink] = (), run_dir: Path | None = None,
-          keep_snapshots: bool = True, keep_losses: bool = True) -> RunResult:
-    """Run tutorial §5's training as ``cfg`` says, sending records to ``sinks`` in order.
+          keep_snapshots: bool = True, keep_losses: bool = True, tokens: tokenizer.Tokens | None = None) -> RunResult:
+    """Run tutorial §5's training as ``cfg`` says, sending records to ``sinks`` in order. ``tokens``: the
+    caller's :func:`checks.validated_tokens` of ``cfg`` (None: made here).
 
     ``status``: completed; diverged (a non-finite loss or update, kept up to the step before);
     interrupted (KeyboardInterrupt between steps); failed (re-raised, an OSError as WriteError,
@@ -206,8 +207,7 @@ def train(cfg: DictConfig, sinks: Iterable[Sink] = (), run_dir: Path | None = No
     """
     sinks = list(sinks)
     # build: text → ids (§1), parameters in §5's order (§2–4), the optimizer
-    checks.validate(cfg)
-    tokens = tokenizer.tokenize(cfg)
+    tokens = tokens or checks.validated_tokens(cfg)
     checks.resources(cfg, tokens.seq_len, tokens.vocab_size, run_dir)
     model = build_model(cfg, tokens)
     ids = torch.tensor(tokens.token_ids, device=next(model.parameters()).device)  # (T,)
