@@ -324,10 +324,11 @@ def finished_run(tmp_path_factory) -> Path:
 
 def test_summary_says_running_until_the_last_figure_is_written(tmp_path, attnlab_here, monkeypatch):
     """summary.json says how the run ended only once every file is written: a run killed after
-    its records, while its figures are drawn, reads as killed (not completed without figures)."""
+    its records, while its figures are drawn, reads as killed (not completed without figures), and
+    its row has the 30 steps its records hold."""
     run, seen = tmp_path / "run", []
     at_phase(monkeypatch, "drawing", lambda: seen.append(
-        (summary(run)["status"], summary(run)["steps_run"], (run / "metrics.csv").is_file(),
+        (summary(run)["status"], runs.job_row(run)["steps_run"], (run / "metrics.csv").is_file(),
          (run / "attention_evolution.png").exists())))
     assert attnlab_here(f"hydra.run.dir={run}", "logging.console=false", "train.steps=30",
                         "train.snapshot_steps=[0,29]").returncode == 0
