@@ -20,7 +20,6 @@ from attnlab.commands.sweep import job_dirname
 from attnlab.core import checks
 from attnlab.core.errors import ConfigError
 from attnlab.saved import report, report_data
-from attnlab.saved.verdict import compare_runs
 
 from conftest import ROOT, compose_cfg, run_here
 

@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import contextlib
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from attnlab.commands.argv import prepare
 from attnlab.commands.cli import error_line, refusal
 from attnlab.commands.hydra_config import register_configs
 from attnlab.core import training
+from attnlab.core import walkthrough as core_walkthrough
+from attnlab.core.config import plain
 from attnlab.core.errors import AttnlabError
+from attnlab.core.i18n import LANGUAGES, set_language
 from attnlab.core.records import RunResult, Snapshot
-from attnlab.core.walkthrough import walkthrough
 
 __all__ = ["compose", "train", "walkthrough", "RunResult", "Snapshot"]
 
@@ -40,11 +42,26 @@ def compose(*overrides: str, config_name: str = "config") -> DictConfig:
 
 
 def train(cfg: DictConfig, *args, **kwargs) -> RunResult:
-    """:func:`attnlab.core.training.train` (same arguments), the caller's torch thread count kept."""
+    """:func:`attnlab.core.training.train` (same arguments) speaking ``cfg.lang``, the caller's torch
+    thread count kept."""
     import torch
 
     caller = torch.get_num_threads()
+    _speak(cfg)
     try:
         return training.train(cfg, *args, **kwargs)
     finally:
         torch.set_num_threads(caller)
+
+
+def walkthrough(cfg: DictConfig, *args, **kwargs) -> dict:
+    """:func:`attnlab.core.walkthrough.walkthrough` (same arguments) speaking ``cfg.lang``."""
+    _speak(cfg)
+    return core_walkthrough.walkthrough(cfg, *args, **kwargs)
+
+
+def _speak(cfg: DictConfig) -> None:
+    """``_()`` in ``cfg``'s language from now on (a ``lang`` it does not have: left as it is)."""
+    lang = plain(OmegaConf.select(cfg, "lang", default=None))
+    if lang in LANGUAGES:
+        set_language(lang)

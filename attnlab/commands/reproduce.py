@@ -28,15 +28,15 @@ import yaml
 from omegaconf import DictConfig
 
 from attnlab.commands.job import run_job
-from attnlab.core import checks, threads, tokenizer
+from attnlab.core import checks, threads
 from attnlab.core.config import apply_schema, literal, plain
 from attnlab.core.errors import AttnlabError, ConfigError, RunDirError, describe
 from attnlab.core.files import printable
 from attnlab.core.i18n import N_, _
-from attnlab.outputs import artifacts, rundir, streams
+from attnlab.outputs import artifacts, destination, rundir, streams
 from attnlab.outputs.console import display_path
 from attnlab.saved import runs, safe_read
-from attnlab.saved.table import format_table, write_csv
+from attnlab.saved.table import csv_text, format_table
 from attnlab.saved.verdict import (
     BITS,
     CANNOT,
@@ -141,8 +141,8 @@ def default_out(run_dir: Path) -> Path:
 
 
 def prepare(run_dir: Path, out: Path | None, text_file: Path | None = None) -> tuple[Path, Path, DictConfig,
-                                                                                      dict[str, Any]]:
-    """``(run_dir resolved, out, the config to run, the original's summary)`` after every check that needs
+                                                                                      dict[str, Any], Any]:
+    """``(run_dir resolved, out, the config to run, the original's summary, its tokens)`` after every check that needs
     no torch: the config read as data and checked, the original's files, ``out`` (default
     :func:`default_out`). Raises RunDirError / ConfigError / TokenizerError (one line); writes nothing."""
     if not Path(run_dir).is_dir():
@@ -157,9 +157,8 @@ def prepare(run_dir: Path, out: Path | None, text_file: Path | None = None) -> t
     out = Path(out) if out is not None else default_out(run_dir)
     if (problem := safe_read.output_problem(out, [run_dir])) is not None:
         raise RunDirError(problem)
-    checks.validate(cfg)  # value and text checks (ConfigError / TokenizerError) before any folder is made
-    tokenizer.tokenize(cfg)
-    return run_dir, out, cfg, summary
+    tokens = checks.validated_tokens(cfg)  # value and text checks (ConfigError / TokenizerError) before any folder
+    return run_dir, out, cfg, summary, tokens
 
 
 def rerun(run_dir: Path, out: Path, text_file: Path | None = None, draw: bool = False) -> Rerun | str:
@@ -177,7 +176,7 @@ def rerun(run_dir: Path, out: Path, text_file: Path | None = None, draw: bool = 
 
 
 def _rerun(run_dir: Path, out: Path, text_file: Path | None, draw: bool) -> Rerun:
-    run_dir, out, cfg, summary = prepare(run_dir, out, text_file)
+    run_dir, out, cfg, summary, tokens = prepare(run_dir, out, text_file)
     data = saved_config(run_dir, text_file)[0]
     story = config_story(run_dir, data) if isinstance(summary.get("config"), dict) else []
     recorded_threads = threads.for_reproduction(summary.get("versions"))
@@ -195,10 +194,9 @@ def _rerun(run_dir: Path, out: Path, text_file: Path | None, draw: bool) -> Reru
     except BaseException:
         rundir.abandon(out)
         raise
-    result = run_job(cfg, out)
+    result = run_job(cfg, out, recorded={"reproduced_from": str(run_dir)}, tokens=tokens)
     if result.bad_input:  # checked above: only a text file that changed since can get here
         raise ConfigError("text_file", data.get("text_file"), result.error or "refused")
-    artifacts.write_summary(out, reproduced_from=str(run_dir))
     now = artifacts.environment(str(cfg.device))
     diffs = compare_runs(run_dir, out) if result.status != "interrupted" else []
     return Rerun(str(out), now["cpu_capability"], {k: now.get(k) for k in (*BITS, "torch_threads")},
@@ -351,16 +349,18 @@ def verdict_table(rows: Sequence[dict[str, Any]], out: Path) -> str:
         out=display_path(out))
 
 
-def reproduce_many(paths: Sequence[Path], out: Path | None, csv: Path | None, jobs: int, draw: bool = False) -> int:
+def reproduce_many(paths: Sequence[Path], out: Path | None, csv: Path | None, jobs: int, draw: bool = False,
+                   force: bool = False) -> int:
     """Every run under ``paths`` verified (:func:`verify`, reproductions in ``OUT/NAME``, default
     ``PATH-repro-<time>`` for one PATH, else ``repro-<time>``); one verdict table sorted by student
     (the run's ``name``, then its folder). Exit status 1 when a run is not verified, else 0. Raises
     RunDirError."""
     found = runs.named_runs(paths)
     out = out or stamped(f"{str(paths[0]).rstrip('/')}-repro" if len(paths) == 1 else "repro")
-    for key, path in (("--out", out), ("--csv", csv)):
-        if path is not None and (problem := safe_read.output_problem(path, [r for r, _, _ in found], key=key)):
-            raise RunDirError(problem)
+    read = [r for r, _, _ in found]
+    if (problem := safe_read.output_problem(out, read, key="--out")) or csv is not None and (
+            problem := destination.refusal(csv, key="--csv", kind="csv", force=force, reads=read)):
+        raise RunDirError(problem)
     ready, verdicts = list(range(len(found))), {}  # each run is checked in its worker before it runs
     interrupted = False
     try:
@@ -373,7 +373,8 @@ def reproduce_many(paths: Sequence[Path], out: Path | None, csv: Path | None, jo
                   key=lambda row: (row["name"] is None, row["name"] or "", row["job"]))
     print(verdict_table(rows, out))
     if csv is not None:
-        write_csv(rows, csv, ["job", "name", "verdict", "differs", "reproduction"])
+        destination.write(csv, csv_text(rows, ["job", "name", "verdict", "differs", "reproduction"]).encode("utf-8"),
+                          key="--csv", kind="csv", force=force, reads=read)
         print(_("csv: {file}").format(file=printable(str(csv), 300)))
     if interrupted or any(r["verdict"] == INTERRUPTED for r in rows):
         print(_("interrupted: the runs not verified say so"), file=sys.stderr)
@@ -384,7 +385,7 @@ def reproduce(run_dir: Path, out: Path | None = None, text_file: Path | None = N
               draw: bool = False) -> tuple[int, Verdict]:
     """One run verified (:func:`verify`) into ``out`` (default :func:`default_out`): (exit status,
     verdict). Raises RunDirError / ConfigError (one line) when it cannot be reproduced; notes to stderr."""
-    run_dir, out, cfg, summary = prepare(run_dir, out, text_file)
+    run_dir, out, cfg, summary, _tokens = prepare(run_dir, out, text_file)
     versions, now = summary.get("versions"), artifacts.environment(str(cfg.device))  # torch loads here
     if (recorded_threads := threads.for_reproduction(versions)) is not None:
         now = {**now, "torch_threads": recorded_threads}  # the reproduction runs with them
@@ -427,6 +428,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help=_("write the verdict table as CSV too (one run then gets the table too)"))
     parser.add_argument("-j", "--jobs", metavar="N", type=int, default=os.cpu_count() or 1,
                         help=_("several runs: reproductions at a time (default: this machine's cores)"))
+    parser.add_argument("--force", action="store_true", help=_("replace a --csv file that attnlab did not write"))
     parser.add_argument("--artifacts", action="store_true",
                         help=_("draw each reproduction's figures, TensorBoard and report page too (default: only "
                                "the files the verdict compares)"))
@@ -436,7 +438,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(_("--text-file reproduces one run: pass its RUN_DIR alone"))
     try:
         if many:
-            return reproduce_many(args.paths, args.out, args.csv, args.jobs, args.artifacts)
+            return reproduce_many(args.paths, args.out, args.csv, args.jobs, args.artifacts, args.force)
         code, verdict = reproduce(args.paths[0], args.out, args.text_file, args.artifacts)
     except AttnlabError as err:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
