@@ -43,7 +43,7 @@ class JobResult(NamedTuple):
     late_signal: int | None = None
 
 
-def make_sinks(cfg: DictConfig, run_dir: Path) -> list[Sink]:
+def make_sinks(cfg: DictConfig, run_dir: Path, show_dir: bool = True) -> list[Sink]:
     """The sinks ``logging.*`` asks for (the run-dir files always), in the order they end: files,
     figures, then those showing the status, so a file not written at the end makes them say ``failed``."""
     sinks: list[Sink] = [artifacts.RunDirSink(run_dir, final_status=False)]  # the status: _job, at the end
@@ -56,29 +56,31 @@ def make_sinks(cfg: DictConfig, run_dir: Path) -> list[Sink]:
 
         sinks.append(TensorBoardSink(run_dir, images=cfg.logging.images))
     if cfg.logging.console:
-        sinks.append(ConsoleSink(progress=cfg.logging.progress, prefix=job_prefix()))
+        sinks.append(ConsoleSink(progress=cfg.logging.progress, prefix=job_prefix(), where=show_dir))
     return sinks
 
 
 def run_job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None,
-            key: str = "hydra.run.dir") -> JobResult:
+            key: str = "hydra.run.dir", show_dir: bool = True) -> JobResult:
     """Run one job into ``run_dir``: ``task=train`` trains (tutorial §5), ``task=walkthrough`` narrates
     §1–4; ``cfg`` may be untyped (a saved config). ``run_dir`` is claimed first (RunDirError naming
     ``key`` when refused, nothing written). ``summary.json`` says ``running`` first, with the resolved
-    ``config`` and the ``overrides`` (enough to reproduce the run), and the status last."""
+    ``config`` and the ``overrides`` (enough to reproduce the run), and the status last. ``show_dir``:
+    the console's closing line names ``run_dir`` (not for a folder removed afterwards)."""
     run_dir = Path(run_dir)
     hc = HydraConfig.get() if HydraConfig.initialized() else None  # None: attnlab-reproduce, the benchmarks
     rundir.claim(run_dir, key=key).started = True  # a job writes there now: abandon() leaves the folder be
     try:
         with interrupts.deferred(), interrupts.shielded():  # only the training loop is interruptible
-            result = _job(cfg, run_dir, overrides, hc)
+            result = _job(cfg, run_dir, overrides, hc, show_dir)
             return result._replace(late_signal=interrupts.requested()) if result.status == "completed" else result
     finally:
         drawing.shutdown()
         rundir.release(run_dir)
 
 
-def _job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None, hc: DictConfig | None) -> JobResult:
+def _job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None, hc: DictConfig | None,
+         show_dir: bool = True) -> JobResult:
     # phase 1: summary.json says running, before anything else is looked at
     job_num = OmegaConf.select(hc, "job.num", default=None) if hc is not None else None
     try:
@@ -106,7 +108,7 @@ def _job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None, hc: DictCo
         artifacts.write_summary(run_dir, config=resolved)  # with the focus token's position
         drawing.start(typed, plots.warm_up)  # figure workers import matplotlib while this process imports torch
         artifacts.write_summary(run_dir, versions=artifacts.environment(resolved["device"]))
-        result = _run(typed, run_dir)
+        result = _run(typed, run_dir, show_dir)
     except KeyboardInterrupt:  # outside the training loop, which records its own interrupt
         result = JobResult("interrupted", "interrupted before the training steps")
     except AttnlabError as err:  # ours are one line as they stand; a file not written is no bad input
@@ -126,7 +128,7 @@ def _job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None, hc: DictCo
     return result
 
 
-def _run(cfg: DictConfig, run_dir: Path) -> JobResult:
+def _run(cfg: DictConfig, run_dir: Path, show_dir: bool = True) -> JobResult:
     if cfg.task == Task.walkthrough:  # §1–4 printed, [job N]-prefixed in a parallel sweep; arrays saved
         from attnlab.core.walkthrough import walkthrough
 
@@ -138,12 +140,13 @@ def _run(cfg: DictConfig, run_dir: Path) -> JobResult:
                                 versions=artifacts.environment(str(cfg.device)),  # the torch threads used
                                 **observe(cfg, ids, token_labels(ids, cfg.tokenizer.encoding), arrays))
         if shown:
-            print(prefixed(f"\ncompleted: walkthrough  ->  {display_path(run_dir)}/{artifacts.WALKTHROUGH}", prefix))
+            where = f"  ->  {display_path(run_dir)}/{artifacts.WALKTHROUGH}" if show_dir else ""
+            print(prefixed(f"\ncompleted: walkthrough{where}", prefix))
         return JobResult("completed")
     from attnlab.core.training import train
 
     focus, layers = FocusSink(), [FocusSink(layer) for layer in range(cfg.model.n_layers)]  # a GPT's blocks too
-    result = train(cfg, [*make_sinks(cfg, run_dir), focus, *layers], run_dir=run_dir, keep_snapshots=False,
+    result = train(cfg, [*make_sinks(cfg, run_dir, show_dir), focus, *layers], run_dir=run_dir, keep_snapshots=False,
                    keep_losses=False)
     per_layer = {"focus_layers": [s.summary()["focus"] for s in layers]} if layers and focus.last is not None else {}
     artifacts.write_summary(run_dir, versions=artifacts.environment(str(cfg.device)),  # the torch threads used
