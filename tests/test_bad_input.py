@@ -91,8 +91,8 @@ CASES = [
          "sentence='Your journey starts with one step': has 6 tokens, more than tokenizer.max_tokens=5"),
     Case("max_tokens_zero", "a non-positive `tokenizer.max_tokens`", ("tokenizer.max_tokens=0",), "ours",
          "tokenizer.max_tokens=0: must be a positive integer"),
-    Case("unknown_encoding", "an unknown `tokenizer.encoding`", ("tokenizer.encoding=nope",), "ours",
-         "tokenizer.encoding='nope': unknown encoding; allowed: "),
+    Case("unknown_encoding", "an encoding attnlab does not ship (it would be downloaded)", ("tokenizer.encoding=nope",), "ours",
+         "tokenizer.encoding='nope': must be gpt2"),
     Case("text_file_missing", "a `text_file` that does not exist", ("text_file=/nonexistent/text.txt",), "ours",
          "text_file='/nonexistent/text.txt': must be a readable UTF-8 file"),
     # issue 10: values that Hydra/OmegaConf resolve or refuse
@@ -485,7 +485,7 @@ def _reproduce_case(rid: str, tmp: Path, finished: Path) -> dict:
         else:
             shutil.copytree(finished, run)
             if rid == "killed_run":
-                artifacts.write_summary(run, status="running")  # what a run killed mid-way leaves
+                artifacts.update_summary(run, status="running")  # what a run killed mid-way leaves
         before = _tree(run)
         proc = _run([sys.executable, "-m", "attnlab.commands.cli", f"hydra.run.dir={'' if where == run else run}", *QUIET],
                     where)
@@ -517,7 +517,7 @@ def _reproduce_case(rid: str, tmp: Path, finished: Path) -> dict:
         elif rid == "repro_target":
             cfg.write_text(cfg.read_text().replace("torch.optim.Adam", "os.system"))
         elif rid == "repro_running":
-            artifacts.write_summary(run, status="running")
+            artifacts.update_summary(run, status="running")
         before = _tree(run) if run.exists() else None
         proc = _run([sys.executable, "-m", "attnlab.commands.reproduce", str(run)], tmp)
         cmd = "attnlab-reproduce RUN_DIR"

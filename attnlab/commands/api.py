@@ -30,8 +30,9 @@ from attnlab.commands.cli import error_line, refusal
 from attnlab.commands.display import Run, SweepTable
 from attnlab.commands.hydra_config import register_configs
 from attnlab.core import i18n, training
+from attnlab.core.config import plain
 from attnlab.core.errors import AttnlabError
-from attnlab.core.i18n import _
+from attnlab.core.i18n import LANGUAGES, _
 from attnlab.core.records import RunInfo, RunResult, Sink, Snapshot
 
 __all__ = ["compose", "train", "walkthrough", "sweep", "exercise", "check", "use_chinese_font", "Run", "SweepTable",
@@ -187,6 +188,7 @@ def _train(cfg: DictConfig, sinks: list[Sink], run_dir: Path | None, keep_snapsh
     from attnlab.outputs.console import ConsoleSink
 
     typed = apply_schema(cfg)
+    _speak(typed)
     focus, start = FocusSink(), _Start()
     shown = [ConsoleSink(progress=typed.logging.progress, notebook=notebook)] if typed.logging.console else []
     caller = torch.get_num_threads()
@@ -207,7 +209,15 @@ def walkthrough(*args: Any, print_line: Callable[[str], object] = print, **optio
     from attnlab.core.walkthrough import walkthrough as narrate
 
     cfg = _config(args or ("experiment=tutorial_walkthrough",), options, "walkthrough")
+    _speak(cfg)
     return narrate(cfg, print_line=print_line)
+
+
+def _speak(cfg: DictConfig) -> None:
+    """``_()`` in ``cfg``'s language from now on (a ``lang`` it does not have: left as it is)."""
+    lang = plain(OmegaConf.select(cfg, "lang", default=None))
+    if lang in LANGUAGES:
+        i18n.set_language(lang)
 
 
 def sweep_size(params: dict[str, str]) -> int:

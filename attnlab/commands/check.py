@@ -22,10 +22,12 @@ import numpy as np
 import torch
 
 from attnlab.commands.api import compose
+from attnlab.core.errors import AttnlabError
 from attnlab.core.i18n import _
 from attnlab.core.tokenizer import tokenize
 from attnlab.core.training import build_model
 from attnlab.core.walkthrough import walkthrough
+from attnlab.outputs import destination
 
 EXIT_PASSED, EXIT_DIFFERS, EXIT_NOT_LOADED = 0, 1, 2
 TEMPLATE = Path(__file__).with_name("check_template.py")
@@ -197,13 +199,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help=_("write the six functions to fill in to FILE.py (never over an existing file)"))
     args = parser.parse_args(argv)
     if args.template:
-        try:
-            with args.file.open("x", encoding="utf-8") as f:
-                f.write(TEMPLATE.read_text(encoding="utf-8"))
-        except OSError as err:
-            exists = isinstance(err, FileExistsError)
-            reason = _("exists; --template writes a new file only") if exists else err.strerror
-            print(_("attnlab-check: error: {file}: {reason}").format(file=args.file, reason=reason), file=sys.stderr)
+        try:  # a new regular file only: never over the learner's code, a link or a device
+            destination.write(args.file, TEMPLATE.read_bytes(), key="--template", kind=None)
+        except AttnlabError as err:
+            print(_("attnlab-check: error: {message}").format(message=err), file=sys.stderr)
             return EXIT_NOT_LOADED
         print(_("wrote {file}: fill in the six functions, then run attnlab-check {file}").format(file=args.file))
         return EXIT_PASSED

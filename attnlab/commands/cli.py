@@ -22,7 +22,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError
 
-from attnlab.commands import argv, callbacks
+from attnlab.commands import argv, callbacks, config_folder
 from attnlab.commands.argv import HYDRA_WRITES_NOTHING, refusal
 from attnlab.commands.hydra_config import register_configs
 from attnlab.commands.job import EXIT_BAD_INPUT, EXIT_FAILED_RUN, run_job
@@ -168,6 +168,13 @@ def main() -> None:
     first = next((i for i, a in enumerate(prepared) if "=" in a and not a.startswith("-")), 0)
     help_page = ["hydra/help=attnlab_zh"] if lang == "zh" else []  # `attnlab --help` in the learner's language
     sys.argv[1:] = [*prepared[:first], *HYDRA_WRITES_NOTHING, *help_page, *prepared[first:]]  # beside the user's
+    try:  # a config folder someone else made is held to the command line's rules before Hydra reads it
+        refused = config_folder.refusal(sys.argv[1:])
+    except Exception as err:
+        refused = error_line(err, typed)
+    if refused is not None:
+        print(refused, file=sys.stderr)
+        sys.exit(EXIT_BAD_INPUT)
     os.environ[MAIN_PID] = str(os.getpid())
     callbacks.worker_exit_status()  # none left by an earlier process of this pid
     os.environ.setdefault(FULL_ERROR, os.environ.get("HYDRA_FULL_ERROR", "0"))

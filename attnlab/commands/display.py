@@ -128,8 +128,8 @@ class Run(RunResult):
         sink.on_end(self)
         sink.close()
         config = self.info.config
-        artifacts.write_summary(run_dir, task="train", config=config, overrides=[],
-                                versions=artifacts.environment(str(config.get("device", "cpu"))), **self.recorded)
+        artifacts.update_summary(run_dir, task="train", config=config, overrides=[],
+                                 versions=artifacts.environment(str(config.get("device", "cpu"))), **self.recorded)
 
     def save(self, dir: str | Path) -> Path:
         """Write the run dir ``attnlab`` would have written into ``dir`` (new or empty): metrics.csv,
@@ -167,11 +167,13 @@ class SweepTable:
     when it was not kept). Shown as text, or as an HTML table in a notebook."""
 
     def __init__(self, rows: list[dict[str, Any]], dir: Path | None = None) -> None:
+        from attnlab.saved.answers import answer, table_columns
         from attnlab.saved.table import columns_of
 
         self.rows = [{k: v for k, v in row.items() if dir is not None or k != "path"} for row in rows]
         self.dir = dir
-        self.columns = columns_of(self.rows, table=True)
+        self.columns = table_columns(self.rows) or columns_of(self.rows, table=True)
+        self.answer = answer(self.rows)  # an exercise's answer in sentences (None for another sweep)
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -183,10 +185,12 @@ class SweepTable:
         return self.rows[i]
 
     def footer(self) -> list[str]:
-        """The lines under the table: where the focus token ends over the jobs, the sweep folder."""
+        """The lines under the table: where the focus token ends over the jobs, an exercise's answer,
+        the sweep folder."""
         from attnlab.saved.table import distribution
 
         out = [line] if (line := distribution(self.rows)) else []
+        out += [self.answer] if self.answer else []
         if self.dir is not None:
             out.append(_("sweep folder: {path}").format(path=self.dir))
         return out
@@ -197,14 +201,14 @@ class SweepTable:
         return "\n".join([format_table(self.rows, self.columns), *self.footer()])
 
     def _repr_html_(self) -> str:
-        from attnlab.saved.table import HEADERS, cell_text
+        from attnlab.saved.table import cell_text, header
 
         numeric = {c for c in self.columns
                    if all(v is None or isinstance(v, (int, float)) and not isinstance(v, bool)
                           for v in (r.get(c) for r in self.rows))}
         align = {c: ' style="text-align: right;"' if c in numeric else ' style="text-align: left;"'
                  for c in self.columns}
-        head = "".join(f"<th{align[c]}>{html.escape(_(HEADERS.get(c, c)))}</th>" for c in self.columns)
+        head = "".join(f"<th{align[c]}>{html.escape(header(c))}</th>" for c in self.columns)
         body = "".join("<tr>" + "".join(f"<td{align[c]}>{html.escape(cell_text(c, r.get(c)))}</td>"
                                         for c in self.columns) + "</tr>" for r in self.rows)
         foot = "".join(f"<p>{html.escape(line)}</p>" for line in self.footer())

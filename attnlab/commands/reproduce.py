@@ -23,15 +23,15 @@ from typing import Any, Sequence
 import yaml
 
 from attnlab.commands.job import run_job
-from attnlab.core import checks, threads, tokenizer
+from attnlab.core import checks, threads
 from attnlab.core.config import apply_schema, literal, plain
 from attnlab.core.errors import AttnlabError, ConfigError, RunDirError, describe
 from attnlab.core.files import printable
 from attnlab.core.i18n import N_, _
-from attnlab.outputs import artifacts, rundir, streams
+from attnlab.outputs import artifacts, destination, rundir, streams
 from attnlab.outputs.console import display_path
 from attnlab.saved import runs, safe_read
-from attnlab.saved.table import format_table, write_csv
+from attnlab.saved.table import csv_text, format_table
 from attnlab.saved.verdict import Difference, compare_runs, environment_differences, format_verdict, within_rounding
 
 EXIT_SAME, EXIT_DIFFERENT, EXIT_NOT_A_RUN = 0, 1, 2
@@ -131,8 +131,7 @@ def reproduce(run_dir: Path, out: Path | None = None, text_file: Path | None = N
         out = stamped(f"{sweep}-repro") / run_dir.name if in_sweep else stamped(f"{run_dir}-repro")
     if (problem := safe_read.output_problem(Path(out), [run_dir])) is not None:
         raise RunDirError(problem)
-    checks.validate(cfg)  # value and text checks (ConfigError / TokenizerError) before any folder is made
-    tokenizer.tokenize(cfg)
+    tokens = checks.validated_tokens(cfg)  # value and text checks (ConfigError / TokenizerError) before any folder
     # the environment: the recorded thread count (the same reductions, the same bits), the rest warned about
     versions = summary.get("versions")
     recorded_threads = threads.for_reproduction(versions)
@@ -160,10 +159,9 @@ def reproduce(run_dir: Path, out: Path | None = None, text_file: Path | None = N
         rundir.abandon(out)
         raise
     cfg.logging.console = False  # the verdict is the output; the numbers do not depend on it
-    result = run_job(cfg, out)
+    result = run_job(cfg, out, recorded={"reproduced_from": str(run_dir)}, tokens=tokens)
     if result.bad_input:  # checked above: only a text file that changed since can get here
         raise ConfigError("text_file", data.get("text_file"), result.error or "refused")
-    artifacts.write_summary(out, reproduced_from=str(run_dir))
     diffs = compare_runs(run_dir, out)
     rounding = None if not diffs or one_path else _rounding(run_dir, out, diffs, versions, now, text_file)
     return (EXIT_SAME if not diffs or rounding else EXIT_DIFFERENT), out, diffs, rounding
@@ -218,22 +216,24 @@ def verdict_table(rows: Sequence[dict[str, Any]], out: Path) -> str:
         out=display_path(out))
 
 
-def reproduce_many(paths: Sequence[Path], out: Path | None, csv: Path | None, jobs: int) -> int:
+def reproduce_many(paths: Sequence[Path], out: Path | None, csv: Path | None, jobs: int, force: bool = False) -> int:
     """Every run under ``paths`` reproduced into ``OUT/NAME`` (default ``PATH-repro-<time>`` for one PATH, else
     ``repro-<time>``), ``jobs`` at a time in worker processes (torch's seed and threads are per process); one
     verdict table. Exit status 1 when a run is not reproduced (or cannot be), else 0. Raises RunDirError."""
     found = runs.named_runs(paths)
     out = out or stamped(f"{str(paths[0]).rstrip('/')}-repro" if len(paths) == 1 else "repro")
-    for key, path in (("--out", out), ("--csv", csv)):
-        if path is not None and (problem := safe_read.output_problem(path, [r for r, _, _ in found], key=key)):
-            raise RunDirError(problem)
+    read = [r for r, _, _ in found]
+    if (problem := safe_read.output_problem(out, read, key="--out")) or csv is not None and (
+            problem := destination.refusal(csv, key="--csv", kind="csv", force=force, reads=read)):
+        raise RunDirError(problem)
     with ProcessPoolExecutor(max(1, min(jobs, len(found))), mp_context=multiprocessing.get_context("spawn")) as pool:
         done = list(pool.map(verdict_row, [r for r, _, _ in found], [out / name for _, name, _ in found]))
     rows = [{"job": name, "name": runs.setting(runs.read_run(r, root).config, "name", str, None), **row}
             for (r, name, root), row in zip(found, done)]
     print(verdict_table(rows, out))
     if csv is not None:
-        write_csv(rows, csv, ["job", "name", "verdict", "differs", "reproduction"])
+        destination.write(csv, csv_text(rows, ["job", "name", "verdict", "differs", "reproduction"]).encode("utf-8"),
+                          key="--csv", kind="csv", force=force, reads=read)
         print(_("csv: {file}").format(file=printable(str(csv), 300)))
     return EXIT_DIFFERENT if any(r["verdict"] in VERDICTS[2:] for r in rows) else EXIT_SAME
 
@@ -259,6 +259,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help=_("write the verdict table as CSV too (one run then gets the table too)"))
     parser.add_argument("-j", "--jobs", metavar="N", type=int, default=os.cpu_count() or 1,
                         help=_("several runs: reproductions at a time (default: this machine's cores)"))
+    parser.add_argument("--force", action="store_true", help=_("replace a --csv file that attnlab did not write"))
     parser.add_argument("--one-path", action="store_true", help=argparse.SUPPRESS)  # the second reproduction
     args = parser.parse_args(argv)
     many = len(args.paths) > 1 or args.csv or (args.paths[0].is_dir() and not runs.is_job_dir(args.paths[0]))
@@ -266,7 +267,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(_("--text-file reproduces one run: pass its RUN_DIR alone"))
     try:
         if many:
-            return reproduce_many(args.paths, args.out, args.csv, args.jobs)
+            return reproduce_many(args.paths, args.out, args.csv, args.jobs, args.force)
         code, out, diffs, rounding = reproduce(args.paths[0], args.out, args.text_file, args.one_path)
     except AttnlabError as err:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":

@@ -73,10 +73,11 @@ def build_model(cfg: DictConfig, tokens: tokenizer.Tokens, order: str = "trainin
     if tokens.focus >= seq_len:
         raise ConfigError("train.focus_token", cfg.train.focus_token, _(
             "must be a position in the recorded window [0, {context})").format(context=seq_len))
-    threads.configure(cfg, seq_len)
+    spec = model_spec(cfg)
+    head = spec.n_layers > 0 or (order == "training" and plain(cfg.train.objective) == "next_token")
+    threads.configure(cfg, seq_len, tokens.vocab_size if head else 0, spec.out_proj)  # the whole step counted
     torch.manual_seed(cfg.seed)
     deterministic_algorithms()
-    spec = model_spec(cfg)
     if spec.n_layers:
         model = build_gpt(spec, tokens.vocab_size, seq_len)
     elif order == "walkthrough":
@@ -196,8 +197,9 @@ class LossRecorder:
 
 @one_at_a_time
 def train(cfg: DictConfig, sinks: Iterable[Sink] = (), run_dir: Path | None = None,
-          keep_snapshots: bool = True, keep_losses: bool = True) -> RunResult:
-    """Run tutorial §5's training as ``cfg`` says, sending records to ``sinks`` in order.
+          keep_snapshots: bool = True, keep_losses: bool = True, tokens: tokenizer.Tokens | None = None) -> RunResult:
+    """Run tutorial §5's training as ``cfg`` says, sending records to ``sinks`` in order. ``tokens``: the
+    caller's :func:`checks.validated_tokens` of ``cfg`` (None: made here).
 
     ``status``: completed; diverged (a non-finite loss or update, kept up to the step before);
     interrupted (KeyboardInterrupt between steps); failed (re-raised, an OSError as WriteError,
@@ -205,8 +207,7 @@ def train(cfg: DictConfig, sinks: Iterable[Sink] = (), run_dir: Path | None = No
     """
     sinks = list(sinks)
     # build: text → ids (§1), parameters in §5's order (§2–4), the optimizer
-    checks.validate(cfg)
-    tokens = tokenizer.tokenize(cfg)
+    tokens = tokens or checks.validated_tokens(cfg)
     checks.resources(cfg, tokens.seq_len, tokens.vocab_size, run_dir)
     model = build_model(cfg, tokens)
     ids = torch.tensor(tokens.token_ids, device=next(model.parameters()).device)  # (T,)

@@ -19,21 +19,19 @@ from attnlab.core.config import objective_of, walk
 from attnlab.core.errors import RunDirError
 from attnlab.core.focus import FocusSink, target
 from attnlab.core.records import RunInfo, Snapshot, head_mean
-from attnlab.core.tokenizer import token_labels
+from attnlab.core.tokenizer import SHIPPED_ENCODINGS, token_labels
 from attnlab.outputs import rundir
 from attnlab.saved import exercise_columns as exercises
 from attnlab.saved import safe_read
+from attnlab.saved.columns import ROW_KEYS
 from attnlab.saved.safe_read import ATTENTION, CONFIG, METRICS, SUMMARY, WALKTHROUGH, MissingRunFile, RunFileError
 
-COLUMNS = ["job", "name", "differs", "overrides", "status", "final_loss", "steps_run", "steps_to_threshold",
-           "loss_threshold", "focus_token", "focus_target", "focus_weight", "snapshot_step", "wall_time_s", "notes",
-           "error"]
+COLUMNS = ROW_KEYS  # every row's keys (attnlab.saved.columns)
 MAX_DEPTH = 6  # folders below a PATH searched for runs (outputs/multirun/NAME/DATE/TIME/JOB is 5)
 NO_SUMMARY = "no summary.json (the job did not start, or died before writing it)"
 DIED = "the job ended without a final status (killed or crashed)"
 RAN = ("completed", "diverged", "interrupted")  # statuses whose training wrote its artifacts
 STATUSES = ("running", *RAN, "failed")  # what attnlab writes into summary.json
-SHIPPED_ENCODINGS = ("gpt2", "r50k_base")  # token ids are labelled only with these (nothing downloaded)
 
 
 def is_job_dir(path: Path) -> bool:
