@@ -217,10 +217,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(_("attnlab-check: error: {file} cannot be loaded: {kind}: {message}{at}").format(
             file=args.file, kind=type(err).__name__, message=str(err)[:300], at=where(err, args.file)), file=sys.stderr)
         return EXIT_NOT_LOADED
+    return run_stages(learner, args.file, all_stages)
+
+
+def run_stages(learner: dict[str, Any], path: Path, all_stages: list[Stage] | None = None) -> int:
+    """Check the ``learner``'s functions (name -> function) stage by stage, printing each stage's line;
+    ``path`` names where they come from. Returns :data:`EXIT_PASSED` or :data:`EXIT_DIFFERS`."""
+    all_stages = stages() if all_stages is None else all_stages
     for number, stage in enumerate(all_stages, 1):
         head = _("stage {n}/{total} {title}, {fn}()").format(n=number, total=len(all_stages), title=stage.title,
                                                                fn=stage.function)
-        if problem := check_stage(learner, stage, args.file):
+        if problem := check_stage(learner, stage, path):
             print(_("{stage}: differs").format(stage=head), *problem, sep="\n")
             print(_("fix this stage and run attnlab-check again: the stages after it are checked once it passes"))
             return EXIT_DIFFERS
