@@ -123,7 +123,7 @@ def test_the_focus_weight_of_several_heads_is_the_runs_not_a_mean_of_rounded_wei
     assert record["heads"] == 2
     assert record["focus"]["target"] == row["focus_target"] == mean["token"]
     assert record["focus"]["weight"] == row["focus_weight"] == mean["weight"]
-    # the page has attnlab-compare's observation cells too: "heads: strongest key", "focus>0.9 at"
+    # the page has attnlab-compare's observation cells too: "each head looks at", "first >0.9 at step"
     assert record["table"]["heads_focus"]["text"] == table.cell_text("heads_focus", row["heads_focus"])
     assert "0:" in row["heads_focus"] and row["heads_focus"].startswith(record["table"]["heads_focus"]["text"][:20])
     assert row["focus_step"] == mean["first_step_above"]
@@ -139,7 +139,7 @@ def test_the_focus_weight_of_several_heads_is_the_runs_not_a_mean_of_rounded_wei
     page = report.write_page([report_data.load_run(run)], tmp_path / "page.html")
     columns = page_data(page)["table_columns"]
     assert [c["key"] for c in columns] == table.columns_of([row], table=True)
-    assert {"key": "heads_focus", "title": "heads: strongest key", "right": False} in columns
+    assert {"key": "heads_focus", "title": "each head looks at", "right": False} in columns
 
 
 def test_cli_writes_comparison_and_refuses_non_runs(default_run, report_sweep, tmp_path, capsys):

@@ -19,7 +19,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence, TextIO
+from typing import Any, Callable, Iterator, Sequence, TextIO
 
 import numpy as np
 import torch
@@ -161,31 +161,46 @@ def stage_problem(stage: Stage, values: list[np.ndarray]) -> list[str]:
 def check_source(source: str, filename: str, *, time_limit: float = learner.TIME_LIMIT,
                  memory_limit: int | None = learner.MEMORY_LIMIT, out: TextIO | None = None,
                  err: TextIO | None = None) -> int:
-    """Check the learner's code ``source`` (the text of FILE.py, or of notebook cells; ``filename``
-    names it in messages) stage by stage: the lines go to ``out`` (a problem loading it to ``err``),
-    the exit status is returned (module docstring). The code runs in a child process
-    (:func:`attnlab.commands.learner.run_stages`: ``time_limit`` seconds to load and for each stage,
-    ``memory_limit`` bytes more where the platform allows); its exit, an exception or a hang is that
-    stage's failure, one line."""
-    out, err = out or sys.stdout, err or sys.stderr
+    """Check the learner's code ``source`` (the text of FILE.py; ``filename`` names it in messages)
+    stage by stage: the lines go to ``out`` (a problem loading it to ``err``), the exit status is
+    returned (module docstring). The code runs in a child process (:func:`attnlab.commands.learner.run_stages`:
+    ``time_limit`` seconds to load and for each stage, ``memory_limit`` bytes more where the platform
+    allows); its exit, an exception or a hang is that stage's failure, one line."""
     all_stages = stages()
     specs = [(s.function, s.inputs(), [name for name, _want, _m in s.outputs]) for s in all_stages]
     with contextlib.closing(learner.run_stages(source, filename, specs, time_limit=time_limit,
                                                memory_limit=memory_limit)) as outcomes:
         loading = next(outcomes)
         if loading.error is not None:
-            print(_("attnlab-check: error: {message}").format(message=loading.error), file=err)
+            print(_("attnlab-check: error: {message}").format(message=loading.error), file=err or sys.stderr)
             return EXIT_NOT_LOADED
-        for number, (stage, outcome) in enumerate(zip(all_stages, outcomes), 1):
-            head = _("stage {n}/{total} {title}, {fn}()").format(n=number, total=len(all_stages), title=stage.title,
-                                                                   fn=stage.function)
-            problem = ["  " + outcome.error] if outcome.error is not None else stage_problem(stage, outcome.values)
-            if problem:
-                print(_("{stage}: differs").format(stage=head), *problem, sep="\n", file=out)
-                print(_("fix this stage and run attnlab-check again: the stages after it are checked once it passes"),
-                      file=out)
-                return EXIT_DIFFERS
-            print(_("{stage}: passed").format(stage=head), file=out)
+        return report(outcomes, all_stages, out)
+
+
+def run_stages(functions: dict[str, Any], path: Path | str, all_stages: list[Stage] | None = None) -> int:
+    """Check functions that live in this process (a notebook's cells: ``functions``, name -> function;
+    ``path`` names where they come from) stage by stage, as :func:`check_source` does, with the same
+    lines, but in this process: nothing bounds their time or memory (:func:`attnlab.commands.learner.stage_outcomes`).
+    Returns :data:`EXIT_PASSED` or :data:`EXIT_DIFFERS`."""
+    all_stages = stages() if all_stages is None else all_stages
+    specs = [(s.function, s.inputs(), [name for name, _want, _m in s.outputs]) for s in all_stages]
+    return report(learner.stage_outcomes(functions, str(path), specs), all_stages)
+
+
+def report(outcomes: Iterator[learner.Outcome], all_stages: list[Stage], out: TextIO | None = None) -> int:
+    """Each stage's line (passed, or differs and why) to ``out`` for ``outcomes``, up to the first that
+    differs; the exit status."""
+    out = out or sys.stdout
+    for number, (stage, outcome) in enumerate(zip(all_stages, outcomes), 1):
+        head = _("stage {n}/{total} {title}, {fn}()").format(n=number, total=len(all_stages), title=stage.title,
+                                                               fn=stage.function)
+        problem = ["  " + outcome.error] if outcome.error is not None else stage_problem(stage, outcome.values)
+        if problem:
+            print(_("{stage}: differs").format(stage=head), *problem, sep="\n", file=out)
+            print(_("fix this stage and run attnlab-check again: the stages after it are checked once it passes"),
+                  file=out)
+            return EXIT_DIFFERS
+        print(_("{stage}: passed").format(stage=head), file=out)
     print(_("all {n} stages match the tutorial's numbers").format(n=len(all_stages)), file=out)
     return EXIT_PASSED
 

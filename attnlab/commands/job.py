@@ -43,7 +43,7 @@ class JobResult(NamedTuple):
     late_signal: int | None = None
 
 
-def make_sinks(cfg: DictConfig, run_dir: Path) -> list[Sink]:
+def make_sinks(cfg: DictConfig, run_dir: Path, show_dir: bool = True) -> list[Sink]:
     """The sinks ``logging.*`` asks for beside the run-dir files' (:class:`artifacts.RunDirSink`, first), in
     the order they end: figures, then those showing the status, so a file not written at the end makes them
     say ``failed``."""
@@ -57,26 +57,27 @@ def make_sinks(cfg: DictConfig, run_dir: Path) -> list[Sink]:
 
         sinks.append(TensorBoardSink(run_dir, images=cfg.logging.images))
     if cfg.logging.console:
-        sinks.append(ConsoleSink(progress=cfg.logging.progress, prefix=job_prefix()))
+        sinks.append(ConsoleSink(progress=cfg.logging.progress, prefix=job_prefix(), where=show_dir))
     return sinks
 
 
 def run_job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None,
             key: str = "hydra.run.dir", recorded: dict[str, Any] | None = None,
-            tokens: Tokens | None = None) -> JobResult:
+            tokens: Tokens | None = None, show_dir: bool = True) -> JobResult:
     """Run one job into ``run_dir``: ``task=train`` trains (tutorial §5), ``task=walkthrough`` narrates
     §1–4; ``cfg`` may be untyped (a saved config). ``run_dir`` is claimed first (RunDirError naming
     ``key`` when refused, nothing written). ``summary.json`` is written twice: ``running`` first, with the
     ``overrides`` and ``recorded`` (e.g. ``reproduced_from``); then at the end, whatever the end, with the
     resolved ``config`` (enough to reproduce the run), ``versions``, everything measured and the status,
     once every other file is written: a killed job still says running (its config: ``.hydra/``).
-    ``tokens``: the caller's :func:`checks.validated_tokens` of ``cfg`` (None: made here)."""
+    ``tokens``: the caller's :func:`checks.validated_tokens` of ``cfg`` (None: made here). ``show_dir``:
+    the console's closing line names ``run_dir`` (not for a folder removed afterwards)."""
     run_dir = Path(run_dir)
     hc = HydraConfig.get() if HydraConfig.initialized() else None  # None: attnlab-reproduce, the benchmarks
     rundir.claim(run_dir, key=key).started = True  # a job writes there now: abandon() leaves the folder be
     try:
         with interrupts.deferred(), interrupts.shielded():  # only the training loop is interruptible
-            result = _job(cfg, run_dir, overrides, hc, recorded or {}, tokens)
+            result = _job(cfg, run_dir, overrides, hc, recorded or {}, tokens, show_dir)
             return result._replace(late_signal=interrupts.requested()) if result.status == "completed" else result
     finally:
         drawing.shutdown()
@@ -84,7 +85,7 @@ def run_job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None,
 
 
 def _job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None, hc: DictConfig | None,
-         recorded: dict[str, Any], tokens: Tokens | None) -> JobResult:
+         recorded: dict[str, Any], tokens: Tokens | None, show_dir: bool = True) -> JobResult:
     job_num = OmegaConf.select(hc, "job.num", default=None) if hc is not None else None
     summary: dict[str, Any] = {
         "status": "running", "task": None,
@@ -114,7 +115,7 @@ def _job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None, hc: DictCo
         resolved["train"]["focus_token"] = tokens.focus
         drawing.start(typed, plots.warm_up)  # figure workers import matplotlib while this process imports torch
         summary["versions"] = artifacts.environment(resolved["device"])
-        result = _run(typed, run_dir, tokens, summary)
+        result = _run(typed, run_dir, tokens, summary, show_dir)
     except KeyboardInterrupt:  # outside the training loop, which records its own interrupt
         result = JobResult("interrupted", "interrupted before the training steps")
     except AttnlabError as err:  # ours are one line as they stand; a file not written is no bad input
@@ -134,7 +135,7 @@ def _job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None, hc: DictCo
     return result
 
 
-def _run(cfg: DictConfig, run_dir: Path, tokens: Tokens, summary: dict[str, Any]) -> JobResult:
+def _run(cfg: DictConfig, run_dir: Path, tokens: Tokens, summary: dict[str, Any], show_dir: bool = True) -> JobResult:
     """The job's task on the checked ``cfg`` and its ``tokens``; what it measures goes into ``summary``."""
     if cfg.task == Task.walkthrough:  # §1–4 printed, [job N]-prefixed in a parallel sweep; arrays saved
         from attnlab.core.walkthrough import walkthrough
@@ -147,14 +148,15 @@ def _run(cfg: DictConfig, run_dir: Path, tokens: Tokens, summary: dict[str, Any]
                        versions=artifacts.environment(str(cfg.device)),  # the torch threads used
                        **observe(cfg, tokens.token_ids, tokens.labels, arrays, tokens=tokens))
         if shown:
-            print(prefixed(f"\ncompleted: walkthrough  ->  {display_path(run_dir)}/{artifacts.WALKTHROUGH}", prefix))
+            where = f"  ->  {display_path(run_dir)}/{artifacts.WALKTHROUGH}" if show_dir else ""
+            print(prefixed(f"\ncompleted: walkthrough{where}", prefix))
         return JobResult("completed")
     from attnlab.core.training import train
 
     files = artifacts.RunDirSink(run_dir, writes_summary=False)  # its fields: this summary, at the end
     focus, layers = FocusSink(), [FocusSink(layer) for layer in range(cfg.model.n_layers)]  # a GPT's blocks too
     try:
-        result = train(cfg, [files, *make_sinks(cfg, run_dir), focus, *layers], run_dir=run_dir,
+        result = train(cfg, [files, *make_sinks(cfg, run_dir, show_dir), focus, *layers], run_dir=run_dir,
                        keep_snapshots=False, keep_losses=False, tokens=tokens)
     finally:
         summary.update(files.summary)  # what the files hold, also of a run that failed

@@ -73,10 +73,46 @@ def _array(value: Any) -> np.ndarray | None:
     return None if array.dtype.hasobject else array
 
 
+def stage_outcomes(names: dict[str, Any], filename: str,
+                   stages: Sequence[tuple[str, tuple, Sequence[str]]]) -> Iterator[Outcome]:
+    """Each stage of ``stages`` (function name, inputs, output names) run with the learner's ``names``
+    (name -> object), up to the first that fails: its values, or its failure in one line (an
+    exception, ``sys.exit`` and ``KeyboardInterrupt`` included; ``filename`` for the line in it)."""
+    for number, (function, inputs, outputs) in enumerate(stages):
+        fn = names.get(function)
+        if not callable(fn):
+            yield Outcome(number, error=_("{file} has no function {fn}(); `attnlab-check --template NEW.py` writes "
+                                          "the six to fill in").format(file=os.path.basename(filename), fn=function))
+            return
+        try:
+            returned = fn(*inputs)
+        except NotImplementedError as err:
+            yield Outcome(number, error=_("{fn}() is not written yet: it raises NotImplementedError{at}").format(
+                fn=function, at=_where(err, filename)))
+            return
+        except BaseException as err:  # SystemExit and KeyboardInterrupt too: the stage's failure
+            yield Outcome(number, error=_("{fn}() {fault}").format(fn=function, fault=_fault(err, filename)))
+            return
+        many = len(outputs) > 1
+        if many and not (isinstance(returned, (tuple, list)) and len(returned) == len(outputs)):
+            got = len(returned) if isinstance(returned, (tuple, list)) else type(returned).__name__
+            yield Outcome(number, error=_("{fn}() must return {n} values ({names}), it returned {got}").format(
+                fn=function, n=len(outputs), names=", ".join(outputs), got=got))
+            return
+        arrays = []
+        for name, value in zip(outputs, returned if many else [returned]):
+            if (array := _array(value)) is None:
+                yield Outcome(number, error=_("{name}: {fn}() returned {kind}, not a tensor").format(
+                    name=name, fn=function, kind=type(value).__name__))
+                return
+            arrays.append(array)
+        yield Outcome(number, arrays)
+
+
 def _child(conn, source: str, filename: str, stages: Sequence[tuple[str, tuple, Sequence[str]]],
            memory_limit: int | None) -> None:
-    """The child process: run ``source``, then each stage; send one JSON line per outcome and the
-    values as ``.npy`` bytes. Never returns to the caller's code with an exception."""
+    """The child process: run ``source``, then each stage (:func:`stage_outcomes`); send one JSON
+    message per outcome and the values as ``.npy`` bytes."""
     def send(message: dict[str, Any], arrays: Sequence[np.ndarray] = ()) -> None:
         conn.send_bytes(json.dumps(message).encode("utf-8"))
         for array in arrays:
@@ -85,52 +121,23 @@ def _child(conn, source: str, filename: str, stages: Sequence[tuple[str, tuple, 
             conn.send_bytes(buf.getvalue())
 
     _limit_memory(memory_limit)
-    folder = os.path.dirname(os.path.abspath(filename))
     if os.path.isfile(filename):
-        sys.path.insert(0, folder)  # as `python FILE.py` has it
+        sys.path.insert(0, os.path.dirname(os.path.abspath(filename)))  # as `python FILE.py` has it
     names: dict[str, Any] = {"__name__": "attnlab_check_learner", "__file__": filename, "__builtins__": __builtins__}
     try:
         exec(compile(source, filename, "exec"), names)
     except SyntaxError as err:
-        send({"loading": True, "error": _("{file}, line {line}: SyntaxError: {message}").format(
+        send({"error": _("{file}, line {line}: SyntaxError: {message}").format(
             file=os.path.basename(filename), line=err.lineno, message=err.msg)})
         return
     except BaseException as err:
-        send({"loading": True, "error": _("{file} cannot be loaded: {kind}: {message}{at}").format(
+        send({"error": _("{file} cannot be loaded: {kind}: {message}{at}").format(
             file=os.path.basename(filename), kind=type(err).__name__, message=str(err)[:300],
             at=_where(err, filename))})
         return
-    send({"loading": True})
-    for number, (function, inputs, outputs) in enumerate(stages):
-        fn = names.get(function)
-        if not callable(fn):
-            send({"stage": number, "error": _("{file} has no function {fn}(); `attnlab-check --template NEW.py` "
-                                              "writes the six to fill in").format(file=os.path.basename(filename),
-                                                                                  fn=function)})
-            return
-        try:
-            returned = fn(*inputs)
-        except NotImplementedError as err:
-            send({"stage": number, "error": _("{fn}() is not written yet: it raises NotImplementedError{at}").format(
-                fn=function, at=_where(err, filename))})
-            return
-        except BaseException as err:  # SystemExit and KeyboardInterrupt too: the stage's failure
-            send({"stage": number, "error": _("{fn}() {fault}").format(fn=function, fault=_fault(err, filename))})
-            return
-        many = len(outputs) > 1
-        if many and not (isinstance(returned, (tuple, list)) and len(returned) == len(outputs)):
-            got = len(returned) if isinstance(returned, (tuple, list)) else type(returned).__name__
-            send({"stage": number, "error": _("{fn}() must return {n} values ({names}), it returned {got}").format(
-                fn=function, n=len(outputs), names=", ".join(outputs), got=got)})
-            return
-        arrays = []
-        for name, value in zip(outputs, returned if many else [returned]):
-            if (array := _array(value)) is None:
-                send({"stage": number, "error": _("{name}: {fn}() returned {kind}, not a tensor").format(
-                    name=name, fn=function, kind=type(value).__name__)})
-                return
-            arrays.append(array)
-        send({"stage": number, "values": len(arrays)}, arrays)
+    send({})
+    for outcome in stage_outcomes(names, filename, stages):
+        send({"error": outcome.error, "values": len(outcome.values)}, outcome.values)
 
 
 def _limit_memory(limit: int | None) -> None:

@@ -57,8 +57,10 @@ def walkthrough(cfg: DictConfig, print_line: Callable[[str], object] = print,
         p("\n" + _("== 3. Positional embedding =="))
         p("shape:", tuple(pos_emb.shape), *([] if embedding.positional else [_(" (left out: model.positional=none)")]))
         p("X shape:", tuple(X.shape))
-        p(_("X[0] == token_embeddings[0] + pos_embeddings[0]?"),
-          torch.equal(X[0], tok_emb[0] + (pos_emb[0] if embedding.positional else 0)))
+        if embedding.positional:  # each claim printed only for the config it holds in
+            p(_("X[0] == token_embeddings[0] + pos_embeddings[0]?"), torch.equal(X[0], tok_emb[0] + pos_emb[0]))
+        else:
+            p(_("no positions: X == token_embeddings?"), torch.equal(X, tok_emb))
 
         att = attention(X)  # the tutorial's one head: head 0 of Q, K, V, scores, weights
         Z, weights, parts = att.Z, att.weights[0], {k: getattr(att, k)[0] for k in ("Q", "K", "V", "scores")}

@@ -26,6 +26,7 @@ from attnlab.outputs import destination, streams
 from attnlab.outputs.artifacts import atomic_write_text
 from attnlab.outputs.fonts import SHIPPED_FONT
 from attnlab.saved import safe_read
+from attnlab.saved.answers import answer
 from attnlab.saved.report_data import BYTES_PER_WEIGHT, DECIMALS, MAX_STR, WEIGHT_BUDGET, collect_records, load_run
 from attnlab.saved.runs import named_runs
 from attnlab.saved.safe_read import printable
@@ -86,10 +87,12 @@ def render(records: Sequence[dict[str, Any]]) -> str:
               "snapshot_step": f["step"], "focus_weight": f["weight"],
               "focus_target": Uniform(f["target"]) if f["uniform"] else f["target"]}
              for r in records if (f := r.get("focus"))]  # the rows' focus cells, for the line under the table
+    rows = [{**{c: cell["value"] for c, cell in (r.get("table") or {}).items()}, "config": r.get("config"),
+             "override_list": r.get("overrides"), "loss_threshold": r.get("loss_threshold")} for r in records]
     page = TEMPLATE.read_text(encoding="utf-8")
     data = {"runs": [{**rec, "table": t} for rec, t in zip(records, tables)], "title": printable(title, MAX_STR),
             "lang": language(), "tr": translations(page_messages(page)),
-            "table_columns": columns, "distribution": distribution(focus),
+            "table_columns": columns, "distribution": distribution(focus), "answer": answer(rows),
             "generator": {"attnlab": __version__, "weight_budget_bytes": WEIGHT_BUDGET,
                           "bytes_per_weight": BYTES_PER_WEIGHT, "decimals": DECIMALS, "uniform_spread": UNIFORM_SPREAD,
                           "focus_threshold": FOCUS_THRESHOLD}}

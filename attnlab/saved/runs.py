@@ -23,11 +23,10 @@ from attnlab.core.tokenizer import SHIPPED_ENCODINGS, token_labels
 from attnlab.outputs import rundir
 from attnlab.saved import exercise_columns as exercises
 from attnlab.saved import safe_read
+from attnlab.saved.columns import ROW_KEYS
 from attnlab.saved.safe_read import ATTENTION, CONFIG, METRICS, SUMMARY, WALKTHROUGH, MissingRunFile, RunFileError
 
-COLUMNS = ["job", "name", "differs", "overrides", "status", "final_loss", "steps_run", "steps_to_threshold",
-           "loss_threshold", "focus_token", "focus_target", "focus_weight", "snapshot_step", "wall_time_s", "notes",
-           "error"]
+COLUMNS = ROW_KEYS  # every row's keys (attnlab.saved.columns)
 MAX_DEPTH = 6  # folders below a PATH searched for runs (outputs/multirun/NAME/DATE/TIME/JOB is 5)
 NO_SUMMARY = "no summary.json (the job did not start, or died before writing it)"
 DIED = "the job ended without a final status (killed or crashed)"
