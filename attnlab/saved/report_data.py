@@ -19,6 +19,7 @@ from attnlab.core.records import RunInfo, Sink, Snapshot
 from attnlab.saved import runs, safe_read, table
 from attnlab.saved.safe_read import ATTENTION, METRICS, WALKTHROUGH, RunFileError, printable
 from attnlab.saved.swept import run_labels, short_names
+from attnlab.saved.verdict import verdict_text
 
 WEIGHT_BUDGET = 18_000_000  # bytes of weights JSON on one page, shared by its runs
 BYTES_PER_WEIGHT = 7  # upper bound of one weight in JSON: "0.1234," (rounded to 4 decimals)
@@ -304,10 +305,13 @@ def _walkthrough(rec: dict[str, Any], weights: np.ndarray, token_ids: Any,
     return (None, weights[None, None], labels), None
 
 
-def collect_records(paths: Iterable[Path | str], *,
-                    found: list[tuple[Path, str, Path]] | None = None) -> list[dict[str, Any]]:
+def collect_records(paths: Iterable[Path | str], *, found: list[tuple[Path, str, Path]] | None = None,
+                    against: Any = None, verdicts: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """:func:`load_run` of every run under ``paths`` (or ``found``), named as attnlab-compare names
-    them, with a legend ``label``. Raises RunDirError."""
+    them, with a legend ``label`` and ``differs``, the keys whose values differ from ``against`` (a whole
+    config: the assignment) or else from most runs. ``verdicts`` (job -> attnlab-reproduce's row): each
+    run's verdict in the table, the runs sorted by student (the run's ``name``, then its job). Raises
+    RunDirError."""
     found = runs.named_runs(Path(p) for p in paths) if found is None else found
     shares = share_budget([weight_need(r, root) for r, _, root in found])
     records = [load_run(r, name=name, max_weight_bytes=share, root=root)
@@ -319,7 +323,13 @@ def collect_records(paths: Iterable[Path | str], *,
     for rec, (short, values) in zip(records, labelled):
         rec["label"] = printable(f"{short}: {values}" if values else short, MAX_STR)
     configs = [runs.read_run(r, root).config for r, _, root in found]  # as attnlab-compare reads them
-    for rec, keys in zip(records, runs.differs(configs)):
+    for rec, keys in zip(records, runs.differs(configs, against)):
         rec["differs_keys"], rec["differs"] = list(keys), runs.differs_text(keys)
         rec["table"]["differs"] = table.page_cell("differs", rec["differs"])
-    return records
+    if verdicts is None:
+        return records
+    for rec, name in zip(records, names):
+        rec["verdict"] = verdict_text(verdicts.get(name))
+        rec["table"]["verdict"] = table.page_cell("verdict", rec["verdict"])
+    student = {id(rec): runs.setting(config, "name", str, None) for rec, config in zip(records, configs)}
+    return sorted(records, key=lambda rec: (student[id(rec)] is None, student[id(rec)] or "", rec["name"]))
