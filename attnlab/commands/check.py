@@ -8,7 +8,6 @@ mistake it equals. FILE.py is imported and run, as pytest would. Exit status 0 e
 """
 from __future__ import annotations
 
-import argparse
 import copy
 import functools
 import runpy
@@ -22,6 +21,7 @@ import numpy as np
 import torch
 
 from attnlab.commands.api import compose
+from attnlab.commands.arguments import HelperParser, speak
 from attnlab.core.errors import AttnlabError
 from attnlab.core.i18n import _
 from attnlab.core.tokenizer import tokenize
@@ -189,7 +189,8 @@ def load(path: Path) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The exit status of ``attnlab-check ARGV`` (module docstring)."""
-    parser = argparse.ArgumentParser(prog="attnlab-check", description=_(
+    argv = speak(argv)
+    parser = HelperParser("attnlab-check", _(
         "Check your own code for the tutorial's §2–4 (embedding, positions, Q/K/V, scaled scores, softmax, Z) "
         "against the tutorial's numbers, stage by stage: the first stage that differs, expected vs got, the "
         "likely mistake. It imports and runs FILE.py, your own code, as pytest would: run it on files you "

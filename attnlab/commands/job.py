@@ -19,6 +19,7 @@ from attnlab.core.config import Task, apply_schema, plain, resolve
 from attnlab.core.errors import AttnlabError, WriteError, describe
 from attnlab.core.exercises import observe
 from attnlab.core.focus import FocusSink
+from attnlab.core.i18n import _
 from attnlab.core.records import Sink
 from attnlab.core.tokenizer import Tokens
 from attnlab.outputs import artifacts, drawing, plots, rundir
@@ -147,7 +148,8 @@ def _run(cfg: DictConfig, run_dir: Path, tokens: Tokens, summary: dict[str, Any]
                        versions=artifacts.environment(str(cfg.device)),  # the torch threads used
                        **observe(cfg, tokens.token_ids, tokens.labels, arrays, tokens=tokens))
         if shown:
-            print(prefixed(f"\ncompleted: walkthrough  ->  {display_path(run_dir)}/{artifacts.WALKTHROUGH}", prefix))
+            print(prefixed("\n" + _("completed: walkthrough  ->  {path}").format(
+                path=f"{display_path(run_dir)}/{artifacts.WALKTHROUGH}"), prefix))
         return JobResult("completed")
     from attnlab.core.training import train
 

@@ -7,7 +7,6 @@ instead). ``attnlab-reproduce PATH... [--csv FILE] [-j N]``: one verdict table (
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import datetime as _dt
 import io
@@ -15,6 +14,7 @@ import multiprocessing
 import os
 import subprocess
 import sys
+from argparse import SUPPRESS
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -22,12 +22,13 @@ from typing import Any, Sequence
 
 import yaml
 
+from attnlab.commands.arguments import HelperParser, speak
 from attnlab.commands.job import run_job
 from attnlab.core import checks, threads
 from attnlab.core.config import apply_schema, literal, plain
 from attnlab.core.errors import AttnlabError, ConfigError, RunDirError, describe
 from attnlab.core.files import printable
-from attnlab.core.i18n import N_, _
+from attnlab.core.i18n import N_, _, language
 from attnlab.outputs import artifacts, destination, rundir, streams
 from attnlab.outputs.console import display_path
 from attnlab.saved import runs, safe_read
@@ -179,6 +180,7 @@ def _rounding(run_dir: Path, out: Path, diffs: list[Difference], versions: Any, 
         return None
     other = out.with_name(f"{out.name}-{path.lower()}")
     args = [sys.executable, "-m", "attnlab.commands.reproduce", str(run_dir), "--out", str(other), "--one-path",
+            "--lang", language(),
             *(["--text-file", str(text_file)] if text_file is not None else [])]
     env = {**os.environ, "ATEN_CPU_CAPABILITY": path.lower(), "HYDRA_FULL_ERROR": "0"}
     try:
@@ -241,9 +243,9 @@ def reproduce_many(paths: Sequence[Path], out: Path | None, csv: Path | None, jo
 def main(argv: Sequence[str] | None = None) -> int:
     """The exit status of ``attnlab-reproduce ARGV``: 0 same or within rounding, 1 different, 2 not a run;
     for several runs 0 every run reproduced, 1 some not (:func:`reproduce_many`), 2 no run."""
-    parser = argparse.ArgumentParser(
-        prog="attnlab-reproduce",
-        description=_("Re-run saved attnlab runs from their recorded configs into new folders and check their "
+    argv = speak(argv)
+    parser = HelperParser("attnlab-reproduce", _(
+        "Re-run saved attnlab runs from their recorded configs into new folders and check their "
                       "files are bitwise identical (or differ by floating-point rounding only); several runs, or "
                       "folders of runs, give one verdict table. A run is read as data: nothing in it is run or "
                       "printed raw."))
@@ -260,7 +262,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("-j", "--jobs", metavar="N", type=int, default=os.cpu_count() or 1,
                         help=_("several runs: reproductions at a time (default: this machine's cores)"))
     parser.add_argument("--force", action="store_true", help=_("replace a --csv file that attnlab did not write"))
-    parser.add_argument("--one-path", action="store_true", help=argparse.SUPPRESS)  # the second reproduction
+    parser.add_argument("--one-path", action="store_true", help=SUPPRESS)  # the second reproduction
     args = parser.parse_args(argv)
     many = len(args.paths) > 1 or args.csv or (args.paths[0].is_dir() and not runs.is_job_dir(args.paths[0]))
     if many and args.text_file is not None:
