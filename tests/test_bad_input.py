@@ -8,6 +8,7 @@ where the subprocess adds nothing, and a few through the real ``attnlab`` comman
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -19,6 +20,8 @@ from pathlib import Path
 import pytest
 
 from attnlab.commands.job import run_job
+from attnlab.core import config
+from attnlab.core.errors import ConfigError
 from attnlab.outputs import artifacts
 from attnlab.saved import safe_read
 
@@ -294,6 +297,17 @@ def test_our_errors_name_key_value_and_allowed(case, tmp_path_factory):
     assert summary["status"] == "failed"
     assert summary["error"] == message
     assert not (tmp_path / "metrics.csv").exists()
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.id in ("context_too_long", "val_one_token", "context_without_gpt")],
+                         ids=lambda c: c.id)
+def test_a_gpts_windows_are_checked_with_the_config_before_a_model_is_built(case, monkeypatch):
+    """checks.validated_tokens (values, text, a GPT's windows) refuses these; nothing is built."""
+    from attnlab.core import checks, training
+
+    monkeypatch.setattr(training, "build_model", lambda *a, **k: pytest.fail("a model was built"))
+    with pytest.raises(ConfigError, match=re.escape(case.expect)):
+        checks.validated_tokens(config.apply_schema(compose_cfg(*case.args)))
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.kind == "ok"], ids=lambda c: c.id)

@@ -132,7 +132,8 @@ def test_readme_zh_has_every_command_of_readme():
 
 
 @pytest.mark.skipif(os.name != "posix", reason="LANG is how a POSIX shell sets the locale")
-def test_attnlab_check_and_reproduce_take_lang(tmp_path, capsys):
+def test_attnlab_check_and_reproduce_take_lang(tmp_path, capsys, chinese_locale, monkeypatch):
+    monkeypatch.setenv("LANG", "en_US.UTF-8")
     assert check.main(["--lang", "zh", "--template", str(tmp_path / "mine.py")]) == 0
     assert re.search(r"[\u4e00-\u9fff]", capsys.readouterr().out)
     assert reproduce.main(["--lang", "zh", str(tmp_path / "nothing")]) == 2

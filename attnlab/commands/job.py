@@ -24,7 +24,8 @@ from attnlab.core.records import Sink
 from attnlab.core.tokenizer import Tokens
 from attnlab.outputs import artifacts, drawing, plots, rundir
 from attnlab.outputs.console import ConsoleSink, display_path, job_prefix, prefixed
-from attnlab.saved.report import write_run_report
+from attnlab.saved.report import REPORT, write_page
+from attnlab.saved.report_data import PageSink, run_record
 
 EXIT_FAILED_RUN = 1  # the run started but did not complete (diverged, interrupted, crashed)
 EXIT_BAD_INPUT = 2  # the config or the text was refused before training
@@ -44,7 +45,7 @@ class JobResult(NamedTuple):
     late_signal: int | None = None
 
 
-def make_sinks(cfg: DictConfig, run_dir: Path) -> list[Sink]:
+def make_sinks(cfg: DictConfig, run_dir: Path, show_dir: bool = True) -> list[Sink]:
     """The sinks ``logging.*`` asks for beside the run-dir files' (:class:`artifacts.RunDirSink`, first), in
     the order they end: figures, then those showing the status, so a file not written at the end makes them
     say ``failed``."""
@@ -58,26 +59,27 @@ def make_sinks(cfg: DictConfig, run_dir: Path) -> list[Sink]:
 
         sinks.append(TensorBoardSink(run_dir, images=cfg.logging.images))
     if cfg.logging.console:
-        sinks.append(ConsoleSink(progress=cfg.logging.progress, prefix=job_prefix()))
+        sinks.append(ConsoleSink(progress=cfg.logging.progress, prefix=job_prefix(), where=show_dir))
     return sinks
 
 
 def run_job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None,
             key: str = "hydra.run.dir", recorded: dict[str, Any] | None = None,
-            tokens: Tokens | None = None) -> JobResult:
+            tokens: Tokens | None = None, show_dir: bool = True) -> JobResult:
     """Run one job into ``run_dir``: ``task=train`` trains (tutorial §5), ``task=walkthrough`` narrates
     §1–4; ``cfg`` may be untyped (a saved config). ``run_dir`` is claimed first (RunDirError naming
     ``key`` when refused, nothing written). ``summary.json`` is written twice: ``running`` first, with the
     ``overrides`` and ``recorded`` (e.g. ``reproduced_from``); then at the end, whatever the end, with the
     resolved ``config`` (enough to reproduce the run), ``versions``, everything measured and the status,
     once every other file is written: a killed job still says running (its config: ``.hydra/``).
-    ``tokens``: the caller's :func:`checks.validated_tokens` of ``cfg`` (None: made here)."""
+    ``tokens``: the caller's :func:`checks.validated_tokens` of ``cfg`` (None: made here). ``show_dir``:
+    the console's closing line names ``run_dir`` (not for a folder removed afterwards)."""
     run_dir = Path(run_dir)
     hc = HydraConfig.get() if HydraConfig.initialized() else None  # None: attnlab-reproduce, the benchmarks
     rundir.claim(run_dir, key=key).started = True  # a job writes there now: abandon() leaves the folder be
     try:
         with interrupts.deferred(), interrupts.shielded():  # only the training loop is interruptible
-            result = _job(cfg, run_dir, overrides, hc, recorded or {}, tokens)
+            result = _job(cfg, run_dir, overrides, hc, recorded or {}, tokens, show_dir)
             return result._replace(late_signal=interrupts.requested()) if result.status == "completed" else result
     finally:
         drawing.shutdown()
@@ -85,7 +87,7 @@ def run_job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None,
 
 
 def _job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None, hc: DictConfig | None,
-         recorded: dict[str, Any], tokens: Tokens | None) -> JobResult:
+         recorded: dict[str, Any], tokens: Tokens | None, show_dir: bool = True) -> JobResult:
     job_num = OmegaConf.select(hc, "job.num", default=None) if hc is not None else None
     summary: dict[str, Any] = {
         "status": "running", "task": None,
@@ -97,7 +99,7 @@ def _job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None, hc: DictCo
         artifacts.write_summary(run_dir, summary)
     except WriteError as err:
         return JobResult("failed", str(err), exception=err, unrecorded=str(err))
-    typed = None
+    typed, held = None, {}  # held: what the run's own report.html is made of (report_data.run_record)
     try:
         if hc is not None:  # .hydra/ as Hydra saves it (Hydra writes nothing: hydra.output_subdir=null)
             (run_dir / ".hydra").mkdir(exist_ok=True)
@@ -115,7 +117,7 @@ def _job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None, hc: DictCo
         resolved["train"]["focus_token"] = tokens.focus
         drawing.start(typed, plots.warm_up)  # figure workers import matplotlib while this process imports torch
         summary["versions"] = artifacts.environment(resolved["device"])
-        result = _run(typed, run_dir, tokens, summary)
+        result = _run(typed, run_dir, tokens, summary, held, show_dir)
     except KeyboardInterrupt:  # outside the training loop, which records its own interrupt
         result = JobResult("interrupted", "interrupted before the training steps")
     except AttnlabError as err:  # ours are one line as they stand; a file not written is no bad input
@@ -123,20 +125,23 @@ def _job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None, hc: DictCo
     except Exception as err:
         result = JobResult("failed", describe(err), exception=err)
     # the final status, once every other file is written (a killed job still says running)
+    summary.update(status=result.status, error=result.error)
     try:
-        artifacts.write_summary(run_dir, {**summary, "status": result.status, "error": result.error})
+        artifacts.write_summary(run_dir, summary)
     except WriteError as err:
         return result._replace(unrecorded=str(err))
     if result.status == "completed" and typed.logging.report:
-        try:
-            write_run_report(run_dir)
+        try:  # from what the run holds: the page attnlab-report RUN_DIR makes of its files
+            write_page([run_record(run_dir, summary, **held)], run_dir / REPORT)
         except (OSError, AttnlabError) as err:  # a view: never the run's status
             print(f"warning: report.html not written: {err}", file=sys.stderr)
     return result
 
 
-def _run(cfg: DictConfig, run_dir: Path, tokens: Tokens, summary: dict[str, Any]) -> JobResult:
-    """The job's task on the checked ``cfg`` and its ``tokens``; what it measures goes into ``summary``."""
+def _run(cfg: DictConfig, run_dir: Path, tokens: Tokens, summary: dict[str, Any], held: dict[str, Any],
+         show_dir: bool = True) -> JobResult:
+    """The job's task on the checked ``cfg`` and its ``tokens``; what it measures goes into ``summary``, what
+    its report page shows (with ``logging.report``) into ``held``."""
     if cfg.task == Task.walkthrough:  # §1–4 printed, [job N]-prefixed in a parallel sweep; arrays saved
         from attnlab.core.walkthrough import walkthrough
 
@@ -144,20 +149,24 @@ def _run(cfg: DictConfig, run_dir: Path, tokens: Tokens, summary: dict[str, Any]
         arrays = walkthrough(cfg, print_line=lambda line: print(prefixed(line, prefix)) if shown else None,
                              tokens=tokens)
         artifacts.atomic_savez(run_dir / artifacts.WALKTHROUGH, **arrays)
+        held["walkthrough"] = arrays
         summary.update(wall_time_s=round(time.perf_counter() - t0, 6),
                        versions=artifacts.environment(str(cfg.device)),  # the torch threads used
                        **observe(cfg, tokens.token_ids, tokens.labels, arrays, tokens=tokens))
         if shown:
-            print(prefixed("\n" + _("completed: walkthrough  ->  {path}").format(
-                path=f"{display_path(run_dir)}/{artifacts.WALKTHROUGH}"), prefix))
+            where = f"  ->  {display_path(run_dir)}/{artifacts.WALKTHROUGH}" if show_dir else ""
+            print(prefixed("\n" + _("completed: walkthrough{where}").format(where=where), prefix))
         return JobResult("completed")
     from attnlab.core.training import train
 
     files = artifacts.RunDirSink(run_dir, writes_summary=False)  # its fields: this summary, at the end
     focus, layers = FocusSink(), [FocusSink(layer) for layer in range(cfg.model.n_layers)]  # a GPT's blocks too
+    page = [PageSink()] if cfg.logging.report else []
     try:
-        result = train(cfg, [files, *make_sinks(cfg, run_dir), focus, *layers], run_dir=run_dir,
-                       keep_snapshots=False, keep_losses=False, tokens=tokens)
+        result = train(cfg, [files, *make_sinks(cfg, run_dir, show_dir), focus, *layers, *page], run_dir=run_dir,
+                       keep_snapshots=False, keep_losses=bool(page), tokens=tokens)
+        if page:
+            held.update(losses=result.losses, page=page[0], focus=focus)
     finally:
         summary.update(files.summary)  # what the files hold, also of a run that failed
     per_layer = {"focus_layers": [s.summary()["focus"] for s in layers]} if layers and focus.last is not None else {}

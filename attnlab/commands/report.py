@@ -15,6 +15,7 @@ from attnlab.outputs import destination, streams
 from attnlab.saved.report import REPORT, collect_records, render
 from attnlab.saved.runs import named_runs
 from attnlab.saved.safe_read import printable
+from attnlab.saved.verdict import read_verdicts
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -26,6 +27,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("-o", "--out", metavar="FILE", type=Path, default=Path(REPORT),
                         help=_("the page to write (default: ./{name})").format(name=REPORT))
     parser.add_argument("--force", action="store_true", help=_("replace a file attnlab did not write"))
+    parser.add_argument("--verdicts", metavar="CSV", type=Path,
+                        help=_("attnlab-reproduce's --csv of these runs: a verdict column, runs sorted by student"))
     args = parser.parse_args(argv)
     out = args.out / REPORT if args.out.is_dir() else args.out
     try:
@@ -34,7 +37,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "allow": (REPORT,)}
         if problem := destination.refusal(out, **rule):
             raise RunDirError(problem)
-        records = collect_records(args.paths, found=found)
+        verdicts = read_verdicts(args.verdicts) if args.verdicts is not None else None
+        records = collect_records(args.paths, found=found, verdicts=verdicts)
         destination.write(out, render(records).encode("utf-8"), **rule)
     except (AttnlabError, OSError) as err:
         print(_("attnlab-report: error: {message}").format(message=printable(str(err), 1500)), file=sys.stderr)

@@ -133,10 +133,37 @@ def validate(cfg: DictConfig) -> None:
 
 def validated_tokens(cfg: DictConfig) -> Tokens:
     """Tutorial §1 on a checked config: :func:`validate`, then the text tokenized (with its own checks:
-    length, ``train.focus_token`` in the text). ConfigError / TokenizerError naming the key. A job does it
+    length, ``train.focus_token`` in the text), and a GPT's windows in it (:func:`corpus_split`), all
+    before torch loads. ConfigError / TokenizerError naming the key. A job does it
     once and passes the :class:`Tokens` down (training, the walkthrough, exercise 5)."""
     validate(cfg)
-    return tokenize(cfg)
+    tokens = tokenize(cfg)
+    window = recorded_window(cfg, tokens.seq_len)
+    if tokens.focus >= window:
+        raise ConfigError("train.focus_token", cfg.train.focus_token, _(
+            "must be a position in the recorded window [0, {context})").format(context=window))
+    return tokens
+
+
+def recorded_window(cfg: DictConfig, n_tokens: int) -> int:
+    """Tokens the model sees at once: a GPT's context (:func:`corpus_split`), else the text's ``n_tokens``."""
+    return corpus_split(cfg, n_tokens)[1] if cfg.model.n_layers else n_tokens
+
+
+def corpus_split(cfg: DictConfig, n_tokens: int) -> tuple[int, int]:
+    """(tokens trained on, context): the text's head; its last ``round(n_tokens·train.val_fraction)``
+    tokens are held out. ConfigError when the context does not fit in the head, or the held-out
+    tail has 1 token."""
+    n_val = round(n_tokens * cfg.train.val_fraction)
+    n_train = n_tokens - n_val
+    context = cfg.model.context or n_train
+    if not 2 <= context <= n_train:
+        raise ConfigError("model.context", cfg.model.context, _(
+            "a window must have 2 to {n} tokens (the text's {n} trained on)").format(n=n_train))
+    if n_val == 1:
+        raise ConfigError("train.val_fraction", cfg.train.val_fraction, _(
+            "holds out 1 token of {n}: a validation loss needs at least 2").format(n=n_tokens))
+    return n_train, context
 
 
 def out_proj(cfg: DictConfig) -> bool:
