@@ -243,7 +243,8 @@ def no_child_left():
             continue
         for pid in children:
             try:
-                if b"attnlab" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                command = Path(f"/proc/{pid}/cmdline").read_bytes()  # (attnlab-check's forkserver lives on)
+                if b"attnlab" in command and b"multiprocessing.forkserver" not in command:
                     os.kill(int(pid), 9)
             except OSError:
                 pass
