@@ -3,6 +3,11 @@
 
     python -m benchmarks.gpt                      # n_layers 4, d_model 128, 4 heads, T 256; ~2 min quiet
     python -m benchmarks.gpt --steps 3 --reps 1   # smoke run
+    python -m benchmarks.gpt --size n_layers=6 --size d_model=384 --size context=128 --size batch_size=32
+
+Stands alone (attnlab and torch only): a config composed as the command line would
+(:func:`attnlab.commands.api.compose`), ``threads=auto`` (the whole step counted: attnlab picks
+torch's count for this size, as the plain loop runs with).
 
 attnlab: :func:`attnlab.core.training.train` with ``model.attention=sdpa`` (the fused kernel;
 the weights are computed at the 2 snapshot steps only), no sinks, its loop time
@@ -14,15 +19,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
+from importlib import resources
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-ROOT = Path(__file__).resolve().parent.parent
 SIZES = {"n_layers": 4, "d_model": 128, "n_heads": 4, "context": 256, "batch_size": 1}
 
 
@@ -70,20 +73,20 @@ def plain_gpt(ids: torch.Tensor, steps: int, device: str, seed: int = 42) -> flo
     return time.perf_counter() - t0
 
 
-def attnlab_gpt(steps: int, device: str) -> float:
+def attnlab_gpt(steps: int, device: str, torch_threads: int) -> float:
+    from attnlab.commands.api import compose
     from attnlab.core.training import train
 
-    sys.path.insert(0, str(ROOT / "tests"))
-    from conftest import compose_cfg
-
     s = SIZES
-    cfg = compose_cfg("experiment=gpt", "model.attention=sdpa", f"device={device}", f"train.steps={steps}",
-                      f"train.snapshot_steps=[0,{steps - 1}]", "train.val_fraction=0", "analysis.prompt=null",
-                      "optimizer.lr=0.01",
-                      *(f"model.{k}={s[k]}" for k in ("n_layers", "d_model", "n_heads", "context")),
-                      f"model.d_k={s['d_model'] // s['n_heads']}", f"model.d_v={s['d_model'] // s['n_heads']}",
-                      f"train.batch_size={s['batch_size']}", f"threads={torch.get_num_threads()}")
-    return train(cfg).wall_time_s
+    cfg = compose("experiment=gpt", "model.attention=sdpa", f"device={device}", f"train.steps={steps}",
+                  f"train.snapshot_steps=[0,{steps - 1}]", "train.val_fraction=0", "analysis.prompt=null",
+                  "optimizer.lr=0.01", "tokenizer.max_tokens=1000000",
+                  *(f"model.{k}={s[k]}" for k in ("n_layers", "d_model", "n_heads", "context")),
+                  f"model.d_k={s['d_model'] // s['n_heads']}", f"model.d_v={s['d_model'] // s['n_heads']}",
+                  f"train.batch_size={s['batch_size']}", "threads=auto")
+    result = train(cfg)
+    assert torch.get_num_threads() == torch_threads, "threads=auto did not pick torch's count for this size"
+    return result.wall_time_s
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -91,18 +94,29 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--size", action="append", default=[], metavar="KEY=N",
+                   help=f"change a size ({', '.join(SIZES)}), e.g. --size n_layers=6 --size d_model=384")
     a = p.parse_args(argv)
+    for item in a.size:
+        key, value = item.split("=", 1)
+        if key not in SIZES:
+            p.error(f"--size {item}: the sizes are {', '.join(SIZES)}")
+        SIZES[key] = int(value)
     from attnlab.core.tokenizer import encode
 
-    ids = torch.tensor(encode((ROOT / "attnlab" / "data" / "weather_zh.txt").read_text(encoding="utf-8")))
+    torch_threads = torch.get_num_threads()
+    text = (resources.files("attnlab.data") / "weather_zh.txt").read_text(encoding="utf-8")
+    ids = torch.tensor(encode(text))
     times = {"attnlab": [], "plain": []}
     for rep in range(a.reps):
         for impl in (("attnlab", "plain") if rep % 2 == 0 else ("plain", "attnlab")):
-            seconds = attnlab_gpt(a.steps, a.device) if impl == "attnlab" else plain_gpt(ids, a.steps, a.device)
+            seconds = (attnlab_gpt(a.steps, a.device, torch_threads) if impl == "attnlab"
+                       else plain_gpt(ids, a.steps, a.device))
+            torch.set_num_threads(torch_threads)  # each loop starts at torch's count
             times[impl].append(a.steps / seconds)
     ours, plain = (statistics.median(times[k]) for k in ("attnlab", "plain"))
-    print(f"| {a.device} ({torch.get_num_threads()} threads) | {SIZES} | {ours:.2f} | {plain:.2f} | "
-          f"{ours / plain:.3f} |")
+    threads = f"{torch_threads} thread{'s' if torch_threads > 1 else ''}"
+    print(f"| {a.device} ({threads}) | {SIZES} | {ours:.2f} | {plain:.2f} | {ours / plain:.3f} |")
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import csv
+import itertools
 import json
 import os
 import subprocess
@@ -59,6 +60,18 @@ def compose_cfg(*overrides: str):
         with initialize_config_module("attnlab.conf", version_base="1.3"):
             _COMPOSED[key] = compose("config", overrides=prepare(overrides))
     return copy.deepcopy(_COMPOSED[key])
+
+
+def sweep_jobs(n: int) -> list[list[str]]:
+    """The overrides of each job of preset exerciseN's sweep, in Hydra's basic sweeper's order."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    register_configs()
+    with initialize_config_module("attnlab.conf", version_base="1.3"):
+        params = compose("config", overrides=[f"experiment=exercise{n}"], return_hydra_config=True).hydra.sweeper.params
+    parsed = OverridesParser.create().parse_overrides([f"{k}={v}" for k, v in params.items()])
+    choices = [[f"{o.key_or_group}={v}" for v in o.sweep_string_iterator()] for o in parsed]
+    return [list(job) for job in itertools.product(*choices)]
 
 
 @pytest.fixture
@@ -231,7 +244,8 @@ def no_child_left():
             continue
         for pid in children:
             try:
-                if b"attnlab" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                command = Path(f"/proc/{pid}/cmdline").read_bytes()  # (attnlab-check's forkserver lives on)
+                if b"attnlab" in command and b"multiprocessing.forkserver" not in command:
                     os.kill(int(pid), 9)
             except OSError:
                 pass

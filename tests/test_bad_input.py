@@ -8,6 +8,7 @@ where the subprocess adds nothing, and a few through the real ``attnlab`` comman
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -19,6 +20,8 @@ from pathlib import Path
 import pytest
 
 from attnlab.commands.job import run_job
+from attnlab.core import config
+from attnlab.core.errors import ConfigError
 from attnlab.outputs import artifacts
 from attnlab.saved import safe_read
 
@@ -91,8 +94,8 @@ CASES = [
          "sentence='Your journey starts with one step': has 6 tokens, more than tokenizer.max_tokens=5"),
     Case("max_tokens_zero", "a non-positive `tokenizer.max_tokens`", ("tokenizer.max_tokens=0",), "ours",
          "tokenizer.max_tokens=0: must be a positive integer"),
-    Case("unknown_encoding", "an unknown `tokenizer.encoding`", ("tokenizer.encoding=nope",), "ours",
-         "tokenizer.encoding='nope': unknown encoding; allowed: "),
+    Case("unknown_encoding", "an encoding attnlab does not ship (it would be downloaded)", ("tokenizer.encoding=nope",), "ours",
+         "tokenizer.encoding='nope': must be gpt2"),
     Case("text_file_missing", "a `text_file` that does not exist", ("text_file=/nonexistent/text.txt",), "ours",
          "text_file='/nonexistent/text.txt': must be a readable UTF-8 file"),
     # issue 10: values that Hydra/OmegaConf resolve or refuse
@@ -296,6 +299,17 @@ def test_our_errors_name_key_value_and_allowed(case, tmp_path_factory):
     assert not (tmp_path / "metrics.csv").exists()
 
 
+@pytest.mark.parametrize("case", [c for c in CASES if c.id in ("context_too_long", "val_one_token", "context_without_gpt")],
+                         ids=lambda c: c.id)
+def test_a_gpts_windows_are_checked_with_the_config_before_a_model_is_built(case, monkeypatch):
+    """checks.validated_tokens (values, text, a GPT's windows) refuses these; nothing is built."""
+    from attnlab.core import checks, training
+
+    monkeypatch.setattr(training, "build_model", lambda *a, **k: pytest.fail("a model was built"))
+    with pytest.raises(ConfigError, match=re.escape(case.expect)):
+        checks.validated_tokens(config.apply_schema(compose_cfg(*case.args)))
+
+
 @pytest.mark.parametrize("case", [c for c in CASES if c.kind == "ok"], ids=lambda c: c.id)
 def test_accepted_inputs_train_on_the_expected_tokens(case, tmp_path):
     short = () if any(a.startswith("train.steps=") for a in case.args) else ("train.steps=5", "train.snapshot_steps=[0]")
@@ -485,7 +499,7 @@ def _reproduce_case(rid: str, tmp: Path, finished: Path) -> dict:
         else:
             shutil.copytree(finished, run)
             if rid == "killed_run":
-                artifacts.write_summary(run, status="running")  # what a run killed mid-way leaves
+                artifacts.update_summary(run, status="running")  # what a run killed mid-way leaves
         before = _tree(run)
         proc = _run([sys.executable, "-m", "attnlab.commands.cli", f"hydra.run.dir={'' if where == run else run}", *QUIET],
                     where)
@@ -517,7 +531,7 @@ def _reproduce_case(rid: str, tmp: Path, finished: Path) -> dict:
         elif rid == "repro_target":
             cfg.write_text(cfg.read_text().replace("torch.optim.Adam", "os.system"))
         elif rid == "repro_running":
-            artifacts.write_summary(run, status="running")
+            artifacts.update_summary(run, status="running")
         before = _tree(run) if run.exists() else None
         proc = _run([sys.executable, "-m", "attnlab.commands.reproduce", str(run)], tmp)
         cmd = "attnlab-reproduce RUN_DIR"

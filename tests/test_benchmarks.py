@@ -60,3 +60,21 @@ def test_results_replace_only_the_marked_block(tmp_path):
     text = out.read_text(encoding="utf-8")
     assert "new table" in text and "old table" not in text
     assert text.startswith("# notes before") and text.rstrip().endswith("## analysis after")
+
+
+def test_gpt_benchmark_stands_alone(tmp_path):
+    """benchmarks/gpt.py runs from any folder with attnlab and torch only (no tests/, no pytest) and prints
+    its table row: steps/s of attnlab's mini-GPT loop and of the plain loop, and their ratio."""
+    import subprocess
+
+    sizes = [a for kv in ("n_layers=1", "d_model=16", "n_heads=2", "context=16") for a in ("--size", kv)]
+    done = subprocess.run([sys.executable, "-X", "importtime", str(ROOT / "benchmarks" / "gpt.py"), "--steps", "2",
+                           "--reps", "1", "--device", "cpu", *sizes], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    imported = {line.split("|")[-1].strip().split(".")[0] for line in done.stderr.splitlines() if "|" in line}
+    assert "torch" in imported and "attnlab" in imported
+    assert not imported & {"pytest", "conftest", "tests"}
+    row = done.stdout.strip().splitlines()[-1]
+    assert re.fullmatch(r"\| cpu \(\d+ threads?\) \| \{'n_layers': 1, 'd_model': 16, 'n_heads': 2, 'context': 16, "
+                        r"'batch_size': 1\} \| \d+\.\d\d \| \d+\.\d\d \| \d\.\d{3} \|", row), row

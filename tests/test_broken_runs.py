@@ -185,7 +185,7 @@ def test_a_damaged_run_is_one_row_and_one_record_beside_a_healthy_one(case, base
     assert [r["name"] for r in data["runs"]] == ["0_healthy", f"1_{case.name}"]
     # the page's runs table is attnlab-compare's printed table: its columns, headers and cells
     cols = table.columns_of(rows, table=True)
-    assert [(c["key"], c["title"]) for c in data["table_columns"]] == [(c, table.HEADERS.get(c, c)) for c in cols]
+    assert [(c["key"], c["title"]) for c in data["table_columns"]] == [(c, table.header(c)) for c in cols]
     for rec, row, line in zip(data["runs"], rows, lines[2:4]):
         cells = {c: rec["table"][c]["text"] if c in rec["table"] else "-" for c in cols}
         assert cells == {c: table.cell_text(c, row.get(c)) for c in cols}

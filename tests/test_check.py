@@ -166,7 +166,7 @@ def test_template_fails_at_stage_1_and_is_never_written_over(tmp_path, capsys):
         "fix this stage and run attnlab-check again: the stages after it are checked once it passes"]
     path.write_text("mine", encoding="utf-8")
     assert check.main(["--template", str(path)]) == 2
-    assert capsys.readouterr().err == f"attnlab-check: error: {path}: exists; --template writes a new file only\n"
+    assert capsys.readouterr().err == f"attnlab-check: error: --template {path}: exists; attnlab writes a new file only\n"
     assert path.read_text(encoding="utf-8") == "mine"
 
 

@@ -3,6 +3,7 @@ the figure, and one-line errors."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -85,9 +86,10 @@ def test_cli_prints_table_sorted_and_writes_figure(sweep, tmp_path, capsys):
     assert compare.main([str(sweep), "--sort", "final_loss", "--reverse", "--plot", str(fig)]) == 0
     out = capsys.readouterr().out.splitlines()
     # no job reached the 1e-3 threshold in 30 steps, so that empty column is left out; the focus
-    # passed 0.9 at a snapshot step in some job, so "focus>0.9 at" is shown
-    assert out[0].split() == ["job", "differs", "status", "final_loss", "focus", "→", "target", "weight", "at", "step",
-                              "wall_s", "focus>0.9", "at"]
+    # passed 0.9 at a snapshot step in some job, so "first >0.9 at step" is shown
+    assert re.split(" {2,}", out[0].strip()) == ["job", "what differs", "status", "final loss", "token",
+                                                 "→ attends most to", "weight", "at step", "seconds",
+                                                 "first >0.9 at step"]
     assert out[2].split()[:2] == ["1_optimizer.lr=0.5", "optimizer.lr=0.5"]  # the swept key: what differs
     assert out[3].split()[:2] == ["0_optimizer.lr=0.05", "optimizer.lr=0.05"]
     assert out[-1] == f"figure: {fig}"

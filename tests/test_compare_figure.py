@@ -50,13 +50,13 @@ def ex4(tmp_path_factory) -> Path:
 def draw(paths: list[Path], out: Path, monkeypatch):
     """Run ``attnlab-compare PATHS --plot OUT`` and return the figure it saved, drawn."""
     figs = []
-    real = compare_figure.save_figure
+    real = compare_figure.figure_bytes
 
-    def spy(fig, path):
+    def spy(fig, fmt):
         figs.append(fig)
-        return real(fig, path)
+        return real(fig, fmt)
 
-    monkeypatch.setattr(compare_figure, "save_figure", spy)
+    monkeypatch.setattr(compare_figure, "figure_bytes", spy)
     assert compare.main([*map(str, paths), "--plot", str(out)]) == 0
     [fig] = figs
     return fig

@@ -27,7 +27,7 @@ def test_the_default_run_prints_the_tutorials_lines(default_cli_run):
     run_dir, proc = default_cli_run
     lines = proc.stdout.splitlines()
     assert lines[:5] == TUTORIAL_LINES
-    assert lines[5].startswith("completed: 201 steps, final loss 4.94")
+    assert lines[5].startswith("completed: 201 steps, final loss 4.940e-06, ")
     assert lines[5].endswith(f" s  ->  {run_dir}") or lines[5].endswith(f" s  ->  {run_dir.name}")
     assert len(lines) == 6
 

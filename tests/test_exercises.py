@@ -4,16 +4,13 @@ The walkthrough presets' jobs run in-process (the preset's sweep expanded as Hyd
 does; exercise 4's training jobs too); a preset with its sentence overridden goes through the command."""
 from __future__ import annotations
 
-import itertools
 import json
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
-from hydra import compose, initialize_config_module
-from hydra.core.override_parser.overrides_parser import OverridesParser
 
-from attnlab.commands.hydra_config import register_configs
 from attnlab.core import exercises
 from attnlab.core.focus import FocusSink
 from attnlab.core.tokenizer import encode, token_labels
@@ -21,7 +18,7 @@ from attnlab.core.training import train
 from attnlab.core.walkthrough import walkthrough
 from attnlab.saved import exercise_columns
 
-from conftest import compose_cfg, read_csv
+from conftest import compose_cfg, read_csv, sweep_jobs
 
 
 def run_exercise(cli, tmp_path: Path, n: int, *overrides: str) -> tuple[list[dict], list[dict]]:
@@ -34,16 +31,6 @@ def run_exercise(cli, tmp_path: Path, n: int, *overrides: str) -> tuple[list[dic
     summaries = [json.loads((sweep / r["job"] / "summary.json").read_text(encoding="utf-8")) for r in rows]
     assert all(s["status"] == "completed" for s in summaries)
     return rows, summaries
-
-
-def sweep_jobs(n: int) -> list[list[str]]:
-    """The overrides of each job of preset exerciseN's sweep, in Hydra's basic sweeper's order."""
-    register_configs()
-    with initialize_config_module("attnlab.conf", version_base="1.3"):
-        params = compose("config", overrides=[f"experiment=exercise{n}"], return_hydra_config=True).hydra.sweeper.params
-    parsed = OverridesParser.create().parse_overrides([f"{k}={v}" for k, v in params.items()])
-    choices = [[f"{o.key_or_group}={v}" for v in o.sweep_string_iterator()] for o in parsed]
-    return [list(job) for job in itertools.product(*choices)]
 
 
 def walkthrough_answers(n: int) -> list[tuple[dict, dict]]:
@@ -98,7 +85,10 @@ def test_exercise3_init_std_decides_whether_attention_is_uniform(attnlab_here, t
     rows, _ = run_exercise(lambda *a: procs.append(attnlab_here(*a)) or procs[-1], tmp_path, 3)
     # the table names no key of a uniform row
     assert [(r["focus_target"], r["focus_weight"][:5]) for r in rows] == [("uniform (1/6)", "0.166"), (" step", "0.215")]
-    assert "' journey'  uniform (1/6)   0.167" in procs[0].stdout
+    assert re.search(r"' journey' +uniform \(1/6\) +0\.167", procs[0].stdout)
+    out = procs[0].stdout.split("\n\n")  # the table, then the answer under it
+    table_at = next(i for i, part in enumerate(out) if "farthest from 1/T" in part)
+    assert out[table_at + 1].startswith("Exercise 3, answer: with init std 0.02 every weight is within 7.10e-05")
     sums, _ = zip(*walkthrough_answers(3))
     small, large = (s["max_abs_weight_minus_uniform"] for s in sums)
     assert small == pytest.approx(7.10e-05, rel=0.01)  # std 0.02: every weight is 0.167 to 4 decimals

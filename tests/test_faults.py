@@ -265,7 +265,7 @@ def test_disk_full_mid_run_promotes_the_records_and_tensorboard_agrees(tmp_path,
         s = summary(run)
         assert (s["status"], s["error"]) == ("failed", "no space left on device while writing metrics.csv at step 1")
         assert_agrees(run, 1, [0])
-        assert proc.stdout.splitlines()[-1].startswith(f"failed: 1 step, final loss {s['final_loss']:.6g}")
+        assert proc.stdout.splitlines()[-1].startswith(f"failed: 1 step, final loss {s['final_loss']:#.4g}")
         assert tensorboard(run) == ([0], "failed", 2)
 
 
@@ -325,10 +325,11 @@ def finished_run(tmp_path_factory) -> Path:
 
 def test_summary_says_running_until_the_last_figure_is_written(tmp_path, attnlab_here, monkeypatch):
     """summary.json says how the run ended only once every file is written: a run killed after
-    its records, while its figures are drawn, reads as killed (not completed without figures)."""
+    its records, while its figures are drawn, reads as killed (not completed without figures), and
+    its row has the 30 steps its records hold."""
     run, seen = tmp_path / "run", []
     at_phase(monkeypatch, "drawing", lambda: seen.append(
-        (summary(run)["status"], summary(run)["steps_run"], (run / "metrics.csv").is_file(),
+        (summary(run)["status"], runs.job_row(run)["steps_run"], (run / "metrics.csv").is_file(),
          (run / "attention_evolution.png").exists())))
     assert attnlab_here(f"hydra.run.dir={run}", "logging.console=false", "train.steps=30",
                         "train.snapshot_steps=[0,29]").returncode == 0
@@ -427,7 +428,7 @@ def test_sigterm_mid_run_every_artifact_says_interrupted(tmp_path, attnlab_here,
     proc = attnlab_here(f"hydra.run.dir={run}", "logging.images=false", "logging.report=false",
                         "logging.progress=false", "train.steps=300")
     assert (proc.returncode, proc.stderr) == (1, f"interrupted at step 1; 1 step recorded; records kept in {run}\n")
-    assert proc.stdout.splitlines()[-1].startswith("interrupted: 1 step, final loss 2.35663")
+    assert proc.stdout.splitlines()[-1].startswith("interrupted: 1 step, final loss 2.357")
     assert (summary(run)["status"], summary(run)["error"]) == ("interrupted", "interrupted at step 1; 1 step recorded")
     assert_agrees(run, 1, [0])
     assert tensorboard(run) == ([0], "interrupted", 2)

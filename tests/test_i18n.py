@@ -181,8 +181,8 @@ def test_reproduce_table_speaks_zh_aligned_by_display_width(tmp_path, english_af
             {"job": "2_seed=3", "name": "carol", "verdict": VERDICTS[0], "differs": None}]
     i18n.set_language("zh")
     assert verdict_table(rows, tmp_path / "r").splitlines() == [
-        "任务      名字   结论      不一致的量",
-        "--------  -----  --------  ----------",
+        "任务      名字   结论      不同之处",
+        "--------  -----  --------  --------",
         "0_seed=1  alice  完全复现  -",
         "1_seed=2  bob    未复现    loss",
         "2_seed=3  carol  完全复现  -",

@@ -74,7 +74,7 @@ def test_console_sink_prefixes_every_line(capsys):
     sink.on_end(RunResult(status="completed", steps_run=1, final_loss=2.5, wall_time_s=0.5))
     assert capsys.readouterr().out.splitlines() == [
         "[job 3] step   0  loss=2.5000  |  ' journey' attends: 'Your'=0.25 'journey'=0.75",
-        "[job 3] completed: 1 step, final loss 2.5, 0.50 s",
+        "[job 3] completed: 1 step, final loss 2.500, 0.50 s",
     ]
     assert prefixed("a\n\nb", "[job 3] ") == "[job 3] a\n[job 3]\n[job 3] b"
     assert prefixed("a\nb", "") == "a\nb"

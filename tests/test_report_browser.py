@@ -245,7 +245,7 @@ def test_sweep_report_table_slider_and_detail(browser, report_sweep, shots):
     rows = collect_rows([report_sweep])
     cols = table.columns_of(rows, table=True)
     heads = [t.rstrip(" ▲▼") for t in page.locator("#runs-table thead th").all_text_contents()]
-    assert heads == [table.HEADERS.get(c, c) for c in cols] and heads[-2:] == ["wall_s", "focus>0.9 at"]  # no error: no column
+    assert heads == [table.header(c) for c in cols] and heads[-2:] == ["seconds", "first >0.9 at step"]  # no error: no column
     page.click("#runs-table th[data-col='focus_step']")
     want = table.sort_rows(rows, "focus_step")
     assert want[0]["focus_step"] == 100

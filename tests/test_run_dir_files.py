@@ -112,7 +112,7 @@ def test_jobs_of_a_dead_launcher_worker_say_failed_and_lose_their_lock(tmp_path)
         for name, status, live in [("0_dead", "running", False), ("1_done", "completed", False),
                                    ("2_live", "running", True)]:
             (sweep / name).mkdir()
-            artifacts.write_summary(sweep / name, status=status)
+            artifacts.update_summary(sweep / name, status=status)
             (sweep / name / rundir.LOCK).write_text("1\n")
         held = os.open(sweep / "2_live" / rundir.LOCK, os.O_RDONLY)
         lock_descriptor(held)
@@ -248,3 +248,39 @@ def test_a_sink_failing_to_start_still_ends_the_run_dir(tmp_path, monkeypatch, a
     summary = json.loads((run / "summary.json").read_text())
     assert (summary["status"], summary["steps_run"]) == ("failed", 0)
     assert not (run / rundir.LOCK).exists()
+
+
+@pytest.mark.parametrize("overrides, status", [
+    ((), "completed"),  # §5's training
+    (("experiment=exercise5", "model.positional=none"), "completed"),  # the walkthrough with exercise 5's check
+    (("model.d_model=0",), "failed"),  # refused
+], ids=["train", "exercise5", "refused"])
+def test_a_job_writes_summary_json_twice_and_checks_and_tokenizes_once(tmp_path, monkeypatch, overrides, status):
+    """summary.json: ``running`` first, the end (status and everything measured) last; the config
+    checked and the text tokenized once per job, exercise 5's second sentence aside."""
+    from attnlab.commands.job import run_job
+    from attnlab.core import checks, tokenizer
+
+    from conftest import compose_cfg
+
+    written, calls = [], {"validate": 0, "tokenize": 0}
+    real_write, real_validate, real_tokenize = artifacts.write_summary, checks.validate, tokenizer.tokenize
+    monkeypatch.setattr(artifacts, "write_summary", lambda run_dir, summary: (
+        written.append(dict(summary)), real_write(run_dir, summary))[1])
+    monkeypatch.setattr(checks, "validate", lambda cfg: (calls.update(validate=calls["validate"] + 1),
+                                                         real_validate(cfg))[1])
+    monkeypatch.setattr(tokenizer, "tokenize", lambda cfg: (calls.update(tokenize=calls["tokenize"] + 1),
+                                                            real_tokenize(cfg))[1])
+    monkeypatch.setattr(checks, "tokenize", tokenizer.tokenize)
+    cfg = compose_cfg("logging=off", "logging.console=false", "train.steps=3", "train.snapshot_steps=[0,2]", *overrides)
+    result = run_job(cfg, tmp_path / "run")
+    assert result.status == status
+    assert [s["status"] for s in written] == ["running", status]
+    assert calls == {"validate": 1, "tokenize": 0 if status == "failed" else 1}
+    on_disk = json.loads((tmp_path / "run" / "summary.json").read_text(encoding="utf-8"))
+    assert on_disk == written[-1] and written[0]["config"] is None
+    if status == "completed":
+        assert on_disk["config"]["model"]["d_model"] == 6 and on_disk["versions"]["torch_threads"] >= 1
+        assert on_disk["steps_run"] == (0 if overrides else 3)
+        if overrides:
+            assert on_disk["permutation_check"]["tokens_are_permutation"] is True

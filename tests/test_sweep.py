@@ -251,3 +251,20 @@ def test_jobs_are_ordered_by_the_job_number_their_summary_records(report_sweep, 
 
 def test_a_single_run_records_no_job_number(default_run):
     assert "job_num" not in json.loads((default_run / "summary.json").read_text())
+
+
+def test_a_jobs_end_reaches_the_command_as_hydra_hands_back_its_return_value():
+    """A launcher's worker pickles the job's return value (callbacks.JobEnd); made again where it is
+    unpickled, it gives the command's process the exit status the job asked for, the highest once."""
+    import pickle
+
+    from attnlab.commands import callbacks
+
+    callbacks.worker_exit_status()
+    sent = [pickle.dumps(callbacks.JobEnd("completed")), pickle.dumps(callbacks.JobEnd("failed", 2)),
+            pickle.dumps(callbacks.JobEnd("interrupted", 1))]
+    assert callbacks.worker_exit_status() == 2  # made here too (the basic launcher: in this process)
+    received = [pickle.loads(data) for data in sent]  # what Hydra's sweeper gets from a joblib worker
+    assert [(end.status, end.code) for end in received] == [("completed", 0), ("failed", 2), ("interrupted", 1)]
+    assert callbacks.worker_exit_status() == 2
+    assert callbacks.worker_exit_status() == 0  # read once

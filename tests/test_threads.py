@@ -45,6 +45,36 @@ def test_auto_is_one_thread_for_small_problems_and_torchs_count_for_large(monkey
     assert threads.resolve(3, 6, 6) == 3
 
 
+def test_the_whole_step_counts_the_head_the_mlp_the_layers_and_the_batch():
+    # a GPT block: attention (with W_out) and the MLP; 2 blocks; the 50,257-way head; a batch of 8
+    attention = 2 * (16 * 32 * 24 + 16 * 16 * 16) + 16 * 2 * 8 * 32
+    mlp = 2 * 16 * 32 * 128
+    assert threads.work_per_step(16, 32, 8, 8, 2, out_proj=True, n_layers=2, vocab_size=50257, batch_size=8) == (
+        3 * 8 * (2 * (attention + mlp) + 16 * 32 * 50257))
+    # the tutorial with §5's next-token head: the head is most of the step
+    assert threads.work_per_step(6, 6, 4, 6, vocab_size=50257) == threads.work_per_step(6, 6, 4, 6) + 3 * 6 * 6 * 50257
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    ((), 1),  # the tutorial's §5: attention on 6 tokens, one thread
+    (("experiment=tutorial_walkthrough",), 1),
+    (("train.objective=next_token",), 4),  # its 50,257-way head: torch's count
+    (("experiment=gpt",), 4),
+    (("experiment=gpt", "model.n_layers=6", "model.d_model=384", "model.n_heads=6", "model.d_k=64", "model.d_v=64",
+      "train.batch_size=32", "model.context=128", "tokenizer.max_tokens=100000"), 4),
+], ids=["tutorial", "walkthrough", "tutorial-next-token", "gpt", "gpt-6x384"])
+def test_auto_gives_a_model_with_a_vocabulary_head_the_cores_it_has(overrides, expected, monkeypatch,
+                                                                     restore_threads):
+    """The count build_model sets (torch's count 4, as on a 4-core machine) for a tutorial config and a GPT's."""
+    from attnlab.core.tokenizer import tokenize
+    from attnlab.core.training import build_model
+
+    monkeypatch.setattr(threads, "_default", 4)
+    cfg = compose_cfg(*overrides)
+    build_model(cfg, tokenize(cfg), order="walkthrough" if cfg.task == "walkthrough" else "training")
+    assert torch.get_num_threads() == expected
+
+
 @pytest.mark.parametrize("value, shown", [("0", "0"), ("-2", "-2"), ("1.5", "1.5"), ("true", "True"),
                                           ("many", "'many'")])
 def test_bad_threads_value_is_one_line(tmp_path, value, shown):

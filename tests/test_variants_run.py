@@ -116,8 +116,8 @@ def test_variants_print_their_answer_in_the_sweep_table(attnlab_here, tmp_path):
     proc = attnlab_here("experiment=heads", f"hydra.sweep.dir={sweep}", "logging=off", "train.steps=60")
     assert proc.returncode == 0, proc.stderr
     header = next(line for line in proc.stdout.splitlines() if line.startswith("job "))
-    assert "heads: strongest key" in header
-    assert "focus>0.9 at" in header
+    assert "each head looks at" in header
+    assert "first >0.9 at step" in header
     rows = [line for line in proc.stdout.splitlines() if line.startswith(("0_", "1_", "2_"))]
     assert len(rows) == 3
     assert "0:" in rows[1]

@@ -1,50 +1,346 @@
-"""The Python API for notebooks: compose a config like the command line does, run it in-process.
+"""The Python API, for notebooks first (``import attnlab`` offers it: :mod:`attnlab`):
 
->>> from attnlab.commands.api import compose, train
->>> result = train(compose("model.d_model=16", "optimizer.lr=0.01"))
->>> result.losses.shape, [s.step for s in result.snapshots]  # nothing written unless sinks are passed
+>>> import attnlab
+>>> run = attnlab.train(lang="zh")                     # prints the tutorial's §5 lines, as `attnlab lang=zh`
+>>> run                                                # in a notebook: the §5 figure and the report page
+>>> attnlab.train("model.d_model=16", optimizer__lr=0.01).losses.shape
+>>> attnlab.exercise(4)                                # the preset's sweep, 6 jobs: its table
+>>> attnlab.check(embed_tokens, add_positions, ...)    # your §2–4 functions, stage by stage
+
+Overrides are the command line's ``key=value`` strings, or keyword arguments: ``d_model`` is
+``model__d_model=16`` (``__`` for the dot), a group ``optimizer="sgd"``, ``lang="zh"``; Python values
+become Hydra's (``True`` true, ``None`` null, a list ``[a,b]``); a free-text key (``sentence``, ``name``,
+...) takes its text as typed. ``lang=`` sets attnlab's language for the rest of the session, as the
+command line's does for its run. Nothing is written unless asked (:meth:`Run.save`,
+:meth:`Run.report`, :func:`sweep`'s ``dir=``). Errors: :class:`AttnlabError` with the command's one line.
 """
 from __future__ import annotations
 
 import contextlib
+import itertools
+import tempfile
+import weakref
+from pathlib import Path
+from typing import Any, Callable, Iterable, NamedTuple
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
-from attnlab.commands.argv import prepare
+from attnlab.commands.argv import FREE_TEXT_KEYS, language, prepare
 from attnlab.commands.cli import error_line, refusal
+from attnlab.commands.display import Run, SweepTable
 from attnlab.commands.hydra_config import register_configs
-from attnlab.core import training
+from attnlab.core import i18n, training
+from attnlab.core.config import plain
 from attnlab.core.errors import AttnlabError
-from attnlab.core.records import RunResult, Snapshot
-from attnlab.core.walkthrough import walkthrough
+from attnlab.core.i18n import LANGUAGES, _
+from attnlab.core.records import RunInfo, RunResult, Sink, Snapshot
 
-__all__ = ["compose", "train", "walkthrough", "RunResult", "Snapshot"]
+__all__ = ["compose", "train", "walkthrough", "sweep", "exercise", "check", "use_chinese_font", "Run", "SweepTable",
+           "RunResult", "Snapshot"]
+
+EXERCISES = (1, 2, 3, 4, 5)  # tutorial §8 (conf/experiment/exerciseN.yaml)
 
 
-def compose(*overrides: str, config_name: str = "config") -> DictConfig:
-    """The config that ``attnlab OVERRIDES`` would run (free text as typed: ``compose("sentence=你好")``).
+class Sweep(NamedTuple):
+    """The sweep a composed config's preset describes (``hydra.sweeper.params``): ``params`` key -> the
+    values text (``"0.005,0.05,0.5"``), ``overrides`` the ones it was composed with."""
+
+    params: dict[str, str]
+    overrides: tuple[str, ...]
+
+
+_sweeps: dict[int, tuple[weakref.ref, Sweep]] = {}  # id(cfg) -> (the cfg, the sweep its preset describes)
+
+
+def sweep_of(cfg: Any) -> Sweep | None:
+    """The sweep the preset ``cfg`` was composed from describes, or None (a single run)."""
+    held = _sweeps.get(id(cfg))
+    return held[1] if held is not None and held[0]() is cfg else None
+
+
+def _hydra_value(value: Any) -> str:
+    """A Python value as the text of an override's value."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_hydra_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{_hydra_value(v)}" for k, v in value.items()) + "}"
+    return str(value)
+
+
+def overrides_of(overrides: Iterable[Any], options: dict[str, Any]) -> list[str]:
+    """``key=value`` strings of positional ``overrides`` (strings) and keyword ``options``
+    (``model__d_model=16`` -> ``model.d_model=16``). AttnlabError for a positional that is no string."""
+    out = []
+    for arg in overrides:
+        if not isinstance(arg, str):
+            raise AttnlabError(_("{arg!r}: an override is a string 'key=value' (or a keyword argument key=value)")
+                               .format(arg=arg))
+        out.append(arg)
+    for key, value in options.items():
+        key = key.replace("__", ".")
+        text = str(value) if key in FREE_TEXT_KEYS and isinstance(value, str) else _hydra_value(value)
+        out.append(f"{key}={text}")
+    return out
+
+
+def compose(*overrides: str, config_name: str = "config", **options: Any) -> DictConfig:
+    """The config that ``attnlab OVERRIDES`` would run (free text as typed: ``compose("sentence=你好")``);
+    keyword ``options`` are overrides too (module docstring). A preset that describes a sweep
+    (``experiment=exercise4``) is remembered as one: :func:`train` refuses it, :func:`sweep` runs it.
     Raises AttnlabError with the command's one line (``model.d_mdl=3: no such config key ...``)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
 
-    if (refused := refusal(list(overrides))) is not None:
-        raise AttnlabError(refused.removeprefix("error: "))
+    typed = overrides_of(overrides, options)
+    if (refused := refusal(typed)) is not None:
+        raise AttnlabError(refused.removeprefix("error: ").removeprefix(_("error: {message}").format(message="")))
+    if (lang := language(typed)) is not None:
+        i18n.set_language(lang)  # as `attnlab lang=zh` speaks Chinese; then the session's language
     register_configs()
     inside = GlobalHydra.instance().is_initialized()  # e.g. inside a Hydra app or another compose
     try:
         with contextlib.nullcontext() if inside else initialize_config_module("attnlab.conf", version_base="1.3"):
-            return hydra_compose(config_name, overrides=prepare(overrides))
+            session = [] if lang is not None else [f"lang={i18n.language()}"]  # the last lang= given, or the locale's
+            cfg = hydra_compose(config_name, overrides=prepare([*session, *typed]), return_hydra_config=not inside)
     except Exception as err:
-        raise AttnlabError(error_line(err, list(overrides)).removeprefix("error: ")) from None
+        raise AttnlabError(error_line(err, typed).removeprefix("error: ")
+                           .removeprefix(_("error: {message}").format(message=""))) from None
+    if "hydra" not in cfg:
+        return cfg
+    hydra = cfg.hydra
+    params = OmegaConf.to_container(hydra.sweeper.params, resolve=False) if hydra.sweeper.get("params") else {}
+    with _writable(cfg):
+        del cfg["hydra"]  # as Hydra's compose leaves it without return_hydra_config
+    if params or str(hydra.get("mode")) == "RunMode.MULTIRUN":
+        _sweeps[id(cfg)] = (weakref.ref(cfg), Sweep({str(k): str(v) for k, v in params.items()}, tuple(typed)))
+        weakref.finalize(cfg, _sweeps.pop, id(cfg), None)
+    return cfg
 
 
-def train(cfg: DictConfig, *args, **kwargs) -> RunResult:
-    """:func:`attnlab.core.training.train` (same arguments), the caller's torch thread count kept."""
+@contextlib.contextmanager
+def _writable(cfg: DictConfig):
+    from omegaconf import open_dict
+
+    with open_dict(cfg):
+        yield
+
+
+def _config(args: tuple, options: dict[str, Any], what: str) -> DictConfig:
+    """The config of ``train(cfg)`` or ``train("key=value", key=value)``; a sweep preset refused in one line."""
+    if args and isinstance(args[0], DictConfig):
+        if len(args) > 1 or options:
+            raise AttnlabError(_("{what}(cfg, ...): give either a config (compose(...)) or overrides, not both")
+                               .format(what=what))
+        cfg = args[0]
+    else:
+        cfg = compose(*args, **options)
+    if (described := sweep_of(cfg)) is not None:
+        raise AttnlabError(sweep_refusal(described, what))
+    return cfg
+
+
+def sweep_refusal(described: Sweep, what: str) -> str:
+    """The one line for a sweep preset given to ``what`` (train, walkthrough), naming where it runs."""
+    preset = next((o.split("=", 1)[1] for o in reversed(described.overrides) if o.startswith("experiment=")), None)
+    number = preset.removeprefix("exercise") if preset and preset.startswith("exercise") else None
+    jobs = sweep_size(described.params)
+    how = (f"attnlab.exercise({number})" if number and number.isdigit() else
+           "attnlab.sweep(" + ", ".join(repr(o) for o in described.overrides) + ")")
+    return _("{preset} describes a sweep of {n} jobs ({keys}), not one run: run it with {how} "
+             "(on the command line: attnlab {args})").format(
+        preset=f"experiment={preset}" if preset else _("this config"), n=jobs, keys=" × ".join(described.params),
+        how=how, args=" ".join(described.overrides))
+
+
+def train(*args: Any, sinks: Iterable[Sink] = (), run_dir: Path | None = None, keep_snapshots: bool = True,
+          keep_losses: bool = True, **options: Any) -> Run:
+    """Tutorial §5's training as ``attnlab OVERRIDES`` runs it, in this process, writing nothing: the
+    same lines printed (``logging.console``; a progress bar from 1000 steps on), a :class:`Run` returned
+    (a :class:`RunResult`: ``losses`` (steps,) float64, ``snapshots``; shown in a notebook as the §5
+    figure and the report page). ``args``: a config (:func:`compose`) or overrides, plus ``options``.
+    ``sinks`` get every record too (the caller's torch thread count is kept). AttnlabError: bad input
+    in one line, or a preset that describes a sweep (:func:`sweep` runs those)."""
+    if len(args) == 2 and isinstance(args[0], DictConfig) and not isinstance(args[1], (str, DictConfig)):
+        args, sinks = args[:1], args[1]  # train(cfg, sinks), as training.train takes them
+    cfg = _config(args, options, "train")
+    return _train(cfg, list(sinks), run_dir, keep_snapshots, keep_losses, notebook=_in_notebook())
+
+
+class _Start(Sink):
+    info: RunInfo | None = None
+
+    def on_start(self, info: RunInfo) -> None:
+        self.info = info
+
+
+def _train(cfg: DictConfig, sinks: list[Sink], run_dir: Path | None, keep_snapshots: bool, keep_losses: bool,
+           notebook: bool = False) -> Run:
     import torch
 
+    from attnlab.core.config import apply_schema
+    from attnlab.core.exercises import observe
+    from attnlab.core.focus import FocusSink
+    from attnlab.outputs.console import ConsoleSink
+
+    typed = apply_schema(cfg)
+    _speak(typed)
+    focus, start = FocusSink(), _Start()
+    shown = [ConsoleSink(progress=typed.logging.progress, notebook=notebook)] if typed.logging.console else []
     caller = torch.get_num_threads()
     try:
-        return training.train(cfg, *args, **kwargs)
+        result = training.train(typed, [*sinks, focus, start, *shown], run_dir=run_dir,
+                                keep_snapshots=keep_snapshots, keep_losses=keep_losses)
     finally:
         torch.set_num_threads(caller)
+    observed = observe(typed, result.token_ids, result.tokens) if start.info is not None else {}
+    return Run(**vars(result), info=start.info, recorded={**focus.summary(), **observed})
+
+
+def walkthrough(*args: Any, print_line: Callable[[str], object] = print, **options: Any) -> dict:
+    """Tutorial §1–4 narrated (printed through ``print_line``) for a config or overrides; returns head 0's
+    arrays (``token_ids``, ``token_embeddings``, ``pos_embeddings``, ``X``, ``Q``, ``K``, ``V``,
+    ``scores``, ``weights``, ``Z``; :func:`attnlab.core.walkthrough.walkthrough`). Writes nothing.
+    Without arguments: ``experiment=tutorial_walkthrough`` (seed 123, the tutorial's printouts)."""
+    from attnlab.core.walkthrough import walkthrough as narrate
+
+    cfg = _config(args or ("experiment=tutorial_walkthrough",), options, "walkthrough")
+    _speak(cfg)
+    return narrate(cfg, print_line=print_line)
+
+
+def _speak(cfg: DictConfig) -> None:
+    """``_()`` in ``cfg``'s language from now on (a ``lang`` it does not have: left as it is)."""
+    lang = plain(OmegaConf.select(cfg, "lang", default=None))
+    if lang in LANGUAGES:
+        i18n.set_language(lang)
+
+
+def sweep_size(params: dict[str, str]) -> int:
+    """How many jobs ``params`` (key -> Hydra's sweep text) make."""
+    return len(expand(params))
+
+
+def expand(params: dict[str, str], fixed: Iterable[str] = ()) -> list[list[str]]:
+    """The jobs of a sweep as Hydra's basic sweeper makes them: the preset's ``params`` then the
+    sweep overrides among ``fixed`` (``a=1,2``), in order, their product; each job its ``key=value`` list."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    given = [*(f"{k}={v}" for k, v in params.items()), *fixed]
+    lists = []
+    for override in parser.parse_overrides(given):
+        if override.is_sweep_override():
+            lists.append([f"{override.get_key_element()}={v}" for v in override.sweep_string_iterator()])
+    return [list(job) for job in itertools.product(*lists)]
+
+
+def sweep(*overrides: Any, dir: str | Path | None = None, **options: Any) -> SweepTable:
+    """A sweep, as ``attnlab -m OVERRIDES`` runs it (a preset's ``hydra.sweeper.params``, then overrides
+    such as ``optimizer.lr=0.005,0.05``): each job in turn, its lines printed, then its table returned
+    (:class:`SweepTable`: the rows the command's end table shows). ``dir``: the sweep folder to keep
+    (as the command writes it, figures and report as ``logging`` says); None: the jobs go to a
+    temporary folder, without figures, removed at the end. AttnlabError: bad input, in one line."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from attnlab.commands import sweep as sweeps
+    from attnlab.commands.job import run_job
+    from attnlab.outputs import rundir
+    from attnlab.saved.runs import collect_rows
+
+    typed = overrides_of(overrides, options)
+    try:
+        parsed = OverridesParser.create().parse_overrides(prepare(typed))
+    except Exception as err:
+        raise AttnlabError(error_line(err, typed).removeprefix("error: ")) from None
+    swept = [o.input_line for o in parsed if o.is_sweep_override()]
+    fixed = [t for t, o in zip(typed, parsed) if not o.is_sweep_override()]
+    base = compose(*fixed)
+    described = sweep_of(base)
+    jobs = expand(described.params if described else {}, swept)
+    if len(jobs) < 2 and described is None:
+        raise AttnlabError(_("no sweep: give a preset that describes one (experiment=exercise4) or values "
+                             "separated by commas (optimizer.lr=0.005,0.05); attnlab.train runs one job"))
+    keep = dir is not None
+    extra = [] if keep else ["logging.figures=false", "logging.tensorboard=false", "logging.report=false"]
+    with contextlib.ExitStack() as stack:
+        top = Path(dir) if keep else Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="attnlab-sweep-")))
+        if keep:
+            rundir.claim(top, key="dir")
+            stack.callback(rundir.release, top)
+        for num, job in enumerate(jobs):
+            cfg = compose(*fixed, *job, *extra)
+            name = sweeps.job_dirname(num, ",".join(sorted(job, key=lambda o: o.split("=", 1)[0])))
+            print(f"#{num} : {' '.join([*job, *fixed])}", flush=True)  # as Hydra's launcher says it
+            result = run_job(cfg, top / name, overrides=[*fixed, *job], key="dir", show_dir=keep)
+            if result.status != "completed":
+                print(_("{status}: {error}").format(status=result.status, error=result.error), flush=True)
+            if result.status == "interrupted":
+                break
+        rows = collect_rows([top], sweep_end=True)
+        table = SweepTable(rows, top if keep else None)
+        if keep:
+            from attnlab.saved.table import write_csv
+
+            write_csv(rows, top / "summary.csv")
+            if OmegaConf.select(compose(*fixed), "logging.report"):
+                from attnlab.saved.report import write_sweep_report
+
+                write_sweep_report(top)
+    return table
+
+
+def exercise(n: int, *overrides: Any, dir: str | Path | None = None, **options: Any) -> SweepTable:
+    """Tutorial §8's exercise ``n`` (1–5): its preset's sweep (:func:`sweep`), whose table answers it."""
+    if n not in EXERCISES:
+        raise AttnlabError(_("exercise {n!r}: the tutorial has exercises 1 to 5").format(n=n))
+    return sweep(f"experiment=exercise{n}", *overrides, dir=dir, **options)
+
+
+def check(*functions: Callable | dict, **named: Callable) -> bool:
+    """``attnlab-check`` on functions defined in notebook cells: each of the six stages of tutorial §2–4
+    (``embed_tokens``, ``add_positions``, ``project_qkv``, ``attention_scores``, ``attention_weights``,
+    ``context_vectors``) run with the tutorial's inputs, in order, printed as ``attnlab-check FILE`` prints
+    them (the first that differs: expected vs got, the likely mistake). ``functions``: the functions, or a
+    namespace such as ``globals()``; ``named``: a function under a stage's name. Returns True when all match."""
+    from attnlab.commands import check as checker
+
+    learner: dict[str, Any] = {}
+    for given in functions:
+        if isinstance(given, dict):
+            learner.update({k: v for k, v in given.items() if callable(v)})
+        elif callable(given):
+            learner[given.__name__] = given
+        else:
+            raise AttnlabError(_("check({arg!r}): give your functions, or globals()").format(arg=given))
+    learner.update(named)
+    return checker.run_stages(learner, Path(_("your notebook"))) == checker.EXIT_PASSED
+
+
+def use_chinese_font() -> str:
+    """Make matplotlib draw Chinese in your own figures: the CJK font attnlab uses (an installed one,
+    else the one attnlab ships) after DejaVu Sans in ``font.family`` (and ``font.sans-serif``), and
+    ``axes.unicode_minus`` off. Returns the CJK font's family name (tutorial §5's SimHei tip, done once)."""
+    import matplotlib
+
+    from attnlab.outputs.fonts import cjk_font
+
+    name = cjk_font()
+    matplotlib.rcParams["font.family"] = ["DejaVu Sans", name]  # a list: glyph by glyph, the first that has it
+    matplotlib.rcParams["font.sans-serif"] = ["DejaVu Sans", name,
+                                              *[f for f in matplotlib.rcParams["font.sans-serif"] if f != name]]
+    matplotlib.rcParams["axes.unicode_minus"] = False
+    return name
+
+
+def _in_notebook() -> bool:
+    """Whether this runs in a Jupyter kernel (IPython imported only when it already is)."""
+    import sys
+
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    return shell is not None and type(shell).__name__ != "TerminalInteractiveShell"

@@ -6,7 +6,6 @@ import contextlib
 import os
 import signal
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -25,27 +24,39 @@ from attnlab.saved.report import write_sweep_report
 sweep_exit_status: int | None = None
 _open_sweep: DictConfig | None = None  # a sweep that started and has not ended (its config)
 # in a launcher's worker: (the command's pid, the sweep dir) of a sweep one of its jobs stopped (interrupted);
-# kept here, not in commands.cli, whose job function a worker gets pickled by value with copied globals
+# kept here, not in commands.cli, whose job function a worker gets pickled by value with copied globals (as
+# JobEnd: a class of an importable module is pickled by reference, so it is made again in the command)
 _stopped_here: tuple[str, str] | None = None
 
 
-def stop_sweep_here(sweep: tuple[str, str], code: int) -> None:
-    """No further job of ``sweep`` runs in this process; the command ends with at least ``code``
-    (:func:`worker_exit_status`)."""
+def stop_sweep_here(sweep: tuple[str, str]) -> None:
+    """No further job of ``sweep`` runs in this process (a launcher's worker)."""
     global _stopped_here
     _stopped_here = sweep
-    with contextlib.suppress(OSError):  # for the command's process, which cannot see this one's return value
-        (Path(tempfile.gettempdir()) / f"attnlab-{sweep[0]}-exit-{os.getpid()}").write_text(str(code), "ascii")
+
+
+class JobEnd:
+    """What a job (the task function) returns: its ``status`` and the exit status ``code`` it asks of the
+    command (0: none). Hydra hands it back to the command's process as the job's ``JobReturn.return_value``,
+    pickled by a launcher's worker; it is made again where it is unpickled, and each one made notes its
+    code there: :func:`worker_exit_status` is the highest a job asked for."""
+
+    def __init__(self, status: str, code: int = 0) -> None:
+        self.status, self.code = status, code
+        _codes.append(code)
+
+    def __reduce__(self) -> tuple[Any, tuple[str, int]]:
+        return JobEnd, (self.status, self.code)  # unpickled: made (and noted) again in that process
+
+
+_codes: list[int] = []  # the codes of the JobEnds made in this process
 
 
 def worker_exit_status() -> int:
-    """The highest exit status a launcher's worker asked for in this command (0: none); read once."""
-    codes = [0]
-    for path in Path(tempfile.gettempdir()).glob(f"attnlab-{os.getpid()}-exit-*"):
-        with contextlib.suppress(OSError, ValueError):
-            codes.append(int(path.read_text("ascii")))
-            path.unlink()
-    return max(codes)
+    """The highest exit status a job asked for (:class:`JobEnd`) since the last call (0: none)."""
+    code = max(_codes, default=0)
+    _codes.clear()
+    return code
 
 
 def sweep_stopped_here(sweep: tuple[str, str] | None) -> bool:

@@ -3,29 +3,36 @@ stage by stage, against the tutorial's numbers (``experiment=tutorial_walkthroug
 
 FILE.py defines the six functions of :mod:`attnlab.commands.check_template`; each gets the reference
 inputs (fresh copies), so a mistake shows at its own stage, with expected vs got and the typical
-mistake it equals. FILE.py is imported and run, as pytest would. Exit status 0 every stage matches,
-1 a stage differs, 2 FILE cannot be loaded (or ``--template``'s FILE exists).
+mistake it equals. FILE.py is run as pytest would, in a child process bounded in time and memory
+(:mod:`attnlab.commands.learner`): its exit, an exception or an endless loop is its stage's failure,
+and what it returns must be real numbers of the tutorial's shapes. Exit status 0 every stage matches,
+1 a stage differs, 2 FILE cannot be loaded (or ``--template``'s FILE exists). :func:`check_source`
+checks source text (a notebook's cells) the same way.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import functools
-import runpy
+import os
 import sys
-import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence, TextIO
 
 import numpy as np
 import torch
 
+from attnlab.commands import learner
 from attnlab.commands.api import compose
+from attnlab.core.errors import AttnlabError
+from attnlab.core.files import RunFileError, read_own_file
 from attnlab.core.i18n import _
 from attnlab.core.tokenizer import tokenize
 from attnlab.core.training import build_model
 from attnlab.core.walkthrough import walkthrough
+from attnlab.outputs import destination
 
 EXIT_PASSED, EXIT_DIFFERS, EXIT_NOT_LOADED = 0, 1, 2
 TEMPLATE = Path(__file__).with_name("check_template.py")
@@ -117,12 +124,6 @@ def as_array(value: Any) -> np.ndarray | None:
         return None
 
 
-def where(err: BaseException, path: Path) -> str:
-    """``" (FILE, line N)"`` for the deepest frame of ``err`` in the learner's file, else ``""``."""
-    lines = [f.lineno for f in traceback.extract_tb(err.__traceback__) if Path(f.filename).resolve() == path.resolve()]
-    return _(" ({file}, line {line})").format(file=path.name, line=lines[-1]) if lines else ""
-
-
 def few(a: np.ndarray) -> str:
     """Shape and the first (up to) 6 values, e.g. ``(6, 6) [0.166687 0.166618 ...]``."""
     values = " ".join(f"{v:.6g}" for v in a.reshape(-1)[:6])
@@ -144,45 +145,64 @@ def difference(name: str, got: np.ndarray, want: np.ndarray, mistakes: list[tupl
     return lines
 
 
-def check_stage(learner: dict[str, Any], stage: Stage, path: Path) -> list[str]:
-    """One stage of the learner's file (``learner``: :func:`load`): [] when it matches, else why not, as lines."""
-    fn = learner.get(stage.function)
-    if not callable(fn):
-        return [_("  {file} has no function {fn}(); `attnlab-check --template NEW.py` writes the six to fill in")
-                .format(file=path.name, fn=stage.function)]
-    try:
-        returned = fn(*stage.inputs())
-    except NotImplementedError as err:
-        return [_("  {fn}() is not written yet: it raises NotImplementedError{at}").format(
-            fn=stage.function, at=where(err, path))]
-    except Exception as err:
-        return [_("  {fn}() raised {kind}: {message}{at}").format(
-            fn=stage.function, kind=type(err).__name__, message=str(err)[:300], at=where(err, path))]
-    names = [name for name, _want, _m in stage.outputs]
-    if len(names) > 1 and not (isinstance(returned, (tuple, list)) and len(returned) == len(names)):
-        return [_("  {fn}() must return {n} values ({names}), it returned {got}").format(
-            fn=stage.function, n=len(names), names=", ".join(names),
-            got=len(returned) if isinstance(returned, (tuple, list)) else type(returned).__name__)]
-    for (name, want, mistakes), value in zip(stage.outputs, returned if len(names) > 1 else [returned]):
-        got = as_array(value)
-        if got is None:
-            return [_("  {name}: {fn}() returned {kind}, not a tensor").format(
-                name=name, fn=stage.function, kind=type(value).__name__)]
+def stage_problem(stage: Stage, values: list[np.ndarray]) -> list[str]:
+    """[] when the arrays one stage of the learner's returned (``values``, one per output) are the
+    tutorial's, else why not, as lines: real numbers (a float dtype), the shape, the values."""
+    for (name, want, mistakes), got in zip(stage.outputs, values):
+        if got.dtype.kind != "f":
+            return [_("  {name}: {fn}() returned {dtype} values; {name} holds real numbers (torch.float32)").format(
+                name=name, fn=stage.function, dtype=got.dtype)]
+        got = got.astype(np.float64)
         if not close(got, want):
             return difference(name, got, as_array(want), mistakes)
     return []
 
 
-def load(path: Path) -> dict[str, Any]:
-    """The names the learner's file defines, run as a module (its folder first on sys.path, as ``python
-    FILE.py`` has it). Raises OSError / what the file raises on import."""
-    if not path.is_file():
-        raise FileNotFoundError(_("no such file"))
-    sys.path.insert(0, str(path.resolve().parent))
-    try:
-        return runpy.run_path(str(path), run_name="attnlab_check_learner")
-    finally:
-        sys.path.remove(str(path.resolve().parent))
+def check_source(source: str, filename: str, *, time_limit: float = learner.TIME_LIMIT,
+                 memory_limit: int | None = learner.MEMORY_LIMIT, out: TextIO | None = None,
+                 err: TextIO | None = None) -> int:
+    """Check the learner's code ``source`` (the text of FILE.py; ``filename`` names it in messages)
+    stage by stage: the lines go to ``out`` (a problem loading it to ``err``), the exit status is
+    returned (module docstring). The code runs in a child process (:func:`attnlab.commands.learner.run_stages`:
+    ``time_limit`` seconds to load and for each stage, ``memory_limit`` bytes more where the platform
+    allows); its exit, an exception or a hang is that stage's failure, one line."""
+    all_stages = stages()
+    specs = [(s.function, s.inputs(), [name for name, _want, _m in s.outputs]) for s in all_stages]
+    with contextlib.closing(learner.run_stages(source, filename, specs, time_limit=time_limit,
+                                               memory_limit=memory_limit)) as outcomes:
+        loading = next(outcomes)
+        if loading.error is not None:
+            print(_("attnlab-check: error: {message}").format(message=loading.error), file=err or sys.stderr)
+            return EXIT_NOT_LOADED
+        return report(outcomes, all_stages, out)
+
+
+def run_stages(functions: dict[str, Any], path: Path | str, all_stages: list[Stage] | None = None) -> int:
+    """Check functions that live in this process (a notebook's cells: ``functions``, name -> function;
+    ``path`` names where they come from) stage by stage, as :func:`check_source` does, with the same
+    lines, but in this process: nothing bounds their time or memory (:func:`attnlab.commands.learner.stage_outcomes`).
+    Returns :data:`EXIT_PASSED` or :data:`EXIT_DIFFERS`."""
+    all_stages = stages() if all_stages is None else all_stages
+    specs = [(s.function, s.inputs(), [name for name, _want, _m in s.outputs]) for s in all_stages]
+    return report(learner.stage_outcomes(functions, str(path), specs), all_stages)
+
+
+def report(outcomes: Iterator[learner.Outcome], all_stages: list[Stage], out: TextIO | None = None) -> int:
+    """Each stage's line (passed, or differs and why) to ``out`` for ``outcomes``, up to the first that
+    differs; the exit status."""
+    out = out or sys.stdout
+    for number, (stage, outcome) in enumerate(zip(all_stages, outcomes), 1):
+        head = _("stage {n}/{total} {title}, {fn}()").format(n=number, total=len(all_stages), title=stage.title,
+                                                               fn=stage.function)
+        problem = ["  " + outcome.error] if outcome.error is not None else stage_problem(stage, outcome.values)
+        if problem:
+            print(_("{stage}: differs").format(stage=head), *problem, sep="\n", file=out)
+            print(_("fix this stage and run attnlab-check again: the stages after it are checked once it passes"),
+                  file=out)
+            return EXIT_DIFFERS
+        print(_("{stage}: passed").format(stage=head), file=out)
+    print(_("all {n} stages match the tutorial's numbers").format(n=len(all_stages)), file=out)
+    return EXIT_PASSED
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -197,38 +217,28 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help=_("write the six functions to fill in to FILE.py (never over an existing file)"))
     args = parser.parse_args(argv)
     if args.template:
-        try:
-            with args.file.open("x", encoding="utf-8") as f:
-                f.write(TEMPLATE.read_text(encoding="utf-8"))
-        except OSError as err:
-            exists = isinstance(err, FileExistsError)
-            reason = _("exists; --template writes a new file only") if exists else err.strerror
-            print(_("attnlab-check: error: {file}: {reason}").format(file=args.file, reason=reason), file=sys.stderr)
+        try:  # a new regular file only: never over the learner's code, a link or a device
+            destination.write(args.file, TEMPLATE.read_bytes(), key="--template", kind=None)
+        except AttnlabError as err:
+            print(_("attnlab-check: error: {message}").format(message=err), file=sys.stderr)
             return EXIT_NOT_LOADED
         print(_("wrote {file}: fill in the six functions, then run attnlab-check {file}").format(file=args.file))
         return EXIT_PASSED
-    all_stages = stages()  # before the learner's file can change torch's defaults
     try:
-        learner = load(args.file)
-    except SyntaxError as err:
-        print(_("attnlab-check: error: {file}, line {line}: SyntaxError: {message}").format(
-            file=args.file, line=err.lineno, message=err.msg), file=sys.stderr)
+        source = read_own_file(args.file)
+    except RunFileError as err:
+        missing = not os.path.lexists(args.file)
+        print(_("attnlab-check: error: {file} cannot be loaded: {reason}").format(
+            file=args.file, reason="FileNotFoundError: " + _("no such file") if missing else err.reason),
+            file=sys.stderr)
         return EXIT_NOT_LOADED
-    except (Exception, SystemExit) as err:
-        print(_("attnlab-check: error: {file} cannot be loaded: {kind}: {message}{at}").format(
-            file=args.file, kind=type(err).__name__, message=str(err)[:300], at=where(err, args.file)), file=sys.stderr)
-        return EXIT_NOT_LOADED
-    for number, stage in enumerate(all_stages, 1):
-        head = _("stage {n}/{total} {title}, {fn}()").format(n=number, total=len(all_stages), title=stage.title,
-                                                               fn=stage.function)
-        if problem := check_stage(learner, stage, args.file):
-            print(_("{stage}: differs").format(stage=head), *problem, sep="\n")
-            print(_("fix this stage and run attnlab-check again: the stages after it are checked once it passes"))
-            return EXIT_DIFFERS
-        print(_("{stage}: passed").format(stage=head))
-    print(_("all {n} stages match the tutorial's numbers").format(n=len(all_stages)))
-    return EXIT_PASSED
+    return check_source(source, str(args.file))
 
 
 def cli() -> None:
-    sys.exit(main())
+    try:
+        code = main()
+    except KeyboardInterrupt:  # Ctrl-C: the learner's process ends with the check
+        print(_("attnlab-check: interrupted"), file=sys.stderr)
+        code = 130
+    sys.exit(code)

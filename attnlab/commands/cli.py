@@ -22,7 +22,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError
 
-from attnlab.commands import argv, callbacks
+from attnlab.commands import argv, callbacks, config_folder
 from attnlab.commands.argv import HYDRA_WRITES_NOTHING, refusal
 from attnlab.commands.hydra_config import register_configs
 from attnlab.commands.job import EXIT_BAD_INPUT, EXIT_FAILED_RUN, run_job
@@ -39,16 +39,18 @@ FULL_ERROR = "ATTNLAB_FULL_ERROR"  # the user's HYDRA_FULL_ERROR (attnlab sets H
 MAIN_PID = "ATTNLAB_MAIN_PID"
 
 
-def _end_command(code: int, sweep: tuple[str, str] | None) -> None:
+def _end_command(code: int, status: str, sweep: tuple[str, str] | None) -> callbacks.JobEnd:
     """``sys.exit(code)`` in the command's process; in a launcher's worker (``sweep``: its command's
-    pid and sweep dir), no further job of that sweep runs here (:func:`callbacks.stop_sweep_here`)."""
+    pid and sweep dir), no further job of that sweep runs here, and the job's return value carries
+    ``code`` to the command (:class:`callbacks.JobEnd`)."""
     if sweep is None:
         sys.exit(code)
-    callbacks.stop_sweep_here(sweep, code)
+    callbacks.stop_sweep_here(sweep)
+    return callbacks.JobEnd(status, code)
 
 
 @hydra.main(version_base="1.3", config_path="pkg://attnlab.conf", config_name="config")
-def _hydra_main(cfg: DictConfig) -> str:
+def _hydra_main(cfg: DictConfig) -> callbacks.JobEnd:
     streams.install()  # a launcher's worker process too (idempotent)
     hc = HydraConfig.get()
     run_dir, in_sweep = Path(hc.runtime.output_dir), hc.mode == RunMode.MULTIRUN
@@ -57,15 +59,14 @@ def _hydra_main(cfg: DictConfig) -> str:
     if callbacks.sweep_stopped_here(in_worker):  # the sweep was stopped: this job does not start
         with contextlib.suppress(OSError):
             run_dir.rmdir()  # the empty folder Hydra made for it
-        return "interrupted"
+        return callbacks.JobEnd("interrupted")
     os.chdir(hc.runtime.cwd)  # hydra.job.chdir=true changes no path's meaning (Hydra changes back after the job)
     overrides = OmegaConf.to_container(hc.overrides.task, resolve=False)  # as typed, never resolved
     try:
         result = run_job(cfg, run_dir, overrides=overrides, key="hydra.sweep.subdir" if in_sweep else "hydra.run.dir")
     except AttnlabError as err:  # a sweep job's folder refused
         print(_("error: {message}").format(message=err), file=sys.stderr)
-        _end_command(EXIT_BAD_INPUT, in_worker)
-        return "failed"
+        return _end_command(EXIT_BAD_INPUT, "failed", in_worker)
     if result.exception is not None and os.environ.get(FULL_ERROR) == "1":
         raise result.exception
     reason = result.error if (result.error or "").startswith(result.status) else f"{result.status}: {result.error}"
@@ -74,21 +75,21 @@ def _hydra_main(cfg: DictConfig) -> str:
               if result.unrecorded == result.error else
               f"{reason}; summary.json does not say so ({result.unrecorded}); records kept in {display_path(run_dir)}",
               file=sys.stderr)
-        _end_command(EXIT_FAILED_RUN, in_worker)
+        return _end_command(EXIT_FAILED_RUN, result.status, in_worker)
     elif result.status != "completed":
         print(_("error: {message}").format(message=result.error) if result.bad_input else
               _("{reason}; records kept in {run_dir}").format(reason=reason, run_dir=display_path(run_dir)),
               file=sys.stderr)
         if not in_sweep or result.status == "interrupted":  # Ctrl-C stops a sweep; a bad job does not
-            _end_command(EXIT_BAD_INPUT if result.bad_input else EXIT_FAILED_RUN, in_worker)
+            return _end_command(EXIT_BAD_INPUT if result.bad_input else EXIT_FAILED_RUN, result.status, in_worker)
     elif result.late_signal is not None:  # after the last step: the run completed
         if in_sweep:
             print(f"interrupted: the sweep stops after {display_path(run_dir)}, which completed", file=sys.stderr)
-            _end_command(EXIT_FAILED_RUN, in_worker)
+            return _end_command(EXIT_FAILED_RUN, result.status, in_worker)
         else:
             print(f"note: interrupt received after the last step; the run completed ({display_path(run_dir)})",
                   file=sys.stderr)
-    return result.status
+    return callbacks.JobEnd(result.status)
 
 
 def error_line(err: BaseException, typed: list[str]) -> str:
@@ -168,8 +169,15 @@ def main() -> None:
     first = next((i for i, a in enumerate(prepared) if "=" in a and not a.startswith("-")), 0)
     help_page = ["hydra/help=attnlab_zh"] if lang == "zh" else []  # `attnlab --help` in the learner's language
     sys.argv[1:] = [*prepared[:first], *HYDRA_WRITES_NOTHING, *help_page, *prepared[first:]]  # beside the user's
+    try:  # a config folder someone else made is held to the command line's rules before Hydra reads it
+        refused = config_folder.refusal(sys.argv[1:])
+    except Exception as err:
+        refused = error_line(err, typed)
+    if refused is not None:
+        print(refused, file=sys.stderr)
+        sys.exit(EXIT_BAD_INPUT)
     os.environ[MAIN_PID] = str(os.getpid())
-    callbacks.worker_exit_status()  # none left by an earlier process of this pid
+    callbacks.worker_exit_status()  # none left by an earlier command in this process
     os.environ.setdefault(FULL_ERROR, os.environ.get("HYDRA_FULL_ERROR", "0"))
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises its errors here instead of printing its report
     # a launcher whose worker was killed leaves its semaphores to multiprocessing's tracker: no warning for that

@@ -20,12 +20,12 @@ from attnlab.core.config import apply_schema, literal, resolve
 from attnlab.core.errors import AttnlabError, ConfigError, RunDirError
 from attnlab.core.i18n import _
 from attnlab.core.tokenizer import tokenize
-from attnlab.outputs import streams
+from attnlab.outputs import destination, streams
 from attnlab.saved import safe_read
 from attnlab.saved.compare_figure import comparison_figure
 from attnlab.saved.runs import broken, collect_rows, named_runs
-from attnlab.saved.safe_read import output_problem, printable
-from attnlab.saved.table import distribution, format_table, sort_rows, write_csv
+from attnlab.saved.safe_read import printable
+from attnlab.saved.table import csv_text, distribution, format_table, sort_rows
 
 GROUPS = "|".join(g for g in CONFIG_GROUPS if g != "experiment")
 GROUP_OPTION = re.compile(rf"^(override )?/?(?P<group>{GROUPS}): *(?P<option>\w+)$")  # a preset's defaults entry
@@ -67,12 +67,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--against", metavar="PRESET.yaml", type=Path,
                         help=_("show per run the keys whose values differ from this preset (an experiment file, "
                                "read as data) instead of from the other runs"))
+    parser.add_argument("--force", action="store_true",
+                        help=_("replace a --csv / --plot file that attnlab did not write"))
     args = parser.parse_args(argv)
     try:
         against = preset_config(args.against) if args.against else None
         read = [run for run, _, _ in named_runs(args.paths)]
-        for key, out in (("--csv", args.csv), ("--plot", args.plot)):
-            if out is not None and (problem := output_problem(out, read, key=key)) is not None:
+        for key, out, kind in (("--csv", args.csv, "csv"), ("--plot", args.plot, "figure")):
+            if out is not None and (problem := destination.refusal(out, key=key, kind=kind, force=args.force,
+                                                                   reads=read)) is not None:
                 raise RunDirError(problem)
         rows = collect_rows(args.paths, against=against)
         if args.sort:
@@ -85,10 +88,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(_("{n} of {total} runs differ from {preset}").format(n=off, total=len(rows),
                                                                       preset=printable(str(args.against), 300)))
         if args.csv:
-            write_csv(rows, args.csv)
+            destination.write(args.csv, csv_text(rows).encode("utf-8"), key="--csv", kind="csv", force=args.force,
+                              reads=read)
             print(_("csv: {file}").format(file=printable(str(args.csv), 300)))
         if args.plot:
-            comparison_figure(rows, args.plot)
+            comparison_figure(rows, args.plot, force=args.force)
             print(_("figure: {file}").format(file=printable(str(args.plot), 300)))
     except (KeyError, AttnlabError, OSError, ValueError) as err:  # KeyError: an unknown --sort column
         print(f"attnlab-compare: error: {printable(str(err.args[0] if isinstance(err, KeyError) else err), 1500)}",

@@ -9,21 +9,22 @@ import datetime as _dt
 import sys
 import time
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from attnlab.core import checks, interrupts
-from attnlab.core.config import Task, apply_schema, resolve
+from attnlab.core import checks, i18n, interrupts
+from attnlab.core.config import Task, apply_schema, plain, resolve
 from attnlab.core.errors import AttnlabError, WriteError, describe
 from attnlab.core.exercises import observe
 from attnlab.core.focus import FocusSink
 from attnlab.core.records import Sink
-from attnlab.core.tokenizer import token_labels, tokenize
+from attnlab.core.tokenizer import Tokens
 from attnlab.outputs import artifacts, drawing, plots, rundir
 from attnlab.outputs.console import ConsoleSink, display_path, job_prefix, prefixed
-from attnlab.saved.report import write_run_report
+from attnlab.saved.report import REPORT, write_page
+from attnlab.saved.report_data import PageSink, run_record
 
 EXIT_FAILED_RUN = 1  # the run started but did not complete (diverged, interrupted, crashed)
 EXIT_BAD_INPUT = 2  # the config or the text was refused before training
@@ -43,10 +44,11 @@ class JobResult(NamedTuple):
     late_signal: int | None = None
 
 
-def make_sinks(cfg: DictConfig, run_dir: Path) -> list[Sink]:
-    """The sinks ``logging.*`` asks for (the run-dir files always), in the order they end: files,
-    figures, then those showing the status, so a file not written at the end makes them say ``failed``."""
-    sinks: list[Sink] = [artifacts.RunDirSink(run_dir, final_status=False)]  # the status: _job, at the end
+def make_sinks(cfg: DictConfig, run_dir: Path, show_dir: bool = True) -> list[Sink]:
+    """The sinks ``logging.*`` asks for beside the run-dir files' (:class:`artifacts.RunDirSink`, first), in
+    the order they end: figures, then those showing the status, so a file not written at the end makes them
+    say ``failed``."""
+    sinks: list[Sink] = []
     if cfg.logging.figures:
         from attnlab.outputs.plots import FigureSink
 
@@ -56,41 +58,47 @@ def make_sinks(cfg: DictConfig, run_dir: Path) -> list[Sink]:
 
         sinks.append(TensorBoardSink(run_dir, images=cfg.logging.images))
     if cfg.logging.console:
-        sinks.append(ConsoleSink(progress=cfg.logging.progress, prefix=job_prefix()))
+        sinks.append(ConsoleSink(progress=cfg.logging.progress, prefix=job_prefix(), where=show_dir))
     return sinks
 
 
 def run_job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None,
-            key: str = "hydra.run.dir") -> JobResult:
+            key: str = "hydra.run.dir", recorded: dict[str, Any] | None = None,
+            tokens: Tokens | None = None, show_dir: bool = True) -> JobResult:
     """Run one job into ``run_dir``: ``task=train`` trains (tutorial §5), ``task=walkthrough`` narrates
     §1–4; ``cfg`` may be untyped (a saved config). ``run_dir`` is claimed first (RunDirError naming
-    ``key`` when refused, nothing written). ``summary.json`` says ``running`` first, with the resolved
-    ``config`` and the ``overrides`` (enough to reproduce the run), and the status last."""
+    ``key`` when refused, nothing written). ``summary.json`` is written twice: ``running`` first, with the
+    ``overrides`` and ``recorded`` (e.g. ``reproduced_from``); then at the end, whatever the end, with the
+    resolved ``config`` (enough to reproduce the run), ``versions``, everything measured and the status,
+    once every other file is written: a killed job still says running (its config: ``.hydra/``).
+    ``tokens``: the caller's :func:`checks.validated_tokens` of ``cfg`` (None: made here). ``show_dir``:
+    the console's closing line names ``run_dir`` (not for a folder removed afterwards)."""
     run_dir = Path(run_dir)
     hc = HydraConfig.get() if HydraConfig.initialized() else None  # None: attnlab-reproduce, the benchmarks
     rundir.claim(run_dir, key=key).started = True  # a job writes there now: abandon() leaves the folder be
     try:
         with interrupts.deferred(), interrupts.shielded():  # only the training loop is interruptible
-            result = _job(cfg, run_dir, overrides, hc)
+            result = _job(cfg, run_dir, overrides, hc, recorded or {}, tokens, show_dir)
             return result._replace(late_signal=interrupts.requested()) if result.status == "completed" else result
     finally:
         drawing.shutdown()
         rundir.release(run_dir)
 
 
-def _job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None, hc: DictConfig | None) -> JobResult:
-    # phase 1: summary.json says running, before anything else is looked at
+def _job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None, hc: DictConfig | None,
+         recorded: dict[str, Any], tokens: Tokens | None, show_dir: bool = True) -> JobResult:
     job_num = OmegaConf.select(hc, "job.num", default=None) if hc is not None else None
-    try:
-        artifacts.write_summary(run_dir, status="running", task=None,
-                                started_at=_dt.datetime.now().astimezone().isoformat(timespec="seconds"),
-                                final_loss=None, steps_run=0, wall_time_s=None, error=None,
-                                overrides=list(overrides or []), config=None,
-                                **({"job_num": job_num} if isinstance(job_num, int) else {}))
+    summary: dict[str, Any] = {
+        "status": "running", "task": None,
+        "started_at": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "final_loss": None, "steps_run": 0, "wall_time_s": None, "error": None,
+        "overrides": list(overrides or []), "config": None,
+        **({"job_num": job_num} if isinstance(job_num, int) else {}), **recorded}
+    try:  # running, before anything else is looked at (a job whose config is refused says failed after)
+        artifacts.write_summary(run_dir, summary)
     except WriteError as err:
         return JobResult("failed", str(err), exception=err, unrecorded=str(err))
-    # phase 2: the config checked (one line before torch loads), then the run
-    typed = None
+    typed, held = None, {}  # held: what the run's own report.html is made of (report_data.run_record)
     try:
         if hc is not None:  # .hydra/ as Hydra saves it (Hydra writes nothing: hydra.output_subdir=null)
             (run_dir / ".hydra").mkdir(exist_ok=True)
@@ -98,55 +106,69 @@ def _job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None, hc: DictCo
                 artifacts.atomic_write_text(run_dir / ".hydra" / f"{name}.yaml", OmegaConf.to_yaml(node))
         interrupts.pause_point("before_training")
         interrupts.check()
+        # the config checked and the text tokenized, once (one line before torch loads)
         typed = apply_schema(cfg)
+        if hc is not None:  # a Hydra job speaks its config's lang (a sweep may vary it)
+            i18n.set_language(plain(typed.lang))
         resolved = resolve(typed)
-        artifacts.write_summary(run_dir, task=resolved["task"], config=resolved)
-        checks.validate(typed)
-        resolved["train"]["focus_token"] = tokenize(typed).focus  # the text's checks too, before torch loads
-        artifacts.write_summary(run_dir, config=resolved)  # with the focus token's position
+        summary.update(task=resolved["task"], config=resolved)
+        tokens = tokens or checks.validated_tokens(typed)  # the text's checks too
+        resolved["train"]["focus_token"] = tokens.focus
         drawing.start(typed, plots.warm_up)  # figure workers import matplotlib while this process imports torch
-        artifacts.write_summary(run_dir, versions=artifacts.environment(resolved["device"]))
-        result = _run(typed, run_dir)
+        summary["versions"] = artifacts.environment(resolved["device"])
+        result = _run(typed, run_dir, tokens, summary, held, show_dir)
     except KeyboardInterrupt:  # outside the training loop, which records its own interrupt
         result = JobResult("interrupted", "interrupted before the training steps")
     except AttnlabError as err:  # ours are one line as they stand; a file not written is no bad input
         result = JobResult("failed", str(err), bad_input=not isinstance(err, WriteError), exception=err)
     except Exception as err:
         result = JobResult("failed", describe(err), exception=err)
-    # phase 3: the final status, once every other file is written (a killed job still says running)
+    # the final status, once every other file is written (a killed job still says running)
+    summary.update(status=result.status, error=result.error)
     try:
-        artifacts.write_summary(run_dir, status=result.status, error=result.error)
+        artifacts.write_summary(run_dir, summary)
     except WriteError as err:
         return result._replace(unrecorded=str(err))
     if result.status == "completed" and typed.logging.report:
-        try:
-            write_run_report(run_dir)
+        try:  # from what the run holds: the page attnlab-report RUN_DIR makes of its files
+            write_page([run_record(run_dir, summary, **held)], run_dir / REPORT)
         except (OSError, AttnlabError) as err:  # a view: never the run's status
             print(f"warning: report.html not written: {err}", file=sys.stderr)
     return result
 
 
-def _run(cfg: DictConfig, run_dir: Path) -> JobResult:
+def _run(cfg: DictConfig, run_dir: Path, tokens: Tokens, summary: dict[str, Any], held: dict[str, Any],
+         show_dir: bool = True) -> JobResult:
+    """The job's task on the checked ``cfg`` and its ``tokens``; what it measures goes into ``summary``, what
+    its report page shows (with ``logging.report``) into ``held``."""
     if cfg.task == Task.walkthrough:  # §1–4 printed, [job N]-prefixed in a parallel sweep; arrays saved
         from attnlab.core.walkthrough import walkthrough
 
         t0, prefix, shown = time.perf_counter(), job_prefix(), cfg.logging.console
-        arrays = walkthrough(cfg, print_line=lambda line: print(prefixed(line, prefix)) if shown else None)
+        arrays = walkthrough(cfg, print_line=lambda line: print(prefixed(line, prefix)) if shown else None,
+                             tokens=tokens)
         artifacts.atomic_savez(run_dir / artifacts.WALKTHROUGH, **arrays)
-        ids = arrays["token_ids"].tolist()
-        artifacts.write_summary(run_dir, status="completed", wall_time_s=round(time.perf_counter() - t0, 6),
-                                versions=artifacts.environment(str(cfg.device)),  # the torch threads used
-                                **observe(cfg, ids, token_labels(ids, cfg.tokenizer.encoding), arrays))
+        held["walkthrough"] = arrays
+        summary.update(wall_time_s=round(time.perf_counter() - t0, 6),
+                       versions=artifacts.environment(str(cfg.device)),  # the torch threads used
+                       **observe(cfg, tokens.token_ids, tokens.labels, arrays, tokens=tokens))
         if shown:
-            print(prefixed(f"\ncompleted: walkthrough  ->  {display_path(run_dir)}/{artifacts.WALKTHROUGH}", prefix))
+            where = f"  ->  {display_path(run_dir)}/{artifacts.WALKTHROUGH}" if show_dir else ""
+            print(prefixed(f"\ncompleted: walkthrough{where}", prefix))
         return JobResult("completed")
     from attnlab.core.training import train
 
+    files = artifacts.RunDirSink(run_dir, writes_summary=False)  # its fields: this summary, at the end
     focus, layers = FocusSink(), [FocusSink(layer) for layer in range(cfg.model.n_layers)]  # a GPT's blocks too
-    result = train(cfg, [*make_sinks(cfg, run_dir), focus, *layers], run_dir=run_dir, keep_snapshots=False,
-                   keep_losses=False)
+    page = [PageSink()] if cfg.logging.report else []
+    try:
+        result = train(cfg, [files, *make_sinks(cfg, run_dir, show_dir), focus, *layers, *page], run_dir=run_dir,
+                       keep_snapshots=False, keep_losses=bool(page), tokens=tokens)
+        if page:
+            held.update(losses=result.losses, page=page[0], focus=focus)
+    finally:
+        summary.update(files.summary)  # what the files hold, also of a run that failed
     per_layer = {"focus_layers": [s.summary()["focus"] for s in layers]} if layers and focus.last is not None else {}
-    artifacts.write_summary(run_dir, versions=artifacts.environment(str(cfg.device)),  # the torch threads used
-                            **focus.summary(), **per_layer, **observe(cfg, result.token_ids, result.tokens))
+    summary.update(versions=artifacts.environment(str(cfg.device)),  # the torch threads used
+                   **focus.summary(), **per_layer, **observe(cfg, result.token_ids, result.tokens, tokens=tokens))
     return JobResult(result.status, result.error)
-

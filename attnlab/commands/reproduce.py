@@ -1,9 +1,12 @@
-"""``attnlab-reproduce RUN_DIR [--out DIR] [--text-file FILE]``: re-run a saved run from the config it
-recorded (read as data, :mod:`attnlab.saved.safe_read`) and compare the two bit for bit
-(:mod:`attnlab.saved.verdict`); when the run recorded other kernels, BLAS, torch or machine, a second
-reproduction with other kernels tells rounding from a different run. Exit status 0 identical or within
-rounding, 1 different, 2 not a run that can be reproduced (one line; ``HYDRA_FULL_ERROR=1`` raises
-instead). ``attnlab-reproduce PATH... [--csv FILE] [-j N]``: one verdict table (:func:`reproduce_many`).
+"""``attnlab-reproduce PATH... [--out DIR] [--csv FILE] [-j N] [--artifacts]``: re-run saved runs from
+the configs they recorded (read as data, :mod:`attnlab.saved.safe_read`) and compare every file bit for
+bit (:mod:`attnlab.saved.verdict`). Each run is re-run with the kernels its summary.json recorded when
+this CPU has them (``ATEN_CPU_CAPABILITY`` in a worker process per kernel setting, :class:`Kernels`),
+so any difference there is an edit; a run made on kernels, BLAS, torch or a machine this one lacks is
+compared with every kernel path here. One run: the verdict and its differences; several runs, or
+folders of runs: one table sorted by student (:func:`reproduce_many`). Exit status 0 reproduced exactly
+or within rounding, 1 not (not reproduced, undecided, interrupted), 2 not a run that can be reproduced
+(one line; ``HYDRA_FULL_ERROR=1`` raises instead).
 """
 from __future__ import annotations
 
@@ -13,34 +16,53 @@ import datetime as _dt
 import io
 import multiprocessing
 import os
-import subprocess
+import platform
+import signal
 import sys
 from collections import Counter
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any, Sequence
 
 import yaml
+from omegaconf import DictConfig
 
 from attnlab.commands.job import run_job
-from attnlab.core import checks, threads, tokenizer
+from attnlab.core import checks, threads
 from attnlab.core.config import apply_schema, literal, plain
 from attnlab.core.errors import AttnlabError, ConfigError, RunDirError, describe
 from attnlab.core.files import printable
 from attnlab.core.i18n import N_, _
-from attnlab.outputs import artifacts, rundir, streams
+from attnlab.outputs import artifacts, destination, rundir, streams
 from attnlab.outputs.console import display_path
 from attnlab.saved import runs, safe_read
-from attnlab.saved.table import format_table, write_csv
-from attnlab.saved.verdict import Difference, compare_runs, environment_differences, format_verdict, within_rounding
+from attnlab.saved.report import render
+from attnlab.saved.report_data import collect_records
+from attnlab.saved.table import csv_text, format_table
+from attnlab.saved.verdict import (
+    BITS,
+    CANNOT,
+    EXACT,
+    INTERRUPTED,
+    ROUNDING,
+    STOPPED,
+    UNDECIDED,
+    VERDICTS,
+    Rerun,
+    Verdict,
+    compare_runs,
+    config_story,
+    decide,
+    environment_differences,
+    format_verdict,
+    metric_columns,
+)
 
 EXIT_SAME, EXIT_DIFFERENT, EXIT_NOT_A_RUN = 0, 1, 2
-BITS = ("cpu_capability", "blas", "torch", "machine", "device")  # with torch_threads: what decides the bits
-# a row's verdict is its English key (the CSV's data), translated where shown; the count line's templates
-VERDICTS = (N_("reproduced exactly"), N_("within rounding"), N_("not reproduced"), N_("cannot be reproduced"))
-COUNTS = (N_("{n} reproduced exactly"), N_("{n} within rounding"), N_("{n} not reproduced"),
-          N_("{n} cannot be reproduced"))
-KERNELS = ("DEFAULT", "AVX2", "AVX512")  # torch's kernels a second reproduction may ask for (a CPU without one fails)
+# the count line's templates, one per verdict (:data:`VERDICTS`)
+COUNTS = (N_("{n} reproduced exactly"), N_("{n} within rounding"), N_("{n} not reproduced"), N_("{n} undecided"),
+          N_("{n} interrupted"), N_("{n} cannot be reproduced"))
+KERNELS = ("DEFAULT", "AVX2", "AVX512")  # torch's x86 kernels, in order: a CPU that has one has those before it
 
 
 def saved_config(run_dir: Path, text_file: Path | None = None) -> tuple[dict[str, Any], Path]:
@@ -83,7 +105,8 @@ def saved_config(run_dir: Path, text_file: Path | None = None) -> tuple[dict[str
 
 def check_original(run_dir: Path, task: str) -> dict[str, Any]:
     """The original's summary, after checking what the comparison reads: the status, every row
-    of ``metrics.csv``, every member (CRC) of the npz. Raises RunDirError (one line)."""
+    and column of ``metrics.csv``, every member (CRC) of the npz, none attnlab does not write. Raises
+    RunDirError (one line)."""
     path = run_dir / safe_read.SUMMARY
     try:
         summary = safe_read.read_summary(run_dir)
@@ -95,11 +118,12 @@ def check_original(run_dir: Path, task: str) -> dict[str, Any]:
                "failed": f"says failed: {printable(summary.get('error'), 200)}"}.get(
             status, f"has unknown status {printable(repr(status), 60)}")
         raise safe_read.RunFileError(path, f"{why}; nothing to reproduce")
-    if task == "walkthrough":
-        archive = safe_read.NpzArchive(run_dir / safe_read.WALKTHROUGH, safe_read.WALKTHROUGH_MEMBERS, root=run_dir)
-    else:
+    name, members = (safe_read.WALKTHROUGH, safe_read.WALKTHROUGH_MEMBERS) if task == "walkthrough" else (
+        safe_read.ATTENTION, safe_read.ATTENTION_MEMBERS)
+    if task != "walkthrough":
         safe_read.read_run_metrics(run_dir)
-        archive = safe_read.open_attention(run_dir)
+        metric_columns(run_dir)  # a column attnlab does not write is refused
+    archive = safe_read.NpzArchive(run_dir / name, members, root=run_dir, strict=True)  # and a member
     with archive as npz:
         npz.verify()
     return summary
@@ -110,12 +134,19 @@ def stamped(prefix: str) -> Path:
     return Path(f"{prefix}-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S.%f')}")
 
 
-def reproduce(run_dir: Path, out: Path | None = None, text_file: Path | None = None,
-              one_path: bool = False) -> tuple[int, Path, list[Difference], str | None]:
-    """Re-run ``run_dir`` into ``out`` (default ``RUN_DIR-repro-<time>`` beside it; for a sweep's job
-    ``SWEEP_DIR-repro-<time>/JOB``) and compare; returns ``(exit status, out, differences, why they are
-    rounding or None)``; ``one_path``: no second reproduction. Raises RunDirError / ConfigError (one
-    line) when it cannot be reproduced or ``out`` is refused. Environment warnings go to stderr first."""
+def default_out(run_dir: Path) -> Path:
+    """``RUN_DIR-repro-<time>`` beside the run; for a sweep's job ``SWEEP_DIR-repro-<time>/JOB`` (a sweep
+    folder keeps only its own jobs)."""
+    sweep = run_dir.parent
+    in_sweep = (sweep / "multirun.yaml").is_file()
+    return stamped(f"{sweep}-repro") / run_dir.name if in_sweep else stamped(f"{run_dir}-repro")
+
+
+def prepare(run_dir: Path, out: Path | None, text_file: Path | None = None) -> tuple[Path, Path, DictConfig,
+                                                                                      dict[str, Any], Any]:
+    """``(run_dir resolved, out, the config to run, the original's summary, its tokens)`` after every check that needs
+    no torch: the config read as data and checked, the original's files, ``out`` (default
+    :func:`default_out`). Raises RunDirError / ConfigError / TokenizerError (one line); writes nothing."""
     if not Path(run_dir).is_dir():
         raise RunDirError(f"{printable(str(run_dir), 300)}: not a directory")
     run_dir = Path(run_dir).resolve()
@@ -125,86 +156,188 @@ def reproduce(run_dir: Path, out: Path | None = None, text_file: Path | None = N
     except ConfigError as err:
         raise ConfigError(err.key, err.value, f"{err.allowed} (in {printable(str(source), 300)})") from None
     summary = check_original(run_dir, plain(cfg.task))
-    if out is None:  # a sweep folder keeps only its own jobs
-        sweep = run_dir.parent
-        in_sweep = (sweep / "multirun.yaml").is_file()
-        out = stamped(f"{sweep}-repro") / run_dir.name if in_sweep else stamped(f"{run_dir}-repro")
-    if (problem := safe_read.output_problem(Path(out), [run_dir])) is not None:
+    out = Path(out) if out is not None else default_out(run_dir)
+    if (problem := safe_read.output_problem(out, [run_dir])) is not None:
         raise RunDirError(problem)
-    checks.validate(cfg)  # value and text checks (ConfigError / TokenizerError) before any folder is made
-    tokenizer.tokenize(cfg)
-    # the environment: the recorded thread count (the same reductions, the same bits), the rest warned about
-    versions = summary.get("versions")
-    recorded_threads = threads.for_reproduction(versions)
-    now = artifacts.environment(str(cfg.device))
-    notes = [_("warning: summary.json records no torch_threads; running with threads=auto (losses may differ "
-               "in the last bits)")] if recorded_threads is None else []
-    if recorded_threads is not None:
-        cfg.threads, now = recorded_threads, {**now, "torch_threads": recorded_threads}
-    notes += environment_differences(versions, now)
-    if cfg.model.dropout > 0:
-        notes.append(_("note: model.dropout={dropout}: the dropout masks are drawn from seed={seed}, so they repeat "
-                       "bit for bit with the same torch and machine").format(dropout=cfg.model.dropout, seed=cfg.seed))
-    if summary["status"] == "interrupted":
-        notes.append(_("note: the run was interrupted after {n} steps; the reproduction runs all train.steps={steps} "
-                       "and compares the recorded steps").format(n=summary.get("steps_run"), steps=cfg.train.steps))
-    for line in notes:
-        print(line, file=sys.stderr)
-    # the run: into a folder claimed first (new or empty, ours alone), the config it ran saved beside it
-    out = Path(out)
-    rundir.claim(out, key="--out")
+    tokens = checks.validated_tokens(cfg)  # value and text checks (ConfigError / TokenizerError) before any folder
+    return run_dir, out, cfg, summary, tokens
+
+
+def rerun(run_dir: Path, out: Path, text_file: Path | None = None, draw: bool = False) -> Rerun | str:
+    """Re-run ``run_dir`` into ``out`` with this process's torch and kernels, and compare (in a worker of
+    :class:`Kernels`, or in-process): the :class:`~attnlab.saved.verdict.Rerun`, or one line saying why
+    it cannot be reproduced. ``draw``: figures, TensorBoard and the report page too. Never raises but
+    KeyboardInterrupt outside the training steps."""
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            return _rerun(Path(run_dir), Path(out), text_file, draw)
+    except AttnlabError as err:
+        return printable(str(err), 1500)
+    except Exception as err:  # still a row, naming it
+        return printable(describe(err), 1500)
+
+
+def _rerun(run_dir: Path, out: Path, text_file: Path | None, draw: bool) -> Rerun:
+    run_dir, out, cfg, summary, tokens = prepare(run_dir, out, text_file)
+    data = saved_config(run_dir, text_file)[0]
+    story = config_story(run_dir, data) if isinstance(summary.get("config"), dict) else []
+    recorded_threads = threads.for_reproduction(summary.get("versions"))
+    if recorded_threads is not None:  # the recorded thread count: the same reductions, the same bits
+        cfg.threads = data["threads"] = recorded_threads
+    views = {"console": False} if draw else {"console": False, "figures": False, "tensorboard": False, "report": False}
+    for key, value in views.items():  # the verdict is the output; the numbers do not depend on the views
+        cfg.logging[key] = value
+    if isinstance(data.get("logging"), dict):
+        data["logging"] = {**data["logging"], **views}
+    rundir.claim(out, key="--out")  # new or empty, ours alone; the config it runs saved beside it
     try:
         (out / ".hydra").mkdir(parents=True, exist_ok=True)
         artifacts.atomic_write_text(out / safe_read.CONFIG, yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
     except BaseException:
         rundir.abandon(out)
         raise
-    cfg.logging.console = False  # the verdict is the output; the numbers do not depend on it
-    result = run_job(cfg, out)
+    result = run_job(cfg, out, recorded={"reproduced_from": str(run_dir)}, tokens=tokens)
     if result.bad_input:  # checked above: only a text file that changed since can get here
         raise ConfigError("text_file", data.get("text_file"), result.error or "refused")
-    artifacts.write_summary(out, reproduced_from=str(run_dir))
-    diffs = compare_runs(run_dir, out)
-    rounding = None if not diffs or one_path else _rounding(run_dir, out, diffs, versions, now, text_file)
-    return (EXIT_SAME if not diffs or rounding else EXIT_DIFFERENT), out, diffs, rounding
+    now = artifacts.environment(str(cfg.device))
+    diffs = compare_runs(run_dir, out) if result.status != "interrupted" else []
+    return Rerun(str(out), now["cpu_capability"], {k: now.get(k) for k in (*BITS, "torch_threads")},
+                 result.status, diffs, story)
 
 
-def _rounding(run_dir: Path, out: Path, diffs: list[Difference], versions: Any, now: dict[str, Any],
-              text_file: Path | None) -> str | None:
-    """Why ``diffs`` are rounding (:func:`attnlab.saved.verdict.within_rounding`), from a second reproduction
-    into ``OUT-<kernels>`` with the run's kernels (else DEFAULT); None when the run recorded this machine's
-    kernels, BLAS and torch (rounding explains nothing), or this machine has no second kernel path."""
-    versions = versions if isinstance(versions, dict) else {}
-    made, here = versions.get("cpu_capability"), now["cpu_capability"]
-    path = made if made in KERNELS and made != here else "DEFAULT" if here != "DEFAULT" else None
-    if path is None or all(versions.get(key) == now.get(key) for key in BITS):
-        return None
-    other = out.with_name(f"{out.name}-{path.lower()}")
-    args = [sys.executable, "-m", "attnlab.commands.reproduce", str(run_dir), "--out", str(other), "--one-path",
-            *(["--text-file", str(text_file)] if text_file is not None else [])]
-    env = {**os.environ, "ATEN_CPU_CAPABILITY": path.lower(), "HYDRA_FULL_ERROR": "0"}
+def _use_kernels(kernels: str) -> None:
+    """A worker's initializer: torch loaded with ``kernels`` (``ATEN_CPU_CAPABILITY``, which torch reads
+    once as it loads; "" keeps this machine's); Ctrl-C between runs left to the command (a run records
+    its own). Raises RuntimeError when torch was loaded before (its kernels cannot change)."""
+    if "torch" in sys.modules:
+        raise RuntimeError("torch was loaded before the kernels were chosen")
+    if kernels:
+        os.environ["ATEN_CPU_CAPABILITY"] = kernels.lower()
+    with contextlib.suppress(ValueError):
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    import torch  # noqa: F401  (once per worker, while the others start)
+
+
+def capability() -> str:
+    """The kernels torch uses in this process (``DEFAULT``, ``AVX2``, ``AVX512``, ...)."""
+    import torch
+
+    return torch.backends.cpu.get_cpu_capability()
+
+
+class Kernels:
+    """Worker processes by kernel setting: one pool per ``ATEN_CPU_CAPABILITY`` value a batch needs
+    other than this machine's own (torch starts once per worker, not once per run; one worker each);
+    this machine's own kernels run in this process, helped by ``extra`` workers of its own."""
+
+    def __init__(self) -> None:
+        self.pools: dict[str, ProcessPoolExecutor] = {}
+
+    def pool(self, kernels: str, workers: int = 1) -> ProcessPoolExecutor:
+        """The executor of ``kernels`` ("": this machine's own, in workers), started at its first use."""
+        if kernels not in self.pools:
+            self.pools[kernels] = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                                                      initializer=_use_kernels, initargs=(kernels,))
+        return self.pools[kernels]
+
+    def shutdown(self, cancel: bool = False) -> None:
+        for pool in self.pools.values():
+            pool.shutdown(wait=True, cancel_futures=cancel)
+
+
+def _rank(kernels: str) -> int:
+    return KERNELS.index(kernels) if kernels in KERNELS else -1
+
+
+def verify(jobs_: Sequence[tuple[Path, Path]], text_file: Path | None = None, jobs: int = 1,
+           draw: bool = False) -> list[Verdict]:
+    """The verdict on each ``(run dir, out)``, in order (:func:`attnlab.saved.verdict.decide`): each run
+    re-run with the kernels its summary.json recorded when this machine has them (DEFAULT, AVX2, AVX512
+    up to this CPU's own), else with this machine's own, then with each other kernel path here when
+    that differs. At most ``jobs`` processes: this one (this machine's kernels) and one worker per
+    other kernel setting, then more workers of this machine's kernels. Never raises but
+    KeyboardInterrupt before it starts (each run not finished then is ``interrupted``)."""
+    recorded: list[dict[str, Any]] = []
+    for run_dir, _out in jobs_:
+        try:
+            versions = safe_read.read_summary(run_dir).get("versions")
+        except AttnlabError:
+            versions = None
+        recorded.append(versions if isinstance(versions, dict) else {})
+    machine = platform.machine()
+    asked = [v.get("cpu_capability") if v.get("machine") == machine and v.get("cpu_capability") in KERNELS else ""
+             for v in recorded]
+    pools = Kernels()
+    reruns: list[list[Rerun]] = [[] for _ in jobs_]
+    errors: dict[int, str] = {}
+    futures: dict[Future, int] = {}
+    native = ""
+
+    def submit(i: int, kernels: str, out: Path) -> None:
+        futures[pools.pool(kernels).submit(rerun, jobs_[i][0], out, text_file, draw)] = i
+
+    def take(i: int, result: Rerun | str) -> None:
+        if isinstance(result, str):
+            errors[i] = result
+            return
+        reruns[i].append(result)
+        first = reruns[i][0]
+        same = any(all(recorded[i].get(k) == r.environment.get(k) for k in BITS) for r in reruns[i])
+        if (len(reruns[i]) == 1 and not same and first.diffs and first.status != "interrupted" and not first.story
+                and not any(d.rounding_cannot for d in first.diffs)):
+            for kernels in ("DEFAULT", *(k for k in KERNELS if 0 < _rank(k) < _rank(native)), ""):
+                if (kernels or native) != first.kernels:  # every other kernel path here: is the original one?
+                    out = Path(f"{jobs_[i][1]}-{(kernels or native).lower()}")
+                    if kernels:
+                        submit(i, kernels, out)
+                    else:
+                        take(i, rerun(jobs_[i][0], out, text_file, draw))
+
     try:
-        done = subprocess.run(args, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
-    except KeyboardInterrupt:  # the child is interrupted too: no second opinion
-        done = subprocess.CompletedProcess(args, -2, "", "interrupted")
-    ran = done.returncode in (EXIT_SAME, EXIT_DIFFERENT)
-    print(_("reproduction with {path} kernels: {result}").format(path=path, result=printable(display_path(other), 300)
-          if ran else _("failed: {error}").format(error=printable(done.stderr.strip()[-300:], 300))), file=sys.stderr)
-    return within_rounding(diffs, run_dir, out, other, made, here, path) if ran else None
+        for i, a in enumerate(asked):  # DEFAULT's worker starts first; this machine's kernels known next
+            if a == "DEFAULT":
+                submit(i, a, jobs_[i][1])
+        native = capability()  # torch loaded here
+        here = []
+        for i, a in enumerate(asked):
+            if a and a not in ("DEFAULT", native) and _rank(a) < _rank(native):
+                submit(i, a, jobs_[i][1])
+            elif a != "DEFAULT":
+                here.append(i)
+        extra = max(0, jobs - 1 - len(pools.pools))  # workers of this machine's kernels take from the front
+        ahead = {i: pools.pool("", extra).submit(rerun, jobs_[i][0], jobs_[i][1], text_file, draw)
+                 for i in here} if extra and len(here) > 1 else {}
+        futures.update({f: i for i, f in ahead.items()})
+        for i in reversed(here):  # this process takes from the back what no worker has started
+            if i not in ahead or ahead[i].cancel():
+                futures.pop(ahead.get(i), None)
+                take(i, rerun(jobs_[i][0], jobs_[i][1], text_file, draw))
+                if reruns[i] and reruns[i][-1].status == "interrupted":  # the run here recorded a Ctrl-C
+                    raise KeyboardInterrupt
+        while futures:
+            done, _pending = wait(list(futures), return_when=FIRST_COMPLETED)
+            for future in done:
+                take(futures.pop(future), future.result())
+    except KeyboardInterrupt:
+        pools.shutdown(cancel=True)
+        return [Verdict(CANNOT, errors[i]) if i in errors else
+                Verdict(INTERRUPTED, _(STOPPED), [], str(out))
+                if not reruns[i] or any(r.status == "interrupted" for r in reruns[i]) else
+                decide(recorded[i], reruns[i], reruns[i][0].story) for i, (_run, out) in enumerate(jobs_)]
+    pools.shutdown()
+    return [Verdict(CANNOT, errors[i]) if i in errors else decide(recorded[i], reruns[i], reruns[i][0].story)
+            for i in range(len(jobs_))]
 
 
-def verdict_row(run_dir: Path, out: Path) -> dict[str, Any]:
-    """The verdict row of :func:`reproduce` ``run_dir`` into ``out``: ``verdict`` (:data:`VERDICTS`), ``differs``
-    (what differs, what rounding does not explain first; or why it cannot be reproduced). Never raises."""
-    try:
-        with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
-            _, out, diffs, rounding = reproduce(run_dir, out)
-    except Exception as err:  # AttnlabError: one line; anything else is still a row, naming it
-        return {"verdict": VERDICTS[3], "differs": printable(str(err) if isinstance(err, AttnlabError) else
-                                                             describe(err), 300)}
-    names = [d.quantity for d in diffs if d.rounding is False] + [d.quantity for d in diffs if d.rounding is not False]
-    return {"verdict": VERDICTS[0 if not diffs else 1 if rounding else 2], "differs": ", ".join(names) or None,
-            "reproduction": str(out)}
+def verdict_row(verdict: Verdict) -> dict[str, Any]:
+    """A verdict as a table row: ``verdict`` (its :data:`VERDICTS` key), ``differs`` (the quantities,
+    those no rounding makes first; or why it cannot be reproduced or decided), ``reproduction``."""
+    names = ", ".join(dict.fromkeys(d.quantity for d in verdict.diffs))
+    differs = names or (verdict.why if verdict.key in (CANNOT, INTERRUPTED) else None)
+    if verdict.key == UNDECIDED:
+        differs = f"{names}: {verdict.why}"
+    return {"verdict": verdict.key, "differs": printable(differs, 600) if differs else None,
+            "reproduction": verdict.out}
 
 
 def verdict_table(rows: Sequence[dict[str, Any]], out: Path) -> str:
@@ -218,24 +351,74 @@ def verdict_table(rows: Sequence[dict[str, Any]], out: Path) -> str:
         out=display_path(out))
 
 
-def reproduce_many(paths: Sequence[Path], out: Path | None, csv: Path | None, jobs: int) -> int:
-    """Every run under ``paths`` reproduced into ``OUT/NAME`` (default ``PATH-repro-<time>`` for one PATH, else
-    ``repro-<time>``), ``jobs`` at a time in worker processes (torch's seed and threads are per process); one
-    verdict table. Exit status 1 when a run is not reproduced (or cannot be), else 0. Raises RunDirError."""
+def reproduce_many(paths: Sequence[Path], out: Path | None, csv: Path | None, jobs: int, draw: bool = False,
+                   force: bool = False, report: Path | None = None, against: Path | None = None) -> int:
+    """Every run under ``paths`` verified (:func:`verify`, reproductions in ``OUT/NAME``, default
+    ``PATH-repro-<time>`` for one PATH, else ``repro-<time>``); one verdict table sorted by student
+    (the run's ``name``, then its folder); ``report``: the class's page too (attnlab-report's, with a
+    verdict column and the keys that differ from the preset ``against``, else from most runs). Exit
+    status 1 when a run is not verified, else 0. Raises RunDirError / ConfigError (before any run)."""
     found = runs.named_runs(paths)
     out = out or stamped(f"{str(paths[0]).rstrip('/')}-repro" if len(paths) == 1 else "repro")
-    for key, path in (("--out", out), ("--csv", csv)):
-        if path is not None and (problem := safe_read.output_problem(path, [r for r, _, _ in found], key=key)):
-            raise RunDirError(problem)
-    with ProcessPoolExecutor(max(1, min(jobs, len(found))), mp_context=multiprocessing.get_context("spawn")) as pool:
-        done = list(pool.map(verdict_row, [r for r, _, _ in found], [out / name for _, name, _ in found]))
-    rows = [{"job": name, "name": runs.setting(runs.read_run(r, root).config, "name", str, None), **row}
-            for (r, name, root), row in zip(found, done)]
+    read = [r for r, _, _ in found]
+    page = {"key": "--report", "kind": "page", "force": force, "reads": read}
+    if (problem := safe_read.output_problem(out, read, key="--out")) or csv is not None and (
+            problem := destination.refusal(csv, key="--csv", kind="csv", force=force, reads=read)) or (
+            report is not None and (problem := destination.refusal(report, **page))):
+        raise RunDirError(problem)
+    assignment = None
+    if against is not None:  # a bad preset: one line, nothing run (compare's reader loads torch: not for workers)
+        from attnlab.commands.compare import preset_config
+
+        assignment = preset_config(against)
+    ready, verdicts = list(range(len(found))), {}  # each run is checked in its worker before it runs
+    interrupted = False
+    try:
+        done = verify([(found[k][0], out / found[k][1]) for k in ready], jobs=jobs, draw=draw)
+    except KeyboardInterrupt:  # before any pool started
+        done, interrupted = [Verdict(INTERRUPTED, _(STOPPED))] * len(ready), True
+    verdicts.update(zip(ready, done))
+    rows = sorted(({"job": name, "name": runs.setting(runs.read_run(r, root).config, "name", str, None),
+                    **verdict_row(verdicts[k])} for k, (r, name, root) in enumerate(found)),
+                  key=lambda row: (row["name"] is None, row["name"] or "", row["job"]))
     print(verdict_table(rows, out))
     if csv is not None:
-        write_csv(rows, csv, ["job", "name", "verdict", "differs", "reproduction"])
+        destination.write(csv, csv_text(rows, ["job", "name", "verdict", "differs", "reproduction"]).encode("utf-8"),
+                          key="--csv", kind="csv", force=force, reads=read)
         print(_("csv: {file}").format(file=printable(str(csv), 300)))
-    return EXIT_DIFFERENT if any(r["verdict"] in VERDICTS[2:] for r in rows) else EXIT_SAME
+    if report is not None:
+        records = collect_records(paths, found=found, against=assignment, verdicts={r["job"]: r for r in rows})
+        destination.write(report, render(records).encode("utf-8"), **page)
+        print(_("report: {file}").format(file=printable(str(report), 300)))
+    if interrupted or any(r["verdict"] == INTERRUPTED for r in rows):
+        print(_("interrupted: the runs not verified say so"), file=sys.stderr)
+    return EXIT_DIFFERENT if any(r["verdict"] not in (EXACT, ROUNDING) for r in rows) else EXIT_SAME
+
+
+def reproduce(run_dir: Path, out: Path | None = None, text_file: Path | None = None,
+              draw: bool = False) -> tuple[int, Verdict]:
+    """One run verified (:func:`verify`) into ``out`` (default :func:`default_out`): (exit status,
+    verdict). Raises RunDirError / ConfigError (one line) when it cannot be reproduced; notes to stderr."""
+    run_dir, out, cfg, summary, _tokens = prepare(run_dir, out, text_file)
+    versions, now = summary.get("versions"), artifacts.environment(str(cfg.device))  # torch loads here
+    if (recorded_threads := threads.for_reproduction(versions)) is not None:
+        now = {**now, "torch_threads": recorded_threads}  # the reproduction runs with them
+    notes = [] if recorded_threads is not None else [
+        _("warning: summary.json records no torch_threads; running with threads=auto (losses may differ "
+          "in the last bits)")]
+    notes += environment_differences(versions, now)
+    if cfg.model.dropout > 0:
+        notes.append(_("note: model.dropout={dropout}: the dropout masks are drawn from seed={seed}, so they repeat "
+                       "bit for bit with the same torch and machine").format(dropout=cfg.model.dropout, seed=cfg.seed))
+    if summary["status"] == "interrupted":
+        notes.append(_("note: the run was interrupted after {n} steps; the reproduction runs all train.steps={steps} "
+                       "and compares the recorded steps").format(n=summary.get("steps_run"), steps=cfg.train.steps))
+    for line in notes:
+        print(line, file=sys.stderr)
+    verdict = verify([(run_dir, out)], text_file, 1, draw)[0]
+    if verdict.key == CANNOT:
+        raise RunDirError(verdict.why)
+    return (EXIT_SAME if verdict.key in (EXACT, ROUNDING) else EXIT_DIFFERENT), verdict
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -259,22 +442,35 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help=_("write the verdict table as CSV too (one run then gets the table too)"))
     parser.add_argument("-j", "--jobs", metavar="N", type=int, default=os.cpu_count() or 1,
                         help=_("several runs: reproductions at a time (default: this machine's cores)"))
-    parser.add_argument("--one-path", action="store_true", help=argparse.SUPPRESS)  # the second reproduction
+    parser.add_argument("--force", action="store_true", help=_("replace a --csv file that attnlab did not write"))
+    parser.add_argument("--report", metavar="FILE", type=Path,
+                        help=_("several runs: write the class's page too (attnlab-report's, with each run's verdict)"))
+    parser.add_argument("--against", metavar="PRESET.yaml", type=Path,
+                        help=_("with --report: show per run the keys whose values differ from this preset (the "
+                               "assignment, read as data)"))
+    parser.add_argument("--artifacts", action="store_true",
+                        help=_("draw each reproduction's figures, TensorBoard and report page too (default: only "
+                               "the files the verdict compares)"))
     args = parser.parse_args(argv)
-    many = len(args.paths) > 1 or args.csv or (args.paths[0].is_dir() and not runs.is_job_dir(args.paths[0]))
+    many = len(args.paths) > 1 or args.csv or args.report or (args.paths[0].is_dir()
+                                                               and not runs.is_job_dir(args.paths[0]))
+    if args.against is not None and args.report is None:
+        parser.error(_("--against names the assignment for the --report page: give --report FILE too"))
     if many and args.text_file is not None:
         parser.error(_("--text-file reproduces one run: pass its RUN_DIR alone"))
     try:
         if many:
-            return reproduce_many(args.paths, args.out, args.csv, args.jobs)
-        code, out, diffs, rounding = reproduce(args.paths[0], args.out, args.text_file, args.one_path)
+            return reproduce_many(args.paths, args.out, args.csv, args.jobs, args.artifacts, args.force, args.report,
+                                  args.against)
+        code, verdict = reproduce(args.paths[0], args.out, args.text_file, args.artifacts)
     except AttnlabError as err:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
         print(_("error: {message}").format(message=printable(str(err), 1500)), file=sys.stderr)
         return EXIT_NOT_A_RUN
-    print(format_verdict(diffs, rounding))
-    print(_("reproduction: {folder}").format(folder=printable(display_path(out), 300)))  # relative below cwd
+    print(format_verdict(verdict))
+    if verdict.out is not None:  # relative below cwd
+        print(_("reproduction: {folder}").format(folder=printable(display_path(Path(verdict.out)), 300)))
     return code
 
 

@@ -12,6 +12,7 @@ from omegaconf import DictConfig, OmegaConf, read_write
 
 from attnlab.core.files import printable
 from attnlab.core.i18n import _
+from attnlab.saved.answers import answer, table_columns
 from attnlab.saved.runs import broken, collect_rows
 from attnlab.saved.table import distribution, format_table, write_csv
 
@@ -75,9 +76,11 @@ def summarize(sweep_dir: Path, print_table: bool = True) -> int:
     damaged = [r for r in rows if r["status"] == "completed" and broken(r)]
     if print_table:
         print()
-        print(format_table(rows))
+        print(format_table(rows, table_columns(rows)))
         if line := distribution(rows):
             print(line)
+        if text := answer(rows):
+            print("\n" + text)
         statuses = ", ".join(sorted({printable(r["status"], 40) for r in bad}))
         print("\n" + (_("1 job") if len(rows) == 1 else _("{n} jobs")).format(n=len(rows))
               + _(", {n} completed").format(n=len(rows) - len(bad))

@@ -15,7 +15,8 @@ from omegaconf import DictConfig, OmegaConf
 from attnlab.core.config import Task, optimizer_schema, plain, snapshot_steps
 from attnlab.core.errors import ConfigError
 from attnlab.core.files import METRICS_LIMIT, NPZ_LIMIT, TOKEN_CHARS, printable
-from attnlab.core.i18n import N_, _, set_language
+from attnlab.core.i18n import N_, _
+from attnlab.core.tokenizer import ALLOWED_ENCODINGS, SHIPPED_ENCODINGS, Tokens, tokenize
 
 INT64_MAX = 2**63 - 1
 SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.manual_seed accepts
@@ -67,6 +68,7 @@ RULES: list[tuple[str, Check, str | Callable[[DictConfig], str]]] = [
     *((key, _label(n), lambda cfg, n=n: _("must be text of at most {n} characters on one line "
                                           "(no control characters)").format(n=n))
       for key, n in (("name", NAME_CHARS), ("notes", NOTES_CHARS))),
+    ("tokenizer.encoding", lambda v, cfg: v in SHIPPED_ENCODINGS, ALLOWED_ENCODINGS),  # nothing downloaded
     *((key, *POSITIVE) for key in ("model.d_model", "model.d_k", "model.d_v", "model.n_heads", "train.steps",
                                    "tokenizer.max_tokens")),
     ("model.dropout", _real(lambda v: 0 <= v < 1), N_("must be in [0, 1) (the probability of zeroing a weight)")),
@@ -120,15 +122,48 @@ RULES: list[tuple[str, Check, str | Callable[[DictConfig], str]]] = [
 
 
 def validate(cfg: DictConfig) -> None:
-    """Sets the language ``_()`` speaks (``lang``), then raises ConfigError at the first value
-    :data:`RULES` refuses."""
-    set_language(plain(OmegaConf.select(cfg, "lang", default=None)))
+    """ConfigError at the first value :data:`RULES` refuses."""
     for key, ok, allowed in RULES:
         value = OmegaConf.select(cfg, key, default=None)
         if OmegaConf.is_config(value):
             value = OmegaConf.to_container(value, resolve=True)
         if not ok(value, cfg):
             raise ConfigError(key, value, allowed(cfg) if callable(allowed) else allowed)
+
+
+def validated_tokens(cfg: DictConfig) -> Tokens:
+    """Tutorial §1 on a checked config: :func:`validate`, then the text tokenized (with its own checks:
+    length, ``train.focus_token`` in the text), and a GPT's windows in it (:func:`corpus_split`), all
+    before torch loads. ConfigError / TokenizerError naming the key. A job does it
+    once and passes the :class:`Tokens` down (training, the walkthrough, exercise 5)."""
+    validate(cfg)
+    tokens = tokenize(cfg)
+    window = recorded_window(cfg, tokens.seq_len)
+    if tokens.focus >= window:
+        raise ConfigError("train.focus_token", cfg.train.focus_token, _(
+            "must be a position in the recorded window [0, {context})").format(context=window))
+    return tokens
+
+
+def recorded_window(cfg: DictConfig, n_tokens: int) -> int:
+    """Tokens the model sees at once: a GPT's context (:func:`corpus_split`), else the text's ``n_tokens``."""
+    return corpus_split(cfg, n_tokens)[1] if cfg.model.n_layers else n_tokens
+
+
+def corpus_split(cfg: DictConfig, n_tokens: int) -> tuple[int, int]:
+    """(tokens trained on, context): the text's head; its last ``round(n_tokens·train.val_fraction)``
+    tokens are held out. ConfigError when the context does not fit in the head, or the held-out
+    tail has 1 token."""
+    n_val = round(n_tokens * cfg.train.val_fraction)
+    n_train = n_tokens - n_val
+    context = cfg.model.context or n_train
+    if not 2 <= context <= n_train:
+        raise ConfigError("model.context", cfg.model.context, _(
+            "a window must have 2 to {n} tokens (the text's {n} trained on)").format(n=n_train))
+    if n_val == 1:
+        raise ConfigError("train.val_fraction", cfg.train.val_fraction, _(
+            "holds out 1 token of {n}: a validation loss needs at least 2").format(n=n_tokens))
+    return n_train, context
 
 
 def out_proj(cfg: DictConfig) -> bool:

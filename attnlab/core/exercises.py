@@ -9,6 +9,7 @@ import numpy as np
 from omegaconf import DictConfig
 
 from attnlab.core.config import Task, plain
+from attnlab.core.tokenizer import Tokens
 
 MAX_TABLE = 256  # token_table rows kept in summary.json (n_tokens is always exact)
 STAGES = ("token_embeddings", "pos_embeddings", "X", "Q", "K", "V", "scores", "weights", "Z")
@@ -36,19 +37,20 @@ def row_matching(ids_a: Sequence[int], ids_b: Sequence[int]) -> list[int] | None
     return [free[int(t)].pop(0) for t in ids_b]
 
 
-def permutation_check(cfg: DictConfig) -> dict[str, Any]:
+def permutation_check(cfg: DictConfig, tokens: Tokens | None = None) -> dict[str, Any]:
     """Exercise 5: the job's initial parameters on ``sentence`` (A) and ``analysis.compare_sentence``
     (B): are B's context vectors A's rows permuted? ``permutation``: row i of Z_B is row
     ``permutation[i]`` of Z_A; ``z_max_abs_diff`` = max |Z_B - Z_A[permutation]| (~1e-7 without
     positions: self-attention is permutation-equivariant), ``x_max_abs_diff`` the same for X
-    (None when B does not reorder A's ids). ConfigError / TokenizerError when B cannot be tokenized."""
+    (None when B does not reorder A's ids); ``tokens``: A's, when the caller has them. ConfigError /
+    TokenizerError when B cannot be tokenized."""
     import torch
 
     from attnlab.core import tokenizer
     from attnlab.core.training import build_model
 
     other = cfg.analysis.compare_sentence
-    prepared = tokenizer.tokenize(cfg)
+    prepared = tokens or tokenizer.tokenize(cfg)
     ids_a = prepared.token_ids
     ids_b = tokenizer.encode(other, cfg.tokenizer.encoding, plain(cfg.tokenizer.special_tokens))
     perm = row_matching(ids_a, ids_b)
@@ -74,14 +76,15 @@ def permutation_check(cfg: DictConfig) -> dict[str, Any]:
 
 
 def observe(cfg: DictConfig, token_ids: Sequence[int], labels: Sequence[str],
-            arrays: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
+            arrays: dict[str, np.ndarray] | None = None, tokens: Tokens | None = None) -> dict[str, Any]:
     """For a job on ``token_ids`` (T,): ``n_tokens`` and ``token_table`` (exercise 2); with the
     walkthrough's ``arrays`` (None: training) ``shapes`` (exercise 1) and ``max_abs_weight_minus_uniform``
-    (exercise 3, 0 = uniform); with ``analysis.compare_sentence`` ``permutation_check`` (exercise 5)."""
+    (exercise 3, 0 = uniform); with ``analysis.compare_sentence`` ``permutation_check`` (exercise 5) on the
+    job's ``tokens``."""
     out: dict[str, Any] = {"n_tokens": len(token_ids), "token_table": token_table(token_ids, labels)}
     if arrays is not None:
         out["shapes"] = {k: list(arrays[k].shape) for k in STAGES if k in arrays}
         out["max_abs_weight_minus_uniform"] = max_abs_weight_minus_uniform(arrays["weights"])
     if cfg.analysis.compare_sentence is not None:
-        out["permutation_check"] = permutation_check(cfg)
+        out["permutation_check"] = permutation_check(cfg, tokens)
     return out

@@ -13,7 +13,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnlab.core.checks import resolve_out_proj
-from attnlab.core.errors import ConfigError
 from attnlab.core.tokenizer import GPT2_VOCAB_SIZE  # noqa: F401  (tutorial §2; imported from here too)
 
 ATTENTION_PATHS = ("explicit", "sdpa")
@@ -74,23 +73,21 @@ class MultiHeadSelfAttention(nn.Module):
     Made in this order (it decides the random numbers): W_query, W_key (d_model → H·d_k), W_value
     (d_model → H·d_v), bias-free; with ``qkv_bias`` their biases U(±1/√d_model); W_out (H·d_v →
     d_model). ``attention="explicit"``: §4's 2-D matmuls one head at a time; ``"sdpa"``:
-    F.scaled_dot_product_attention, weights recomputed without gradient when asked. Raises
-    ConfigError (key = the argument) for a bad size, dropout, ``attention`` or ``out_proj``.
+    F.scaled_dot_product_attention, weights recomputed without gradient when asked. Asserts its
+    arguments (AssertionError ``n_heads=0: must be a positive integer``): a config's are checked before.
     """
 
     def __init__(self, d_model: int, d_k: int, d_v: int, n_heads: int = 1, *, causal: bool = False,
                  dropout: float = 0.0, qkv_bias: bool = False, attention: str = "explicit",
                  out_proj: bool = False) -> None:
         super().__init__()
+        # the config's values were checked (core/checks.py's RULES): these only guard a direct call
         for name, value in (("d_model", d_model), ("d_k", d_k), ("d_v", d_v), ("n_heads", n_heads)):
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ConfigError(name, value, "must be a positive integer")
-        if not (isinstance(dropout, (int, float)) and 0 <= dropout < 1):
-            raise ConfigError("dropout", dropout, "must be in [0, 1)")
-        if attention not in ATTENTION_PATHS:
-            raise ConfigError("attention", attention, f"must be one of {', '.join(ATTENTION_PATHS)}")
-        if not isinstance(out_proj, bool):
-            raise ConfigError("out_proj", out_proj, "must be true or false here (resolve 'auto' with resolve_out_proj)")
+            assert isinstance(value, int) and not isinstance(value, bool) and value > 0, \
+                f"{name}={value!r}: must be a positive integer"
+        assert isinstance(dropout, (int, float)) and 0 <= dropout < 1, f"dropout={dropout!r}: must be in [0, 1)"
+        assert attention in ATTENTION_PATHS, f"attention={attention!r}: must be one of {', '.join(ATTENTION_PATHS)}"
+        assert isinstance(out_proj, bool), f"out_proj={out_proj!r}: must be true or false (resolve_out_proj: auto)"
         self.d_model, self.d_k, self.d_v, self.n_heads = d_model, d_k, d_v, n_heads
         self.causal, self.dropout, self.attention = causal, float(dropout), attention
         self.W_query = nn.Linear(d_model, n_heads * d_k, bias=False)

@@ -2,7 +2,8 @@
 
 ``gpt2`` (alias ``r50k_base``) is built with tiktoken's public API from the shipped ranks file
 ``attnlab/data/gpt2.tiktoken`` (MIT, OpenAI; see ``attnlab/data/README.md``), sha256 checked.
-Other encodings load through ``tiktoken.get_encoding`` (downloaded once, ``TIKTOKEN_CACHE_DIR``).
+No other encoding is loaded: tiktoken would download it, and nothing a shared config says may make
+attnlab open a connection (:data:`SHIPPED_ENCODINGS`; :func:`get_encoding` refuses the others in one line).
 """
 from __future__ import annotations
 
@@ -15,13 +16,15 @@ from omegaconf import DictConfig
 
 from attnlab.core.config import plain
 from attnlab.core.errors import ConfigError, TokenizerError
-from attnlab.core.files import RunFileError, read_own_file
+from attnlab.core.files import RunFileError, printable, read_own_file
 from attnlab.core.i18n import N_, _
 
 GPT2_RANKS_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"
 ENDOFTEXT = "<|endoftext|>"
 GPT2_VOCAB_SIZE = 50257  # tutorial §2: rows of the token-embedding table
-_PACKAGED = {"gpt2", "r50k_base"}
+SHIPPED_ENCODINGS = ("gpt2", "r50k_base")  # the only encodings attnlab loads: offline, from its own file
+ALLOWED_ENCODINGS = N_("must be gpt2 (or its other name r50k_base), the vocabulary attnlab ships; another "
+                       "encoding would be downloaded, and attnlab opens no connection")
 
 
 @dataclass(frozen=True)
@@ -41,31 +44,22 @@ class Tokens:
 
 @functools.lru_cache(maxsize=None)
 def get_encoding(name: str = "gpt2") -> tiktoken.Encoding:
-    """The tiktoken ``Encoding`` ``name``, once per process. TokenizerError (one line) for a
-    corrupted packaged file, an unknown name, or a failed download (how to fill the cache)."""
-    if name in _PACKAGED:
-        from tiktoken.load import load_tiktoken_bpe
-        from tiktoken_ext.openai_public import r50k_pat_str
+    """The tiktoken ``Encoding`` ``name`` (:data:`SHIPPED_ENCODINGS`), once per process, built from the
+    shipped ranks file. TokenizerError (one line) for another name (nothing is downloaded: no
+    connection is opened whatever a config says) or a corrupted packaged file."""
+    if name not in SHIPPED_ENCODINGS:
+        raise TokenizerError(f"tokenizer.encoding={printable(repr(name), 120)}: {_(ALLOWED_ENCODINGS)}")
+    from tiktoken.load import load_tiktoken_bpe
+    from tiktoken_ext.openai_public import r50k_pat_str
 
-        path = resources.files("attnlab.data") / "gpt2.tiktoken"
-        try:
-            ranks = load_tiktoken_bpe(str(path), expected_hash=GPT2_RANKS_SHA256)
-        except ValueError as err:  # tiktoken's hash mismatch
-            raise TokenizerError(f"tokenizer.encoding={name!r}: packaged ranks file {path} is corrupted "
-                                 f"({err}); reinstall attnlab") from err
-        return tiktoken.Encoding(name=name, pat_str=r50k_pat_str, mergeable_ranks=ranks,
-                                 special_tokens={ENDOFTEXT: 50256}, explicit_n_vocab=GPT2_VOCAB_SIZE)
-    if name not in tiktoken.list_encoding_names():
-        raise TokenizerError(f"tokenizer.encoding={name!r}: unknown encoding; allowed: "
-                             f"{', '.join(sorted(set(tiktoken.list_encoding_names()) | _PACKAGED))}")
+    path = resources.files("attnlab.data") / "gpt2.tiktoken"
     try:
-        return tiktoken.get_encoding(name)
-    except Exception as err:  # network errors come in many types (requests, urllib3, OSError)
-        raise TokenizerError(
-            f"tokenizer.encoding={name!r}: tiktoken could not download its vocabulary "
-            f"({type(err).__name__}); on a machine with network run "
-            f"`python -c \"import tiktoken; tiktoken.get_encoding('{name}')\"` with "
-            f"TIKTOKEN_CACHE_DIR=DIR set, copy DIR here and set TIKTOKEN_CACHE_DIR=DIR") from err
+        ranks = load_tiktoken_bpe(str(path), expected_hash=GPT2_RANKS_SHA256)
+    except ValueError as err:  # tiktoken's hash mismatch
+        raise TokenizerError(f"tokenizer.encoding={name!r}: packaged ranks file {path} is corrupted "
+                             f"({err}); reinstall attnlab") from err
+    return tiktoken.Encoding(name=name, pat_str=r50k_pat_str, mergeable_ranks=ranks,
+                             special_tokens={ENDOFTEXT: 50256}, explicit_n_vocab=GPT2_VOCAB_SIZE)
 
 
 def encode(text: str, name: str = "gpt2", special_tokens: str = "special") -> list[int]:

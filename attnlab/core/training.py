@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from attnlab.core import checks, generate, interrupts, optim, threads, tokenizer
 from attnlab.core.config import optimizer_schema, plain, resolve, snapshot_steps
-from attnlab.core.errors import ConfigError, as_write_error, describe
+from attnlab.core.errors import as_write_error, describe
 from attnlab.core.i18n import _
 from attnlab.core.model import (
     GPT,
@@ -69,14 +69,12 @@ def model_spec(cfg: DictConfig) -> ModelSpec:
 def build_model(cfg: DictConfig, tokens: tokenizer.Tokens, order: str = "training") -> AttentionModel | GPT:
     """Set torch's threads, seed, make the parameters on the CPU in §5's order (``"training"``),
     §2–4's (``"walkthrough"``) or the GPT's (model.n_layers >= 1), then move them to ``cfg.device``."""
-    seq_len = corpus_split(cfg, tokens.seq_len)[1] if cfg.model.n_layers else tokens.seq_len  # a GPT's: its context
-    if tokens.focus >= seq_len:
-        raise ConfigError("train.focus_token", cfg.train.focus_token, _(
-            "must be a position in the recorded window [0, {context})").format(context=seq_len))
-    threads.configure(cfg, seq_len)
+    seq_len = checks.recorded_window(cfg, tokens.seq_len)
+    spec = model_spec(cfg)
+    head = spec.n_layers > 0 or (order == "training" and plain(cfg.train.objective) == "next_token")
+    threads.configure(cfg, seq_len, tokens.vocab_size if head else 0, spec.out_proj)  # the whole step counted
     torch.manual_seed(cfg.seed)
     deterministic_algorithms()
-    spec = model_spec(cfg)
     if spec.n_layers:
         model = build_gpt(spec, tokens.vocab_size, seq_len)
     elif order == "walkthrough":
@@ -87,29 +85,13 @@ def build_model(cfg: DictConfig, tokens: tokenizer.Tokens, order: str = "trainin
     return model.to(torch.device(cfg.device))
 
 
-def corpus_split(cfg: DictConfig, n_tokens: int) -> tuple[int, int]:
-    """(tokens trained on, context): the text's head; its last ``round(n_tokens·train.val_fraction)``
-    tokens are held out. ConfigError when the context does not fit in the head, or the held-out
-    tail has 1 token."""
-    n_val = round(n_tokens * cfg.train.val_fraction)
-    n_train = n_tokens - n_val
-    context = cfg.model.context or n_train
-    if not 2 <= context <= n_train:
-        raise ConfigError("model.context", cfg.model.context, _(
-            "a window must have 2 to {n} tokens (the text's {n} trained on)").format(n=n_train))
-    if n_val == 1:
-        raise ConfigError("train.val_fraction", cfg.train.val_fraction, _(
-            "holds out 1 token of {n}: a validation loss needs at least 2").format(n=n_tokens))
-    return n_train, context
-
-
 class Windows:
     """A GPT's data (model.n_layers >= 1): ``train`` ids (N,) and ``val`` ids (M,) of the text, cut
     into windows of ``context`` tokens; ``probe`` (context,) the first window, whose attention the
     snapshots record."""
 
     def __init__(self, cfg: DictConfig, ids: torch.Tensor) -> None:
-        n_train, self.context = corpus_split(cfg, ids.shape[0])
+        n_train, self.context = checks.corpus_split(cfg, ids.shape[0])
         self.train, self.val, self.batch_size = ids[:n_train], ids[n_train:], cfg.train.batch_size
         self.probe = self.train[: self.context]
         self._offsets = torch.arange(self.context, device=ids.device)  # (context,)
@@ -196,8 +178,9 @@ class LossRecorder:
 
 @one_at_a_time
 def train(cfg: DictConfig, sinks: Iterable[Sink] = (), run_dir: Path | None = None,
-          keep_snapshots: bool = True, keep_losses: bool = True) -> RunResult:
-    """Run tutorial §5's training as ``cfg`` says, sending records to ``sinks`` in order.
+          keep_snapshots: bool = True, keep_losses: bool = True, tokens: tokenizer.Tokens | None = None) -> RunResult:
+    """Run tutorial §5's training as ``cfg`` says, sending records to ``sinks`` in order. ``tokens``: the
+    caller's :func:`checks.validated_tokens` of ``cfg`` (None: made here).
 
     ``status``: completed; diverged (a non-finite loss or update, kept up to the step before);
     interrupted (KeyboardInterrupt between steps); failed (re-raised, an OSError as WriteError,
@@ -205,8 +188,7 @@ def train(cfg: DictConfig, sinks: Iterable[Sink] = (), run_dir: Path | None = No
     """
     sinks = list(sinks)
     # build: text → ids (§1), parameters in §5's order (§2–4), the optimizer
-    checks.validate(cfg)
-    tokens = tokenizer.tokenize(cfg)
+    tokens = tokens or checks.validated_tokens(cfg)
     checks.resources(cfg, tokens.seq_len, tokens.vocab_size, run_dir)
     model = build_model(cfg, tokens)
     ids = torch.tensor(tokens.token_ids, device=next(model.parameters()).device)  # (T,)

@@ -12,23 +12,23 @@ from omegaconf import DictConfig
 
 from attnlab.core import checks
 from attnlab.core.i18n import _
-from attnlab.core.tokenizer import show, tokenize
+from attnlab.core.tokenizer import Tokens, show
 from attnlab.core.training import build_model, one_at_a_time
 
 
 @one_at_a_time
-def walkthrough(cfg: DictConfig, print_line: Callable[[str], object] = print) -> dict[str, np.ndarray]:
+def walkthrough(cfg: DictConfig, print_line: Callable[[str], object] = print,
+                tokens: Tokens | None = None) -> dict[str, np.ndarray]:
     """Print sections 1–4 through ``print_line(str)``; return head 0's intermediates: ``token_ids``
     (T,), ``token_embeddings``, ``pos_embeddings``, ``X`` (T, d_model), ``Q``, ``K`` (T, d_k), ``V``
-    (T, d_v), ``scores``, ``weights`` (T, T), ``Z`` (T, d_v). Writes nothing. ConfigError /
-    TokenizerError on bad input."""
+    (T, d_v), ``scores``, ``weights`` (T, T), ``Z`` (T, d_v). Writes nothing. ``tokens``: the caller's
+    :func:`checks.validated_tokens` of ``cfg`` (None: made here). ConfigError / TokenizerError on bad input."""
 
     def p(*args: object) -> None:
         for line in " ".join(str(a) for a in args).split("\n"):
             print_line(line)
 
-    checks.validate(cfg)
-    prepared = tokenize(cfg)  # §1
+    prepared = tokens or checks.validated_tokens(cfg)  # §1
     model = build_model(cfg, prepared, order="walkthrough")  # §2–4's order
     model.eval()  # §4 shows the weights themselves: no dropout
     embedding, attention = model.embedding, model.attention
@@ -57,8 +57,10 @@ def walkthrough(cfg: DictConfig, print_line: Callable[[str], object] = print) ->
         p("\n" + _("== 3. Positional embedding =="))
         p("shape:", tuple(pos_emb.shape), *([] if embedding.positional else [_(" (left out: model.positional=none)")]))
         p("X shape:", tuple(X.shape))
-        p(_("X[0] == token_embeddings[0] + pos_embeddings[0]?"),
-          torch.equal(X[0], tok_emb[0] + (pos_emb[0] if embedding.positional else 0)))
+        if embedding.positional:  # each claim printed only for the config it holds in
+            p(_("X[0] == token_embeddings[0] + pos_embeddings[0]?"), torch.equal(X[0], tok_emb[0] + pos_emb[0]))
+        else:
+            p(_("no positions: X == token_embeddings?"), torch.equal(X, tok_emb))
 
         att = attention(X)  # the tutorial's one head: head 0 of Q, K, V, scores, weights
         Z, weights, parts = att.Z, att.weights[0], {k: getattr(att, k)[0] for k in ("Q", "K", "V", "scores")}

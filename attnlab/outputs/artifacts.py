@@ -62,15 +62,19 @@ def atomic_savez(path: Path, **arrays: Any) -> None:
     _replace_from_temp(path, lambda tmp: np.savez(tmp, **arrays))
 
 
-def write_summary(run_dir: Path, **fields: Any) -> dict[str, Any]:
-    """Update this process's ``summary.json`` with ``fields`` (atomically) and return it; raises WriteError."""
-    path = Path(run_dir) / SUMMARY
+def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
+    """``summary`` as ``run_dir``'s ``summary.json`` (atomically); raises WriteError."""
+    atomic_write_text(Path(run_dir) / SUMMARY, json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
+
+
+def update_summary(run_dir: Path, **fields: Any) -> dict[str, Any]:
+    """This process's ``summary.json`` updated with ``fields`` (:func:`write_summary`); returns it."""
     try:
-        summary = json.loads(path.read_bytes())  # attnlab's own file, written by this process
+        summary = json.loads((Path(run_dir) / SUMMARY).read_bytes())  # attnlab's own file
     except FileNotFoundError:
         summary = {}
     summary.update(fields)
-    atomic_write_text(path, json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
+    write_summary(run_dir, summary)
     return summary
 
 
@@ -108,12 +112,14 @@ class RunDirSink(Sink):
     """Writes ``metrics.csv``, ``attention.npz`` and ``summary.json`` into ``run_dir``; ``on_end`` keeps
     ``steps_run`` rows and their snapshots whatever the status. A refused write raises WriteError
     (``no space left on device while writing metrics.csv at step 57``), which summary.json records.
-    ``final_status=False`` (a job): summary.json keeps ``status: running`` for the job to write
-    once every other file is written, so a run killed while drawing reads as killed."""
+    At the end :attr:`summary` holds the run's fields (status, final_loss, steps_run, ...) as the files
+    written have them; ``writes_summary=False`` (a job): the job writes them into summary.json, with the
+    status, once every other file is written, so a run killed while drawing reads as killed."""
 
-    def __init__(self, run_dir: Path, final_status: bool = True) -> None:
+    def __init__(self, run_dir: Path, writes_summary: bool = True) -> None:
         self.run_dir = Path(run_dir)
-        self.final_status = final_status
+        self.writes_summary = writes_summary
+        self.summary: dict[str, Any] = {}
         self._metrics_tmp = self.run_dir / f".{METRICS}.partial"
         self._weights_tmp = self.run_dir / ".attention.npy.partial"
         self._metrics = None  # the open partial metrics file (binary)
@@ -222,9 +228,9 @@ class RunDirSink(Sink):
                   "wall_time_s": round(result.wall_time_s, 6), "error": result.error}
         if failure is not None and result.status != "failed":
             fields.update(status="failed", error=str(failure))
-        if not self.final_status:
-            fields.pop("status")
-        write_summary(self.run_dir, **fields)
+        self.summary = fields
+        if self.writes_summary:
+            update_summary(self.run_dir, **fields)
         if failure is not None and result.status != "failed":
             raise failure  # the sinks after this one record the failure too
 
@@ -275,7 +281,7 @@ def close_orphans(error: str) -> list[Path]:
             for job in jobs:
                 if (os.path.isfile(job / rundir.LOCK) and not rundir.run_is_live(job)
                         and rundir.summary_status(job) == "running"):
-                    write_summary(job, status="failed", error=error)
+                    update_summary(job, status="failed", error=error)
                     os.unlink(job / rundir.LOCK)
                     closed.append(job)
     return closed

@@ -82,14 +82,30 @@ def generation_lines(generation: dict) -> list[str]:
                              for _id, label, p in generation["tokens"])]
 
 
+def notebook_bar():
+    """``tqdm.auto``'s bar class when it can draw a widget here (ipywidgets installed), else None."""
+    import importlib.util
+
+    if importlib.util.find_spec("ipywidgets") is None:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm
+
+
 class ConsoleSink(Sink):
     """One :func:`snapshot_line` per snapshot and a closing line with the status; a tqdm bar (on a
     terminal) when ``progress`` and ≥ 1000 steps, else one line with the time to go when, after
     :data:`ETA_AFTER_S` of training, more than :data:`ETA_MIN_S` is left. ``prefix``
-    (:func:`job_prefix`) starts every line and names the bar."""
+    (:func:`job_prefix`) starts every line and names the bar. ``notebook``: in a Jupyter cell, whose
+    output is no terminal: the bar shown all the same (``tqdm.auto``'s widget when ipywidgets is there).
+    ``where``: the closing line names the run dir."""
 
-    def __init__(self, progress: bool = True, file=None, prefix: str = "") -> None:
+    def __init__(self, progress: bool = True, file=None, prefix: str = "", notebook: bool = False,
+                 where: bool = True) -> None:
         self.progress = progress
+        self.notebook = notebook
+        self.where = where
         self.file = safe(file or sys.stdout)
         self.prefix = prefix
         self._bar = None
@@ -100,10 +116,12 @@ class ConsoleSink(Sink):
         self._info = info
         self._t0 = time.monotonic()
         if self.progress and info.steps >= PROGRESS_MIN_STEPS:
-            from tqdm import tqdm
+            bar = notebook_bar() if self.notebook else None
+            if bar is None:
+                from tqdm import tqdm as bar
 
-            self._bar = tqdm(total=info.steps, unit="step", leave=False, disable=None,
-                             desc=self.prefix.strip() or None, file=safe(sys.stderr))
+            self._bar = bar(total=info.steps, unit="step", leave=False, disable=False if self.notebook else None,
+                            desc=self.prefix.strip() or None, file=safe(sys.stderr))
 
     def _print(self, line: str) -> None:
         line = prefixed(line, self.prefix)
@@ -140,9 +158,11 @@ class ConsoleSink(Sink):
 
     def on_end(self, result: RunResult) -> None:
         self.close()
-        final = "n/a" if result.final_loss is None else f"{result.final_loss:.6g}"
+        # 4 significant digits: what the tutorial's run gives on every CPU kernel (4.940e-06; the 5th varies)
+        final = "n/a" if result.final_loss is None else f"{result.final_loss:#.4g}"
         steps = (_("1 step") if result.steps_run == 1 else _("{n} steps")).format(n=result.steps_run)
-        where = f"  ->  {display_path(self._info.run_dir)}" if self._info and self._info.run_dir else ""
+        where = (f"  ->  {display_path(self._info.run_dir)}" if self.where and self._info and self._info.run_dir
+                 else "")
         status = {"completed": _("completed"), "diverged": _("diverged"), "interrupted": _("interrupted"),
                   "failed": _("failed")}.get(result.status, result.status)
         name = self._info.config.get("name") if self._info else None

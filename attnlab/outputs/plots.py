@@ -150,9 +150,11 @@ def loss_figure(losses: np.ndarray, ylabel: str = MSE_LABEL) -> "Figure | None":
 
 
 def figure_bytes(fig: "Figure", fmt: str = "png") -> bytes:
-    """``fig`` rendered as a ``fmt`` file (``png``, ``pdf``, ``svg``), in memory."""
+    """``fig`` rendered as a ``fmt`` file (``png``, ``pdf``, ``svg``), in memory, marked as attnlab's
+    (:data:`attnlab.outputs.destination.MARKS`: a PNG's ``Software``, a vector file's ``Creator``)."""
     buf = io.BytesIO()
-    fig.savefig(buf, format=fmt)
+    key = {"png": "Software", "svg": "Creator", "pdf": "Creator", "ps": "Creator", "eps": "Creator"}.get(fmt)
+    fig.savefig(buf, format=fmt, **({"metadata": {key: "attnlab"}} if key else {}))
     return buf.getvalue()
 
 

@@ -12,8 +12,9 @@ from attnlab.core.errors import RunDirError
 from attnlab.core.focus import FOCUS_THRESHOLD, focus_weights
 from attnlab.core.i18n import _
 from attnlab.core.records import head_mean
+from attnlab.outputs import destination
 from attnlab.outputs.fonts import drawable, label, rc
-from attnlab.outputs.plots import DPI, draw_heatmap, plot_loss, save_figure
+from attnlab.outputs.plots import DPI, draw_heatmap, figure_bytes, plot_loss
 from attnlab.saved import safe_read
 from attnlab.saved.runs import saved_attention
 from attnlab.saved.safe_read import METRICS
@@ -23,7 +24,7 @@ MAX_HEATMAPS = 8  # at most this many heatmap panels
 HEATMAP_COLS = 4  # ... per row
 
 
-def comparison_figure(rows: Sequence[dict[str, Any]], path: Path) -> Path:
+def comparison_figure(rows: Sequence[dict[str, Any]], path: Path, force: bool = False) -> Path:
     """Write one PNG to ``path``: loss curves on a log axis (top left; non-finite losses left out),
     each run's focus weight at every snapshot (top right, :func:`attnlab.core.focus.focus_weights`) and up
     to :data:`MAX_HEATMAPS` last-snapshot heatmaps (colour scale [0, 1]), titled by job number and
@@ -122,7 +123,8 @@ def comparison_figure(rows: Sequence[dict[str, Any]], path: Path) -> Path:
         path = Path(path)
         if not path.parent.exists():
             raise RunDirError(f"--plot {path}: folder {path.parent} does not exist")
-        return save_figure(fig, path)
+        return destination.write(path, figure_bytes(fig, Path(path).suffix.lstrip(".").lower() or "png"),
+                                 key="--plot", kind="figure", force=force)
 
 
 LINESTYLES = ("-", "--", ":", "-.")

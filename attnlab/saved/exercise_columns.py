@@ -1,26 +1,18 @@
 """The exercise observations of a job's summary.json (:mod:`attnlab.core.exercises`) as the table
-cells the sweep table and attnlab-compare show: :func:`columns`, their :data:`HEADERS`."""
+cells the sweep table and attnlab-compare show: :func:`columns` (their headers and widths:
+:mod:`attnlab.saved.columns`)."""
 from __future__ import annotations
 
 from typing import Any
 
 from attnlab.core.config import select
-from attnlab.core.i18n import N_
 from attnlab.core.tokenizer import show
-
-# table columns made from the observations, their printed headers, and
-# those the printed table shows only when they differ between rows
-COLUMNS = ["focus_step", "heads_focus", "upper_max", "n_tokens", "tokens", "shapes", "max_abs_weight_minus_uniform",
-           "perm_tokens_match", "perm_z_max_abs_diff"]
-HEADERS = {"focus_step": N_("focus>0.9 at"), "heads_focus": N_("heads: strongest key"),
-           "upper_max": N_("max above diag"), "max_abs_weight_minus_uniform": "max|w-1/T|",
-           "perm_tokens_match": "perm_tokens", "perm_z_max_abs_diff": "perm_max|ΔZ|"}  # translated where shown
-SAME_HIDDEN = {"n_tokens", "tokens", "shapes"}
 
 
 def columns(summary: dict[str, Any]) -> dict[str, Any]:
-    """The observations a job's ``summary.json`` holds, flattened into table cells (:data:`COLUMNS`;
-    only those present); ``focus`` is :class:`attnlab.core.focus.FocusSink`'s (or None), never a summary's."""
+    """The observations a job's ``summary.json`` holds, flattened into table cells (those of
+    :data:`attnlab.saved.columns.OBSERVED` present); ``focus`` is :class:`attnlab.core.focus.FocusSink`'s
+    (or None), never a summary's."""
     out: dict[str, Any] = {}
     focus = summary.get("focus")
     if focus:  # FocusSink's (training runs)

@@ -67,10 +67,11 @@ def _dtype_ok(dtype: np.dtype, kinds: str) -> bool:
 
 class NpzArchive(contextlib.AbstractContextManager):
     """An .npz of a run dir, checked as the module docstring says (declared sizes within ``limit``);
-    ``infos``: name -> :class:`MemberInfo`. Every problem is one RunFileError naming the file."""
+    ``infos``: name -> :class:`MemberInfo`; ``strict``: a member not in ``members`` is refused too.
+    Every problem is one RunFileError naming the file."""
 
     def __init__(self, path: Path, members: Mapping[str, Member], limit: int = NPZ_LIMIT, *,
-                 root: Path | None = None) -> None:
+                 root: Path | None = None, strict: bool = False) -> None:
         self.path = Path(path)
         self._file = open_run_file(self.path, limit, root=root)
         self._zip = None
@@ -78,6 +79,8 @@ class NpzArchive(contextlib.AbstractContextManager):
             self._check_directory()
             self._zip = zipfile.ZipFile(self._file)
             self.infos = self._check_members(members, limit)
+            if strict and (unknown := sorted(set(self._zip.namelist()) - {f"{n}.npy" for n in members})):
+                raise RunFileError(self.path, f"member {printable(unknown[0], 60)} is not one attnlab writes")
         except BaseException as err:
             self.close()
             raise (self._damaged(err) if isinstance(err, _DAMAGE) else err) from None
@@ -203,7 +206,8 @@ class NpzArchive(contextlib.AbstractContextManager):
 
 
 def read_npz(path: Path, members: Mapping[str, Member], limit: int = NPZ_LIMIT, *,
-             root: Path | None = None, load: Iterable[str] | None = None) -> dict[str, np.ndarray]:
-    """The arrays ``load`` (default all present) of a checked .npz."""
-    with NpzArchive(path, members, limit, root=root) as npz:
+             root: Path | None = None, load: Iterable[str] | None = None,
+             strict: bool = False) -> dict[str, np.ndarray]:
+    """The arrays ``load`` (default all present) of a checked .npz (``strict``: :class:`NpzArchive`)."""
+    with NpzArchive(path, members, limit, root=root, strict=strict) as npz:
         return {k: npz.read(k) for k in (list(npz.infos) if load is None else load)}

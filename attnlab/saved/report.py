@@ -22,14 +22,16 @@ from attnlab import __version__
 from attnlab.core.errors import AttnlabError, RunDirError
 from attnlab.core.focus import FOCUS_THRESHOLD, UNIFORM_SPREAD, Uniform
 from attnlab.core.i18n import _, language, translations
-from attnlab.outputs import streams
+from attnlab.outputs import destination, streams
 from attnlab.outputs.artifacts import atomic_write_text
 from attnlab.outputs.fonts import SHIPPED_FONT
 from attnlab.saved import safe_read
+from attnlab.saved.answers import answer
 from attnlab.saved.report_data import BYTES_PER_WEIGHT, DECIMALS, MAX_STR, WEIGHT_BUDGET, collect_records, load_run
 from attnlab.saved.runs import named_runs
-from attnlab.saved.safe_read import output_problem, printable
+from attnlab.saved.safe_read import printable
 from attnlab.saved.table import distribution, page_table
+from attnlab.saved.verdict import read_verdicts
 
 REPORT = "report.html"
 TEMPLATE = Path(__file__).with_name("report_template.html")
@@ -86,10 +88,12 @@ def render(records: Sequence[dict[str, Any]]) -> str:
               "snapshot_step": f["step"], "focus_weight": f["weight"],
               "focus_target": Uniform(f["target"]) if f["uniform"] else f["target"]}
              for r in records if (f := r.get("focus"))]  # the rows' focus cells, for the line under the table
+    rows = [{**{c: cell["value"] for c, cell in (r.get("table") or {}).items()}, "config": r.get("config"),
+             "override_list": r.get("overrides"), "loss_threshold": r.get("loss_threshold")} for r in records]
     page = TEMPLATE.read_text(encoding="utf-8")
     data = {"runs": [{**rec, "table": t} for rec, t in zip(records, tables)], "title": printable(title, MAX_STR),
             "lang": language(), "tr": translations(page_messages(page)),
-            "table_columns": columns, "distribution": distribution(focus),
+            "table_columns": columns, "distribution": distribution(focus), "answer": answer(rows),
             "generator": {"attnlab": __version__, "weight_budget_bytes": WEIGHT_BUDGET,
                           "bytes_per_weight": BYTES_PER_WEIGHT, "decimals": DECIMALS, "uniform_spread": UNIFORM_SPREAD,
                           "focus_threshold": FOCUS_THRESHOLD}}
@@ -133,15 +137,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("paths", nargs="+", metavar="PATH", type=Path, help="run dir or sweep dir")
     parser.add_argument("-o", "--out", metavar="FILE", type=Path, default=Path(REPORT),
                         help=f"the page to write (default: ./{REPORT})")
+    parser.add_argument("--force", action="store_true", help="replace a file attnlab did not write")
+    parser.add_argument("--verdicts", metavar="CSV", type=Path,
+                        help="attnlab-reproduce's --csv of these runs: a verdict column, runs sorted by student")
     args = parser.parse_args(argv)
     out = args.out / REPORT if args.out.is_dir() else args.out
     try:
         found = named_runs(args.paths)
-        problem = output_problem(out, [r for r, _, _ in found], key="-o", allow=(REPORT,))
-        if problem:
+        rule = {"key": "-o", "kind": "page", "force": args.force, "reads": [r for r, _, _ in found], "allow": (REPORT,)}
+        if problem := destination.refusal(out, **rule):
             raise RunDirError(problem)
-        records = collect_records(args.paths, found=found)
-        out = write_page(records, out)
+        verdicts = read_verdicts(args.verdicts) if args.verdicts is not None else None
+        records = collect_records(args.paths, found=found, verdicts=verdicts)
+        destination.write(out, render(records).encode("utf-8"), **rule)
     except (AttnlabError, OSError) as err:
         print(f"attnlab-report: error: {printable(str(err), 1500)}", file=sys.stderr)
         return 2

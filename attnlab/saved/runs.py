@@ -19,21 +19,19 @@ from attnlab.core.config import objective_of, walk
 from attnlab.core.errors import RunDirError
 from attnlab.core.focus import FocusSink, target
 from attnlab.core.records import RunInfo, Snapshot, head_mean
-from attnlab.core.tokenizer import token_labels
+from attnlab.core.tokenizer import SHIPPED_ENCODINGS, token_labels
 from attnlab.outputs import rundir
 from attnlab.saved import exercise_columns as exercises
 from attnlab.saved import safe_read
+from attnlab.saved.columns import ROW_KEYS
 from attnlab.saved.safe_read import ATTENTION, CONFIG, METRICS, SUMMARY, WALKTHROUGH, MissingRunFile, RunFileError
 
-COLUMNS = ["job", "name", "differs", "overrides", "status", "final_loss", "steps_run", "steps_to_threshold",
-           "loss_threshold", "focus_token", "focus_target", "focus_weight", "snapshot_step", "wall_time_s", "notes",
-           "error"]
+COLUMNS = ROW_KEYS  # every row's keys (attnlab.saved.columns)
 MAX_DEPTH = 6  # folders below a PATH searched for runs (outputs/multirun/NAME/DATE/TIME/JOB is 5)
 NO_SUMMARY = "no summary.json (the job did not start, or died before writing it)"
 DIED = "the job ended without a final status (killed or crashed)"
 RAN = ("completed", "diverged", "interrupted")  # statuses whose training wrote its artifacts
 STATUSES = ("running", *RAN, "failed")  # what attnlab writes into summary.json
-SHIPPED_ENCODINGS = ("gpt2", "r50k_base")  # token ids are labelled only with these (nothing downloaded)
 
 
 def is_job_dir(path: Path) -> bool:
@@ -182,16 +180,21 @@ def _focus(attention: tuple[np.ndarray | None, np.ndarray, list[str]], query: in
     steps, weights, labels = attention
     if not 0 <= query < len(labels):
         return {}
-    to, weight = target(head_mean(weights[-1])[query], labels)
-    cells = {"focus_token": labels[query], "focus_target": to, "focus_weight": weight,
-             "snapshot_step": None if steps is None else int(steps[-1])}
-    if steps is None:
-        return cells
+    if steps is None:  # the walkthrough's one (1, 1, T, T)
+        to, weight = target(head_mean(weights[-1])[query], labels)
+        return {"focus_token": labels[query], "focus_target": to, "focus_weight": weight, "snapshot_step": None}
     sink = FocusSink()
     sink.on_start(RunInfo({}, [], labels, [], 0, query))
     for step, w in zip(steps.tolist(), weights):
         sink.on_snapshot(Snapshot(step, math.nan, w))
-    return {**cells, **sink.summary()}
+    return focus_cells(sink)
+
+
+def focus_cells(sink: FocusSink) -> dict[str, Any]:
+    """The row's focus cells and summary.json's ``focus`` from a FocusSink that saw every snapshot."""
+    to, weight = target(head_mean(sink.last)[sink.query], sink.tokens)
+    return {"focus_token": sink.tokens[sink.query], "focus_target": to, "focus_weight": weight,
+            "snapshot_step": int(sink.steps[-1]), **sink.summary()}
 
 
 def setting(config: Any, key: str, kind: type | tuple[type, ...], default: Any) -> Any:
@@ -223,14 +226,15 @@ def job_row(run_dir: Path, job: str | None = None, sweep_end: bool = False, *,
 
 
 def row_from(files: RunFiles, job: str | None = None, *, sweep_end: bool = False, metrics: Any = UNREAD,
-             attention: Any = UNREAD) -> dict[str, Any]:
+             attention: Any = UNREAD, focus: FocusSink | None = None) -> dict[str, Any]:
     """:func:`job_row` from a :func:`read_run`; ``metrics`` and ``attention`` (:func:`saved_attention`)
-    may be passed when already read (None: there is none; :data:`UNREAD`: read here). Never raises."""
+    may be passed when already read (None: there is none; :data:`UNREAD`: read here), or instead of the
+    attention a ``focus`` that saw every snapshot. Never raises."""
     row: dict[str, Any] = dict.fromkeys(COLUMNS)
     row["job"] = job if job is not None else files.run_dir.name
     row["path"], row["root"] = str(files.run_dir), str(files.root)  # root: not a column
     try:
-        _fill_row(row, files, sweep_end, metrics, attention)
+        _fill_row(row, files, sweep_end, metrics, attention, focus)
     except Exception as err:  # a defect of attnlab's, not of the run: still a row, naming it
         row["status"] = row["status"] or "unreadable"
         row["problems"] = [f"cannot be read ({type(err).__name__}: {safe_read.printable(str(err), 300)})"]
@@ -238,7 +242,8 @@ def row_from(files: RunFiles, job: str | None = None, *, sweep_end: bool = False
     return row
 
 
-def _fill_row(row: dict[str, Any], files: RunFiles, sweep_end: bool, metrics: Any, attention: Any) -> None:
+def _fill_row(row: dict[str, Any], files: RunFiles, sweep_end: bool, metrics: Any, attention: Any,
+              focus: FocusSink | None) -> None:
     run_dir, summary, config = files.run_dir, files.summary, files.config
     row["status"] = files.status
     if files.linked:
@@ -261,11 +266,12 @@ def _fill_row(row: dict[str, Any], files: RunFiles, sweep_end: bool, metrics: An
         below = np.flatnonzero(losses < as_float(threshold)) if threshold else ()
         row.update(final_loss=float(losses[-1]) if len(losses) else None, steps_run=len(steps),
                    steps_to_threshold=int(steps[below[0]]) if len(below) else None)
-    if attention is UNREAD:
+    if attention is UNREAD and focus is None:
         attention = files.attempt(saved_attention, run_dir, setting(config, "tokenizer.encoding", str, "gpt2"),
                                   root=files.root)
     row["focus_query"] = setting(config, "train.focus_token", int, 1)  # not a column: the focus curves' row
-    cells = _focus(attention, row["focus_query"]) if attention is not None else {}
+    cells = (focus_cells(focus) if focus is not None else
+             _focus(attention, row["focus_query"]) if attention is not None and attention is not UNREAD else {})
     recorded = cells.pop("focus", None)
     row.update(cells)
     files.problems.extend(f"{name}: missing" for name in files.expected_files()

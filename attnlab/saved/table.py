@@ -1,6 +1,8 @@
-"""Rows of saved runs as a printed table and as CSV, and sorting them. The CSV keeps every column
-(floats as ``repr``, text ``printable``, ``'`` before a formula start ``= + - @``); the printed table
-drops CSV-only and empty columns, cuts wide cells, counts Chinese and emoji as two columns."""
+"""Rows of saved runs as a printed table and as CSV, and sorting them, by the one column spec
+:mod:`attnlab.saved.columns`. The CSV keeps every column (floats as ``repr``, text ``printable``, ``'``
+before a formula start ``= + - @``); the printed table drops CSV-only, empty and (where the spec says)
+shared columns, cuts wide cells, counts Chinese and emoji as two columns, and speaks the learner's
+language (headers, statuses, yes/no, ``uniform (1/T)``)."""
 from __future__ import annotations
 
 import csv
@@ -16,27 +18,34 @@ import numpy as np
 from attnlab.core.focus import FOCUS_THRESHOLD, Uniform, shown
 from attnlab.core.i18n import N_, _
 from attnlab.outputs import artifacts
-from attnlab.saved import exercise_columns as exercises
-from attnlab.saved.runs import COLUMNS, as_float
+from attnlab.saved.columns import MAX_CELL, OBSERVED, ROW_KEYS, column
+from attnlab.saved.runs import as_float
 from attnlab.saved.safe_read import printable
 
-TABLE_SKIP = {"overrides", "loss_threshold", "steps_run", "path"}  # CSV only (the job name shows overrides)
-MAX_CELL = 48  # characters of a cell in the printed table (the CSV keeps everything)
-WIDE = {"job": 100, "heads_focus": 100, "differs": 100}  # columns allowed more (a name; one entry per head)
 CSV_TEXT_LIMIT = 10_000  # characters of one CSV text cell, escapes included (a summary.json holds at most 1 MiB)
 FORMULA_START = ("=", "+", "-", "@")  # a spreadsheet reads a cell starting with one of these as a formula
+STATUSES = {"completed": N_("completed"), "diverged": N_("diverged"), "interrupted": N_("interrupted"),
+            "failed": N_("failed"), "running": N_("running"), "killed": N_("killed"), "missing": N_("missing"),
+            "unreadable": N_("unreadable")}  # a status cell as shown (the CSV keeps summary.json's word)
+
+
+def header(col: str) -> str:
+    """The column's header in the learner's language."""
+    return _(column(col).header)
 
 
 def columns_of(rows: Sequence[dict[str, Any]], table: bool = False) -> list[str]:
-    """:data:`COLUMNS`, the observation columns some row has, ``path``; with ``table=True`` without
-    CSV-only, empty and shared columns, ``error`` last."""
-    cols = COLUMNS + [c for c in exercises.COLUMNS if any(r.get(c) is not None for r in rows)] + ["path"]
+    """The row columns, the observation columns some row has, ``path`` (:mod:`attnlab.saved.columns`'
+    order); with ``table=True`` those the spec shows for these rows (``hide``), ``error`` last."""
+    cols = ROW_KEYS + [c for c in OBSERVED if any(r.get(c) is not None for r in rows)] + ["path"]
+    if any("verdict" in r for r in rows):  # attnlab-reproduce's verdicts, beside the student's name
+        cols.insert(cols.index("name") + 1, "verdict")
     if table:
-        cols = [c for c in cols if c not in TABLE_SKIP]
-        cols = [c for c in cols if c in ("job", "status") or any(r.get(c) not in (None, "") for r in rows)]
-        if len(rows) > 1:  # observations every row shares (same tokens, same shapes) say nothing here
-            cols = [c for c in cols if c not in exercises.SAME_HIDDEN
-                    or len({str(r.get(c)) for r in rows if r.get(c) is not None}) > 1]
+        def shows(c: str) -> bool:
+            hide, values = column(c).hide, [r.get(c) for r in rows if r.get(c) not in (None, "")]
+            return (hide == "never" or hide != "csv" and bool(values)
+                    and (hide != "same" or len(rows) == 1 or len({str(v) for v in values}) > 1))
+        cols = [c for c in cols if shows(c)]
         cols = [c for c in cols if c != "error"] + (["error"] if "error" in cols else [])  # the long text last
     return cols
 
@@ -87,19 +96,31 @@ def write_csv(rows: Sequence[dict[str, Any]], path: Path, cols: Sequence[str] | 
 
 def _cell(col: str, v: Any, limit: int | None = None) -> str:
     """A cell's text before :func:`clip`, cut at ``limit`` characters (default the column's width + 1)."""
-    limit = limit or WIDE.get(col, MAX_CELL) + 1
+    spec = column(col)
+    limit = limit or spec.width + 1
     if v is None or v == "":
         return "-"
+    if isinstance(v, Uniform):
+        return printable(uniform_text(v), limit)
     if col in ("focus_token", "focus_target"):
-        return printable(shown(v if isinstance(v, Uniform) else str(v)), limit)
+        return printable(shown(str(v)), limit)
+    if col == "status" and v in STATUSES:
+        return _(STATUSES[v])
     if isinstance(v, bool):
         return _("yes") if v else _("no")
     if isinstance(v, float):
-        fmt = {"focus_weight": ".3f", "wall_time_s": ".2f"}.get(col)
-        return format(v, fmt or (".2e" if v != 0 and (abs(v) < 1e-3 or abs(v) >= 1e5) else ".4f"))
+        return format(v, spec.fmt or (".2e" if v != 0 and (abs(v) < 1e-3 or abs(v) >= 1e5) else ".4f"))
     if isinstance(v, int):
         return str(v)
+    if col == "heads_focus":
+        v = str(v).replace(":uniform=", f":{_('uniform')}=")
     return printable(v, limit)
+
+
+def uniform_text(v: Uniform) -> str:
+    """``uniform (1/6)`` in the learner's language (``均匀 (1/6)``)."""
+    n = str(v).rpartition("/")[2].rstrip(")")
+    return _("uniform (1/{T})").format(T=n) if n.isdigit() else str(v)
 
 
 def _right_aligned(v: Any) -> bool:
@@ -109,13 +130,13 @@ def _right_aligned(v: Any) -> bool:
 
 def cell_text(col: str, v: Any) -> str:
     """A cell as :func:`format_table` prints it."""
-    return clip(_cell(col, v), WIDE.get(col, MAX_CELL))
+    return clip(_cell(col, v), column(col).width)
 
 
 def page_cells(row: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """One row's cells for attnlab-report's runs table: per column ``text`` (:func:`cell_text`), ``full``
     (when ``text`` is cut) and ``value``, which :func:`page_table` sorts by and leaves off the page."""
-    return {c: page_cell(c, row.get(c)) for c in columns_of([row]) if c not in TABLE_SKIP}
+    return {c: page_cell(c, row.get(c)) for c in columns_of([row]) if column(c).hide != "csv"}
 
 
 def page_cell(col: str, v: Any) -> dict[str, Any]:
@@ -135,7 +156,7 @@ def page_table(tables: Sequence[Cells]) -> tuple[list[dict[str, Any]], list[Cell
     with ``sort``, its place in :func:`sort_rows`' order by that column (ties share one; None when empty)."""
     rows = [{c: cell["value"] for c, cell in t.items()} for t in tables]
     cols = columns_of(rows, table=True)
-    columns = [{"key": c, "title": _(HEADERS.get(c, c)), "right": all(_right_aligned(r.get(c)) for r in rows)}
+    columns = [{"key": c, "title": header(c), "right": all(_right_aligned(r.get(c)) for r in rows)}
                for c in cols]
     ranked: list[Cells] = [{} for _ in tables]
     for c in cols:
@@ -166,13 +187,6 @@ def clip(text: str, n: int = MAX_CELL) -> str:
     return out + "…"
 
 
-HEADERS = {"job": N_("job"), "status": N_("status"), "final_loss": N_("final_loss"), "error": N_("error"),
-           "steps_to_threshold": N_("steps<thr"), "focus_token": N_("focus"), "focus_target": N_("→ target"),
-           "focus_weight": N_("weight"), "snapshot_step": N_("at step"), "wall_time_s": N_("wall_s"),
-           "name": N_("name"), "verdict": N_("verdict"), "differs": N_("differs"),
-           **exercises.HEADERS}  # translated where shown
-
-
 def distribution(rows: Sequence[dict[str, Any]]) -> str | None:
     """One line over the completed training rows with a focus (at least 2, one focus token): its targets
     at the last snapshot, its weight (range, median, how many above FOCUS_THRESHOLD), the final loss."""
@@ -195,7 +209,7 @@ def distribution(rows: Sequence[dict[str, Any]]) -> str | None:
 def format_table(rows: Sequence[dict[str, Any]], cols: Sequence[str] | None = None) -> str:
     """The rows as an aligned plain-text table (``cols``: these columns, default the table's)."""
     cols = columns_of(rows, table=True) if cols is None else cols
-    head = [_(HEADERS.get(c, c)) for c in cols]
+    head = [header(c) for c in cols]
     body = [[cell_text(c, r.get(c)) for c in cols] for r in rows]
     widths = [max(_width(x) for x in [h] + [b[i] for b in body]) for i, h in enumerate(head)]
     numeric = {c for c in cols if all(_right_aligned(r.get(c)) for r in rows)}

@@ -1,36 +1,84 @@
-"""``attnlab-reproduce``'s verdict: a run and its reproduction compared quantity by quantity (every
-step's loss, every snapshot, every value summary.json claims); whether differences are rounding."""
+"""``attnlab-reproduce``'s verdict: a run and its reproductions compared quantity by quantity (every
+file attnlab writes into a run: every column of metrics.csv, every array of its archives, every value
+summary.json records, and Hydra's copy of the config), and the verdict :func:`decide` draws from them."""
 from __future__ import annotations
 
 import contextlib
+import csv
+import io
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
 
-from attnlab.core.i18n import _
+from attnlab.core.i18n import N_, _
 from attnlab.saved import safe_read
 from attnlab.saved.safe_read import printable
 
 NOTE_LIMIT = 120  # characters of a note in the verdict table
 MAX_ROWS = 20  # differences listed in the verdict table (the header counts them all)
 RECORD_ONLY = ("started_at", "wall_time_s", "versions", "config", "overrides", "job_num", "reproduced_from")
-ROUNDING_MARGIN = 10  # a difference is rounding when at most this times the one between two kernel paths here
+MODEL = "model.npz"
+METRIC_COLUMNS = ("step", "loss", "val_loss")  # metrics.csv's columns, as attnlab writes them
+ATTENTION_NAMES = {"steps": "snapshot steps", "weights": "attention weights",
+                   "layers": "attention weights (every block)"}
+BITS = ("cpu_capability", "blas", "torch", "machine", "device")  # with torch_threads: what decides the bits
+# what no floating-point rounding changes: the text's tokens, the steps, the files' columns, Hydra's copy of the config
+NOT_ROUNDING = {"step", "snapshot steps", "tokens", "token_ids", "metrics.csv columns", ".hydra/config.yaml", "task",
+                "n_tokens", "status", "steps_run", "shapes"}
+# a verdict's English key (the CSV's data), translated where shown
+VERDICTS = (N_("reproduced exactly"), N_("within rounding"), N_("not reproduced"), N_("undecided"),
+            N_("interrupted"), N_("cannot be reproduced"))
+EXACT, ROUNDING, DIFFERENT, UNDECIDED, INTERRUPTED, CANNOT = VERDICTS
+STOPPED = N_("the reproduction was stopped before its end (Ctrl-C or a signal): nothing decided")
+_ABSENT = object()
 
 
 @dataclass
 class Difference:
-    """One quantity that differs: first differing ``step``, ``max_abs_diff`` over shared steps, ``note``;
-    ``rounding``: whether two kernel paths here explain it (None: not measured)."""
+    """One quantity that differs: first differing ``step``, ``max_abs_diff`` over shared steps, ``note``."""
 
     quantity: str
     step: int | None = None
     max_abs_diff: float | None = None
     note: str = ""
-    rounding: bool | None = None
+
+    @property
+    def rounding_cannot(self) -> bool:
+        """Whether no floating-point rounding can make this difference (a token, a step, a row count,
+        a value attnlab does not compute, a shape, Hydra's copy of the config)."""
+        base = self.quantity.split(".")[0].split("[")[0]
+        return (self.quantity in NOT_ROUNDING or base in NOT_ROUNDING or " rows" in self.note
+                or self.note.startswith(("shape ", "recorded, but not")))
+
+
+@dataclass
+class Rerun:
+    """One reproduction of a run, made in a worker process: its folder, the kernels torch used there
+    (``kernels``), that process's :data:`BITS` (``environment``), the reproduction's ``status``
+    (``interrupted``: a signal stopped it), what differs from the original, and ``story``: what differs
+    between the original's ``.hydra/config.yaml`` and its recorded config (:func:`config_story`)."""
+
+    out: str
+    kernels: str
+    environment: dict[str, Any]
+    status: str
+    diffs: list[Difference] = field(default_factory=list)
+    story: list[Difference] = field(default_factory=list)
+
+
+@dataclass
+class Verdict:
+    """A run's verdict: ``key`` one of :data:`VERDICTS`, ``why`` the header's reason, the differences
+    (those no rounding makes first), the reproduction it was decided on."""
+
+    key: str
+    why: str = ""
+    diffs: list[Difference] = field(default_factory=list)
+    out: str | None = None
 
 
 def environment_differences(recorded: dict[str, Any] | None, current: dict[str, Any]) -> list[str]:
@@ -95,69 +143,215 @@ def _claims(original: dict[str, Any], reproduction: dict[str, Any]) -> list[Diff
     return [d for d in diffs if d is not None]
 
 
+def metric_columns(run_dir: Path) -> dict[str, np.ndarray]:
+    """Every column of ``metrics.csv`` (``step``, ``loss``, a GPT's ``val_loss``; an empty field is NaN)
+    as float64. RunFileError for a column attnlab does not write or a field that is not a number."""
+    path = Path(run_dir) / safe_read.METRICS
+    lines = [ln.rstrip("\r") for ln in safe_read.decode_utf8(safe_read.read_bytes(
+        path, safe_read.METRICS_LIMIT, root=run_dir), path).split("\n") if ln.strip()]
+    header = lines[0].split(",") if lines else []
+    if unknown := [c for c in header if c not in METRIC_COLUMNS]:
+        raise safe_read.RunFileError(path, f"column {printable(unknown[0], 60)} is not one attnlab writes")
+    columns = np.full((max(len(lines) - 1, 0), len(header)), np.nan)
+    for i, line in enumerate(lines[1:]):
+        for j, value in enumerate(line.split(",")[:len(header)]):
+            try:
+                columns[i, j] = float(value) if value.strip() else np.nan
+            except ValueError:
+                raise safe_read.RunFileError(path, f"line {i + 2}: {printable(value, 40)} is not a number") from None
+    return {name: columns[:, j] for j, name in enumerate(header)}
+
+
+def _archive(path: Path, members: dict[str, Any], root: Path) -> dict[str, np.ndarray]:
+    """Every member of the archive at ``path`` ({} when there is none); RunFileError for a member
+    attnlab does not write there."""
+    if not os.path.lexists(path):
+        return {}
+    return safe_read.read_npz(path, members, root=root, strict=True)
+
+
+def _model_members(reproduction: Path) -> dict[str, Any]:
+    """model.npz's members as the reproduction (attnlab itself) wrote them: name -> Member of that rank."""
+    path = Path(reproduction) / MODEL
+    if not path.is_file():
+        return {}
+    with np.load(path, allow_pickle=False) as arrays:  # attnlab's own file, just written
+        return {n: safe_read.Member(tuple(f"{n}.{i}" for i in range(arrays[n].ndim)), "f") for n in arrays.files}
+
+
 def compare_runs(original: Path, reproduction: Path) -> list[Difference]:
-    """What differs between two run dirs (metrics, snapshots or walkthrough arrays, then every value
-    summary.json records); empty when bitwise identical. An interrupted ``original`` is compared
-    over its own steps (its records only). Raises RunDirError."""
+    """What differs between two run dirs, in every file attnlab writes into a run: every column of
+    metrics.csv, every array of attention.npz (a GPT's ``layers`` too), model.npz or walkthrough.npz,
+    then every value summary.json records; empty when bitwise identical. An archive member attnlab
+    does not write is refused (RunFileError). An interrupted ``original`` is compared over its own
+    steps (its records only). Raises RunDirError."""
     s_a, s_b = safe_read.read_summary(original), safe_read.read_summary(reproduction)
     prefix_only = s_a.get("status") == "interrupted"
     quantities: list[tuple[str, Any, Any, Any]] = []  # (name, original's, reproduction's, steps of axis 0)
+    none = np.zeros(0)
     if s_a.get("task") == "walkthrough" or os.path.lexists(Path(original) / safe_read.WALKTHROUGH):
-        fa, fb = safe_read.read_walkthrough(original), safe_read.read_walkthrough(reproduction)
-        quantities += [(key, fa.get(key, np.zeros(0)), fb.get(key, np.zeros(0)), None)
+        fa, fb = (_archive(Path(r) / safe_read.WALKTHROUGH, safe_read.WALKTHROUGH_MEMBERS, r)
+                  for r in (original, reproduction))
+        quantities += [(key, fa.get(key, none), fb.get(key, none), None)
                        for key in safe_read.WALKTHROUGH_MEMBERS if key in fa or key in fb]
     else:
-        (steps_a, loss_a), (steps_b, loss_b) = map(safe_read.read_run_metrics, (original, reproduction))
-        att_a, att_b = safe_read.read_attention(original), safe_read.read_attention(reproduction)
-        s, w = len(steps_a) if prefix_only else None, len(att_a["steps"]) if prefix_only else None
-        quantities += [("step", steps_a, steps_b[:s], None),
-                       ("loss", loss_a, loss_b[:s], max(steps_a, steps_b, key=len)),
-                       ("token_ids", att_a["token_ids"], att_b["token_ids"], None),
-                       ("tokens", att_a["tokens"], att_b["tokens"], None),
-                       ("snapshot steps", att_a["steps"], att_b["steps"][:w], None),
-                       ("attention weights", att_a["weights"], att_b["weights"][:w], att_a["steps"])]
+        ma, mb = metric_columns(original), metric_columns(reproduction)
+        if list(ma) != list(mb):
+            quantities.append(("metrics.csv columns", np.array(list(ma)), np.array(list(mb)), None))
+        aa, ab = (_archive(Path(r) / safe_read.ATTENTION, safe_read.ATTENTION_MEMBERS, r)
+                  for r in (original, reproduction))
+        s = len(ma.get("step", none)) if prefix_only else None
+        w = len(aa.get("steps", none)) if prefix_only else None
+        steps = max(ma.get("step", none), mb.get("step", none), key=len).astype(np.int64)
+        quantities += [(name, ma.get(name, none), mb.get(name, none)[:s], None if name == "step" else steps)
+                       for name in METRIC_COLUMNS if name in ma or name in mb]
+        quantities += [(ATTENTION_NAMES.get(key, key), aa.get(key, none), ab.get(key, none)[:w],
+                        aa.get("steps") if key in ("weights", "layers") else None)
+                       for key in safe_read.ATTENTION_MEMBERS if key in aa or key in ab]
+        model = _model_members(reproduction)
+        if model or os.path.lexists(Path(original) / MODEL):
+            fa, fb = _archive(Path(original) / MODEL, model, original), _archive(Path(reproduction) / MODEL, model,
+                                                                                reproduction)
+            quantities += [(f"model {printable(key, 60)}", fa.get(key, none), fb.get(key, none), None)
+                           for key in sorted(set(fa) | set(fb))]
     diffs = [d for name, a, b, steps in quantities if (d := _compare(name, a, b, steps)) is not None]
     return diffs + ([] if prefix_only else _claims(s_a, s_b))
 
 
-def within_rounding(diffs: list[Difference], original: Path, native: Path, other: Path, made: Any, here: str,
-                    path: str) -> str | None:
-    """Why ``diffs`` (``original`` vs ``native``, made with ``here`` kernels) are rounding, or None: ``original``
-    is identical to ``other`` (made with ``path`` kernels), or each difference is at most
-    :data:`ROUNDING_MARGIN` times the one between ``other`` and ``native`` (the notes show it)."""
-    kernels = _("made with {made} kernels, here {here}").format(made=printable(made, 40) if made else _("unrecorded"),
-                                                                 here=here)
-    if not compare_runs(original, other):
-        return _("{kernels}; identical with {path} kernels here").format(kernels=kernels, path=path)
-    envelope = {d.quantity: d.max_abs_diff for d in compare_runs(other, native)}
-    for d in diffs:
-        d.note = d.note or f"{envelope.get(d.quantity) or 0:.3g} between {path} and {here} here"
-        d.rounding = d.max_abs_diff is not None and d.max_abs_diff <= ROUNDING_MARGIN * (envelope.get(d.quantity) or 0)
-    if not all(d.rounding for d in diffs):
-        return None
-    return _("{kernels}; each difference is at most {margin}x the one between two kernel paths here").format(
-        kernels=kernels, margin=ROUNDING_MARGIN)
+RESOLVED_AT_START = ("train.snapshot_steps", "train.focus_token")  # null in Hydra's copy: the run resolves them
 
 
-def format_verdict(diffs: list[Difference], rounding: str | None = None) -> str:
-    """``reproduced exactly``; else a header line (``reproduced within floating-point rounding: WHY`` or
-    ``not reproduced``) and a table of the differences, those rounding does not explain first."""
+def config_story(run_dir: Path, recorded: dict[str, Any]) -> list[Difference]:
+    """The run's ``.hydra/config.yaml`` (Hydra's copy, what ``--config-path`` re-runs; plain references
+    resolved) against the config summary.json ``recorded``, value by value (a key Hydra's copy leaves
+    null that the run resolves at its start, :data:`RESOLVED_AT_START`, and a focus token given as
+    text, are taken as the run resolved them; a value left to a resolver is not compared): one
+    Difference naming the keys that disagree, or why Hydra's copy cannot be read; [] when they agree
+    or the run has no ``.hydra/config.yaml``."""
+    from attnlab.core.errors import AttnlabError
+
+    try:
+        hydra = safe_read.read_config(run_dir, resolve=False)
+        with contextlib.suppress(AttnlabError):  # a resolver's value is left as text (not compared, below)
+            hydra = safe_read.resolve_references(hydra, safe_read.CONFIG)
+    except safe_read.MissingRunFile:
+        return []
+    except AttnlabError as err:
+        return [Difference(safe_read.CONFIG, note=printable(f"cannot be read: {err}", NOTE_LIMIT))]
+    a, b = dict(_leaves(hydra)), dict(_leaves(recorded))
+    for key in RESOLVED_AT_START:
+        if a.get(key) is None and key in b:
+            a[key] = b[key]
+    for key, value in list(a.items()):
+        if isinstance(value, str) and "${" in value:  # a resolver Hydra ran (attnlab.per_head): its value is recorded
+            a.pop(key), b.pop(key, None)
+    if isinstance(a.get("train.focus_token"), str) and a.get("text_file") is None:
+        a["train.focus_token"] = _focus_position(hydra, a["train.focus_token"])
+    keys = [k for k in sorted(set(a) | set(b), key=str) if not _same(a.get(k, _ABSENT), b.get(k, _ABSENT))]
+    if not keys:
+        return []
+    said = ", ".join(f"{k}={printable(a.get(k), 30)}" for k in keys[:3])
+    recorded_said = ", ".join(f"{k}={printable(b.get(k), 30)}" for k in keys[:3])
+    more = f" and {len(keys) - 3} more" if len(keys) > 3 else ""
+    return [Difference(safe_read.CONFIG, note=printable(f"says {said}{more}; summary.json records {recorded_said}",
+                                                        NOTE_LIMIT * 2))]
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal as config values (an int and the float of the same value too, not a bool and a number)."""
+    return a == b and isinstance(a, bool) == isinstance(b, bool)
+
+
+def _focus_position(hydra: dict[str, Any], text: str) -> Any:
+    """The position a focus token given as ``text`` resolves to in the run's sentence (the text when
+    that cannot be told)."""
+    from attnlab.core import tokenizer
+    from attnlab.core.config import apply_schema, literal
+    from attnlab.core.errors import AttnlabError
+
+    with contextlib.suppress(AttnlabError):
+        return tokenizer.tokenize(apply_schema(literal(hydra))).focus
+    return text
+
+
+def _made(versions: dict[str, Any]) -> str:
+    return _("{kernels} kernels, {machine}, torch {torch}").format(
+        kernels=printable(versions.get("cpu_capability") or _("unrecorded"), 40),
+        machine=printable(versions.get("machine") or "?", 40), torch=printable(versions.get("torch") or "?", 40))
+
+
+def decide(recorded: Any, reruns: list[Rerun], extra: list[Difference] = ()) -> Verdict:
+    """The verdict on a run whose summary.json recorded the environment ``recorded`` (``versions``),
+    from its reproductions here (``reruns``, the first on the recorded kernels or else this machine's)
+    and differences found in the original alone (``extra``: Hydra's copy of the config).
+
+    - a reproduction in the recorded environment (:data:`BITS`): bit for bit: identical is
+      ``reproduced exactly``, anything else ``not reproduced``;
+    - else (kernels, BLAS, torch or machine this machine cannot run): identical to one of the kernel
+      paths here is ``within rounding``; a difference no rounding makes is ``not reproduced``; any
+      other is ``undecided``: rounding of that machine or an edit, and what would decide."""
+    recorded = recorded if isinstance(recorded, dict) else {}
+    if any(r.status == "interrupted" for r in reruns):
+        return Verdict(INTERRUPTED, _(STOPPED), [], reruns[0].out)
+    extra = list(extra)
+    same = next((r for r in reruns if all(recorded.get(k) == r.environment.get(k) for k in BITS)), None)
+    if same is not None:
+        return Verdict(EXACT if not same.diffs and not extra else DIFFERENT, "", extra + same.diffs, same.out)
+    first = reruns[0]
+    cannot = extra + [d for d in first.diffs if d.rounding_cannot]
+    if cannot:
+        return Verdict(DIFFERENT, "", cannot + [d for d in first.diffs if not d.rounding_cannot], first.out)
+    made = _("made with {what}").format(what=_made(recorded))
+    if (identical := next((r for r in reruns if not r.diffs), None)) is not None:
+        return Verdict(ROUNDING, _("{made}; identical with {kernels} kernels here").format(
+            made=made, kernels=identical.kernels), [], identical.out)
+    return Verdict(UNDECIDED, _("{made}, which this machine cannot run: its differences from the kernel paths "
+                                "here ({paths}) can be that machine's rounding or an edit; attnlab-reproduce on a "
+                                "machine with {kernels} kernels and torch {torch} decides bit for bit").format(
+        made=made, paths=", ".join(r.kernels for r in reruns), kernels=printable(recorded.get("cpu_capability") or "?",
+                                                                                 40),
+        torch=printable(recorded.get("torch") or "?", 40)), first.diffs, first.out)
+
+
+def format_verdict(verdict: Verdict) -> str:
+    """The verdict's header (``reproduced exactly``, ``reproduced within floating-point rounding: WHY``,
+    ``not reproduced: N quantities differ``, ``cannot be decided here: WHY``, ``interrupted: ...``) and a
+    table of the differences, those no rounding makes first."""
+    diffs = verdict.diffs
+    n = len(diffs)
+    differ = (_("1 quantity differs") if n == 1 else _("{n} quantities differ")).format(n=n)
+    header = {EXACT: _("reproduced exactly"),
+              ROUNDING: _("reproduced within floating-point rounding: {why}").format(why=verdict.why),
+              DIFFERENT: _("not reproduced: {differ}").format(differ=differ),
+              UNDECIDED: _("cannot be decided here: {why}").format(why=verdict.why),
+              INTERRUPTED: _("interrupted: {why}").format(why=verdict.why or _(STOPPED)),
+              CANNOT: _("cannot be reproduced: {why}").format(why=verdict.why)}[verdict.key]
     if not diffs:
-        return _("reproduced exactly")
-    beyond = [d for d in diffs if d.rounding is False]
-    diffs = beyond + [d for d in diffs if d.rounding is not False]
+        return header
     rows = [("quantity", "first differing step", "max abs diff", "note")]
     for d in diffs[:MAX_ROWS]:
         rows.append((d.quantity, "-" if d.step is None else str(d.step),
-                     "-" if d.max_abs_diff is None else f"{d.max_abs_diff:.6g}",
-                     f"beyond rounding ({d.note})" if d.rounding is False else d.note))
+                     "-" if d.max_abs_diff is None else f"{d.max_abs_diff:.6g}", d.note))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    n = len(diffs)
-    differ = (_("1 quantity differs") if n == 1 else _("{n} quantities differ")).format(n=n)
-    if beyond and len(beyond) < n:
-        differ = _("{beyond} of {n} quantities differ beyond floating-point rounding").format(beyond=len(beyond), n=n)
-    lines = [_("reproduced within floating-point rounding: {why}").format(why=rounding) if rounding
-             else _("not reproduced: {differ}").format(differ=differ)]
-    for r in rows:
-        lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
-    return "\n".join(lines)
+    return "\n".join([header, *("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)])
+
+
+def read_verdicts(path: Path) -> dict[str, dict[str, Any]]:
+    """The verdict table ``attnlab-reproduce --csv`` wrote, read as data: job -> ``{"verdict", "differs"}``.
+    RunFileError (one line) for a file that is not one (no ``job`` or ``verdict`` column)."""
+    path = Path(path)
+    text = safe_read.decode_utf8(safe_read.read_bytes(path, safe_read.METRICS_LIMIT, root=path.parent), path)
+    reader = csv.DictReader(io.StringIO(text))
+    if not {"job", "verdict"} <= set(reader.fieldnames or ()):
+        raise safe_read.RunFileError(path, "not a verdict table (attnlab-reproduce --csv writes one: columns job, "
+                                     "name, verdict, differs, reproduction)")
+    return {row["job"]: {"verdict": row["verdict"], "differs": row.get("differs") or None} for row in reader}
+
+
+def verdict_text(row: dict[str, Any] | None) -> str | None:
+    """A verdict row as one cell: the verdict in the reader's language, then what differs."""
+    if not row or not row.get("verdict"):
+        return None
+    key = str(row["verdict"])
+    shown = _(key) if key in VERDICTS else printable(key, 60)
+    return f"{shown}: {printable(row['differs'], 600)}" if row.get("differs") else shown

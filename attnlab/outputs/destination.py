@@ -1,0 +1,104 @@
+"""Every file a command writes where the user points it: ``attnlab-report [-o FILE]``, ``--csv`` of
+attnlab-compare and attnlab-reproduce, ``attnlab-compare --plot``, ``attnlab-check --template``.
+One rule (:func:`refusal`, checked before any work; :func:`write`, checked again as it writes):
+
+- attnlab writes a **regular file**; a symbolic link, a device (``/dev/null``), a FIFO, a socket or a
+  folder there is refused in one line, ``--force`` or not (the write would replace the entry itself);
+- a file that exists is replaced only when **attnlab wrote it**: its first bytes carry attnlab's
+  mark (:data:`MARKS`: the report page's opening comment, a PNG figure's ``Software: attnlab`` text, the
+  CSV's ``job,`` header), or the user passes ``--force``; a file attnlab must never replace (the
+  learner's code of ``--template``) has no mark;
+- nothing is written inside a run dir the command reads (``reads``), apart from the names in ``allow``.
+
+The file is written to a temporary file beside it and renamed over it (:mod:`attnlab.outputs.artifacts`).
+"""
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from attnlab.core.errors import AttnlabError, WriteError
+from attnlab.core.files import printable
+from attnlab.core.i18n import N_, _
+from attnlab.outputs.artifacts import atomic_write_bytes
+
+HEAD = 4096  # bytes of an existing file looked at for the mark
+# the first bytes of the files attnlab writes (a PNG figure: its text chunk, before the image data)
+MARKS = {"page": b"<!doctype html>\n<!-- attnlab report", "figure": b"tEXtSoftware\x00attnlab", "csv": b"job,"}
+_KINDS = [(stat.S_ISDIR, N_("a folder")), (stat.S_ISLNK, N_("a symbolic link")),
+          (stat.S_ISFIFO, N_("a FIFO (named pipe)")), (stat.S_ISSOCK, N_("a socket")), (stat.S_ISCHR, N_("a device")),
+          (stat.S_ISBLK, N_("a device"))]
+
+
+class OutputRefused(AttnlabError):
+    """An output path attnlab does not write (one line naming the option and the path)."""
+
+
+def marked(head: bytes, kind: str | None) -> bool:
+    """Whether ``head``, the first bytes of a file, carry the mark attnlab writes in files of ``kind``."""
+    mark = MARKS.get(kind) if kind else None
+    if mark is None:
+        return False
+    return head.lstrip(b"\xef\xbb\xbf").startswith(mark) if kind != "figure" else mark in head
+
+
+def refusal(path: Path | str, *, key: str, kind: str | None, force: bool = False, reads: Iterable[Path] = (),
+            allow: Sequence[str] = ()) -> str | None:
+    """Why attnlab must not write ``path`` (the module's rule), as one line naming ``key``, or None."""
+    path = Path(path)
+    shown = printable(str(path), 300)
+    target = Path(os.path.realpath(path))
+    for run in reads:
+        run = Path(os.path.realpath(run))
+        if (target == run or run in target.parents) and not (target.parent == run and target.name in allow):
+            return _("{key} {path}: inside the run dir {run} it reads; choose a path outside it").format(
+                key=key, path=shown, run=printable(str(run), 300))
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        if not path.parent.is_dir():
+            return _("{key} {path}: the folder {folder} does not exist").format(
+                key=key, path=shown, folder=printable(str(path.parent), 300))
+        return None
+    except OSError as err:
+        return f"{key} {shown}: {printable(err.strerror or type(err).__name__, 200)}"
+    if not stat.S_ISREG(st.st_mode):
+        what = next((name for test, name in _KINDS if test(st.st_mode)), N_("not a regular file"))
+        return _("{key} {path}: is {what}; attnlab writes a regular file only: choose a file path").format(
+            key=key, path=shown, what=_(what))
+    if force and kind is not None:
+        return None
+    try:
+        with open(path, "rb", buffering=0) as f:
+            head = f.read(HEAD)
+    except OSError:
+        head = b""
+    if marked(head, kind):
+        return None
+    if kind is None:
+        return _("{key} {path}: exists; attnlab writes a new file only").format(key=key, path=shown)
+    return _("{key} {path}: exists and attnlab did not write it; it is kept (--force replaces it)").format(
+        key=key, path=shown)
+
+
+def write(path: Path | str, data: bytes, *, key: str, kind: str | None, force: bool = False,
+          reads: Iterable[Path] = (), allow: Sequence[str] = ()) -> Path:
+    """``data`` into ``path`` under the module's rule; OutputRefused (one line), WriteError. A ``kind``
+    of None creates a new file only (``open(path, "x")``: an existing entry of any kind is refused)."""
+    path = Path(path)
+    if (problem := refusal(path, key=key, kind=kind, force=force, reads=reads, allow=allow)) is not None:
+        raise OutputRefused(problem)
+    if kind is None:
+        try:
+            with open(path, "xb") as f:
+                f.write(data)
+        except FileExistsError:
+            raise OutputRefused(_("{key} {path}: exists; attnlab writes a new file only").format(
+                key=key, path=printable(str(path), 300))) from None
+        except OSError as err:
+            raise WriteError.from_os_error(err, printable(str(path), 300)) from err
+    else:
+        atomic_write_bytes(path, data)
+    return path
