@@ -237,6 +237,8 @@ def no_child_left():
     ``attnlab`` child of this test process still running at the end is killed (the children of each
     of its threads, /proc/PID/task/TID/children)."""
     yield
+    if not Path("/proc").is_dir():  # (macOS, Windows: no /proc to look in)
+        return
     for task in Path(f"/proc/{os.getpid()}/task").iterdir():
         try:
             children = (task / "children").read_text().split()
@@ -249,3 +251,20 @@ def no_child_left():
                     os.kill(int(pid), 9)
             except OSError:
                 pass
+
+
+def _default_run_dirs() -> set[Path]:
+    """The folders two levels below the repo's ``outputs/`` and ``multirun/`` (Hydra's default run
+    and sweep dirs: ``outputs/DATE/TIME``)."""
+    return {run for top in ("outputs", "multirun") if (ROOT / top).is_dir()
+            for day in (ROOT / top).iterdir() if day.is_dir() for run in day.iterdir()}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def repo_outputs_untouched():
+    """The suite leaves nothing in the repo's ``outputs/`` or ``multirun/``: a run a test starts from
+    the repo's folder without a run dir fails the session here, naming its folder (pass ``cwd=tmp_path``)."""
+    before = _default_run_dirs()
+    yield
+    new = sorted(_default_run_dirs() - before)
+    assert not new, f"tests left runs in the repo (their summary.json names the overrides): {new}"
