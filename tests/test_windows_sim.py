@@ -20,8 +20,11 @@ TINY = ("logging=off", "train.steps=5", "train.snapshot_steps=[0,4]")
 
 
 def simulated(*argv: str, cwd: Path) -> subprocess.CompletedProcess:
-    """``python ARGV`` in the simulation (exit status and text output)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SIM), str(ROOT)]), "MPLBACKEND": "Agg"}
+    """``python ARGV`` in the simulation (exit status and text output). The locale's encoding is ASCII
+    (as Windows' ANSI code page is not UTF-8: a file opened without ``encoding=`` fails on Chinese);
+    the standard streams are UTF-8."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SIM), str(ROOT)]), "MPLBACKEND": "Agg",
+           "LC_ALL": "C", "PYTHONCOERCECLOCALE": "0", "PYTHONUTF8": "0", "PYTHONIOENCODING": "utf-8"}
     env.pop("HYDRA_FULL_ERROR", None)
     return subprocess.run([sys.executable, *argv], cwd=cwd, env=env, capture_output=True, text=True,
                           stdin=subprocess.DEVNULL, timeout=300)
@@ -84,17 +87,20 @@ def test_attnlab_prints_the_tutorials_five_lines(tutorial):
 
 
 def test_a_sweep_and_attnlab_compare(here):
-    proc = command("attnlab", "-m", *TINY, "seed=1,2", 'sentence="a:b?c","d*e|f."', "hydra.sweep.dir=sweep",
-                   cwd=here)
+    (here / "zh.txt").write_text("你的旅程从一步开始", encoding="utf-8")  # Chinese in every file the job writes
+    proc = command("attnlab", "-m", *TINY, 'sentence="a:b?c","d*e|f."', "text_file=null,zh.txt",
+                   "hydra.sweep.dir=sweep", cwd=here)
     assert proc.returncode == 0, proc.stderr
     jobs = sorted(p.name for p in (here / "sweep").iterdir() if p.is_dir())
-    # job folders valid on NTFS: no : * ? " < > |, no trailing dot
-    assert jobs == ["0_seed=1,sentence=a_b_c", "1_seed=1,sentence=d_e_f_", "2_seed=2,sentence=a_b_c",
-                    "3_seed=2,sentence=d_e_f_"]
+    # job folders valid on NTFS: no : * ? " < > | (a trailing dot: tests/test_sweep.py)
+    assert jobs == ["0_sentence=a_b_c,text_file=null", "1_sentence=a_b_c,text_file=zh.txt",
+                    "2_sentence=d_e_f.,text_file=null", "3_sentence=d_e_f.,text_file=zh.txt"]
     assert "4 jobs, 4 completed" in proc.stdout
     compare = command("attnlab-compare", "sweep", cwd=here)
     assert compare.returncode == 0, compare.stderr
-    assert [line.split()[0] for line in compare.stdout.splitlines() if line[:1].isdigit()] == jobs
+    rows = {line.split()[0]: line for line in compare.stdout.splitlines()[2:6]}
+    assert sorted(rows) == jobs
+    assert "'的'" in rows["1_sentence=a_b_c,text_file=zh.txt"]  # the focus token of the Chinese text
 
 
 def test_attnlab_report_and_attnlab_reproduce(tutorial, here):
