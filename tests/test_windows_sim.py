@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -19,25 +20,29 @@ SIM = ROOT / "tests" / "winsim"
 TINY = ("logging=off", "train.steps=5", "train.snapshot_steps=[0,4]")
 
 
-def simulated(*argv: str, cwd: Path) -> subprocess.CompletedProcess:
-    """``python ARGV`` in the simulation (exit status and text output). The locale's encoding is ASCII
-    (as Windows' ANSI code page is not UTF-8: a file opened without ``encoding=`` fails on Chinese);
-    the standard streams are UTF-8."""
+def simulated(*argv: str, cwd: Path, wait: bool = True):
+    """``python ARGV`` in the simulation: its CompletedProcess (exit status, text output), or when not
+    ``wait`` the Popen. The locale's encoding is ASCII (as Windows' ANSI code page is not UTF-8: a file
+    opened without ``encoding=`` fails on Chinese); the standard streams are UTF-8."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SIM), str(ROOT)]), "MPLBACKEND": "Agg",
            "LC_ALL": "C", "PYTHONCOERCECLOCALE": "0", "PYTHONUTF8": "0", "PYTHONIOENCODING": "utf-8"}
     env.pop("HYDRA_FULL_ERROR", None)
-    return subprocess.run([sys.executable, *argv], cwd=cwd, env=env, capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL, timeout=300)
+    proc = subprocess.Popen([sys.executable, *argv], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    if not wait:
+        return proc
+    out, err = proc.communicate(timeout=300)
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
-def command(name: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
+def command(name: str, *args: str, cwd: Path, wait: bool = True):
     """The console script ``name`` (its entry point, as the installed command runs it)."""
     from importlib.metadata import entry_points
 
     target = next(e for e in entry_points(group="console_scripts") if e.name == name).value
     module, func = target.split(":")
     return simulated("-c", f"import sys; from {module} import {func}; sys.argv[0] = {name!r}; sys.exit({func}())",
-                     *args, cwd=cwd)
+                     *args, cwd=cwd, wait=wait)
 
 
 @pytest.fixture(scope="module")
@@ -67,12 +72,12 @@ def test_the_simulation_removes_what_windows_lacks(here):
         import attnlab.commands.cli
         from attnlab.core import files, interrupts
         from attnlab.core.checks import available_memory
-        print(files._OPENAT, sorted(s.name for s in interrupts.SIGNALS), available_memory(),
+        print(files._OPENAT, [int(s) for s in interrupts.SIGNALS], available_memory(),
               sorted(m for m in ("fcntl", "resource", "termios") if sys.modules.get(m) is not None))
         """, cwd=here)
     assert (proc.returncode, proc.stderr) == (0, "")
-    # no POSIX name left; attnlab takes the lstat walk, Ctrl-C and SIGTERM only, no memory figure
-    assert proc.stdout == "[] []\nFalse ['SIGINT', 'SIGTERM'] None []\n"
+    # no POSIX name left; attnlab takes the lstat walk, Ctrl-C, SIGTERM and Ctrl-Break, no memory figure
+    assert proc.stdout == "[] []\nFalse [2, 15, 21] None []\n"
 
 
 def test_attnlab_prints_the_tutorials_five_lines(tutorial):
@@ -124,3 +129,19 @@ def test_the_python_api(here):
         """, cwd=here)
     assert (proc.returncode, proc.stderr) == (0, "")
     assert proc.stdout.splitlines()[-1] == "(5,) [0, 4]"
+
+
+def test_ctrl_break_stops_a_run_at_the_next_step(here):
+    run = here / "long"
+    proc = command("attnlab", "logging=off", "logging.console=false", "train.steps=2000000",
+                   "train.snapshot_steps=[0]", "hydra.run.dir=long", cwd=here, wait=False)
+    partial = run / ".metrics.csv.partial"
+    deadline = time.monotonic() + 120
+    while not (partial.is_file() and partial.read_bytes().count(b"\n") > 100):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    os.kill(proc.pid, 21)  # the simulation's SIGBREAK
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err
+    summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
+    assert summary["status"] == "interrupted" and err == f"{summary['error']}; records kept in long\n"
