@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import csv
+import importlib.util
 import itertools
 import json
 import os
@@ -29,6 +30,9 @@ from attnlab.commands.argv import prepare  # noqa: E402
 from attnlab.commands.hydra_config import register_configs  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+# the joblib launcher is an extra (make setup installs it; `pip install -e ".[test]"` does not)
+JOBLIB = pytest.mark.skipif(importlib.util.find_spec("hydra_plugins.hydra_joblib_launcher") is None,
+                            reason="the joblib launcher is not installed: pip install -e '.[launchers]'")
 # Tutorial §5 (seed 42, std 1.0, Adam lr 0.05): printed loss and ' journey' row at each snapshot.
 GOLDEN_SECTION5 = {
     0: (2.3566, [0.22, 0.12, 0.13, 0.14, 0.19, 0.21]),
