@@ -94,7 +94,8 @@ def start_resource_trackers() -> None:
     instead of killing the trackers, whose replacements print a traceback per resource."""
     from multiprocessing import resource_tracker
 
-    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # inherited through fork and exec
+    hup = getattr(signal, "SIGHUP", None)  # (none on Windows)
+    previous = signal.signal(hup, signal.SIG_IGN) if hup is not None else None  # inherited through fork and exec
     try:
         resource_tracker.ensure_running()
         with contextlib.suppress(ImportError, AttributeError):  # no joblib, or its tracker module moved
@@ -102,7 +103,8 @@ def start_resource_trackers() -> None:
 
             loky_tracker.ensure_running()
     finally:
-        signal.signal(signal.SIGHUP, previous)
+        if hup is not None:
+            signal.signal(hup, previous)
 
 
 def end_stopped_sweep(table: bool = True) -> None:
