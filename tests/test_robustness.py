@@ -351,12 +351,12 @@ def test_a_sweep_whose_job_folders_collide_refuses_the_second_and_leaves_the_fir
 
 def test_a_tool_never_writes_over_a_run_it_reads(default_run, tmp_path, capsys):
     from attnlab.commands import compare
-    from attnlab.saved import report
+    from attnlab.commands import report as report_command
 
     before = tree_bytes(default_run)
     for main, args in [(compare.main, ["--csv", str(default_run / "metrics.csv")]),
                        (compare.main, ["--plot", str(default_run / ".hydra" / "new.png")]),
-                       (report.main, ["-o", str(default_run / "summary.json")])]:
+                       (report_command.main, ["-o", str(default_run / "summary.json")])]:
         assert main([str(default_run), *args]) == 2, args
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and f": inside the run dir {default_run.resolve()} it reads; choose a path" in err

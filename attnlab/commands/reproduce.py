@@ -10,7 +10,6 @@ or within rounding, 1 not (not reproduced, undecided, interrupted), 2 not a run 
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import datetime as _dt
 import io
@@ -29,6 +28,7 @@ from typing import Any, Sequence
 import yaml
 from omegaconf import DictConfig
 
+from attnlab.commands.arguments import HelperParser, speak
 from attnlab.commands.job import run_job
 from attnlab.core import checks, interrupts, threads
 from attnlab.core.config import apply_schema, literal, plain
@@ -459,9 +459,9 @@ def reproduce(run_dir: Path, out: Path | None = None, text_file: Path | None = N
 def main(argv: Sequence[str] | None = None) -> int:
     """The exit status of ``attnlab-reproduce ARGV``: 0 same or within rounding, 1 different, 2 not a run;
     for several runs 0 every run reproduced, 1 some not (:func:`reproduce_many`), 2 no run."""
-    parser = argparse.ArgumentParser(
-        prog="attnlab-reproduce",
-        description=_("Re-run saved attnlab runs from their recorded configs into new folders and check their "
+    argv = speak(argv)
+    parser = HelperParser("attnlab-reproduce", _(
+        "Re-run saved attnlab runs from their recorded configs into new folders and check their "
                       "files are bitwise identical (or differ by floating-point rounding only); several runs, or "
                       "folders of runs, give one verdict table. A run is read as data: nothing in it is run or "
                       "printed raw."))
