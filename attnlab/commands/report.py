@@ -1,7 +1,9 @@
-"""``attnlab-report PATH... [-o FILE] [--force] [--lang zh|en]``: one offline HTML page of attention over
-training (:mod:`attnlab.saved.report`): a run dir gives its detail view, several runs or a sweep dir a
-comparison. Exit 0; 1 when a run has an unreadable file (page written, a warning per run); 2 with one
-line for a bad PATH or an output that cannot be written or is inside a run."""
+"""``attnlab-report PATH... [-o FILE] [--force] [--lang zh|en] [--verdicts CSV] [--against PRESET]``: one
+offline HTML page of attention over training (:mod:`attnlab.saved.report`): a run dir gives its detail
+view, several runs or a sweep dir a comparison (``--verdicts``: attnlab-reproduce's verdict per run, runs
+sorted by student; ``--against``: the keys each run changed from that preset). Exit 0; 1 when a run has
+an unreadable file (page written, a warning per run); 2 with one line for a bad PATH or an output that
+cannot be written or is inside a run."""
 from __future__ import annotations
 
 import sys
@@ -9,6 +11,7 @@ from pathlib import Path
 from typing import Sequence
 
 from attnlab.commands.arguments import HelperParser, speak
+from attnlab.commands.compare import preset_config
 from attnlab.core.errors import AttnlabError, RunDirError
 from attnlab.core.i18n import _
 from attnlab.outputs import destination, streams
@@ -29,6 +32,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--force", action="store_true", help=_("replace a file attnlab did not write"))
     parser.add_argument("--verdicts", metavar="CSV", type=Path,
                         help=_("attnlab-reproduce's --csv of these runs: a verdict column, runs sorted by student"))
+    parser.add_argument("--against", metavar="PRESET.yaml", type=Path,
+                        help=_("show per run the keys whose values differ from this preset (an experiment file, "
+                               "read as data) instead of from the other runs"))
     args = parser.parse_args(argv)
     out = args.out / REPORT if args.out.is_dir() else args.out
     try:
@@ -38,7 +44,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if problem := destination.refusal(out, **rule):
             raise RunDirError(problem)
         verdicts = read_verdicts(args.verdicts) if args.verdicts is not None else None
-        records = collect_records(args.paths, found=found, verdicts=verdicts)
+        against = preset_config(args.against) if args.against is not None else None
+        records = collect_records(args.paths, found=found, verdicts=verdicts, against=against)
         destination.write(out, render(records).encode("utf-8"), **rule)
     except (AttnlabError, OSError) as err:
         print(_("attnlab-report: error: {message}").format(message=printable(str(err), 1500)), file=sys.stderr)
