@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml constraints.txt
 	@echo "  torch and about 50 other packages, 1-5 minutes (longer when torch comes from PyPI)."
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install -c constraints.txt -e '.[launchers,test]'
+	$(BIN)/python -m pip install -c constraints.txt -e '.[launchers,sweepers,test]'
 	touch $(STAMP)
 	@echo "attnlab setup: done; the commands are in $(BIN) (attnlab, attnlab-check, attnlab-compare, attnlab-reproduce, attnlab-report)"
 

@@ -105,8 +105,9 @@ def run_here(*args: str, cwd: Path | None = None, stdout=None) -> subprocess.Com
     from hydra.core.singleton import Singleton
 
     from attnlab.commands import callbacks, cli
+    from attnlab.core import interrupts
 
-    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    handlers = {sig: signal.getsignal(sig) for sig in interrupts.SIGNALS}
     saved = (Singleton.get_state(), os.getcwd(), dict(os.environ), sys.argv, cli.install_signal_handlers)
     out, err, code = io.StringIO(), io.StringIO(), 0
     os.environ.pop("HYDRA_FULL_ERROR", None)

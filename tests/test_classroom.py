@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from report_helpers import page_data
 
 from attnlab.commands import compare, reproduce
 from attnlab.commands.sweep import job_dirname
@@ -88,9 +89,10 @@ def test_sweep_job_folders_name_only_the_keys_that_vary(classroom, tmp_path):
 
 
 def test_one_command_verifies_the_class(classroom, tmp_path, capsys):
-    collected, out = classroom["collected"], tmp_path / "repro"
-    assert reproduce.main([str(collected), "--out", str(out), "--csv", str(tmp_path / "v.csv")]) == 1
-    printed = capsys.readouterr().out.splitlines()
+    collected, out, page = classroom["collected"], tmp_path / "repro", tmp_path / "class.html"
+    assert reproduce.main([str(collected), "--out", str(out), "--csv", str(tmp_path / "v.csv"), "--report", str(page),
+                           "--against", str(classroom["preset"])]) == 1
+    printed = capsys.readouterr().out.splitlines()[:-1]  # the page's line last
     with open(tmp_path / "v.csv", newline="", encoding="utf-8") as f:
         rows = {r["name"]: r for r in csv.DictReader(f)}
     assert sorted(rows) == NAMES and len(printed) == 2 + 30 + 2
@@ -100,6 +102,16 @@ def test_one_command_verifies_the_class(classroom, tmp_path, capsys):
     assert all(r["reproduction"] == str(out / n) for n, r in rows.items())
     assert printed[-2] == f"30 runs: 29 reproduced exactly, 1 not reproduced; reproductions in {out}"
     assert json.loads((out / "s07" / "summary.json").read_text())["config"]["name"] == "s07"  # as recorded
+    # the class at a glance: each student's verdict and what they changed from the assignment, by student
+    runs = page_data(page)["runs"]
+    assert [r["table"]["name"]["text"] for r in runs] == NAMES
+    shown = {r["table"]["name"]["text"]: (r["table"]["verdict"]["text"], r["table"].get("differs", {}).get("text"))
+             for r in runs}
+    assert shown == {n: ("not reproduced: loss" if n == "s13" else "reproduced exactly",
+                         "optimizer.lr=0.5" if n == "s07" else "-") for n in NAMES}
+    assert page_data(page)["table_columns"][:3] == [{"key": "job", "title": "job", "right": False},
+                                                   {"key": "name", "title": "name", "right": False},
+                                                   {"key": "verdict", "title": "verdict", "right": False}]
     assert reproduce.main([str(tmp_path / "nothing-here")]) == 2
 
 

@@ -6,6 +6,7 @@ character, and the README.zh-CN commands are README's."""
 from __future__ import annotations
 
 import gettext
+import locale
 import re
 import string
 
@@ -71,6 +72,18 @@ def test_default_language_is_the_locale_gettext_reads(monkeypatch, env, lang):
         monkeypatch.delenv(var, raising=False)
     for var, value in env.items():
         monkeypatch.setenv(var, value)
+    monkeypatch.setattr(locale, "getlocale", lambda: ("zh_CN", "UTF-8") if env else (None, None))  # env wins
+    assert i18n.default_language() == lang
+
+
+@pytest.mark.parametrize("os_locale, lang", [
+    (("Chinese (Simplified)_China", "936"), "zh"),  # Windows, Simplified Chinese
+    (("Chinese (Traditional)_Taiwan", "950"), "zh"), (("zh_CN", "UTF-8"), "zh"),  # macOS / Linux names
+    (("English_United States", "1252"), "en"), (("en_GB", "UTF-8"), "en"), ((None, None), "en")])
+def test_without_locale_variables_the_os_locale_decides(monkeypatch, os_locale, lang):
+    for var in ("LANGUAGE", "LC_ALL", "LC_MESSAGES", "LANG"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(locale, "getlocale", lambda: os_locale)
     assert i18n.default_language() == lang
 
 

@@ -578,3 +578,24 @@ def test_the_report_never_writes_into_a_run_it_reads(default_run, tmp_path, caps
                    f"{default_run.resolve()} it reads; choose a path outside it\n")
     assert sorted(p.name for p in default_run.iterdir()) == before
     assert report.main([str(default_run), "-o", str(default_run)]) in (0, 1)  # the run's own report.html
+
+
+@pytest.mark.parametrize("overrides", [
+    (),  # §5, one head
+    ("model.n_heads=2", "train.steps=40", "train.focus_token=starts"),
+    ("train.objective=next_token", "train.steps=30", "train.snapshot_every=5"),
+    ("experiment=gpt", "train.steps=6", "train.snapshot_steps=[0,3,5]", "analysis.prompt=null"),
+    ("experiment=tutorial_walkthrough",),
+    ("experiment=exercise5", "model.positional=none"),
+    ("train.steps=3000", "train.snapshot_every=1"),  # more snapshots than the page's budget keeps, thinned losses
+], ids=["section5", "heads", "next_token", "gpt", "walkthrough", "exercise5", "thinned"])
+def test_a_runs_own_page_is_the_page_its_files_give(tmp_path, overrides):
+    """The job makes its report.html from what the run holds (report_data.run_record, nothing read back);
+    it is byte for byte the page attnlab's reader of run dirs makes of the files the run wrote."""
+    run = tmp_path / "run"
+    cfg = compose_cfg("logging=off", "logging.console=false", "logging.report=true", *overrides)
+    assert run_job(cfg, run).status == "completed"
+    own = (run / "report.html").read_text(encoding="utf-8")
+    assert own == report.render([report_data.load_run(run)])
+    data = page_data(run / "report.html")["runs"][0]
+    assert data["steps"] and data["tokens"] and data["table"]

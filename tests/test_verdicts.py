@@ -232,3 +232,29 @@ def test_an_interrupted_reproduction_says_interrupted(made, tmp_path, capsys, mo
     seen = capsys.readouterr()
     assert [line.split()[1] for line in seen.out.splitlines()[2:4]] == ["interrupted", "interrupted"]
     assert seen.out.splitlines()[-1] == f"2 runs: 2 interrupted; reproductions in {tmp_path / 'many'}"
+
+
+def test_the_table_and_the_class_page_speak_the_teachers_language(verdicts):
+    """The verdict table, its count line and the class page's verdict column in Chinese (lang=zh); the
+    CSV keeps the English keys (they are data)."""
+    from attnlab.core import i18n
+    from attnlab.saved import report_data
+    from attnlab.saved.verdict import read_verdicts
+
+    root, rows, _printed = verdicts
+    assert {r["verdict"] for r in rows.values()} == {"reproduced exactly", "not reproduced", "within rounding",
+                                                     "undecided"}
+    try:
+        i18n.set_language("zh")
+        table = reproduce.verdict_table([{"job": "s1", "name": "李雷", "verdict": "reproduced exactly", "differs": None},
+                                         {"job": "s2", "name": "韩梅梅", "verdict": "undecided", "differs": "loss"}],
+                                        Path("out")).splitlines()
+        assert table[0].split() == ["任务", "名字", "结论", "不同之处"]
+        assert table[2].split() == ["s1", "李雷", "完全复现", "-"] and table[3].split() == ["s2", "韩梅梅", "无法判定", "loss"]
+        assert table[-1] == "2 个运行：1 个完全复现，1 个无法判定；复现结果在 out"
+        records = report_data.collect_records([root / "runs"], verdicts=read_verdicts(root / "v.csv"))
+        cells = {r["name"]: r["table"]["verdict"]["text"] for r in records}
+        assert cells["here-honest"] == "完全复现" and cells["here-loss"] == "未复现: loss"
+        assert cells["arm-honest"] == "舍入误差内一致" and cells["arm-loss"].startswith("无法判定: loss: ")
+    finally:
+        i18n.set_language("en")

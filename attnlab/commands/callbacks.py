@@ -3,6 +3,7 @@ before anything is written into it, and print the table at the end of every swee
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import signal
 import sys
@@ -35,18 +36,25 @@ def stop_sweep_here(sweep: tuple[str, str]) -> None:
     _stopped_here = sweep
 
 
-class JobEnd:
-    """What a job (the task function) returns: its ``status`` and the exit status ``code`` it asks of the
-    command (0: none). Hydra hands it back to the command's process as the job's ``JobReturn.return_value``,
-    pickled by a launcher's worker; it is made again where it is unpickled, and each one made notes its
-    code there: :func:`worker_exit_status` is the highest a job asked for."""
+class JobEnd(float):
+    """What a job (the task function) returns: the run's final loss as a float (NaN for a run that did not
+    complete or has none: a walkthrough), so Hydra's optimising sweepers (Optuna, Nevergrad) minimise
+    it; its ``status``; and the exit status ``code`` it asks of the command (0: none). Hydra hands it back
+    to the command's process as the job's ``JobReturn.return_value``, pickled by a launcher's worker; it
+    is made again where it is unpickled, and each one made notes its code there: :func:`worker_exit_status`
+    is the highest a job asked for."""
 
-    def __init__(self, status: str, code: int = 0) -> None:
-        self.status, self.code = status, code
+    def __new__(cls, status: str, code: int = 0, loss: float = math.nan) -> JobEnd:
+        end = super().__new__(cls, loss)
+        end.status, end.code = status, code
         _codes.append(code)
+        return end
 
-    def __reduce__(self) -> tuple[Any, tuple[str, int]]:
-        return JobEnd, (self.status, self.code)  # unpickled: made (and noted) again in that process
+    def __reduce__(self) -> tuple[Any, tuple[str, int, float]]:
+        return JobEnd, (self.status, self.code, float(self))  # unpickled: made (and noted) again in that process
+
+    def __repr__(self) -> str:
+        return f"JobEnd({self.status!r}, code={self.code}, loss={float(self)!r})"
 
 
 _codes: list[int] = []  # the codes of the JobEnds made in this process
@@ -86,7 +94,8 @@ def start_resource_trackers() -> None:
     instead of killing the trackers, whose replacements print a traceback per resource."""
     from multiprocessing import resource_tracker
 
-    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # inherited through fork and exec
+    hup = getattr(signal, "SIGHUP", None)  # (none on Windows)
+    previous = signal.signal(hup, signal.SIG_IGN) if hup is not None else None  # inherited through fork and exec
     try:
         resource_tracker.ensure_running()
         with contextlib.suppress(ImportError, AttributeError):  # no joblib, or its tracker module moved
@@ -94,7 +103,8 @@ def start_resource_trackers() -> None:
 
             loky_tracker.ensure_running()
     finally:
-        signal.signal(signal.SIGHUP, previous)
+        if hup is not None:
+            signal.signal(hup, previous)
 
 
 def end_stopped_sweep(table: bool = True) -> None:

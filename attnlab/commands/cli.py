@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import re
 import sys
@@ -32,6 +33,7 @@ from attnlab.core.files import printable
 from attnlab.core.i18n import _
 from attnlab.outputs import artifacts, rundir, streams
 from attnlab.outputs.console import display_path
+from attnlab.saved import safe_read
 
 FULL_ERROR = "ATTNLAB_FULL_ERROR"  # the user's HYDRA_FULL_ERROR (attnlab sets Hydra's to 1 to catch its errors)
 # the pid of the command's process: a job in another one (a launcher's worker) never ends the command with
@@ -89,7 +91,16 @@ def _hydra_main(cfg: DictConfig) -> callbacks.JobEnd:
         else:
             print(f"note: interrupt received after the last step; the run completed ({display_path(run_dir)})",
                   file=sys.stderr)
-    return callbacks.JobEnd(result.status)
+    return callbacks.JobEnd(result.status, loss=final_loss(run_dir) if result.status == "completed" else math.nan)
+
+
+def final_loss(run_dir: Path) -> float:
+    """The final loss ``run_dir``'s summary.json records (NaN when none: a walkthrough, an unreadable file)."""
+    with contextlib.suppress(AttnlabError):
+        value = safe_read.read_summary(run_dir).get("final_loss")
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    return math.nan
 
 
 def error_line(err: BaseException, typed: list[str]) -> str:

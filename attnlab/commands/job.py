@@ -23,7 +23,8 @@ from attnlab.core.records import Sink
 from attnlab.core.tokenizer import Tokens
 from attnlab.outputs import artifacts, drawing, plots, rundir
 from attnlab.outputs.console import ConsoleSink, display_path, job_prefix, prefixed
-from attnlab.saved.report import write_run_report
+from attnlab.saved.report import REPORT, write_page
+from attnlab.saved.report_data import PageSink, run_record
 
 EXIT_FAILED_RUN = 1  # the run started but did not complete (diverged, interrupted, crashed)
 EXIT_BAD_INPUT = 2  # the config or the text was refused before training
@@ -97,7 +98,7 @@ def _job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None, hc: DictCo
         artifacts.write_summary(run_dir, summary)
     except WriteError as err:
         return JobResult("failed", str(err), exception=err, unrecorded=str(err))
-    typed = None
+    typed, held = None, {}  # held: what the run's own report.html is made of (report_data.run_record)
     try:
         if hc is not None:  # .hydra/ as Hydra saves it (Hydra writes nothing: hydra.output_subdir=null)
             (run_dir / ".hydra").mkdir(exist_ok=True)
@@ -115,7 +116,7 @@ def _job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None, hc: DictCo
         resolved["train"]["focus_token"] = tokens.focus
         drawing.start(typed, plots.warm_up)  # figure workers import matplotlib while this process imports torch
         summary["versions"] = artifacts.environment(resolved["device"])
-        result = _run(typed, run_dir, tokens, summary, show_dir)
+        result = _run(typed, run_dir, tokens, summary, held, show_dir)
     except KeyboardInterrupt:  # outside the training loop, which records its own interrupt
         result = JobResult("interrupted", "interrupted before the training steps")
     except AttnlabError as err:  # ours are one line as they stand; a file not written is no bad input
@@ -123,20 +124,23 @@ def _job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None, hc: DictCo
     except Exception as err:
         result = JobResult("failed", describe(err), exception=err)
     # the final status, once every other file is written (a killed job still says running)
+    summary.update(status=result.status, error=result.error)
     try:
-        artifacts.write_summary(run_dir, {**summary, "status": result.status, "error": result.error})
+        artifacts.write_summary(run_dir, summary)
     except WriteError as err:
         return result._replace(unrecorded=str(err))
     if result.status == "completed" and typed.logging.report:
-        try:
-            write_run_report(run_dir)
+        try:  # from what the run holds: the page attnlab-report RUN_DIR makes of its files
+            write_page([run_record(run_dir, summary, **held)], run_dir / REPORT)
         except (OSError, AttnlabError) as err:  # a view: never the run's status
             print(f"warning: report.html not written: {err}", file=sys.stderr)
     return result
 
 
-def _run(cfg: DictConfig, run_dir: Path, tokens: Tokens, summary: dict[str, Any], show_dir: bool = True) -> JobResult:
-    """The job's task on the checked ``cfg`` and its ``tokens``; what it measures goes into ``summary``."""
+def _run(cfg: DictConfig, run_dir: Path, tokens: Tokens, summary: dict[str, Any], held: dict[str, Any],
+         show_dir: bool = True) -> JobResult:
+    """The job's task on the checked ``cfg`` and its ``tokens``; what it measures goes into ``summary``, what
+    its report page shows (with ``logging.report``) into ``held``."""
     if cfg.task == Task.walkthrough:  # §1–4 printed, [job N]-prefixed in a parallel sweep; arrays saved
         from attnlab.core.walkthrough import walkthrough
 
@@ -144,6 +148,7 @@ def _run(cfg: DictConfig, run_dir: Path, tokens: Tokens, summary: dict[str, Any]
         arrays = walkthrough(cfg, print_line=lambda line: print(prefixed(line, prefix)) if shown else None,
                              tokens=tokens)
         artifacts.atomic_savez(run_dir / artifacts.WALKTHROUGH, **arrays)
+        held["walkthrough"] = arrays
         summary.update(wall_time_s=round(time.perf_counter() - t0, 6),
                        versions=artifacts.environment(str(cfg.device)),  # the torch threads used
                        **observe(cfg, tokens.token_ids, tokens.labels, arrays, tokens=tokens))
@@ -155,9 +160,12 @@ def _run(cfg: DictConfig, run_dir: Path, tokens: Tokens, summary: dict[str, Any]
 
     files = artifacts.RunDirSink(run_dir, writes_summary=False)  # its fields: this summary, at the end
     focus, layers = FocusSink(), [FocusSink(layer) for layer in range(cfg.model.n_layers)]  # a GPT's blocks too
+    page = [PageSink()] if cfg.logging.report else []
     try:
-        result = train(cfg, [files, *make_sinks(cfg, run_dir, show_dir), focus, *layers], run_dir=run_dir,
-                       keep_snapshots=False, keep_losses=False, tokens=tokens)
+        result = train(cfg, [files, *make_sinks(cfg, run_dir, show_dir), focus, *layers, *page], run_dir=run_dir,
+                       keep_snapshots=False, keep_losses=bool(page), tokens=tokens)
+        if page:
+            held.update(losses=result.losses, page=page[0], focus=focus)
     finally:
         summary.update(files.summary)  # what the files hold, also of a run that failed
     per_layer = {"focus_layers": [s.summary()["focus"] for s in layers]} if layers and focus.last is not None else {}

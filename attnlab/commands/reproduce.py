@@ -36,6 +36,8 @@ from attnlab.core.i18n import N_, _
 from attnlab.outputs import artifacts, destination, rundir, streams
 from attnlab.outputs.console import display_path
 from attnlab.saved import runs, safe_read
+from attnlab.saved.report import render
+from attnlab.saved.report_data import collect_records
 from attnlab.saved.table import csv_text, format_table
 from attnlab.saved.verdict import (
     BITS,
@@ -350,17 +352,25 @@ def verdict_table(rows: Sequence[dict[str, Any]], out: Path) -> str:
 
 
 def reproduce_many(paths: Sequence[Path], out: Path | None, csv: Path | None, jobs: int, draw: bool = False,
-                   force: bool = False) -> int:
+                   force: bool = False, report: Path | None = None, against: Path | None = None) -> int:
     """Every run under ``paths`` verified (:func:`verify`, reproductions in ``OUT/NAME``, default
     ``PATH-repro-<time>`` for one PATH, else ``repro-<time>``); one verdict table sorted by student
-    (the run's ``name``, then its folder). Exit status 1 when a run is not verified, else 0. Raises
-    RunDirError."""
+    (the run's ``name``, then its folder); ``report``: the class's page too (attnlab-report's, with a
+    verdict column and the keys that differ from the preset ``against``, else from most runs). Exit
+    status 1 when a run is not verified, else 0. Raises RunDirError / ConfigError (before any run)."""
     found = runs.named_runs(paths)
     out = out or stamped(f"{str(paths[0]).rstrip('/')}-repro" if len(paths) == 1 else "repro")
     read = [r for r, _, _ in found]
+    page = {"key": "--report", "kind": "page", "force": force, "reads": read}
     if (problem := safe_read.output_problem(out, read, key="--out")) or csv is not None and (
-            problem := destination.refusal(csv, key="--csv", kind="csv", force=force, reads=read)):
+            problem := destination.refusal(csv, key="--csv", kind="csv", force=force, reads=read)) or (
+            report is not None and (problem := destination.refusal(report, **page))):
         raise RunDirError(problem)
+    assignment = None
+    if against is not None:  # a bad preset: one line, nothing run (compare's reader loads torch: not for workers)
+        from attnlab.commands.compare import preset_config
+
+        assignment = preset_config(against)
     ready, verdicts = list(range(len(found))), {}  # each run is checked in its worker before it runs
     interrupted = False
     try:
@@ -376,6 +386,10 @@ def reproduce_many(paths: Sequence[Path], out: Path | None, csv: Path | None, jo
         destination.write(csv, csv_text(rows, ["job", "name", "verdict", "differs", "reproduction"]).encode("utf-8"),
                           key="--csv", kind="csv", force=force, reads=read)
         print(_("csv: {file}").format(file=printable(str(csv), 300)))
+    if report is not None:
+        records = collect_records(paths, found=found, against=assignment, verdicts={r["job"]: r for r in rows})
+        destination.write(report, render(records).encode("utf-8"), **page)
+        print(_("report: {file}").format(file=printable(str(report), 300)))
     if interrupted or any(r["verdict"] == INTERRUPTED for r in rows):
         print(_("interrupted: the runs not verified say so"), file=sys.stderr)
     return EXIT_DIFFERENT if any(r["verdict"] not in (EXACT, ROUNDING) for r in rows) else EXIT_SAME
@@ -429,16 +443,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("-j", "--jobs", metavar="N", type=int, default=os.cpu_count() or 1,
                         help=_("several runs: reproductions at a time (default: this machine's cores)"))
     parser.add_argument("--force", action="store_true", help=_("replace a --csv file that attnlab did not write"))
+    parser.add_argument("--report", metavar="FILE", type=Path,
+                        help=_("several runs: write the class's page too (attnlab-report's, with each run's verdict)"))
+    parser.add_argument("--against", metavar="PRESET.yaml", type=Path,
+                        help=_("with --report: show per run the keys whose values differ from this preset (the "
+                               "assignment, read as data)"))
     parser.add_argument("--artifacts", action="store_true",
                         help=_("draw each reproduction's figures, TensorBoard and report page too (default: only "
                                "the files the verdict compares)"))
     args = parser.parse_args(argv)
-    many = len(args.paths) > 1 or args.csv or (args.paths[0].is_dir() and not runs.is_job_dir(args.paths[0]))
+    many = len(args.paths) > 1 or args.csv or args.report or (args.paths[0].is_dir()
+                                                               and not runs.is_job_dir(args.paths[0]))
+    if args.against is not None and args.report is None:
+        parser.error(_("--against names the assignment for the --report page: give --report FILE too"))
     if many and args.text_file is not None:
         parser.error(_("--text-file reproduces one run: pass its RUN_DIR alone"))
     try:
         if many:
-            return reproduce_many(args.paths, args.out, args.csv, args.jobs, args.artifacts, args.force)
+            return reproduce_many(args.paths, args.out, args.csv, args.jobs, args.artifacts, args.force, args.report,
+                                  args.against)
         code, verdict = reproduce(args.paths[0], args.out, args.text_file, args.artifacts)
     except AttnlabError as err:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":

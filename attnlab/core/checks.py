@@ -208,14 +208,8 @@ def _size(n_bytes: float) -> str:
 
 
 def available_memory() -> int | None:
-    """Bytes available to a new allocation: ``MemAvailable`` (Linux), else physical memory, else None."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
+    """Bytes of physical memory (``os.sysconf``: Linux, macOS), else None: the standard library has no
+    call for it on Windows, where the memory check is skipped (docs/compat.md)."""
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):

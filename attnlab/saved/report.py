@@ -31,6 +31,7 @@ from attnlab.saved.report_data import BYTES_PER_WEIGHT, DECIMALS, MAX_STR, WEIGH
 from attnlab.saved.runs import named_runs
 from attnlab.saved.safe_read import printable
 from attnlab.saved.table import distribution, page_table
+from attnlab.saved.verdict import read_verdicts
 
 REPORT = "report.html"
 TEMPLATE = Path(__file__).with_name("report_template.html")
@@ -137,6 +138,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("-o", "--out", metavar="FILE", type=Path, default=Path(REPORT),
                         help=f"the page to write (default: ./{REPORT})")
     parser.add_argument("--force", action="store_true", help="replace a file attnlab did not write")
+    parser.add_argument("--verdicts", metavar="CSV", type=Path,
+                        help="attnlab-reproduce's --csv of these runs: a verdict column, runs sorted by student")
     args = parser.parse_args(argv)
     out = args.out / REPORT if args.out.is_dir() else args.out
     try:
@@ -144,7 +147,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         rule = {"key": "-o", "kind": "page", "force": args.force, "reads": [r for r, _, _ in found], "allow": (REPORT,)}
         if problem := destination.refusal(out, **rule):
             raise RunDirError(problem)
-        records = collect_records(args.paths, found=found)
+        verdicts = read_verdicts(args.verdicts) if args.verdicts is not None else None
+        records = collect_records(args.paths, found=found, verdicts=verdicts)
         destination.write(out, render(records).encode("utf-8"), **rule)
     except (AttnlabError, OSError) as err:
         print(f"attnlab-report: error: {printable(str(err), 1500)}", file=sys.stderr)

@@ -6,6 +6,7 @@ The runs share :data:`WEIGHT_BUDGET` bytes of weights JSON; a run whose snapshot
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -14,10 +15,12 @@ import numpy as np
 
 from attnlab.core.config import loss_name
 from attnlab.core.files import PAGE_BYTES_PER_WEIGHT, PAGE_WEIGHT_BUDGET, page_frame_bytes
-from attnlab.core.focus import Uniform, focus_weights
+from attnlab.core.focus import FocusSink, Uniform
+from attnlab.core.records import RunInfo, Sink, Snapshot
 from attnlab.saved import runs, safe_read, table
 from attnlab.saved.safe_read import ATTENTION, METRICS, WALKTHROUGH, RunFileError, printable
 from attnlab.saved.swept import run_labels, short_names
+from attnlab.saved.verdict import verdict_text
 
 WEIGHT_BUDGET = PAGE_WEIGHT_BUDGET  # bytes of weights JSON on one page, shared by its runs (the run's estimate too)
 BYTES_PER_WEIGHT = PAGE_BYTES_PER_WEIGHT  # upper bound of one weight in JSON: "0.1234," (rounded to 4 decimals)
@@ -112,6 +115,16 @@ def _jsonable(value: Any, budget: list[int] | None = None, depth: int = 0) -> An
     return printable(value, MAX_STR)
 
 
+def _record(run_dir: Path, name: str | None) -> dict[str, Any]:
+    return {
+        "name": printable(name if name is not None else run_dir.name, MAX_STR), "run_dir": printable(run_dir, MAX_STR),
+        "status": None, "error": None, "problems": [], "kind": None, "tokens": [], "token_ids": [], "steps": [],
+        "snapshots_total": 0, "weights": [], "heads": 0, "snapshot_loss": [], "loss": {"steps": [], "values": [],
+        "total": 0}, "loss_name": None, "loss_threshold": None, "steps_to_threshold": None, "final_loss": None,
+        "steps_run": None, "wall_time_s": None, "focus_token": None, "focus": None, "config": {}, "overrides": [],
+        "versions": {}, "recorded": {}, "table": {}, "focus_series": None}
+
+
 def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int = WEIGHT_BUDGET, *,
              root: Path | None = None) -> dict[str, Any]:
     """One run dir as the page's record (docs/reference.md's contract): name, status, error, problems, kind,
@@ -119,20 +132,74 @@ def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int
     snapshot_loss [k], loss {steps, values, total}, loss_name, loss_threshold, steps_to_threshold,
     final_loss, steps_run, wall_time_s, focus_token, focus, focus_series {steps, weights}, config,
     overrides, versions, recorded (other summary fields), table (:func:`attnlab.saved.table.page_cells`).
-    Never raises."""
+    Read through :mod:`attnlab.saved.safe_read` (someone else's run); never raises."""
     run_dir = Path(run_dir)
-    rec: dict[str, Any] = {
-        "name": printable(name if name is not None else run_dir.name, MAX_STR), "run_dir": printable(run_dir, MAX_STR),
-        "status": None, "error": None, "problems": [], "kind": None, "tokens": [], "token_ids": [], "steps": [],
-        "snapshots_total": 0, "weights": [], "heads": 0, "snapshot_loss": [], "loss": {"steps": [], "values": [],
-        "total": 0}, "loss_name": None, "loss_threshold": None, "steps_to_threshold": None, "final_loss": None,
-        "steps_run": None, "wall_time_s": None, "focus_token": None, "focus": None, "config": {}, "overrides": [],
-        "versions": {}, "recorded": {}, "table": {}, "focus_series": None}
+    rec = _record(run_dir, name)
     files = runs.read_run(run_dir, root)  # as attnlab-compare reads it: the row below is its row
     if files.linked:  # nothing read through a link
         row = runs.row_from(files, name)
         return {**rec, "status": "unreadable", "error": files.problems[0], "problems": files.problems,
                 "table": table.page_cells(row)}
+    used = files.config
+    focus = runs.setting(used, "train.focus_token", int, 1)
+    metrics = (files.attempt(safe_read.read_run_metrics, run_dir, root=files.root)
+               if safe_read.exists(run_dir, METRICS) else None)
+    seen = None  # the snapshots as attnlab-compare reads them, from the arrays read here
+    if safe_read.exists(run_dir, ATTENTION):
+        seen = files.attempt(_load_attention, rec, run_dir, files.root, max_weight_bytes, focus)
+    elif safe_read.exists(run_dir, WALKTHROUGH):
+        seen = files.attempt(_load_walkthrough, rec, run_dir, files.root,
+                             runs.setting(used, "tokenizer.encoding", str, "gpt2"))
+    return _fill(rec, files, name, metrics, seen)
+
+
+def run_record(run_dir: Path, summary: dict[str, Any], losses: np.ndarray | None = None,
+               page: PageSink | None = None, focus: FocusSink | None = None,
+               walkthrough: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
+    """:func:`load_run`'s record of the run attnlab has just written into ``run_dir``, made from what the run
+    holds: its ``summary`` (as written into summary.json), its ``losses`` (steps,), the snapshots ``page`` kept
+    and ``focus`` saw, or the ``walkthrough``'s arrays. Nothing is read back."""
+    summary = json.loads(json.dumps(summary, ensure_ascii=False))  # as summary.json holds it
+    files = runs.RunFiles(Path(run_dir), Path(run_dir), summary=summary, status=summary.get("status"),
+                          config=summary.get("config") or {}, overrides=summary.get("overrides") or [])
+    rec = _record(files.run_dir, None)
+    metrics = None if losses is None else (np.arange(len(losses), dtype=np.int64), np.asarray(losses, np.float64))
+    if walkthrough is not None:
+        encoding = runs.setting(files.config, "tokenizer.encoding", str, "gpt2")
+        seen = _walkthrough(rec, walkthrough["weights"], walkthrough["token_ids"], encoding)
+    else:
+        seen = _snapshots(rec, np.asarray(page.steps, dtype=np.int64), list(page.info.tokens), page.info.token_ids,
+                          page.heads, page.indices, np.stack(page.frames) if page.frames else None,
+                          np.stack(page.layer_frames) if page.layer_frames else None, focus)
+    return _fill(rec, files, None, metrics, seen)
+
+
+class PageSink(Sink):
+    """What the run's own page shows of its snapshots (:func:`run_record`), kept as the run goes: every
+    snapshot's step and the frames :func:`pick_frames` picks within :data:`WEIGHT_BUDGET` (a GPT's every block
+    too), copied; the run's other records stay where they are."""
+
+    def on_start(self, info: RunInfo) -> None:
+        model = info.config.get("model") or {}
+        self.info, self.heads, layers = info, int(model.get("n_heads") or 1), int(model.get("n_layers") or 0)
+        self.indices = pick_frames(len(info.snapshot_steps), WEIGHT_BUDGET,
+                                   frame_bytes(self.heads * (1 + layers), info.seq_len))
+        self.steps: list[int] = []
+        self.frames: list[np.ndarray] = []  # (H, T, T) each
+        self.layer_frames: list[np.ndarray] = []  # (L, H, T, T) each
+
+    def on_snapshot(self, snapshot: Snapshot) -> None:
+        if len(self.steps) in self.indices:
+            self.frames.append(np.array(snapshot.weights))
+            if snapshot.layers is not None:
+                self.layer_frames.append(np.array(snapshot.layers))
+        self.steps.append(snapshot.step)
+
+
+def _fill(rec: dict[str, Any], files: runs.RunFiles, name: str | None, metrics: tuple[np.ndarray, np.ndarray] | None,
+          seen: tuple[Any, FocusSink | None] | None) -> dict[str, Any]:
+    """``rec`` completed from the run's files as read (or held): its summary and config, the losses
+    ``metrics``, and ``seen`` (:func:`_snapshots`, :func:`_walkthrough`), with attnlab-compare's row."""
     summary, used = files.summary, files.config
     rec["status"] = _jsonable(files.status)
     shown = used
@@ -144,19 +211,11 @@ def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int
     rec["versions"] = _jsonable(summary.get("versions") or {})
     rec["recorded"] = _jsonable({k: v for k, v in summary.items() if k not in _KNOWN_SUMMARY})
     kind = summary.get("task") or safe_read.select(used, "task")
-    rec["kind"] = kind if kind in ("train", "walkthrough") else None
+    rec["kind"] = rec["kind"] or (kind if kind in ("train", "walkthrough") else None)  # walkthrough.npz: its kind
     focus = runs.setting(used, "train.focus_token", int, 1)
-    metrics = (files.attempt(safe_read.read_run_metrics, run_dir, root=files.root)
-               if safe_read.exists(run_dir, METRICS) else None)
-
-    attention = None  # as attnlab-compare reads it (runs.saved_attention), from the arrays read here
-    if safe_read.exists(run_dir, ATTENTION):
-        attention = files.attempt(_load_attention, rec, run_dir, files.root, max_weight_bytes, focus)
-    elif safe_read.exists(run_dir, WALKTHROUGH):
-        attention = files.attempt(_load_walkthrough, rec, run_dir, files.root,
-                                  runs.setting(used, "tokenizer.encoding", str, "gpt2"))
     # attnlab-compare's row from the files read above (it adds the expected files that are missing)
-    row = runs.row_from(files, name, metrics=metrics, attention=attention)
+    attention, sink = seen if seen is not None else (None, None)
+    row = runs.row_from(files, name, metrics=metrics, attention=attention, focus=sink)
     rec["table"] = table.page_cells(row)
     rec["loss_name"] = loss_name([row.get("objective")])
     for key in ("final_loss", "steps_run", "wall_time_s", "steps_to_threshold"):  # the row's numbers
@@ -185,49 +244,73 @@ def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int
 
 
 def _load_attention(rec: dict[str, Any], run_dir: Path, root: Path, max_weight_bytes: int,
-                    query: int) -> tuple[np.ndarray, np.ndarray, list[str]] | None:
-    """Fill ``rec``'s snapshots and the focus weight of ``query`` at every snapshot (``focus_series``)
-    from attention.npz; returns it as :func:`runs.saved_attention`."""
+                    query: int) -> tuple[None, FocusSink] | None:
+    """:func:`_snapshots` of attention.npz (the frames that fit ``max_weight_bytes``), the focus of ``query``."""
     with safe_read.open_attention(run_dir, NPZ_LIMIT, root=root) as npz:
         steps = npz.read("steps")
         labels = [str(t) for t in npz.read("tokens").tolist()]
-        rec["tokens"] = [printable(t, MAX_STR) for t in labels]
-        rec["token_ids"] = [int(i) for i in npz.read("token_ids").tolist()]
         S, H, T, _ = npz.infos["weights"].shape
         L = npz.infos["layers"].shape[1] if "layers" in npz.infos else 0
-        rec["snapshots_total"], rec["heads"] = S, H
         idx = pick_frames(S, max_weight_bytes, frame_bytes(H * (1 + L), T))
-        if idx:
-            weights = npz.read("weights")
-            if 0 <= query < T:
-                series = _finite_or_none(focus_weights(weights, query))
-                rec["focus_series"] = {"steps": steps.tolist(), "weights": series}
-            rec["weights"] = _rounded(weights[idx])
-            if "layers" in npz.infos:  # a GPT: every block's, for the layer selector and grid
-                rec["layers"] = _rounded(npz.read("layers")[idx])
-            rec["steps"] = [int(steps[i]) for i in idx]
-            return steps, weights, labels
-    return None
+        weights = npz.read("weights") if idx else None
+        sink = None
+        if weights is not None and 0 <= query < T:
+            sink = FocusSink()
+            sink.on_start(RunInfo({}, [], labels, [], 0, query))
+            for step, w in zip(steps.tolist(), weights):
+                sink.on_snapshot(Snapshot(step, math.nan, w))
+        layers = npz.read("layers")[idx] if idx and "layers" in npz.infos else None
+        return _snapshots(rec, steps, labels, npz.read("token_ids"), H, idx,
+                          None if weights is None else weights[idx], layers, sink)
+
+
+def _snapshots(rec: dict[str, Any], steps: np.ndarray, labels: list[str], token_ids: Any, heads: int,
+               idx: list[int], frames: np.ndarray | None, layers: np.ndarray | None,
+               sink: FocusSink | None) -> tuple[None, FocusSink] | None:
+    """Fill ``rec``'s tokens and snapshots: ``steps`` (S,) of all, ``frames`` (k, H, T, T) and a GPT's ``layers``
+    (k, L, H, T, T) at ``idx``; the focus weight at every snapshot from ``sink`` (which saw them all).
+    Returns the focus for attnlab-compare's row (None without a snapshot)."""
+    rec["tokens"] = [printable(t, MAX_STR) for t in labels]
+    rec["token_ids"] = [int(i) for i in np.asarray(token_ids).tolist()]
+    rec["snapshots_total"], rec["heads"] = int(steps.size), heads
+    if frames is None:
+        return None
+    if sink is not None:
+        rec["focus_series"] = {"steps": steps.tolist(), "weights": _finite_or_none([s[-1] for s in sink.series])}
+    rec["weights"] = _rounded(frames)
+    if layers is not None:  # a GPT: every block's, for the layer selector and grid
+        rec["layers"] = _rounded(layers)
+    rec["steps"] = [int(steps[i]) for i in idx]
+    return (None, sink) if sink is not None else None
 
 
 def _load_walkthrough(rec: dict[str, Any], run_dir: Path, root: Path,
-                      encoding: Any) -> tuple[None, np.ndarray, list[str]]:
-    """Fill ``rec`` from walkthrough.npz; returns it as :func:`runs.saved_attention`."""
+                      encoding: Any) -> tuple[tuple[None, np.ndarray, list[str]], None]:
+    """:func:`_walkthrough` of walkthrough.npz."""
     walk = safe_read.read_walkthrough(run_dir, NPZ_LIMIT, root=root, keys=("weights", "token_ids"))
+    return _walkthrough(rec, walk["weights"], walk["token_ids"], encoding)
+
+
+def _walkthrough(rec: dict[str, Any], weights: np.ndarray, token_ids: Any,
+                 encoding: Any) -> tuple[tuple[None, np.ndarray, list[str]], None]:
+    """Fill ``rec`` from the walkthrough's (T, T) ``weights``; returns them as :func:`runs.saved_attention`."""
     rec["kind"] = "walkthrough"
-    rec["token_ids"] = [int(i) for i in walk["token_ids"].tolist()]
+    rec["token_ids"] = [int(i) for i in np.asarray(token_ids).tolist()]
     labels = runs.token_labels_for(rec["token_ids"], encoding)
     rec["tokens"] = [printable(t, MAX_STR) for t in labels]
     rec["snapshots_total"], rec["heads"] = 1, 1
     rec["steps"] = [0]
-    rec["weights"] = _rounded(walk["weights"][None, None])
-    return None, walk["weights"][None, None], labels
+    rec["weights"] = _rounded(weights[None, None])
+    return (None, weights[None, None], labels), None
 
 
-def collect_records(paths: Iterable[Path | str], *,
-                    found: list[tuple[Path, str, Path]] | None = None) -> list[dict[str, Any]]:
+def collect_records(paths: Iterable[Path | str], *, found: list[tuple[Path, str, Path]] | None = None,
+                    against: Any = None, verdicts: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """:func:`load_run` of every run under ``paths`` (or ``found``), named as attnlab-compare names
-    them, with a legend ``label``. Raises RunDirError."""
+    them, with a legend ``label`` and ``differs``, the keys whose values differ from ``against`` (a whole
+    config: the assignment) or else from most runs. ``verdicts`` (job -> attnlab-reproduce's row): each
+    run's verdict in the table, the runs sorted by student (the run's ``name``, then its job). Raises
+    RunDirError."""
     found = runs.named_runs(Path(p) for p in paths) if found is None else found
     shares = share_budget([weight_need(r, root) for r, _, root in found])
     records = [load_run(r, name=name, max_weight_bytes=share, root=root)
@@ -239,7 +322,13 @@ def collect_records(paths: Iterable[Path | str], *,
     for rec, (short, values) in zip(records, labelled):
         rec["label"] = printable(f"{short}: {values}" if values else short, MAX_STR)
     configs = [runs.read_run(r, root).config for r, _, root in found]  # as attnlab-compare reads them
-    for rec, keys in zip(records, runs.differs(configs)):
+    for rec, keys in zip(records, runs.differs(configs, against)):
         rec["differs_keys"], rec["differs"] = list(keys), runs.differs_text(keys)
         rec["table"]["differs"] = table.page_cell("differs", rec["differs"])
-    return records
+    if verdicts is None:
+        return records
+    for rec, name in zip(records, names):
+        rec["verdict"] = verdict_text(verdicts.get(name))
+        rec["table"]["verdict"] = table.page_cell("verdict", rec["verdict"])
+    student = {id(rec): runs.setting(config, "name", str, None) for rec, config in zip(records, configs)}
+    return sorted(records, key=lambda rec: (student[id(rec)] is None, student[id(rec)] or "", rec["name"]))

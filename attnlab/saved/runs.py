@@ -180,16 +180,21 @@ def _focus(attention: tuple[np.ndarray | None, np.ndarray, list[str]], query: in
     steps, weights, labels = attention
     if not 0 <= query < len(labels):
         return {}
-    to, weight = target(head_mean(weights[-1])[query], labels)
-    cells = {"focus_token": labels[query], "focus_target": to, "focus_weight": weight,
-             "snapshot_step": None if steps is None else int(steps[-1])}
-    if steps is None:
-        return cells
+    if steps is None:  # the walkthrough's one (1, 1, T, T)
+        to, weight = target(head_mean(weights[-1])[query], labels)
+        return {"focus_token": labels[query], "focus_target": to, "focus_weight": weight, "snapshot_step": None}
     sink = FocusSink()
     sink.on_start(RunInfo({}, [], labels, [], 0, query))
     for step, w in zip(steps.tolist(), weights):
         sink.on_snapshot(Snapshot(step, math.nan, w))
-    return {**cells, **sink.summary()}
+    return focus_cells(sink)
+
+
+def focus_cells(sink: FocusSink) -> dict[str, Any]:
+    """The row's focus cells and summary.json's ``focus`` from a FocusSink that saw every snapshot."""
+    to, weight = target(head_mean(sink.last)[sink.query], sink.tokens)
+    return {"focus_token": sink.tokens[sink.query], "focus_target": to, "focus_weight": weight,
+            "snapshot_step": int(sink.steps[-1]), **sink.summary()}
 
 
 def setting(config: Any, key: str, kind: type | tuple[type, ...], default: Any) -> Any:
@@ -221,14 +226,15 @@ def job_row(run_dir: Path, job: str | None = None, sweep_end: bool = False, *,
 
 
 def row_from(files: RunFiles, job: str | None = None, *, sweep_end: bool = False, metrics: Any = UNREAD,
-             attention: Any = UNREAD) -> dict[str, Any]:
+             attention: Any = UNREAD, focus: FocusSink | None = None) -> dict[str, Any]:
     """:func:`job_row` from a :func:`read_run`; ``metrics`` and ``attention`` (:func:`saved_attention`)
-    may be passed when already read (None: there is none; :data:`UNREAD`: read here). Never raises."""
+    may be passed when already read (None: there is none; :data:`UNREAD`: read here), or instead of the
+    attention a ``focus`` that saw every snapshot. Never raises."""
     row: dict[str, Any] = dict.fromkeys(COLUMNS)
     row["job"] = job if job is not None else files.run_dir.name
     row["path"], row["root"] = str(files.run_dir), str(files.root)  # root: not a column
     try:
-        _fill_row(row, files, sweep_end, metrics, attention)
+        _fill_row(row, files, sweep_end, metrics, attention, focus)
     except Exception as err:  # a defect of attnlab's, not of the run: still a row, naming it
         row["status"] = row["status"] or "unreadable"
         row["problems"] = [f"cannot be read ({type(err).__name__}: {safe_read.printable(str(err), 300)})"]
@@ -236,7 +242,8 @@ def row_from(files: RunFiles, job: str | None = None, *, sweep_end: bool = False
     return row
 
 
-def _fill_row(row: dict[str, Any], files: RunFiles, sweep_end: bool, metrics: Any, attention: Any) -> None:
+def _fill_row(row: dict[str, Any], files: RunFiles, sweep_end: bool, metrics: Any, attention: Any,
+              focus: FocusSink | None) -> None:
     run_dir, summary, config = files.run_dir, files.summary, files.config
     row["status"] = files.status
     if files.linked:
@@ -259,11 +266,12 @@ def _fill_row(row: dict[str, Any], files: RunFiles, sweep_end: bool, metrics: An
         below = np.flatnonzero(losses < as_float(threshold)) if threshold else ()
         row.update(final_loss=float(losses[-1]) if len(losses) else None, steps_run=len(steps),
                    steps_to_threshold=int(steps[below[0]]) if len(below) else None)
-    if attention is UNREAD:
+    if attention is UNREAD and focus is None:
         attention = files.attempt(saved_attention, run_dir, setting(config, "tokenizer.encoding", str, "gpt2"),
                                   root=files.root)
     row["focus_query"] = setting(config, "train.focus_token", int, 1)  # not a column: the focus curves' row
-    cells = _focus(attention, row["focus_query"]) if attention is not None else {}
+    cells = (focus_cells(focus) if focus is not None else
+             _focus(attention, row["focus_query"]) if attention is not None and attention is not UNREAD else {})
     recorded = cells.pop("focus", None)
     row.update(cells)
     files.problems.extend(f"{name}: missing" for name in files.expected_files()

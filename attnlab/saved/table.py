@@ -38,6 +38,8 @@ def columns_of(rows: Sequence[dict[str, Any]], table: bool = False) -> list[str]
     """The row columns, the observation columns some row has, ``path`` (:mod:`attnlab.saved.columns`'
     order); with ``table=True`` those the spec shows for these rows (``hide``), ``error`` last."""
     cols = ROW_KEYS + [c for c in OBSERVED if any(r.get(c) is not None for r in rows)] + ["path"]
+    if any("verdict" in r for r in rows):  # attnlab-reproduce's verdicts, beside the student's name
+        cols.insert(cols.index("name") + 1, "verdict")
     if table:
         def shows(c: str) -> bool:
             hide, values = column(c).hide, [r.get(c) for r in rows if r.get(c) not in (None, "")]

@@ -4,6 +4,8 @@ summary.json records, and Hydra's copy of the config), and the verdict :func:`de
 from __future__ import annotations
 
 import contextlib
+import csv
+import io
 import math
 import os
 from dataclasses import dataclass, field
@@ -332,3 +334,24 @@ def format_verdict(verdict: Verdict) -> str:
                      "-" if d.max_abs_diff is None else f"{d.max_abs_diff:.6g}", d.note))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     return "\n".join([header, *("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)])
+
+
+def read_verdicts(path: Path) -> dict[str, dict[str, Any]]:
+    """The verdict table ``attnlab-reproduce --csv`` wrote, read as data: job -> ``{"verdict", "differs"}``.
+    RunFileError (one line) for a file that is not one (no ``job`` or ``verdict`` column)."""
+    path = Path(path)
+    text = safe_read.decode_utf8(safe_read.read_bytes(path, safe_read.METRICS_LIMIT, root=path.parent), path)
+    reader = csv.DictReader(io.StringIO(text))
+    if not {"job", "verdict"} <= set(reader.fieldnames or ()):
+        raise safe_read.RunFileError(path, "not a verdict table (attnlab-reproduce --csv writes one: columns job, "
+                                     "name, verdict, differs, reproduction)")
+    return {row["job"]: {"verdict": row["verdict"], "differs": row.get("differs") or None} for row in reader}
+
+
+def verdict_text(row: dict[str, Any] | None) -> str | None:
+    """A verdict row as one cell: the verdict in the reader's language, then what differs."""
+    if not row or not row.get("verdict"):
+        return None
+    key = str(row["verdict"])
+    shown = _(key) if key in VERDICTS else printable(key, 60)
+    return f"{shown}: {printable(row['differs'], 600)}" if row.get("differs") else shown
