@@ -35,6 +35,7 @@ from attnlab.core.files import printable
 from attnlab.core.i18n import N_, _
 from attnlab.outputs import artifacts, destination, rundir, streams
 from attnlab.outputs.console import display_path
+from attnlab.outputs.drawing import end_with_parent
 from attnlab.saved import runs, safe_read
 from attnlab.saved.report import render
 from attnlab.saved.report_data import collect_records
@@ -215,6 +216,7 @@ def _use_kernels(kernels: str) -> None:
         os.environ["ATEN_CPU_CAPABILITY"] = kernels.lower()
     with contextlib.suppress(ValueError):
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+    end_with_parent()  # a killed command leaves no worker behind
     import torch  # noqa: F401  (once per worker, while the others start)
 
 
