@@ -116,6 +116,17 @@ def test_a_preset_that_describes_a_sweep_is_refused_by_one_run_in_one_line(call,
     assert capsys.readouterr().out == ""  # nothing ran
 
 
+def test_train_refuses_a_walkthrough_and_shows_a_bar_in_a_notebook(monkeypatch, capsys):
+    from attnlab.commands import api
+
+    with pytest.raises(AttnlabError, match=r"^task=walkthrough: .* attnlab\.walkthrough"):
+        attnlab.train("experiment=tutorial_walkthrough")
+    monkeypatch.setattr(api, "_in_notebook", lambda: True)  # a cell's output is no terminal: the bar shows all the same
+    run = attnlab.train(train__steps=1000, train__snapshot_steps=[0, 999])
+    err = capsys.readouterr().err
+    assert run.steps_run == 1000 and re.search(r"\b\d+/1000 \[", err)  # tqdm's bar (leave=False: its last state varies)
+
+
 def test_exercise4_runs_the_presets_six_jobs_and_returns_their_table(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     table = attnlab.exercise(4)

@@ -168,6 +168,9 @@ def train(*args: Any, sinks: Iterable[Sink] = (), run_dir: Path | None = None, k
     if len(args) == 2 and isinstance(args[0], DictConfig) and not isinstance(args[1], (str, DictConfig)):
         args, sinks = args[:1], args[1]  # train(cfg, sinks), as training.train takes them
     cfg = _config(args, options, "train")
+    if str(plain(OmegaConf.select(cfg, "task", default="train"))) == "walkthrough":
+        raise AttnlabError(_("task=walkthrough: this config narrates §1–4 and trains nothing; "
+                             "attnlab.walkthrough(...) runs it"))
     return _train(cfg, list(sinks), run_dir, keep_snapshots, keep_losses, notebook=_in_notebook())
 
 

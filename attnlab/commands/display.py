@@ -18,7 +18,7 @@ from attnlab.core.errors import AttnlabError
 from attnlab.core.i18n import _
 from attnlab.core.records import RunInfo, RunResult
 
-FRAME_HEIGHT_PX = 820  # the report page's detail view (heatmap, slider, loss) without scrolling
+FRAME_HEIGHT_PX = 860  # the report page's detail view (heatmap, slider, loss) without scrolling
 
 
 def frame(page: str, title: str, height: int = FRAME_HEIGHT_PX) -> str:
@@ -83,7 +83,9 @@ class Run(RunResult):
             with tempfile.TemporaryDirectory(prefix="attnlab-run-") as tmp:
                 run_dir = Path(tmp) / "run"
                 self._write_records(run_dir)
-                self._page = render([load_run(run_dir, name=self._name())])
+                record = load_run(run_dir, name=self._name())
+            record["run_dir"] = _("in memory: run.save(DIR) writes it into a folder")  # (that one is gone)
+            self._page = render([record])
         return self._page
 
     def _name(self) -> str:
@@ -93,12 +95,11 @@ class Run(RunResult):
         return self.png()
 
     def _repr_html_(self) -> str:
+        """The §5 figure, then the report page in its sandboxed frame (the cell's printed lines say the rest)."""
         png = self.png()
         image = ("" if png is None else f'<img alt="{html.escape(_("Attention weights during training"))}" '
                  f'src="data:image/png;base64,{base64.b64encode(png).decode("ascii")}" style="max-width: 100%;">')
-        text = html.escape(self.lines()[0]) + "".join(f"<br>{html.escape(line.strip())}" for line in self.lines()[1:-1])
-        return (f'<div class="attnlab-run"><p style="font-family: monospace;">{text}</p>{image}'
-                f'{frame(self.page(), _("attnlab report"))}</div>')
+        return f'<div class="attnlab-run">{image}{frame(self.page(), _("attnlab report"))}</div>'
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         bundle: dict[str, Any] = {"text/plain": repr(self)}
