@@ -17,6 +17,11 @@ from conftest import compose_cfg, sweep_jobs
 NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?:e[-+]\d+)?")
 
 
+@pytest.fixture(autouse=True)
+def english():
+    i18n.set_language("en")  # whatever a test before left
+
+
 @pytest.fixture(scope="module")
 def exercise_rows(tmp_path_factory):
     """``{n: rows}`` of each exercise's sweep (exercise 4 with 30 and 60 steps: the same grid, cheaper)."""
@@ -33,7 +38,7 @@ def exercise_rows(tmp_path_factory):
 
 
 @pytest.fixture
-def zh():
+def zh(english):
     i18n.set_language("zh")
     yield
     i18n.set_language("en")

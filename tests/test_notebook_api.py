@@ -201,3 +201,18 @@ def test_use_chinese_font_draws_a_chinese_title_without_a_missing_glyph():
         assert name in matplotlib.rcParams["font.sans-serif"]
     finally:
         matplotlib.rcParams.update(saved)
+
+
+@pytest.mark.parametrize("overrides", [
+    ("experiment=exercise2", "sentence=你好 世界, 朋友"),  # a free text's comma sweeps; the preset's values replaced
+    ("optimizer.lr=0.01,0.1", "sentence=Hello world", "train.steps=5", "logging=off", "seed=3"),
+])
+def test_a_sweep_in_python_has_the_commands_jobs_and_rows(overrides, tmp_path, attnlab_here, capsys):
+    from attnlab.saved.runs import collect_rows
+
+    proc = attnlab_here("-m", *overrides, f"hydra.sweep.dir={tmp_path / 'cli'}", "logging.console=false")
+    assert proc.returncode == 0, proc.stderr
+    table = attnlab.sweep(*overrides, "logging.console=false")
+    keys = ("job", "status", "n_tokens", "tokens", "final_loss", "focus_target", "focus_weight")
+    assert [{k: r.get(k) for k in keys} for r in table.rows] == \
+        [{k: r.get(k) for k in keys} for r in collect_rows([tmp_path / "cli"])]

@@ -3,8 +3,10 @@ before anything is written into it, and print the table at the end of every swee
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import os
+import re
 import signal
 import sys
 from pathlib import Path
@@ -18,6 +20,7 @@ from attnlab.commands import sweep
 from attnlab.commands.job import EXIT_BAD_INPUT
 from attnlab.core import interrupts
 from attnlab.core.errors import AttnlabError, ConfigError, describe
+from attnlab.core.i18n import N_, _
 from attnlab.outputs import rundir
 from attnlab.saved.report import write_sweep_report
 
@@ -121,6 +124,35 @@ def end_stopped_sweep(table: bool = True) -> None:
             NeverOverwrite().on_multirun_end(config)
 
 
+# the launchers' English log lines (Hydra's basic launcher, joblib's), said in the learner's language
+LAUNCHER_LINES = [(re.compile(r"Launching (?P<n>\d+) jobs locally"), N_("Launching {n} jobs locally")),
+                  (re.compile(r"Launching jobs, sweep output dir : (?P<dir>.*)"),
+                   N_("Launching jobs, sweep output dir: {dir}")),
+                  (re.compile(r"Joblib\.Parallel\((?P<args>.*)\) is launching (?P<n>\d+) jobs"),
+                   N_("Joblib.Parallel({args}) is launching {n} jobs"))]
+LAUNCHER_LOGGERS = ("hydra._internal.core_plugins.basic_launcher", "hydra_plugins.hydra_joblib_launcher._core")
+
+
+class LauncherLines(logging.Filter):
+    """Rewrites a launcher's log line of :data:`LAUNCHER_LINES` in the learner's language (others pass)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        for pattern, said in LAUNCHER_LINES:
+            if m := pattern.fullmatch(text):
+                record.msg, record.args = _(said).format(**m.groupdict()), None
+                break
+        return True
+
+
+def speak_in_launcher_lines() -> None:
+    """Add :class:`LauncherLines` to the launchers' loggers (once)."""
+    for name in LAUNCHER_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, LauncherLines) for f in logger.filters):
+            logger.addFilter(LauncherLines())
+
+
 class NeverOverwrite(Callback):
     """Claim ``hydra.run.dir`` or ``hydra.sweep.dir`` (each job's folder: ``run_job``) before anything
     is written into it; a Ctrl-C that came while Python was importing stops here."""
@@ -146,6 +178,7 @@ class SweepSummary(Callback):
     exit status in :data:`sweep_exit_status`) and with ``logging.report`` the sweep's ``report.html``."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        speak_in_launcher_lines()
         sweep.name_by_swept_keys(config)  # job folders name what varies, not the constant overrides
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
@@ -159,6 +192,6 @@ class SweepSummary(Callback):
             print(f"error: the sweep summary was not written: {describe(err)}", file=sys.stderr)
         if config.logging.get("report", False):
             try:
-                print(f"report: {write_sweep_report(sweep_dir)}")
+                print(_("report: {path}").format(path=write_sweep_report(sweep_dir)))
             except Exception as err:
                 print(f"warning: {sweep_dir / 'report.html'} not written: {describe(err)}", file=sys.stderr)

@@ -11,7 +11,6 @@ checks source text (a notebook's cells) the same way.
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import copy
 import functools
@@ -26,6 +25,7 @@ import torch
 
 from attnlab.commands import learner
 from attnlab.commands.api import compose
+from attnlab.commands.arguments import HelperParser, speak
 from attnlab.core.errors import AttnlabError
 from attnlab.core.files import RunFileError, read_own_file
 from attnlab.core.i18n import _
@@ -207,7 +207,8 @@ def report(outcomes: Iterator[learner.Outcome], all_stages: list[Stage], out: Te
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The exit status of ``attnlab-check ARGV`` (module docstring)."""
-    parser = argparse.ArgumentParser(prog="attnlab-check", description=_(
+    argv = speak(argv)
+    parser = HelperParser("attnlab-check", _(
         "Check your own code for the tutorial's §2–4 (embedding, positions, Q/K/V, scaled scores, softmax, Z) "
         "against the tutorial's numbers, stage by stage: the first stage that differs, expected vs got, the "
         "likely mistake. It imports and runs FILE.py, your own code, as pytest would: run it on files you "

@@ -28,7 +28,7 @@ def frame(page: str, title: str, height: int = FRAME_HEIGHT_PX) -> str:
             f'style="width: 100%; height: {height}px; border: 1px solid #ccc; border-radius: 4px;"></iframe>')
 
 
-@dataclass
+@dataclass(eq=False)  # a run is itself (its arrays have no one truth value)
 class Run(RunResult):
     """A training run (:class:`RunResult`) with what it knew at its start (``info``: the resolved config,
     the tokens, the focus token) and its observations (``recorded``: ``focus`` as summary.json has it,

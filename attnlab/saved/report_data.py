@@ -16,8 +16,11 @@ import numpy as np
 from attnlab.core.config import loss_name
 from attnlab.core.files import PAGE_BYTES_PER_WEIGHT, PAGE_WEIGHT_BUDGET, page_frame_bytes
 from attnlab.core.focus import FocusSink, Uniform
+from attnlab.core.i18n import _
 from attnlab.core.records import RunInfo, Sink, Snapshot
+from attnlab.outputs.console import generation_lines
 from attnlab.saved import runs, safe_read, table
+from attnlab.saved.columns import OBSERVED
 from attnlab.saved.safe_read import ATTENTION, METRICS, WALKTHROUGH, RunFileError, printable
 from attnlab.saved.swept import run_labels, short_names
 from attnlab.saved.verdict import verdict_text
@@ -122,7 +125,7 @@ def _record(run_dir: Path, name: str | None) -> dict[str, Any]:
         "snapshots_total": 0, "weights": [], "heads": 0, "snapshot_loss": [], "loss": {"steps": [], "values": [],
         "total": 0}, "loss_name": None, "loss_threshold": None, "steps_to_threshold": None, "final_loss": None,
         "steps_run": None, "wall_time_s": None, "focus_token": None, "focus": None, "config": {}, "overrides": [],
-        "versions": {}, "recorded": {}, "table": {}, "focus_series": None}
+        "versions": {}, "recorded": {}, "table": {}, "observations": [], "focus_series": None}
 
 
 def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int = WEIGHT_BUDGET, *,
@@ -139,7 +142,7 @@ def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int
     if files.linked:  # nothing read through a link
         row = runs.row_from(files, name)
         return {**rec, "status": "unreadable", "error": files.problems[0], "problems": files.problems,
-                "table": table.page_cells(row)}
+                "table": table.page_cells(row), "observations": []}
     used = files.config
     focus = runs.setting(used, "train.focus_token", int, 1)
     metrics = (files.attempt(safe_read.read_run_metrics, run_dir, root=files.root)
@@ -206,6 +209,8 @@ def _fill(rec: dict[str, Any], files: runs.RunFiles, name: str | None, metrics: 
     if not isinstance(summary.get("config"), dict):  # Hydra's file: plain ${a.b} looked up, the rest shown as text
         with contextlib.suppress(RunFileError):
             shown = safe_read.resolve_references(used)
+    if isinstance(shown, dict) and shown.get("text_file"):  # a run that read a file never used its sentence
+        shown = {k: v for k, v in shown.items() if k != "sentence"}
     rec["config"] = _jsonable(shown)
     rec["overrides"] = _jsonable(files.overrides)
     rec["versions"] = _jsonable(summary.get("versions") or {})
@@ -217,6 +222,7 @@ def _fill(rec: dict[str, Any], files: runs.RunFiles, name: str | None, metrics: 
     attention, sink = seen if seen is not None else (None, None)
     row = runs.row_from(files, name, metrics=metrics, attention=attention, focus=sink)
     rec["table"] = table.page_cells(row)
+    rec["observations"] = observations(rec["table"], summary)
     rec["loss_name"] = loss_name([row.get("objective")])
     for key in ("final_loss", "steps_run", "wall_time_s", "steps_to_threshold"):  # the row's numbers
         rec[key] = _jsonable(row[key])
@@ -241,6 +247,23 @@ def _fill(rec: dict[str, Any], files: runs.RunFiles, name: str | None, metrics: 
     rec["problems"] = [printable(p, MAX_STR) for p in files.problems]
     rec["error"] = _jsonable(row["error"])
     return rec
+
+
+def observations(cells: dict[str, dict[str, Any]], summary: dict[str, Any]) -> list[dict[str, str]]:
+    """What the run measured, as a learner reads it (``title``, ``text``): the exercise observations' table
+    cells (:mod:`attnlab.saved.columns`), a GPT's validation loss and its continuation of the prompt."""
+    out = [{"title": table.header(c), "text": cells[c].get("full") or cells[c]["text"]}
+           for c in OBSERVED if c in cells and cells[c]["text"] != "-"]
+    if isinstance(summary.get("val_loss"), (int, float)) and not isinstance(summary.get("val_loss"), bool):
+        out.append({"title": _("validation loss"), "text": f"{summary['val_loss']:.4f}"})
+    generation = summary.get("generation")
+    if isinstance(generation, dict):
+        try:
+            text = "\n".join(printable(line, MAX_STR) for line in generation_lines(generation))
+            out.append({"title": _("continuation"), "text": text})
+        except (KeyError, TypeError, ValueError):  # a summary.json someone edited: its raw data stays in the page
+            pass
+    return out
 
 
 def _load_attention(rec: dict[str, Any], run_dir: Path, root: Path, max_weight_bytes: int,
