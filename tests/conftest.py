@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import csv
+import importlib.util
 import itertools
 import json
 import os
@@ -29,6 +30,9 @@ from attnlab.commands.argv import prepare  # noqa: E402
 from attnlab.commands.hydra_config import register_configs  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+# the joblib launcher is an extra (make setup installs it; `pip install -e ".[test]"` does not)
+JOBLIB = pytest.mark.skipif(importlib.util.find_spec("hydra_plugins.hydra_joblib_launcher") is None,
+                            reason="the joblib launcher is not installed: pip install -e '.[launchers]'")
 # Tutorial §5 (seed 42, std 1.0, Adam lr 0.05): printed loss and ' journey' row at each snapshot.
 GOLDEN_SECTION5 = {
     0: (2.3566, [0.22, 0.12, 0.13, 0.14, 0.19, 0.21]),
@@ -237,6 +241,8 @@ def no_child_left():
     ``attnlab`` child of this test process still running at the end is killed (the children of each
     of its threads, /proc/PID/task/TID/children)."""
     yield
+    if not Path("/proc").is_dir():  # (macOS, Windows: no /proc to look in)
+        return
     for task in Path(f"/proc/{os.getpid()}/task").iterdir():
         try:
             children = (task / "children").read_text().split()
@@ -249,3 +255,20 @@ def no_child_left():
                     os.kill(int(pid), 9)
             except OSError:
                 pass
+
+
+def _default_run_dirs() -> set[Path]:
+    """The folders two levels below the repo's ``outputs/`` and ``multirun/`` (Hydra's default run
+    and sweep dirs: ``outputs/DATE/TIME``)."""
+    return {run for top in ("outputs", "multirun") if (ROOT / top).is_dir()
+            for day in (ROOT / top).iterdir() if day.is_dir() for run in day.iterdir()}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def repo_outputs_untouched():
+    """The suite leaves nothing in the repo's ``outputs/`` or ``multirun/``: a run a test starts from
+    the repo's folder without a run dir fails the session here, naming its folder (pass ``cwd=tmp_path``)."""
+    before = _default_run_dirs()
+    yield
+    new = sorted(_default_run_dirs() - before)
+    assert not new, f"tests left runs in the repo (their summary.json names the overrides): {new}"

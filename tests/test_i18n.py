@@ -125,12 +125,12 @@ def test_lang_zh_prints_the_tutorials_section5_lines_exactly(monkeypatch, tmp_pa
     assert all(line in (ROOT / "README.zh-CN.md").read_text(encoding="utf-8") for line in expected)
 
 
-def test_lang_zh_help_and_errors_are_chinese(english_after):
+def test_lang_zh_help_and_errors_are_chinese(english_after, tmp_path):
     proc = run_here("lang=zh", "--help")
     assert proc.returncode == 0 and "== 用法 ==" in proc.stdout and "train.focus_token" in proc.stdout
-    bad = run_here("lang=zh", "model.d_model=0")
+    bad = run_here("lang=zh", "model.d_model=0", cwd=tmp_path)  # (its failed run goes to tmp_path/outputs)
     assert (bad.returncode, bad.stderr) == (2, "错误: model.d_model=0: 必须是正整数\n")
-    en = run_here("lang=en", "model.d_model=0")
+    en = run_here("lang=en", "model.d_model=0", cwd=tmp_path)
     assert en.stderr == "error: model.d_model=0: must be a positive integer\n"
 
 

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -19,22 +20,29 @@ SIM = ROOT / "tests" / "winsim"
 TINY = ("logging=off", "train.steps=5", "train.snapshot_steps=[0,4]")
 
 
-def simulated(*argv: str, cwd: Path) -> subprocess.CompletedProcess:
-    """``python ARGV`` in the simulation (exit status and text output)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SIM), str(ROOT)]), "MPLBACKEND": "Agg"}
+def simulated(*argv: str, cwd: Path, wait: bool = True):
+    """``python ARGV`` in the simulation: its CompletedProcess (exit status, text output), or when not
+    ``wait`` the Popen. The locale's encoding is ASCII (as Windows' ANSI code page is not UTF-8: a file
+    opened without ``encoding=`` fails on Chinese); the standard streams are UTF-8."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SIM), str(ROOT)]), "MPLBACKEND": "Agg",
+           "LC_ALL": "C", "PYTHONCOERCECLOCALE": "0", "PYTHONUTF8": "0", "PYTHONIOENCODING": "utf-8"}
     env.pop("HYDRA_FULL_ERROR", None)
-    return subprocess.run([sys.executable, *argv], cwd=cwd, env=env, capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL, timeout=300)
+    proc = subprocess.Popen([sys.executable, *argv], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    if not wait:
+        return proc
+    out, err = proc.communicate(timeout=300)
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
-def command(name: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
+def command(name: str, *args: str, cwd: Path, wait: bool = True):
     """The console script ``name`` (its entry point, as the installed command runs it)."""
     from importlib.metadata import entry_points
 
     target = next(e for e in entry_points(group="console_scripts") if e.name == name).value
     module, func = target.split(":")
     return simulated("-c", f"import sys; from {module} import {func}; sys.argv[0] = {name!r}; sys.exit({func}())",
-                     *args, cwd=cwd)
+                     *args, cwd=cwd, wait=wait)
 
 
 @pytest.fixture(scope="module")
@@ -64,12 +72,12 @@ def test_the_simulation_removes_what_windows_lacks(here):
         import attnlab.commands.cli
         from attnlab.core import files, interrupts
         from attnlab.core.checks import available_memory
-        print(files._OPENAT, sorted(s.name for s in interrupts.SIGNALS), available_memory(),
+        print(files._OPENAT, [int(s) for s in interrupts.SIGNALS], available_memory(),
               sorted(m for m in ("fcntl", "resource", "termios") if sys.modules.get(m) is not None))
         """, cwd=here)
     assert (proc.returncode, proc.stderr) == (0, "")
-    # no POSIX name left; attnlab takes the lstat walk, Ctrl-C and SIGTERM only, no memory figure
-    assert proc.stdout == "[] []\nFalse ['SIGINT', 'SIGTERM'] None []\n"
+    # no POSIX name left; attnlab takes the lstat walk, Ctrl-C, SIGTERM and Ctrl-Break, no memory figure
+    assert proc.stdout == "[] []\nFalse [2, 15, 21] None []\n"
 
 
 def test_attnlab_prints_the_tutorials_five_lines(tutorial):
@@ -84,17 +92,20 @@ def test_attnlab_prints_the_tutorials_five_lines(tutorial):
 
 
 def test_a_sweep_and_attnlab_compare(here):
-    proc = command("attnlab", "-m", *TINY, "seed=1,2", 'sentence="a:b?c","d*e|f."', "hydra.sweep.dir=sweep",
-                   cwd=here)
+    (here / "zh.txt").write_text("你的旅程从一步开始", encoding="utf-8")  # Chinese in every file the job writes
+    proc = command("attnlab", "-m", *TINY, 'sentence="a:b?c","d*e|f."', "text_file=null,zh.txt",
+                   "hydra.sweep.dir=sweep", cwd=here)
     assert proc.returncode == 0, proc.stderr
     jobs = sorted(p.name for p in (here / "sweep").iterdir() if p.is_dir())
-    # job folders valid on NTFS: no : * ? " < > |, no trailing dot
-    assert jobs == ["0_seed=1,sentence=a_b_c", "1_seed=1,sentence=d_e_f_", "2_seed=2,sentence=a_b_c",
-                    "3_seed=2,sentence=d_e_f_"]
+    # job folders valid on NTFS: no : * ? " < > | (a trailing dot: tests/test_sweep.py)
+    assert jobs == ["0_sentence=a_b_c,text_file=null", "1_sentence=a_b_c,text_file=zh.txt",
+                    "2_sentence=d_e_f.,text_file=null", "3_sentence=d_e_f.,text_file=zh.txt"]
     assert "4 jobs, 4 completed" in proc.stdout
     compare = command("attnlab-compare", "sweep", cwd=here)
     assert compare.returncode == 0, compare.stderr
-    assert [line.split()[0] for line in compare.stdout.splitlines() if line[:1].isdigit()] == jobs
+    rows = {line.split()[0]: line for line in compare.stdout.splitlines()[2:6]}
+    assert sorted(rows) == jobs
+    assert "'的'" in rows["1_sentence=a_b_c,text_file=zh.txt"]  # the focus token of the Chinese text
 
 
 def test_attnlab_report_and_attnlab_reproduce(tutorial, here):
@@ -118,3 +129,19 @@ def test_the_python_api(here):
         """, cwd=here)
     assert (proc.returncode, proc.stderr) == (0, "")
     assert proc.stdout.splitlines()[-1] == "(5,) [0, 4]"
+
+
+def test_ctrl_break_stops_a_run_at_the_next_step(here):
+    run = here / "long"
+    proc = command("attnlab", "logging=off", "logging.console=false", "train.steps=2000000",
+                   "train.snapshot_steps=[0]", "hydra.run.dir=long", cwd=here, wait=False)
+    partial = run / ".metrics.csv.partial"
+    deadline = time.monotonic() + 120
+    while not (partial.is_file() and partial.read_bytes().count(b"\n") > 100):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    os.kill(proc.pid, 21)  # the simulation's SIGBREAK
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err
+    summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
+    assert summary["status"] == "interrupted" and err == f"{summary['error']}; records kept in long\n"

@@ -109,10 +109,7 @@ def _reserve(held: Claim) -> bool:
     """Write :data:`RESERVE_BYTES` of zeros (at most 1/8 of the free space) into the lock file: a full
     disk then still has room for the run's last writes (summary.json), given back by :func:`release_reserve`."""
     try:
-        size = min(RESERVE_BYTES, shutil.disk_usage(held.path).free // 8)
-        if size > 0:
-            os.write(held.fd, bytes(size))
-        return size > 0
+        return os.write(held.fd, bytes(min(RESERVE_BYTES, shutil.disk_usage(held.path).free // 8))) > 0
     except OSError:  # no room, a file-size limit: no reserve
         return False
 

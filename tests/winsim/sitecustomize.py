@@ -4,7 +4,7 @@ POSIX-only modules and names that Windows lacks, so attnlab's feature detection 
 
 Removed: the modules ``fcntl``, ``resource``, ``termios`` (importing one raises ImportError);
 ``signal.SIGHUP``, ``SIGQUIT``; ``os.O_NOFOLLOW``, ``O_NONBLOCK``, ``O_DIRECTORY``, ``O_CLOEXEC``,
-``posix_fallocate``, ``statvfs``, ``fstatvfs``, ``sysconf``. Kept as Windows has them: ``shutil.disk_usage``
+``posix_fallocate``, ``statvfs``, ``fstatvfs``, ``sysconf``. Added: ``signal.SIGBREAK`` (Ctrl-Break). Kept as Windows has them: ``shutil.disk_usage``
 (on Windows a call of its own, here bound to the real statvfs) and filelock's descriptor lock (on Windows
 ``LockFileEx``, here the real ``flock`` underneath, as filelock itself cannot see it). ``os.name``,
 path syntax and the file system stay Linux's."""
@@ -33,6 +33,7 @@ for _name in ("SIGHUP", "SIGQUIT"):
     if hasattr(signal, _name):
         delattr(signal, _name)
     signal.Signals._member_map_.pop(_name, None)
+signal.SIGBREAK = 21  # Windows' Ctrl-Break (its number there; here SIGTTIN's, which no test sends otherwise)
 for _name in ("O_NOFOLLOW", "O_NONBLOCK", "O_DIRECTORY", "O_CLOEXEC", "posix_fallocate", "statvfs", "fstatvfs",
               "sysconf"):
     if hasattr(os, _name):
