@@ -14,12 +14,10 @@ import contextlib
 import datetime as _dt
 import io
 import multiprocessing
-import multiprocessing.connection
 import os
 import platform
 import signal
 import sys
-import threading
 from collections import Counter
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from pathlib import Path
@@ -37,6 +35,7 @@ from attnlab.core.files import printable
 from attnlab.core.i18n import N_, _
 from attnlab.outputs import artifacts, destination, rundir, streams
 from attnlab.outputs.console import display_path
+from attnlab.outputs.drawing import end_with_parent
 from attnlab.saved import runs, safe_read
 from attnlab.saved.report import render
 from attnlab.saved.report_data import collect_records
@@ -219,13 +218,7 @@ def _use_kernels(kernels: str) -> None:
         os.environ["ATEN_CPU_CAPABILITY"] = kernels.lower()
     with contextlib.suppress(ValueError):
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if (parent := multiprocessing.parent_process()) is not None:  # the command gone (killed): this worker too
-
-        def end_with_parent() -> None:
-            multiprocessing.connection.wait([parent.sentinel])
-            os._exit(1)
-
-        threading.Thread(target=end_with_parent, daemon=True).start()
+    end_with_parent()  # a killed command leaves no worker behind
     import torch  # noqa: F401  (once per worker, while the others start)
 
 

@@ -29,6 +29,13 @@ JSON_MAX_DEPTH = 32
 REFERENCE_CHAIN = 8  # ${a} -> ${b} -> ... plain references followed at most
 TEXT_LIMIT = 200  # characters printable() keeps by default
 TEXT_FILE_LIMIT = 1024 * 1024  # bytes of a text_file (the default tokenizer.max_tokens=4096 is ~20 KB)
+PAGE_WEIGHT_BUDGET = 18_000_000  # bytes of attention weights (JSON) on one report page, shared by its runs
+PAGE_BYTES_PER_WEIGHT = 7  # upper bound of one weight in the page's JSON: "0.1234," (rounded to 4 decimals)
+
+
+def page_frame_bytes(H: int, T: int) -> int:
+    """Upper bound of the report page's JSON bytes of one (H, T, T) snapshot."""
+    return H * T * (PAGE_BYTES_PER_WEIGHT * T + 2) + 2 * H + 2
 
 # bytes read from run-dir files, and bytes of .npz member data decompressed (or copied)
 _counters = {"bytes_read": 0, "bytes_decompressed": 0}

@@ -14,6 +14,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from attnlab.core.config import loss_name
+from attnlab.core.files import PAGE_BYTES_PER_WEIGHT, PAGE_WEIGHT_BUDGET, page_frame_bytes
 from attnlab.core.focus import FocusSink, Uniform
 from attnlab.core.i18n import _
 from attnlab.core.records import RunInfo, Sink, Snapshot
@@ -24,8 +25,8 @@ from attnlab.saved.safe_read import ATTENTION, METRICS, WALKTHROUGH, RunFileErro
 from attnlab.saved.swept import run_labels, short_names
 from attnlab.saved.verdict import verdict_text
 
-WEIGHT_BUDGET = 18_000_000  # bytes of weights JSON on one page, shared by its runs
-BYTES_PER_WEIGHT = 7  # upper bound of one weight in JSON: "0.1234," (rounded to 4 decimals)
+WEIGHT_BUDGET = PAGE_WEIGHT_BUDGET  # bytes of weights JSON on one page, shared by its runs (the run's estimate too)
+BYTES_PER_WEIGHT = PAGE_BYTES_PER_WEIGHT  # upper bound of one weight in JSON: "0.1234," (rounded to 4 decimals)
 DECIMALS = 4
 MIN_FRAMES = 2  # first and last snapshot, whatever the budget
 MAX_LOSS_POINTS = 2000  # loss curve points per run on the page
@@ -39,9 +40,7 @@ _KNOWN_SUMMARY = {"status", "task", "started_at", "final_loss", "steps_run", "wa
                   "versions", "steps_to_threshold", "token_table", "config", "overrides"}
 
 
-def frame_bytes(H: int, T: int) -> int:
-    """Upper bound of the JSON bytes of one (H, T, T) snapshot."""
-    return H * T * (BYTES_PER_WEIGHT * T + 2) + 2 * H + 2
+frame_bytes = page_frame_bytes  # upper bound of the JSON bytes of one (H, T, T) snapshot
 
 
 def pick_frames(n: int, budget: int, fbytes: int) -> list[int]:
