@@ -30,9 +30,19 @@ from attnlab.commands.argv import prepare  # noqa: E402
 from attnlab.commands.hydra_config import register_configs  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # its parent package is missing
+        return False
+
+
 # the joblib launcher is an extra (make setup installs it; `pip install -e ".[test]"` does not)
-JOBLIB = pytest.mark.skipif(importlib.util.find_spec("hydra_plugins.hydra_joblib_launcher") is None,
+JOBLIB = pytest.mark.skipif(not _installed("hydra_plugins.hydra_joblib_launcher"),
                             reason="the joblib launcher is not installed: pip install -e '.[launchers]'")
+
 # Tutorial §5 (seed 42, std 1.0, Adam lr 0.05): printed loss and ' journey' row at each snapshot.
 GOLDEN_SECTION5 = {
     0: (2.3566, [0.22, 0.12, 0.13, 0.14, 0.19, 0.21]),
