@@ -23,7 +23,7 @@ from attnlab.outputs.console import generation_lines
 from attnlab.saved import runs, safe_read, table
 from attnlab.saved.columns import OBSERVED
 from attnlab.saved.safe_read import ATTENTION, METRICS, WALKTHROUGH, RunFileError, printable
-from attnlab.saved.swept import run_labels, short_names
+from attnlab.saved.swept import LINESTYLES, run_labels, run_styles, short_names
 from attnlab.saved.verdict import verdict_text
 
 WEIGHT_BUDGET = PAGE_WEIGHT_BUDGET  # bytes of weights JSON on one page, shared by its runs (the run's estimate too)
@@ -347,6 +347,9 @@ def collect_records(paths: Iterable[Path | str], *, found: list[tuple[Path, str,
                           short_names(names))
     for rec, (short, values) in zip(records, labelled):
         rec["label"] = printable(f"{short}: {values}" if values else short, MAX_STR)
+    dashes = dict(zip(LINESTYLES, ("", "6.7 2.9", "1.8 3", "11.5 2.9 1.8 2.9")))  # the page's DASHES
+    for rec, style in zip(records, run_styles([{"override_list": rec["overrides"]} for rec in records]) or []):
+        rec["style"] = {"color": style["color"], "dash": dashes[style["linestyle"]]}
     configs = [runs.read_run(r, root).config for r, _, root in found]  # as attnlab-compare reads them
     for rec, keys in zip(records, runs.differs(configs, against)):
         rec["differs_keys"], rec["differs"] = list(keys), runs.differs_text(keys)
