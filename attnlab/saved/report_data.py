@@ -1,7 +1,8 @@
 """The data of ``attnlab-report``'s page: one record per run (:func:`load_run`) built from
 attnlab-compare's row, text ``printable`` (:data:`MAX_STR`), configs cut at :data:`MAX_NODES` values.
 The runs share :data:`WEIGHT_BUDGET` bytes of weights JSON; a run whose snapshots do not fit keeps
-``max(2, share // frame_bytes)``, evenly spaced, first and last kept. Loss curves are thinned to
+``share // frame_bytes`` (:func:`pick_frames`), evenly spaced, first and last kept (only the last when one
+fits, none when none does). Loss curves are thinned to
 :data:`MAX_LOSS_POINTS`, keeping every shown snapshot's step."""
 from __future__ import annotations
 
@@ -28,7 +29,6 @@ from attnlab.saved.verdict import verdict_text
 WEIGHT_BUDGET = PAGE_WEIGHT_BUDGET  # bytes of weights JSON on one page, shared by its runs (the run's estimate too)
 BYTES_PER_WEIGHT = PAGE_BYTES_PER_WEIGHT  # upper bound of one weight in JSON: "0.1234," (rounded to 4 decimals)
 DECIMALS = 4
-MIN_FRAMES = 2  # first and last snapshot, whatever the budget
 MAX_LOSS_POINTS = 2000  # loss curve points per run on the page
 NPZ_LIMIT = safe_read.NPZ_LIMIT  # bytes: an archive read for a report, and its members' declared data
 MAX_STR = 2000  # characters of any one string put on the page (config values, errors), escapes included
@@ -44,8 +44,11 @@ frame_bytes = page_frame_bytes  # upper bound of the JSON bytes of one (H, T, T)
 
 
 def pick_frames(n: int, budget: int, fbytes: int) -> list[int]:
-    """Indices of the snapshots to show out of ``n``."""
-    return _thin(n, max(MIN_FRAMES, budget // max(fbytes, 1))).tolist()
+    """Indices of the snapshots of ``fbytes`` each to show out of ``n`` within ``budget`` bytes: evenly
+    spaced, the first and the last kept; only the last when one fits; none when none fits (the page
+    stays within its budget and says it shows 0 of ``n``)."""
+    k = budget // max(fbytes, 1)
+    return _thin(n, k).tolist() if k >= 2 else [n - 1] if k == 1 and n else []
 
 
 def weight_need(run_dir: Path, root: Path | None = None) -> int:
