@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.attnlab-installed
 
-.PHONY: setup run test lint i18n bench compat compat-src compat-oldest compat-newest clean
+.PHONY: setup run test test-notebook notebook lint i18n bench compat compat-src compat-oldest compat-newest clean
 
 setup: $(STAMP)
 
@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml constraints.txt
 	@echo "  torch and about 50 other packages, 1-5 minutes (longer when torch comes from PyPI)."
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install -c constraints.txt -e '.[launchers,test]'
+	$(BIN)/python -m pip install -c constraints.txt -e '.[launchers,sweepers,test]'
 	touch $(STAMP)
 	@echo "attnlab setup: done; the commands are in $(BIN) (attnlab, attnlab-check, attnlab-compare, attnlab-reproduce, attnlab-report)"
 
@@ -27,7 +27,15 @@ run: $(STAMP)
 # pytest's progress (a dot per test and the percentage done), the 10 slowest tests at the end
 test: $(STAMP)
 	$(BIN)/ruff check attnlab tests benchmarks
-	$(BIN)/python -m pytest -n 2 --dist loadscope --durations=10 $(ARGS)
+	$(BIN)/python -m pytest -n 2 --dist loadscope --durations=10 -m "not notebook" $(ARGS)
+
+# the companion notebook executed on a real kernel, offline, and its inline report opened in Chromium (~30 s)
+test-notebook: $(STAMP)
+	$(BIN)/python -m pytest -p no:xdist -m notebook $(ARGS)
+
+# notebooks/*.ipynb built from their jupytext source (notebooks/*.py, the one to edit)
+notebook: $(STAMP)
+	$(BIN)/jupytext --to ipynb notebooks/*.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check attnlab tests benchmarks

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import csv
+import importlib.util
 import itertools
 import json
 import os
@@ -29,6 +30,19 @@ from attnlab.commands.argv import prepare  # noqa: E402
 from attnlab.commands.hydra_config import register_configs  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # its parent package is missing
+        return False
+
+
+# the joblib launcher is an extra (make setup installs it; `pip install -e ".[test]"` does not)
+JOBLIB = pytest.mark.skipif(not _installed("hydra_plugins.hydra_joblib_launcher"),
+                            reason="the joblib launcher is not installed: pip install -e '.[launchers]'")
+
 # Tutorial §5 (seed 42, std 1.0, Adam lr 0.05): printed loss and ' journey' row at each snapshot.
 GOLDEN_SECTION5 = {
     0: (2.3566, [0.22, 0.12, 0.13, 0.14, 0.19, 0.21]),
@@ -105,8 +119,9 @@ def run_here(*args: str, cwd: Path | None = None, stdout=None) -> subprocess.Com
     from hydra.core.singleton import Singleton
 
     from attnlab.commands import callbacks, cli
+    from attnlab.core import interrupts
 
-    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    handlers = {sig: signal.getsignal(sig) for sig in interrupts.SIGNALS}
     saved = (Singleton.get_state(), os.getcwd(), dict(os.environ), sys.argv, cli.install_signal_handlers)
     out, err, code = io.StringIO(), io.StringIO(), 0
     os.environ.pop("HYDRA_FULL_ERROR", None)
@@ -236,6 +251,8 @@ def no_child_left():
     ``attnlab`` child of this test process still running at the end is killed (the children of each
     of its threads, /proc/PID/task/TID/children)."""
     yield
+    if not Path("/proc").is_dir():  # (macOS, Windows: no /proc to look in)
+        return
     for task in Path(f"/proc/{os.getpid()}/task").iterdir():
         try:
             children = (task / "children").read_text().split()
@@ -248,3 +265,20 @@ def no_child_left():
                     os.kill(int(pid), 9)
             except OSError:
                 pass
+
+
+def _default_run_dirs() -> set[Path]:
+    """The folders two levels below the repo's ``outputs/`` and ``multirun/`` (Hydra's default run
+    and sweep dirs: ``outputs/DATE/TIME``)."""
+    return {run for top in ("outputs", "multirun") if (ROOT / top).is_dir()
+            for day in (ROOT / top).iterdir() if day.is_dir() for run in day.iterdir()}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def repo_outputs_untouched():
+    """The suite leaves nothing in the repo's ``outputs/`` or ``multirun/``: a run a test starts from
+    the repo's folder without a run dir fails the session here, naming its folder (pass ``cwd=tmp_path``)."""
+    before = _default_run_dirs()
+    yield
+    new = sorted(_default_run_dirs() - before)
+    assert not new, f"tests left runs in the repo (their summary.json names the overrides): {new}"

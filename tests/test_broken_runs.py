@@ -21,7 +21,8 @@ import pytest
 from report_helpers import page_data
 
 from attnlab.commands import compare, sweep
-from attnlab.saved import report, report_data, runs, table
+from attnlab.commands import report as report_command
+from attnlab.saved import report_data, runs, table
 from attnlab.saved import safe_read as S
 
 # read_config's checks of ${...}: compare and the report never resolve anything, so for them these stay text
@@ -178,7 +179,7 @@ def test_a_damaged_run_is_one_row_and_one_record_beside_a_healthy_one(case, base
         S.printable(status, report_data.MAX_STR), None if error is None else S.printable(error, report_data.MAX_STR))
     assert bool(records[1]["problems"]) == broken
     page = tmp_path / "page.html"
-    code = report.main([str(folder), "-o", str(page)])
+    code = report_command.main([str(folder), "-o", str(page)])
     seen = capsys.readouterr()
     assert code == (1 if broken else 0), seen.err
     data = page_data(page)

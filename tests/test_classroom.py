@@ -17,6 +17,7 @@ import pytest
 from report_helpers import page_data
 
 from attnlab.commands import compare, reproduce
+from attnlab.commands import report as report_command
 from attnlab.commands.sweep import job_dirname
 from attnlab.core import checks
 from attnlab.core.errors import ConfigError
@@ -109,6 +110,11 @@ def test_one_command_verifies_the_class(classroom, tmp_path, capsys):
              for r in runs}
     assert shown == {n: ("not reproduced: loss" if n == "s13" else "reproduced exactly",
                          "optimizer.lr=0.5" if n == "s07" else "-") for n in NAMES}
+    again = tmp_path / "again.html"  # attnlab-report from the verdict table: the same view
+    assert report_command.main([str(collected), "--verdicts", str(tmp_path / "v.csv"), "--against",
+                                str(classroom["preset"]), "-o", str(again)]) == 0
+    assert [(r["table"]["name"]["text"], r["table"]["verdict"]["text"], r["table"].get("differs", {}).get("text"))
+            for r in page_data(again)["runs"]] == [(n, *shown[n]) for n in NAMES]
     assert page_data(page)["table_columns"][:3] == [{"key": "job", "title": "job", "right": False},
                                                    {"key": "name", "title": "name", "right": False},
                                                    {"key": "verdict", "title": "verdict", "right": False}]

@@ -14,7 +14,6 @@ import contextlib
 import io
 import json
 import os
-import resource
 import signal
 import subprocess
 import sys
@@ -106,7 +105,9 @@ def send(*sigs: int):
 
 @contextlib.contextmanager
 def file_size_limit(limit: int):
-    """No file of this process may grow beyond ``limit`` bytes (EFBIG) inside the block."""
+    """No file of this process may grow beyond ``limit`` bytes (EFBIG) inside the block (POSIX)."""
+    import resource
+
     soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
     resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
     try:
@@ -344,7 +345,7 @@ def test_kill_9_leaves_a_killed_run_that_keeps_its_snapshots_and_is_refused(tmp_
     poll(lambda: partial.is_file() and partial.read_bytes().count(b"\n") > 300, proc)
     assert rundir.run_is_live(run)
     assert runs.job_row(run)["status"] == "running"  # attnlab-compare, the sweep table and the report agree
-    assert (run / rundir.LOCK).read_bytes().split(b"\n")[0] == str(proc.pid).encode()
+    assert (run / rundir.LOCK).read_bytes().split(b"\n")[1] == str(proc.pid).encode()
     hydra_before = {f: (run / f).read_bytes() for f in hydra_files()}
     second = attnlab_here(f"hydra.run.dir={run}", *QUIET)  # a second run into the live run's folder
     assert (second.returncode, second.stderr) == (2, f"error: hydra.run.dir='{run}': another attnlab process "

@@ -6,6 +6,7 @@ character, and the README.zh-CN commands are README's."""
 from __future__ import annotations
 
 import gettext
+import locale
 import re
 import string
 
@@ -71,6 +72,18 @@ def test_default_language_is_the_locale_gettext_reads(monkeypatch, env, lang):
         monkeypatch.delenv(var, raising=False)
     for var, value in env.items():
         monkeypatch.setenv(var, value)
+    monkeypatch.setattr(locale, "getlocale", lambda: ("zh_CN", "UTF-8") if env else (None, None))  # env wins
+    assert i18n.default_language() == lang
+
+
+@pytest.mark.parametrize("os_locale, lang", [
+    (("Chinese (Simplified)_China", "936"), "zh"),  # Windows, Simplified Chinese
+    (("Chinese (Traditional)_Taiwan", "950"), "zh"), (("zh_CN", "UTF-8"), "zh"),  # macOS / Linux names
+    (("English_United States", "1252"), "en"), (("en_GB", "UTF-8"), "en"), ((None, None), "en")])
+def test_without_locale_variables_the_os_locale_decides(monkeypatch, os_locale, lang):
+    for var in ("LANGUAGE", "LC_ALL", "LC_MESSAGES", "LANG"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(locale, "getlocale", lambda: os_locale)
     assert i18n.default_language() == lang
 
 
@@ -112,12 +125,12 @@ def test_lang_zh_prints_the_tutorials_section5_lines_exactly(monkeypatch, tmp_pa
     assert all(line in (ROOT / "README.zh-CN.md").read_text(encoding="utf-8") for line in expected)
 
 
-def test_lang_zh_help_and_errors_are_chinese(english_after):
+def test_lang_zh_help_and_errors_are_chinese(english_after, tmp_path):
     proc = run_here("lang=zh", "--help")
     assert proc.returncode == 0 and "== 用法 ==" in proc.stdout and "train.focus_token" in proc.stdout
-    bad = run_here("lang=zh", "model.d_model=0")
+    bad = run_here("lang=zh", "model.d_model=0", cwd=tmp_path)  # (its failed run goes to tmp_path/outputs)
     assert (bad.returncode, bad.stderr) == (2, "错误: model.d_model=0: 必须是正整数\n")
-    en = run_here("lang=en", "model.d_model=0")
+    en = run_here("lang=en", "model.d_model=0", cwd=tmp_path)
     assert en.stderr == "error: model.d_model=0: must be a positive integer\n"
 
 

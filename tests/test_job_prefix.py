@@ -11,7 +11,7 @@ from attnlab.core.training import train as train_in_process
 from attnlab.outputs.console import ConsoleSink, prefixed
 from attnlab.saved import safe_read
 
-from conftest import read_csv
+from conftest import JOBLIB, read_csv
 
 SHORT = ["train.steps=21", "train.snapshot_steps=[0,20]", "logging=off"]
 PREFIX = re.compile(r"^\[job (\d+)\](?: (.*))?$")  # a blank line is "[job N]" alone
@@ -27,6 +27,7 @@ def job_lines(stdout: str) -> dict[int, list[str]]:
     return out
 
 
+@JOBLIB
 def test_joblib_sweep_lines_carry_the_job_number(cli, cfg_of, tmp_path):
     """The real command with the joblib launcher: each job's lines carry its number, and its
     folder, summary.csv row and numbers are those of the basic launcher."""

@@ -91,6 +91,11 @@ def test_save_writes_the_run_dir_the_command_writes(tmp_path):
     with pytest.raises(AttnlabError, match="dir="):
         run.save(out)  # holds a run: refused, kept
     assert run.report(tmp_path / "r.html").read_text(encoding="utf-8") == run.page()
+    assert run.report(tmp_path / "r.html").read_text(encoding="utf-8") == run.page()  # its own page: replaced
+    (tmp_path / "notes.html").write_text("my notes")
+    with pytest.raises(AttnlabError, match="notes.html: exists and attnlab did not write it"):
+        run.report(tmp_path / "notes.html")
+    assert (tmp_path / "notes.html").read_text() == "my notes"
 
 
 def test_keyword_overrides_and_strings_compose_the_same_config():
@@ -114,6 +119,17 @@ def test_a_preset_that_describes_a_sweep_is_refused_by_one_run_in_one_line(call,
         call()
     assert "\n" not in str(err.value) and "describes a sweep of" in str(err.value) and how in str(err.value)
     assert capsys.readouterr().out == ""  # nothing ran
+
+
+def test_train_refuses_a_walkthrough_and_shows_a_bar_in_a_notebook(monkeypatch, capsys):
+    from attnlab.commands import api
+
+    with pytest.raises(AttnlabError, match=r"^task=walkthrough: .* attnlab\.walkthrough"):
+        attnlab.train("experiment=tutorial_walkthrough")
+    monkeypatch.setattr(api, "_in_notebook", lambda: True)  # a cell's output is no terminal: the bar shows all the same
+    run = attnlab.train(train__steps=1000, train__snapshot_steps=[0, 999])
+    err = capsys.readouterr().err
+    assert run.steps_run == 1000 and re.search(r"\b\d+/1000 \[", err)  # tqdm's bar (leave=False: its last state varies)
 
 
 def test_exercise4_runs_the_presets_six_jobs_and_returns_their_table(tmp_path, monkeypatch, capsys):
@@ -190,3 +206,18 @@ def test_use_chinese_font_draws_a_chinese_title_without_a_missing_glyph():
         assert name in matplotlib.rcParams["font.sans-serif"]
     finally:
         matplotlib.rcParams.update(saved)
+
+
+@pytest.mark.parametrize("overrides", [
+    ("experiment=exercise2", "sentence=你好 世界, 朋友"),  # a free text's comma sweeps; the preset's values replaced
+    ("optimizer.lr=0.01,0.1", "sentence=Hello world", "train.steps=5", "logging=off", "seed=3"),
+])
+def test_a_sweep_in_python_has_the_commands_jobs_and_rows(overrides, tmp_path, attnlab_here, capsys):
+    from attnlab.saved.runs import collect_rows
+
+    proc = attnlab_here("-m", *overrides, f"hydra.sweep.dir={tmp_path / 'cli'}", "logging.console=false")
+    assert proc.returncode == 0, proc.stderr
+    table = attnlab.sweep(*overrides, "logging.console=false")
+    keys = ("job", "status", "n_tokens", "tokens", "final_loss", "focus_target", "focus_weight")
+    assert [{k: r.get(k) for k in keys} for r in table.rows] == \
+        [{k: r.get(k) for k in keys} for r in collect_rows([tmp_path / "cli"])]

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from attnlab.commands import check, compare, reproduce
+from attnlab.commands import report as report_command
 from attnlab.outputs import destination
-from attnlab.saved import report
 
 FIFO = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
 
@@ -75,12 +75,12 @@ def test_report_without_o_keeps_a_page_attnlab_never_wrote(report_sweep, tmp_pat
     monkeypatch.chdir(tmp_path)
     page = tmp_path / "report.html"
     page.write_text("<html>my homework</html>")
-    assert report.main([str(report_sweep)]) == 2
+    assert report_command.main([str(report_sweep)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "report.html: exists and attnlab did not write it" in err
     assert page.read_text() == "<html>my homework</html>"
-    assert report.main([str(report_sweep), "--force"]) == 0
-    assert report.main([str(report_sweep)]) == 0  # the page attnlab wrote is replaced without asking
+    assert report_command.main([str(report_sweep), "--force"]) == 0
+    assert report_command.main([str(report_sweep)]) == 0  # the page attnlab wrote is replaced without asking
     assert page.read_text().startswith("<!doctype html>\n<!-- attnlab report")
 
 
@@ -89,7 +89,7 @@ def test_report_refuses_a_device_a_fifo_and_a_link(report_sweep, tmp_path, capsy
         if name in ("folder", "theirs"):  # -o FOLDER writes FOLDER/report.html
             continue
         before = snapshot(path)
-        assert report.main([str(report_sweep), "-o", str(path), "--force"]) == 2, name
+        assert report_command.main([str(report_sweep), "-o", str(path), "--force"]) == 2, name
         assert capsys.readouterr().err.count("\n") == 1
         assert snapshot(path) == before
 

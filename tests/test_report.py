@@ -15,6 +15,7 @@ import pytest
 import yaml
 from report_helpers import DATA_OPEN, network_refs, page_data, scripts_of, write_synthetic_run
 
+from attnlab.commands import report as report_command
 from attnlab.commands.job import run_job
 from attnlab.saved import report, report_data, safe_read, table
 from attnlab.saved.runs import collect_rows
@@ -145,7 +146,7 @@ def test_the_focus_weight_of_several_heads_is_the_runs_not_a_mean_of_rounded_wei
 def test_cli_writes_comparison_and_refuses_non_runs(default_run, report_sweep, tmp_path, capsys):
     out = tmp_path / "cmp.html"
     job = report_sweep / "1_optimizer.lr=0.05"
-    assert report.main([str(default_run), str(job), "-o", str(out)]) == 0
+    assert report_command.main([str(default_run), str(job), "-o", str(out)]) == 0
     assert capsys.readouterr().out.strip() == f"report: {out} (2 runs, {out.stat().st_size / 1e6:.2f} MB)"
     runs = page_data(out)["runs"]
     assert [r["name"] for r in runs] == [f"{default_run.parent.name}/default",
@@ -154,11 +155,11 @@ def test_cli_writes_comparison_and_refuses_non_runs(default_run, report_sweep, t
     assert runs[0]["weights"] == runs[1]["weights"]
     for bad, why in [(tmp_path / "nope", "no such file or directory"), (out, "not a directory"),
                      (tmp_path, "no .hydra/config.yaml in it or below it")]:
-        assert report.main([str(bad), "-o", str(tmp_path / "x.html")]) == 2
+        assert report_command.main([str(bad), "-o", str(tmp_path / "x.html")]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and err.startswith(f"attnlab-report: error: {bad}") and why in err
     assert not (tmp_path / "x.html").exists()
-    assert report.main([str(default_run), "-o", str(tmp_path / "no" / "dir.html")]) == 2
+    assert report_command.main([str(default_run), "-o", str(tmp_path / "no" / "dir.html")]) == 2
     assert "does not exist" in capsys.readouterr().err
 
 
@@ -286,7 +287,8 @@ def test_pick_frames_and_share_budget():
     assert len(picked) == 39 and picked[0] == 0 and picked[-1] == 999
     gaps = np.diff(picked)
     assert gaps.min() >= 26 and gaps.max() <= 27  # evenly spaced: 999 / 38 = 26.3
-    assert report_data.pick_frames(1000, 10, 500) == [0, 999]  # first and last whatever the budget
+    assert report_data.pick_frames(1000, 999, 500) == [999]  # the last, when only one fits
+    assert report_data.pick_frames(1000, 10, 500) == []  # none fits: the page stays within its budget
     shares = report_data.share_budget([100, 5_000, 0, 50_000], budget=30_000)
     assert shares == [100, 5_000, 0, 24_900]  # the small runs get what they need, the large one the rest
     assert report_data.share_budget([50_000, 40_000], budget=30_000) == [15_000, 15_000]
@@ -516,7 +518,7 @@ def test_integers_too_large_for_a_float_are_cells_in_compare_and_the_report(tmp_
         (run / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
     rows = collect_rows([sweep])
     assert [(r["error"], r["steps_to_threshold"]) for r in rows] == [(None, 0)] * 2  # the heads: attention.npz's
-    assert report.main([str(sweep), "-o", str(tmp_path / "page.html")]) == 0
+    assert report_command.main([str(sweep), "-o", str(tmp_path / "page.html")]) == 0
     data = page_data(tmp_path / "page.html")
     cols = table.columns_of(rows, table=True)
     assert [{c: rec["table"][c]["text"] if c in rec["table"] else "-" for c in cols} for rec in data["runs"]] == \
@@ -545,7 +547,7 @@ def test_paths_the_commands_print_are_printable(default_run, tmp_path, capsys):
     from attnlab.commands import compare
 
     out = tmp_path / "a\x1b[31mb.html"
-    assert report.main([str(default_run), "-o", str(out)]) == 0
+    assert report_command.main([str(default_run), "-o", str(out)]) == 0
     assert compare.main([str(default_run), "--csv", str(tmp_path / "c\x1b[31m.csv")]) == 0
     printed = capsys.readouterr().out
     assert "\x1b" not in printed and "a\\x1b[31mb.html (1 run" in printed and "c\\x1b[31m.csv" in printed
@@ -572,12 +574,12 @@ def test_a_value_only_a_resolver_gives_is_shown_as_the_run_recorded_it(tmp_path)
 
 def test_the_report_never_writes_into_a_run_it_reads(default_run, tmp_path, capsys):
     before = sorted(p.name for p in default_run.iterdir())
-    assert report.main([str(default_run), "-o", str(default_run / "summary.json")]) == 2
+    assert report_command.main([str(default_run), "-o", str(default_run / "summary.json")]) == 2
     err = capsys.readouterr().err
     assert err == (f"attnlab-report: error: -o {default_run / 'summary.json'}: inside the run dir "
                    f"{default_run.resolve()} it reads; choose a path outside it\n")
     assert sorted(p.name for p in default_run.iterdir()) == before
-    assert report.main([str(default_run), "-o", str(default_run)]) in (0, 1)  # the run's own report.html
+    assert report_command.main([str(default_run), "-o", str(default_run)]) in (0, 1)  # the run's own report.html
 
 
 @pytest.mark.parametrize("overrides", [

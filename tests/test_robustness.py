@@ -22,7 +22,7 @@ from attnlab.core.training import train
 from attnlab.outputs import artifacts
 from attnlab.saved import safe_read
 
-from conftest import ROOT, compose_cfg, read_csv
+from conftest import JOBLIB, ROOT, compose_cfg, read_csv
 
 SMALL = ("logging=off", "train.steps=40", "train.snapshot_steps=[0,10,39]")
 
@@ -228,6 +228,7 @@ def test_resource_trackers_start_ignoring_sighup_without_joblib_too():
     assert line.startswith("1 ") and "multiprocessing.resource_tracker" in line, line
 
 
+@JOBLIB
 def test_sighup_to_a_joblib_sweep_interrupts_every_job_and_nothing_else(tmp_path):
     """A closed terminal (SIGHUP to the whole process group) during a joblib sweep: both running jobs
     say interrupted, also the slow one (~80 ms a step; the fast one ends first, and a job's SystemExit
@@ -253,6 +254,7 @@ def test_sighup_to_a_joblib_sweep_interrupts_every_job_and_nothing_else(tmp_path
     assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == ["0_model.d_model=8", "1_model.d_model=768"]
 
 
+@JOBLIB
 def test_a_job_refused_in_a_joblib_worker_exits_2_and_the_other_job_completes(tmp_path):
     """Two jobs aimed at one folder under joblib: the one refused says so in one line and the command
     exits 2 (as with the basic launcher), while the other job runs to its end (not killed by joblib)."""
@@ -351,12 +353,12 @@ def test_a_sweep_whose_job_folders_collide_refuses_the_second_and_leaves_the_fir
 
 def test_a_tool_never_writes_over_a_run_it_reads(default_run, tmp_path, capsys):
     from attnlab.commands import compare
-    from attnlab.saved import report
+    from attnlab.commands import report as report_command
 
     before = tree_bytes(default_run)
     for main, args in [(compare.main, ["--csv", str(default_run / "metrics.csv")]),
                        (compare.main, ["--plot", str(default_run / ".hydra" / "new.png")]),
-                       (report.main, ["-o", str(default_run / "summary.json")])]:
+                       (report_command.main, ["-o", str(default_run / "summary.json")])]:
         assert main([str(default_run), *args]) == 2, args
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and f": inside the run dir {default_run.resolve()} it reads; choose a path" in err

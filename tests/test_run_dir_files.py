@@ -2,12 +2,12 @@
 format), what a killed run leaves readable, the size refusal, and the claim's refusals (one per kind)."""
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 
 import numpy as np
 import pytest
+from filelock import lock_descriptor
 
 from attnlab.core.errors import ConfigError, RunDirError
 from attnlab.core.files import NPZ_LIMIT
@@ -115,7 +115,7 @@ def test_jobs_of_a_dead_launcher_worker_say_failed_and_lose_their_lock(tmp_path)
             artifacts.update_summary(sweep / name, status=status)
             (sweep / name / rundir.LOCK).write_text("1\n")
         held = os.open(sweep / "2_live" / rundir.LOCK, os.O_RDONLY)
-        fcntl.flock(held, fcntl.LOCK_EX)
+        lock_descriptor(held)
         assert artifacts.close_orphans("its process ended before the run did (X)") == [sweep / "0_dead"]
         os.close(held)
     finally:
@@ -159,9 +159,9 @@ def test_a_claim_locks_reserves_and_is_released(tmp_path, claim):
     held = claim(run)
     assert claim(run) is held  # this process already holds it
     assert rundir.run_is_live(run)
-    assert (run / rundir.LOCK).read_text().startswith(f"{os.getpid()}\n")
+    assert (run / rundir.LOCK).read_bytes() == f"\n{os.getpid()}\n".encode() + bytes(rundir.RESERVE_BYTES)
     rundir.release_reserve(run)
-    assert (run / rundir.LOCK).read_text() == f"{os.getpid()}\n"
+    assert (run / rundir.LOCK).read_text() == f"\n{os.getpid()}\n"
     rundir.abandon(run)  # nothing started: the folders made for it are removed again
     assert not (tmp_path / "a").exists()
     assert not rundir.run_is_live(run)
@@ -185,7 +185,7 @@ def test_a_claim_refuses_what_is_not_new_or_empty_and_names_it(tmp_path, claim, 
     else:
         fd = os.open(run / rundir.LOCK, os.O_CREAT | os.O_RDWR)
         if kind == "live":
-            fcntl.flock(fd, fcntl.LOCK_EX)  # another open file: the claim sees it held
+            lock_descriptor(fd)  # another open file: the claim sees it held
     before = sorted(p.name for p in run.iterdir())
     with pytest.raises(RunDirError, match=f"^hydra.run.dir='{run}': {expected}"):
         claim(run)

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import yaml
 
+from attnlab.core import files
 from attnlab.outputs import artifacts
 from attnlab.saved import safe_read as S
 
@@ -42,8 +43,10 @@ def tree_size(run: Path) -> int:
     return total
 
 
+@pytest.mark.parametrize("walk", ["openat", "lstat"])  # POSIX's walk, and the one Windows takes
 @pytest.mark.parametrize("case", H.CASES, ids=[c.name for c in H.CASES])
-def test_corpus_case(case, healthy, outside, tmp_path, monkeypatch):
+def test_corpus_case(case, walk, healthy, outside, tmp_path, monkeypatch):
+    monkeypatch.setattr(files, "_OPENAT", walk == "openat")
     secret = H.session_secret()
     monkeypatch.setenv(H.SECRET_ENV, secret)
     try:
@@ -256,3 +259,20 @@ def test_yaml_reads_dates_as_text_and_floats_as_omegaconf(healthy):
     for path in healthy["train"].joinpath(".hydra").iterdir():  # a run's own files, as Hydra wrote them
         text = path.read_text(encoding="utf-8")
         assert S.parse_yaml_data(text, path) == yaml.safe_load(text)
+
+
+def test_the_lstat_walk_refuses_a_file_swapped_or_leading_outside_after_its_check(outside, tmp_path):
+    """(Windows' walk) between the lstat of the path and its open: another file, or a link out."""
+    from attnlab.core.files import RunFileError, _open_checked
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "summary.json").write_text("{}")
+    (run / "metrics.csv").write_text("step,loss\n")
+    seen = os.lstat(run / "metrics.csv")  # what the walk saw: not the file opened now
+    with pytest.raises(RunFileError, match="summary.json: was replaced while it was opened"):
+        _open_checked(run / "summary.json", run, run / "summary.json", seen)
+    secret = next(p for p in outside.rglob("*") if p.is_file())
+    (run / "link").symlink_to(secret)
+    with pytest.raises(RunFileError, match="link: leads outside the run dir"):
+        _open_checked(run / "link", run, run / "link", os.lstat(secret))

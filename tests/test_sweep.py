@@ -56,6 +56,11 @@ def assert_csv_matches_jobs(sweep_dir: Path) -> list[dict]:
     (4, 'sentence="你的旅程 🚶"', "4_sentence=你的旅程_🚶"),
     (5, r"sentence=one\ step,x=a\,b", "5_sentence=one_step,x=a,b"),  # Hydra's escapes of swept values
     (6, "model.d_k=${nope},sentence=costs_$5", "6_model.d_k=_{nope},sentence=costs_$5"),  # no interpolation
+    # what NTFS forbids: : * ? " < > | and a trailing dot or space; Windows' device names
+    (7, 'sentence="a:b*c?d<e>f|g"', "7_sentence=a_b_c_d_e_f_g"),
+    (8, "sentence=end.", "8_sentence=end_"), (8, "sentence='end. '", "8_sentence=end._"),
+    ("CON", "", "_CON"), ("nul.txt", "", "_nul.txt"), ("com1", "", "_com1"), ("LPT9.a.b", "", "_LPT9.a.b"),
+    ("CONSOLE", "", "CONSOLE"), ("10-00-00.1", "", "10-00-00.1"),
 ])
 def test_job_dirname_is_one_readable_safe_name(num, overrides, expected):
     assert job_dirname(num, overrides) == expected

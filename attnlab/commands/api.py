@@ -92,13 +92,22 @@ def compose(*overrides: str, config_name: str = "config", **options: Any) -> Dic
     keyword ``options`` are overrides too (module docstring). A preset that describes a sweep
     (``experiment=exercise4``) is remembered as one: :func:`train` refuses it, :func:`sweep` runs it.
     Raises AttnlabError with the command's one line (``model.d_mdl=3: no such config key ...``)."""
+    typed = overrides_of(overrides, options)
+    _refuse(typed)
+    return _compose(typed, prepare(typed), config_name)
+
+
+def _refuse(typed: list[str]) -> None:
+    if (refused := refusal(typed)) is not None:
+        raise AttnlabError(refused.removeprefix("error: ").removeprefix(_("error: {message}").format(message="")))
+
+
+def _compose(typed: list[str], given: list[str], config_name: str = "config") -> DictConfig:
+    """:func:`compose` of the overrides ``given`` in Hydra's syntax (``typed``: as the user wrote them)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
 
-    typed = overrides_of(overrides, options)
-    if (refused := refusal(typed)) is not None:
-        raise AttnlabError(refused.removeprefix("error: ").removeprefix(_("error: {message}").format(message="")))
     if (lang := language(typed)) is not None:
         i18n.set_language(lang)  # as `attnlab lang=zh` speaks Chinese; then the session's language
     register_configs()
@@ -106,7 +115,7 @@ def compose(*overrides: str, config_name: str = "config", **options: Any) -> Dic
     try:
         with contextlib.nullcontext() if inside else initialize_config_module("attnlab.conf", version_base="1.3"):
             session = [] if lang is not None else [f"lang={i18n.language()}"]  # the last lang= given, or the locale's
-            cfg = hydra_compose(config_name, overrides=prepare([*session, *typed]), return_hydra_config=not inside)
+            cfg = hydra_compose(config_name, overrides=[*session, *given], return_hydra_config=not inside)
     except Exception as err:
         raise AttnlabError(error_line(err, typed).removeprefix("error: ")
                            .removeprefix(_("error: {message}").format(message=""))) from None
@@ -168,6 +177,9 @@ def train(*args: Any, sinks: Iterable[Sink] = (), run_dir: Path | None = None, k
     if len(args) == 2 and isinstance(args[0], DictConfig) and not isinstance(args[1], (str, DictConfig)):
         args, sinks = args[:1], args[1]  # train(cfg, sinks), as training.train takes them
     cfg = _config(args, options, "train")
+    if str(plain(OmegaConf.select(cfg, "task", default="train"))) == "walkthrough":
+        raise AttnlabError(_("task=walkthrough: this config narrates §1–4 and trains nothing; "
+                             "attnlab.walkthrough(...) runs it"))
     return _train(cfg, list(sinks), run_dir, keep_snapshots, keep_losses, notebook=_in_notebook())
 
 
@@ -225,26 +237,27 @@ def sweep_size(params: dict[str, str]) -> int:
     return len(expand(params))
 
 
-def expand(params: dict[str, str], fixed: Iterable[str] = ()) -> list[list[str]]:
-    """The jobs of a sweep as Hydra's basic sweeper makes them: the preset's ``params`` then the
-    sweep overrides among ``fixed`` (``a=1,2``), in order, their product; each job its ``key=value`` list."""
+def expand(params: dict[str, str], overrides: Iterable[str] = ()) -> list[list[str]]:
+    """The jobs of a sweep as Hydra's basic sweeper makes them: the preset's ``params``, then the
+    ``overrides`` (Hydra's syntax), one entry per key (a later one takes an earlier one's place), their
+    product; each job its ``key=value`` list, every key's (swept or not)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    parser = OverridesParser.create()
-    given = [*(f"{k}={v}" for k, v in params.items()), *fixed]
-    lists = []
-    for override in parser.parse_overrides(given):
-        if override.is_sweep_override():
-            lists.append([f"{override.get_key_element()}={v}" for v in override.sweep_string_iterator()])
-    return [list(job) for job in itertools.product(*lists)]
+    final: dict[str, list[str]] = {}
+    for override in OverridesParser.create().parse_overrides([*(f"{k}={v}" for k, v in params.items()), *overrides]):
+        key = override.get_key_element()
+        final[key] = ([f"{key}={v}" for v in override.sweep_string_iterator()] if override.is_sweep_override()
+                      else [f"{key}={override.get_value_element_as_str()}"])
+    return [list(job) for job in itertools.product(*final.values())]
 
 
 def sweep(*overrides: Any, dir: str | Path | None = None, **options: Any) -> SweepTable:
     """A sweep, as ``attnlab -m OVERRIDES`` runs it (a preset's ``hydra.sweeper.params``, then overrides
-    such as ``optimizer.lr=0.005,0.05``): each job in turn, its lines printed, then its table returned
-    (:class:`SweepTable`: the rows the command's end table shows). ``dir``: the sweep folder to keep
-    (as the command writes it, figures and report as ``logging`` says); None: the jobs go to a
-    temporary folder, without figures, removed at the end. AttnlabError: bad input, in one line."""
+    such as ``optimizer.lr=0.005,0.05``; an override of a swept key replaces its values): each job in
+    turn, its lines printed, then its table returned (:class:`SweepTable`: the rows the command's end
+    table shows). ``dir``: the sweep folder to keep (as the command writes it, figures and report as
+    ``logging`` says); None: the jobs go to a temporary folder, without figures, removed at the end.
+    AttnlabError: bad input, in one line."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     from attnlab.commands import sweep as sweeps
@@ -253,18 +266,22 @@ def sweep(*overrides: Any, dir: str | Path | None = None, **options: Any) -> Swe
     from attnlab.saved.runs import collect_rows
 
     typed = overrides_of(overrides, options)
+    _refuse(typed)
+    prepared = prepare(typed)
     try:
-        parsed = OverridesParser.create().parse_overrides(prepare(typed))
+        parsed = OverridesParser.create().parse_overrides(prepared)
     except Exception as err:
         raise AttnlabError(error_line(err, typed).removeprefix("error: ")) from None
-    swept = [o.input_line for o in parsed if o.is_sweep_override()]
     fixed = [t for t, o in zip(typed, parsed) if not o.is_sweep_override()]
-    base = compose(*fixed)
-    described = sweep_of(base)
-    jobs = expand(described.params if described else {}, swept)
+    described = sweep_of(compose(*fixed))  # the preset's sweep; a bad override refused here, in one line
+    params = described.params if described else {}
+    jobs = expand(params, prepared)
     if len(jobs) < 2 and described is None:
         raise AttnlabError(_("no sweep: give a preset that describes one (experiment=exercise4) or values "
                              "separated by commas (optimizer.lr=0.005,0.05); attnlab.train runs one job"))
+    # job folders named as the command names them: by the keys that vary (sweep.name_by_swept_keys)
+    varying = {o.get_key_element() for o in parsed if o.is_sweep_override()} | (set(params) - {
+        o.get_key_element() for o in parsed if not o.is_sweep_override()})
     keep = dir is not None
     extra = [] if keep else ["logging.figures=false", "logging.tensorboard=false", "logging.report=false"]
     with contextlib.ExitStack() as stack:
@@ -273,10 +290,10 @@ def sweep(*overrides: Any, dir: str | Path | None = None, **options: Any) -> Swe
             rundir.claim(top, key="dir")
             stack.callback(rundir.release, top)
         for num, job in enumerate(jobs):
-            cfg = compose(*fixed, *job, *extra)
-            name = sweeps.job_dirname(num, ",".join(sorted(job, key=lambda o: o.split("=", 1)[0])))
-            print(f"#{num} : {' '.join([*job, *fixed])}", flush=True)  # as Hydra's launcher says it
-            result = run_job(cfg, top / name, overrides=[*fixed, *job], key="dir", show_dir=keep)
+            print(f"#{num} : {' '.join(job)}", flush=True)  # as Hydra's basic launcher says it
+            cfg = _compose([*job, *extra], [*job, *extra])  # in Hydra's syntax already: a\ b is "a b"
+            name = sweeps.job_dirname(num, ",".join(sorted(o for o in job if o.split("=", 1)[0] in varying)))
+            result = run_job(cfg, top / name, overrides=job, key="dir", show_dir=keep)
             if result.status != "completed":
                 print(_("{status}: {error}").format(status=result.status, error=result.error), flush=True)
             if result.status == "interrupted":

@@ -3,7 +3,10 @@ before anything is written into it, and print the table at the end of every swee
 from __future__ import annotations
 
 import contextlib
+import logging
+import math
 import os
+import re
 import signal
 import sys
 from pathlib import Path
@@ -17,6 +20,7 @@ from attnlab.commands import sweep
 from attnlab.commands.job import EXIT_BAD_INPUT
 from attnlab.core import interrupts
 from attnlab.core.errors import AttnlabError, ConfigError, describe
+from attnlab.core.i18n import N_, _
 from attnlab.outputs import rundir
 from attnlab.saved.report import write_sweep_report
 
@@ -35,18 +39,25 @@ def stop_sweep_here(sweep: tuple[str, str]) -> None:
     _stopped_here = sweep
 
 
-class JobEnd:
-    """What a job (the task function) returns: its ``status`` and the exit status ``code`` it asks of the
-    command (0: none). Hydra hands it back to the command's process as the job's ``JobReturn.return_value``,
-    pickled by a launcher's worker; it is made again where it is unpickled, and each one made notes its
-    code there: :func:`worker_exit_status` is the highest a job asked for."""
+class JobEnd(float):
+    """What a job (the task function) returns: the run's final loss as a float (NaN for a run that did not
+    complete or has none: a walkthrough), so Hydra's optimising sweepers (Optuna, Nevergrad) minimise
+    it; its ``status``; and the exit status ``code`` it asks of the command (0: none). Hydra hands it back
+    to the command's process as the job's ``JobReturn.return_value``, pickled by a launcher's worker; it
+    is made again where it is unpickled, and each one made notes its code there: :func:`worker_exit_status`
+    is the highest a job asked for."""
 
-    def __init__(self, status: str, code: int = 0) -> None:
-        self.status, self.code = status, code
+    def __new__(cls, status: str, code: int = 0, loss: float = math.nan) -> JobEnd:
+        end = super().__new__(cls, loss)
+        end.status, end.code = status, code
         _codes.append(code)
+        return end
 
-    def __reduce__(self) -> tuple[Any, tuple[str, int]]:
-        return JobEnd, (self.status, self.code)  # unpickled: made (and noted) again in that process
+    def __reduce__(self) -> tuple[Any, tuple[str, int, float]]:
+        return JobEnd, (self.status, self.code, float(self))  # unpickled: made (and noted) again in that process
+
+    def __repr__(self) -> str:
+        return f"JobEnd({self.status!r}, code={self.code}, loss={float(self)!r})"
 
 
 _codes: list[int] = []  # the codes of the JobEnds made in this process
@@ -86,7 +97,8 @@ def start_resource_trackers() -> None:
     instead of killing the trackers, whose replacements print a traceback per resource."""
     from multiprocessing import resource_tracker
 
-    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # inherited through fork and exec
+    hup = getattr(signal, "SIGHUP", None)  # (none on Windows)
+    previous = signal.signal(hup, signal.SIG_IGN) if hup is not None else None  # inherited through fork and exec
     try:
         resource_tracker.ensure_running()
         with contextlib.suppress(ImportError, AttributeError):  # no joblib, or its tracker module moved
@@ -94,7 +106,8 @@ def start_resource_trackers() -> None:
 
             loky_tracker.ensure_running()
     finally:
-        signal.signal(signal.SIGHUP, previous)
+        if hup is not None:
+            signal.signal(hup, previous)
 
 
 def end_stopped_sweep(table: bool = True) -> None:
@@ -109,6 +122,35 @@ def end_stopped_sweep(table: bool = True) -> None:
         if any(e.is_dir(follow_symlinks=False) for e in entries):
             SweepSummary().on_multirun_end(config)
             NeverOverwrite().on_multirun_end(config)
+
+
+# the launchers' English log lines (Hydra's basic launcher, joblib's), said in the learner's language
+LAUNCHER_LINES = [(re.compile(r"Launching (?P<n>\d+) jobs locally"), N_("Launching {n} jobs locally")),
+                  (re.compile(r"Launching jobs, sweep output dir : (?P<dir>.*)"),
+                   N_("Launching jobs, sweep output dir: {dir}")),
+                  (re.compile(r"Joblib\.Parallel\((?P<args>.*)\) is launching (?P<n>\d+) jobs"),
+                   N_("Joblib.Parallel({args}) is launching {n} jobs"))]
+LAUNCHER_LOGGERS = ("hydra._internal.core_plugins.basic_launcher", "hydra_plugins.hydra_joblib_launcher._core")
+
+
+class LauncherLines(logging.Filter):
+    """Rewrites a launcher's log line of :data:`LAUNCHER_LINES` in the learner's language (others pass)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        for pattern, said in LAUNCHER_LINES:
+            if m := pattern.fullmatch(text):
+                record.msg, record.args = _(said).format(**m.groupdict()), None
+                break
+        return True
+
+
+def speak_in_launcher_lines() -> None:
+    """Add :class:`LauncherLines` to the launchers' loggers (once)."""
+    for name in LAUNCHER_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, LauncherLines) for f in logger.filters):
+            logger.addFilter(LauncherLines())
 
 
 class NeverOverwrite(Callback):
@@ -136,6 +178,7 @@ class SweepSummary(Callback):
     exit status in :data:`sweep_exit_status`) and with ``logging.report`` the sweep's ``report.html``."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        speak_in_launcher_lines()
         sweep.name_by_swept_keys(config)  # job folders name what varies, not the constant overrides
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
@@ -149,6 +192,6 @@ class SweepSummary(Callback):
             print(f"error: the sweep summary was not written: {describe(err)}", file=sys.stderr)
         if config.logging.get("report", False):
             try:
-                print(f"report: {write_sweep_report(sweep_dir)}")
+                print(_("report: {path}").format(path=write_sweep_report(sweep_dir)))
             except Exception as err:
                 print(f"warning: {sweep_dir / 'report.html'} not written: {describe(err)}", file=sys.stderr)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import re
 import sys
@@ -27,11 +28,13 @@ from attnlab.commands.argv import HYDRA_WRITES_NOTHING, refusal
 from attnlab.commands.hydra_config import register_configs
 from attnlab.commands.job import EXIT_BAD_INPUT, EXIT_FAILED_RUN, run_job
 from attnlab.core import i18n, interrupts
+from attnlab.core.config import did_you_mean
 from attnlab.core.errors import AttnlabError, os_reason
 from attnlab.core.files import printable
 from attnlab.core.i18n import _
 from attnlab.outputs import artifacts, rundir, streams
 from attnlab.outputs.console import display_path
+from attnlab.saved import safe_read
 
 FULL_ERROR = "ATTNLAB_FULL_ERROR"  # the user's HYDRA_FULL_ERROR (attnlab sets Hydra's to 1 to catch its errors)
 # the pid of the command's process: a job in another one (a launcher's worker) never ends the command with
@@ -89,7 +92,16 @@ def _hydra_main(cfg: DictConfig) -> callbacks.JobEnd:
         else:
             print(f"note: interrupt received after the last step; the run completed ({display_path(run_dir)})",
                   file=sys.stderr)
-    return callbacks.JobEnd(result.status)
+    return callbacks.JobEnd(result.status, loss=final_loss(run_dir) if result.status == "completed" else math.nan)
+
+
+def final_loss(run_dir: Path) -> float:
+    """The final loss ``run_dir``'s summary.json records (NaN when none: a walkthrough, an unreadable file)."""
+    with contextlib.suppress(AttnlabError):
+        value = safe_read.read_summary(run_dir).get("final_loss")
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    return math.nan
 
 
 def error_line(err: BaseException, typed: list[str]) -> str:
@@ -117,8 +129,13 @@ def error_line(err: BaseException, typed: list[str]) -> str:
                  "and the shell: '{key}={quoted}'; with -m (--multirun) the commas sweep over the values").format(
             key=key, value=value, quoted=quoted)
     if isinstance(cause, (ConfigAttributeError, ConfigKeyError)) and key:
-        return _("error: {key}: no such config key (`attnlab --help` lists every key)").format(
+        typed_key = next((a.split("=", 1)[0].lstrip("+~") for a in reversed(typed)
+                          if a.split("=", 1)[0].lstrip("+~").startswith(key)), key)
+        line = _("error: {key}: no such config key (`attnlab --help` lists every key)").format(
             key=printable(given or key, 120))
+        if close := did_you_mean(typed_key):
+            line += _("; did you mean {key}?").format(key=close)
+        return line
     if isinstance(cause, OverflowError):
         return f"error: {printable(given or key, 120)}: too large for a float (at most 1.8e308)"
     if given is not None and "=" in given:

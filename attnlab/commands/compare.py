@@ -6,7 +6,6 @@ completely; 2 with one line for a PATH that is no run/sweep dir, an unknown ``--
 """
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any, Sequence
 from omegaconf import OmegaConf
 
 from attnlab.commands.api import compose
+from attnlab.commands.arguments import HelperParser, speak
 from attnlab.commands.argv import CONFIG_GROUPS
 from attnlab.core.config import apply_schema, literal, resolve
 from attnlab.core.errors import AttnlabError, ConfigError, RunDirError
@@ -55,9 +55,9 @@ def preset_config(path: Path) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The exit status of ``attnlab-compare ARGV`` (module docstring)."""
-    parser = argparse.ArgumentParser(
-        prog="attnlab-compare",
-        description=_("One table over saved attnlab runs: run dirs, or sweep dirs (every job below them)."))
+    argv = speak(argv)
+    parser = HelperParser("attnlab-compare",
+                          _("One table over saved attnlab runs: run dirs, or sweep dirs (every job below them)."))
     parser.add_argument("paths", nargs="+", metavar="PATH", type=Path, help=_("run dir or sweep dir"))
     parser.add_argument("--sort", metavar="COLUMN", help=_("sort rows by this column (e.g. final_loss)"))
     parser.add_argument("--reverse", action="store_true", help=_("sort descending"))

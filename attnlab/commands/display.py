@@ -18,7 +18,7 @@ from attnlab.core.errors import AttnlabError
 from attnlab.core.i18n import _
 from attnlab.core.records import RunInfo, RunResult
 
-FRAME_HEIGHT_PX = 820  # the report page's detail view (heatmap, slider, loss) without scrolling
+FRAME_HEIGHT_PX = 860  # the report page's detail view (heatmap, slider, loss) without scrolling
 
 
 def frame(page: str, title: str, height: int = FRAME_HEIGHT_PX) -> str:
@@ -28,7 +28,7 @@ def frame(page: str, title: str, height: int = FRAME_HEIGHT_PX) -> str:
             f'style="width: 100%; height: {height}px; border: 1px solid #ccc; border-radius: 4px;"></iframe>')
 
 
-@dataclass
+@dataclass(eq=False)  # a run is itself (its arrays have no one truth value)
 class Run(RunResult):
     """A training run (:class:`RunResult`) with what it knew at its start (``info``: the resolved config,
     the tokens, the focus token) and its observations (``recorded``: ``focus`` as summary.json has it,
@@ -83,7 +83,9 @@ class Run(RunResult):
             with tempfile.TemporaryDirectory(prefix="attnlab-run-") as tmp:
                 run_dir = Path(tmp) / "run"
                 self._write_records(run_dir)
-                self._page = render([load_run(run_dir, name=self._name())])
+                record = load_run(run_dir, name=self._name())
+            record["run_dir"] = _("in memory: run.save(DIR) writes it into a folder")  # (that one is gone)
+            self._page = render([record])
         return self._page
 
     def _name(self) -> str:
@@ -93,12 +95,11 @@ class Run(RunResult):
         return self.png()
 
     def _repr_html_(self) -> str:
+        """The §5 figure, then the report page in its sandboxed frame (the cell's printed lines say the rest)."""
         png = self.png()
         image = ("" if png is None else f'<img alt="{html.escape(_("Attention weights during training"))}" '
                  f'src="data:image/png;base64,{base64.b64encode(png).decode("ascii")}" style="max-width: 100%;">')
-        text = html.escape(self.lines()[0]) + "".join(f"<br>{html.escape(line.strip())}" for line in self.lines()[1:-1])
-        return (f'<div class="attnlab-run"><p style="font-family: monospace;">{text}</p>{image}'
-                f'{frame(self.page(), _("attnlab report"))}</div>')
+        return f'<div class="attnlab-run">{image}{frame(self.page(), _("attnlab report"))}</div>'
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         bundle: dict[str, Any] = {"text/plain": repr(self)}
@@ -152,13 +153,13 @@ class Run(RunResult):
             rundir.release(run_dir)
         return run_dir
 
-    def report(self, path: str | Path = "report.html") -> Path:
-        """Write the report page to ``path`` (an offline HTML file; open it in a browser). Returns ``path``."""
-        from attnlab.outputs import artifacts
+    def report(self, path: str | Path = "report.html", force: bool = False) -> Path:
+        """Write the report page to ``path`` (an offline HTML file; open it in a browser). Returns ``path``.
+        As every file attnlab writes where you point it (:mod:`attnlab.outputs.destination`): a regular
+        file, one that exists replaced only when attnlab wrote it or with ``force=True``; AttnlabError (one line)."""
+        from attnlab.outputs import destination
 
-        path = Path(path)
-        artifacts.atomic_write_text(path, self.page())
-        return path
+        return destination.write(path, self.page().encode("utf-8"), key="report()", kind="page", force=force)
 
 
 class SweepTable:

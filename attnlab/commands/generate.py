@@ -4,11 +4,11 @@ probability (:mod:`attnlab.saved.trained` reads the run as data). Exit 2 with on
 for a run dir that holds no usable model or a bad option."""
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 from typing import Sequence
 
+from attnlab.commands.arguments import HelperParser, speak
 from attnlab.core import checks
 from attnlab.core.errors import AttnlabError
 from attnlab.core.generate import continuation
@@ -19,14 +19,14 @@ from attnlab.saved.trained import load_model
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="attnlab-generate",
-                                     description=_("A finished GPT run continues a prompt."))
-    parser.add_argument("run_dir", type=Path, metavar="RUN_DIR")
-    parser.add_argument("prompt", metavar="PROMPT")
-    parser.add_argument("--max-new-tokens", type=int, help=_("default: the run's analysis.max_new_tokens"))
-    parser.add_argument("--temperature", type=float, help=_("0: greedy (default: the run's)"))
-    parser.add_argument("--top-k", type=int, help=_("sample among the k most probable tokens"))
-    parser.add_argument("--seed", type=int, help=_("the sampling seed (default: the run's seed)"))
+    argv = speak(argv)
+    parser = HelperParser("attnlab-generate", _("A finished GPT run continues a prompt."))
+    parser.add_argument("run_dir", type=Path, metavar="RUN_DIR", help=_("a finished GPT run (model.n_layers >= 1)"))
+    parser.add_argument("prompt", metavar="PROMPT", help=_("the text to continue"))
+    parser.add_argument("--max-new-tokens", type=int, metavar="N", help=_("default: the run's analysis.max_new_tokens"))
+    parser.add_argument("--temperature", type=float, metavar="T", help=_("0: greedy (default: the run's)"))
+    parser.add_argument("--top-k", type=int, metavar="K", help=_("sample among the k most probable tokens"))
+    parser.add_argument("--seed", type=int, metavar="S", help=_("the sampling seed (default: the run's seed)"))
     args = parser.parse_args(argv)
     try:
         model, cfg = load_model(args.run_dir)

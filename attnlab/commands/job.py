@@ -19,6 +19,7 @@ from attnlab.core.config import Task, apply_schema, plain, resolve
 from attnlab.core.errors import AttnlabError, WriteError, describe
 from attnlab.core.exercises import observe
 from attnlab.core.focus import FocusSink
+from attnlab.core.i18n import _
 from attnlab.core.records import Sink
 from attnlab.core.tokenizer import Tokens
 from attnlab.outputs import artifacts, drawing, plots, rundir
@@ -154,7 +155,7 @@ def _run(cfg: DictConfig, run_dir: Path, tokens: Tokens, summary: dict[str, Any]
                        **observe(cfg, tokens.token_ids, tokens.labels, arrays, tokens=tokens))
         if shown:
             where = f"  ->  {display_path(run_dir)}/{artifacts.WALKTHROUGH}" if show_dir else ""
-            print(prefixed(f"\ncompleted: walkthrough{where}", prefix))
+            print(prefixed("\n" + _("completed: walkthrough{where}").format(where=where), prefix))
         return JobResult("completed")
     from attnlab.core.training import train
 

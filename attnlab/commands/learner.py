@@ -20,6 +20,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from attnlab.core.i18n import _
+from attnlab.outputs.drawing import end_with_parent
 
 TIME_LIMIT = 30.0  # seconds the learner's file may take to load, and each stage to return
 MEMORY_LIMIT = 4 * 1024 ** 3  # bytes of address space the child may add, where the platform allows
@@ -120,6 +121,7 @@ def _child(conn, source: str, filename: str, stages: Sequence[tuple[str, tuple, 
             np.save(buf, array, allow_pickle=False)
             conn.send_bytes(buf.getvalue())
 
+    end_with_parent()  # the command killed: the learner's code ends too
     _limit_memory(memory_limit)
     if os.path.isfile(filename):
         sys.path.insert(0, os.path.dirname(os.path.abspath(filename)))  # as `python FILE.py` has it

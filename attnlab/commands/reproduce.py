@@ -10,7 +10,6 @@ or within rounding, 1 not (not reproduced, undecided, interrupted), 2 not a run 
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import datetime as _dt
 import io
@@ -27,14 +26,16 @@ from typing import Any, Sequence
 import yaml
 from omegaconf import DictConfig
 
+from attnlab.commands.arguments import HelperParser, speak
 from attnlab.commands.job import run_job
-from attnlab.core import checks, threads
+from attnlab.core import checks, interrupts, threads
 from attnlab.core.config import apply_schema, literal, plain
 from attnlab.core.errors import AttnlabError, ConfigError, RunDirError, describe
 from attnlab.core.files import printable
 from attnlab.core.i18n import N_, _
 from attnlab.outputs import artifacts, destination, rundir, streams
 from attnlab.outputs.console import display_path
+from attnlab.outputs.drawing import end_with_parent
 from attnlab.saved import runs, safe_read
 from attnlab.saved.report import render
 from attnlab.saved.report_data import collect_records
@@ -199,6 +200,8 @@ def _rerun(run_dir: Path, out: Path, text_file: Path | None, draw: bool) -> Reru
     result = run_job(cfg, out, recorded={"reproduced_from": str(run_dir)}, tokens=tokens)
     if result.bad_input:  # checked above: only a text file that changed since can get here
         raise ConfigError("text_file", data.get("text_file"), result.error or "refused")
+    if result.late_signal is not None:  # Ctrl-C after its last step: no verdict claimed, the batch stops
+        result = result._replace(status="interrupted")
     now = artifacts.environment(str(cfg.device))
     diffs = compare_runs(run_dir, out) if result.status != "interrupted" else []
     return Rerun(str(out), now["cpu_capability"], {k: now.get(k) for k in (*BITS, "torch_threads")},
@@ -215,6 +218,7 @@ def _use_kernels(kernels: str) -> None:
         os.environ["ATEN_CPU_CAPABILITY"] = kernels.lower()
     with contextlib.suppress(ValueError):
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+    end_with_parent()  # a killed command leaves no worker behind
     import torch  # noqa: F401  (once per worker, while the others start)
 
 
@@ -239,6 +243,19 @@ class Kernels:
             self.pools[kernels] = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
                                                       initializer=_use_kernels, initargs=(kernels,))
         return self.pools[kernels]
+
+    def submit(self, kernels: str, fn, *args, workers: int = 1) -> Future:
+        """``fn(*args)`` in a worker of ``kernels``' pool; a worker it starts ignores Ctrl-C from its first
+        instruction (the disposition is inherited), so a Ctrl-C reaches only the runs, which record it."""
+        pool = self.pool(kernels, workers)
+        try:
+            previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        except ValueError:  # not the main thread: the workers' initializer ignores it
+            return pool.submit(fn, *args)
+        try:
+            return pool.submit(fn, *args)
+        finally:
+            signal.signal(signal.SIGINT, previous)
 
     def shutdown(self, cancel: bool = False) -> None:
         for pool in self.pools.values():
@@ -274,13 +291,15 @@ def verify(jobs_: Sequence[tuple[Path, Path]], text_file: Path | None = None, jo
     native = ""
 
     def submit(i: int, kernels: str, out: Path) -> None:
-        futures[pools.pool(kernels).submit(rerun, jobs_[i][0], out, text_file, draw)] = i
+        futures[pools.submit(kernels, rerun, jobs_[i][0], out, text_file, draw)] = i
 
     def take(i: int, result: Rerun | str) -> None:
         if isinstance(result, str):
             errors[i] = result
             return
         reruns[i].append(result)
+        if result.status == "interrupted":  # a Ctrl-C reached the run (here or in a worker): the batch stops
+            raise KeyboardInterrupt
         first = reruns[i][0]
         same = any(all(recorded[i].get(k) == r.environment.get(k) for k in BITS) for r in reruns[i])
         if (len(reruns[i]) == 1 and not same and first.diffs and first.status != "interrupted" and not first.story
@@ -297,7 +316,11 @@ def verify(jobs_: Sequence[tuple[Path, Path]], text_file: Path | None = None, jo
         for i, a in enumerate(asked):  # DEFAULT's worker starts first; this machine's kernels known next
             if a == "DEFAULT":
                 submit(i, a, jobs_[i][1])
-        native = capability()  # torch loaded here
+        with interrupts.deferred(), interrupts.shielded():  # a Ctrl-C never cuts torch's import short
+            native = capability()  # torch loaded here
+            stopped = interrupts.requested()
+        if stopped is not None:
+            raise KeyboardInterrupt
         here = []
         for i, a in enumerate(asked):
             if a and a not in ("DEFAULT", native) and _rank(a) < _rank(native):
@@ -305,25 +328,30 @@ def verify(jobs_: Sequence[tuple[Path, Path]], text_file: Path | None = None, jo
             elif a != "DEFAULT":
                 here.append(i)
         extra = max(0, jobs - 1 - len(pools.pools))  # workers of this machine's kernels take from the front
-        ahead = {i: pools.pool("", extra).submit(rerun, jobs_[i][0], jobs_[i][1], text_file, draw)
+        ahead = {i: pools.submit("", rerun, jobs_[i][0], jobs_[i][1], text_file, draw, workers=extra)
                  for i in here} if extra and len(here) > 1 else {}
         futures.update({f: i for i, f in ahead.items()})
         for i in reversed(here):  # this process takes from the back what no worker has started
             if i not in ahead or ahead[i].cancel():
                 futures.pop(ahead.get(i), None)
                 take(i, rerun(jobs_[i][0], jobs_[i][1], text_file, draw))
-                if reruns[i] and reruns[i][-1].status == "interrupted":  # the run here recorded a Ctrl-C
-                    raise KeyboardInterrupt
         while futures:
             done, _pending = wait(list(futures), return_when=FIRST_COMPLETED)
             for future in done:
                 take(futures.pop(future), future.result())
     except KeyboardInterrupt:
-        pools.shutdown(cancel=True)
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the workers end their runs within a step
+        try:
+            pools.shutdown(cancel=True)
+        finally:
+            signal.signal(signal.SIGINT, previous)
         return [Verdict(CANNOT, errors[i]) if i in errors else
                 Verdict(INTERRUPTED, _(STOPPED), [], str(out))
                 if not reruns[i] or any(r.status == "interrupted" for r in reruns[i]) else
                 decide(recorded[i], reruns[i], reruns[i][0].story) for i, (_run, out) in enumerate(jobs_)]
+    except BaseException:  # no worker outlives the command
+        pools.shutdown(cancel=True)
+        raise
     pools.shutdown()
     return [Verdict(CANNOT, errors[i]) if i in errors else decide(recorded[i], reruns[i], reruns[i][0].story)
             for i in range(len(jobs_))]
@@ -424,9 +452,9 @@ def reproduce(run_dir: Path, out: Path | None = None, text_file: Path | None = N
 def main(argv: Sequence[str] | None = None) -> int:
     """The exit status of ``attnlab-reproduce ARGV``: 0 same or within rounding, 1 different, 2 not a run;
     for several runs 0 every run reproduced, 1 some not (:func:`reproduce_many`), 2 no run."""
-    parser = argparse.ArgumentParser(
-        prog="attnlab-reproduce",
-        description=_("Re-run saved attnlab runs from their recorded configs into new folders and check their "
+    argv = speak(argv)
+    parser = HelperParser("attnlab-reproduce", _(
+        "Re-run saved attnlab runs from their recorded configs into new folders and check their "
                       "files are bitwise identical (or differ by floating-point rounding only); several runs, or "
                       "folders of runs, give one verdict table. A run is read as data: nothing in it is run or "
                       "printed raw."))

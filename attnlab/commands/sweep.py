@@ -19,14 +19,18 @@ from attnlab.saved.table import distribution, format_table, write_csv
 MAX_NAME_BYTES = 160  # well under the 255-byte file-name limit of common filesystems
 EXIT_SOME_JOBS_FAILED = 1
 
-_UNSAFE = re.compile(r"[/\\\x00-\x1f\x7f]|\s")
+_UNSAFE = re.compile(r'[/\\\x00-\x1f\x7f:*?"<>|]|\s')  # separators, controls, what NTFS forbids, whitespace
+# names Windows reserves for devices, also with an extension (CON, nul.txt, COM1); matched case-blind
+_RESERVED = re.compile(r"(CON|PRN|AUX|NUL|CONIN\$|CONOUT\$|(COM|LPT)[0-9¹²³])(\..*)?", re.IGNORECASE)
 _ESCAPED = re.compile(r"\\([\\()\[\]{}:=, \t])")
 
 
 def job_dirname(num: Any, override_dirname: Any = "") -> str:
-    """``"{num}_{override_dirname}"`` as one safe folder name: Hydra's quotes and escapes dropped;
-    separators, control characters, whitespace and the ``$`` of ``${`` as ``_``; at most
-    :data:`MAX_NAME_BYTES` UTF-8 bytes (a cut name ends in ``~`` + 8 hex digits of its sha1).
+    """``"{num}_{override_dirname}"`` as one folder name valid on every platform's file system (NTFS's
+    rules are the strictest): Hydra's quotes and escapes dropped; separators, control characters,
+    whitespace, ``: * ? " < > |``, the ``$`` of ``${`` and a trailing dot as ``_``; a name Windows
+    reserves (``CON``, ``nul.txt``, ``COM1``) prefixed by ``_``; at most :data:`MAX_NAME_BYTES` UTF-8
+    bytes (a cut name ends in ``~`` + 8 hex digits of its sha1).
 
     >>> job_dirname(1, 'sentence="a/b c"')
     '1_sentence=a_b_c'
@@ -38,7 +42,8 @@ def job_dirname(num: Any, override_dirname: Any = "") -> str:
     if len(raw) > MAX_NAME_BYTES:
         cut = raw[: MAX_NAME_BYTES - 9].decode("utf-8", errors="ignore")
         name = f"{cut}~{hashlib.sha1(raw).hexdigest()[:8]}"
-    return name
+    name = re.sub(r"\.+$", lambda m: "_" * len(m.group()), name)  # (spaces are _ already)
+    return f"_{name}" if _RESERVED.fullmatch(name) else name
 
 
 def name_by_swept_keys(config: DictConfig) -> None:

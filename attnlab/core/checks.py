@@ -12,9 +12,10 @@ from typing import Any, Callable
 
 from omegaconf import DictConfig, OmegaConf
 
+from attnlab.core import files
 from attnlab.core.config import Task, optimizer_schema, plain, snapshot_steps
 from attnlab.core.errors import ConfigError
-from attnlab.core.files import METRICS_LIMIT, NPZ_LIMIT, TOKEN_CHARS, printable
+from attnlab.core.files import METRICS_LIMIT, NPZ_LIMIT, SUMMARY_LIMIT, TOKEN_CHARS, printable
 from attnlab.core.i18n import N_, _
 from attnlab.core.tokenizer import ALLOWED_ENCODINGS, SHIPPED_ENCODINGS, Tokens, tokenize
 
@@ -28,6 +29,10 @@ MAX_HEATMAPS = 1000  # heatmaps a run draws (figures and TensorBoard images; ~0.
 MAX_CONSOLE_LINE = 10_000  # characters of one console line (the heads line: ~24 per head)
 NAME_CHARS, NOTES_CHARS = 100, 2000  # of a run's name and notes
 THREADS_PER_CPU = 4  # torch threads a run may ask for, per CPU of this machine
+MAX_NEW_TOKENS = 10_000  # tokens one generation may add (analysis.max_new_tokens, attnlab-generate --max-new-tokens)
+SUMMARY_BASE = 64 * 1024  # bytes of summary.json besides its per-head fields (config, token table, versions, ...)
+SUMMARY_PER_HEAD, SUMMARY_PER_HEAD_TOKEN = 160, 24  # bytes per head (and block) of summary.json's focus, and per token
+SUMMARY_PER_NEW_TOKEN = 100  # bytes per generated token in summary.json
 Check = Callable[[Any, DictConfig], bool]
 
 
@@ -113,7 +118,8 @@ RULES: list[tuple[str, Check, str | Callable[[DictConfig], str]]] = [
      N_("needs model.n_layers=0 (exercise 5 is about the tutorial's one layer)")),
     ("analysis.prompt", lambda v, cfg: v is None or (v != "" and _predicts_tokens(cfg)),
      N_("a non-empty text, with task=train train.objective=next_token (a model that predicts tokens)")),
-    ("analysis.max_new_tokens", *POSITIVE),
+    ("analysis.max_new_tokens", _int(1, MAX_NEW_TOKENS), lambda cfg: _("must be an integer in [1, {n}]").format(
+        n=MAX_NEW_TOKENS)),
     ("analysis.temperature", _real(lambda v: v >= 0), N_("must be >= 0 and finite (0: greedy)")),
     ("device", lambda v, cfg: isinstance(v, str) and (v == "cpu" or v.startswith(("cuda", "mps"))),
      N_("must be cpu, cuda, cuda:N or mps")),
@@ -202,25 +208,39 @@ def _size(n_bytes: float) -> str:
 
 
 def available_memory() -> int | None:
-    """Bytes available to a new allocation: ``MemAvailable`` (Linux), else physical memory, else None."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
+    """Bytes of physical memory (``os.sysconf``: Linux, macOS), else None: the standard library has no
+    call for it on Windows, where the memory check is skipped (docs/compat.md)."""
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
         return None
 
 
+def gpt_parameters(cfg: DictConfig, vocab_size: int, context: int) -> int:
+    """How many numbers a GPT of ``cfg.model`` (``n_layers`` >= 1) has (:func:`attnlab.core.model.build_gpt`,
+    exactly; nothing built): the token and position tables, per block two LayerNorms, W_query, W_key,
+    W_value (and their biases), W_out, W_fc and W_proj with biases, then ln_f and the next-token head."""
+    m = cfg.model
+    d, h, qkv = m.d_model, m.n_heads, 2 * m.d_k + m.d_v
+    f = m.d_ff or 4 * d
+    block = 4 * d + h * qkv * d + (h * qkv if m.qkv_bias else 0) + h * m.d_v * d + 2 * d * f + f + d
+    return 2 * vocab_size * d + context * d + m.n_layers * block + 2 * d
+
+
 def memory_estimate(cfg: DictConfig, seq_len: int, vocab_size: int) -> dict[str, float]:
     """Bytes a run needs by part, float32, a lower bound: the (vocab, d_model) table; the attention
     weights with gradients and two Adam moments; the next-token head and its (T, vocab) logits;
-    activations (X, Q, K, V, Z, the (H, T, T) scores and weights, forward and backward)."""
+    activations (X, Q, K, V, Z, the (H, T, T) scores and weights, forward and backward). A GPT
+    (``model.n_layers`` >= 1): its parameters (:func:`gpt_parameters`) with gradients and two Adam moments,
+    and per step the activations of ``train.batch_size`` windows of ``model.context`` tokens in every
+    block (the MLP's d_ff, the (H, T, T) weights) and their (T, vocab) logits; a generation needs less."""
     m, t = cfg.model, seq_len
+    if m.n_layers:
+        c, b, f = corpus_split(cfg, seq_len)[1], cfg.train.batch_size, m.d_ff or 4 * m.d_model
+        per_token = m.n_layers * (8 * m.d_model + 3 * m.n_heads * (2 * m.d_k + m.d_v) + 2 * f + 3 * m.n_heads * c)
+        return {"parameters": FLOAT32_BYTES * 4 * gpt_parameters(cfg, vocab_size, c),
+                "activations": FLOAT32_BYTES * b * c * per_token,
+                "logits": FLOAT32_BYTES * 3 * b * c * vocab_size}
     next_token = _predicts_tokens(cfg)
     return {
         "token_embedding": FLOAT32_BYTES * vocab_size * m.d_model,
@@ -230,13 +250,21 @@ def memory_estimate(cfg: DictConfig, seq_len: int, vocab_size: int) -> dict[str,
     }
 
 
-def disk_estimate(cfg: DictConfig, seq_len: int) -> dict[str, float]:
-    """Bytes a training run writes at most, by file (a row per step, a (H, T, T) float32 per snapshot)."""
-    n_snaps, steps = len(snapshot_steps(cfg.train)), cfg.train.steps
+def disk_estimate(cfg: DictConfig, seq_len: int, vocab_size: int = 0) -> dict[str, float]:
+    """Bytes a training run writes at most, by file: a row per step, a (H, T, T) float32 per snapshot
+    and block (T: a GPT's ``model.context``), a GPT's ``model.npz`` (its parameters, float32), and
+    ``summary.json`` (its focus per head and block, the generated tokens)."""
+    n_snaps, steps, m = len(snapshot_steps(cfg.train)), cfg.train.steps, cfg.model
+    t = corpus_split(cfg, seq_len)[1] if m.n_layers else seq_len
+    heads = (m.n_heads + 1) * (1 + m.n_layers)  # each head and their mean, for each block
+    generated = cfg.analysis.max_new_tokens if cfg.analysis.prompt is not None else 0
     parts = {"metrics.csv": (len(str(steps - 1)) + LOSS_CHARS + 2) * steps,
-             "attention.npz": (FLOAT32_BYTES * n_snaps * cfg.model.n_heads * seq_len * seq_len
-                               * (1 + cfg.model.n_layers)  # a GPT's layers too
-                               + seq_len * (4 * TOKEN_CHARS + 8) + 8 * n_snaps + 64 * 1024)}
+             "attention.npz": (FLOAT32_BYTES * n_snaps * m.n_heads * t * t * (1 + m.n_layers)  # a GPT's layers too
+                               + t * (4 * TOKEN_CHARS + 8) + 8 * n_snaps + 64 * 1024),
+             "summary.json": (SUMMARY_BASE + heads * (SUMMARY_PER_HEAD + SUMMARY_PER_HEAD_TOKEN * t)
+                              + SUMMARY_PER_NEW_TOKEN * generated)}
+    if m.n_layers:
+        parts["model.npz"] = FLOAT32_BYTES * gpt_parameters(cfg, vocab_size, t) + 64 * 1024
     if cfg.logging.tensorboard:
         parts["tensorboard"] = (TENSORBOARD_STEP_BYTES * steps
                                 + (TENSORBOARD_IMAGE_BYTES * n_snaps if cfg.logging.images else 0))
@@ -250,7 +278,11 @@ def resources(cfg: DictConfig, seq_len: int, vocab_size: int, run_dir: Path | No
     need = memory_estimate(cfg, seq_len, vocab_size)
     available = available_memory()
     if available is not None and sum(need.values()) > available:
-        key, value = (("model.d_model", cfg.model.d_model) if need["token_embedding"] >= need["activations"]
+        largest = max(need, key=need.get)
+        key, value = (("model.n_layers", cfg.model.n_layers) if largest == "parameters" else
+                      ("train.batch_size", cfg.train.batch_size) if largest in ("activations", "logits")
+                      and cfg.model.n_layers else
+                      ("model.d_model", cfg.model.d_model) if need["token_embedding"] >= need["activations"]
                       else ("text_file", cfg.text_file) if cfg.get("text_file") else ("sentence", f"{seq_len} tokens"))
         parts = ", ".join(f"{name} {_size(n)}" for name, n in need.items() if n)
         raise ConfigError(key, value, _("the run needs about {size} of memory ({parts}), more than the {available} "
@@ -275,14 +307,24 @@ def resources(cfg: DictConfig, seq_len: int, vocab_size: int, run_dir: Path | No
             raise ConfigError("model.n_heads", h, _(what).format(amount=amount, limit=limit))
     if run_dir is None:
         return
-    disk = disk_estimate(cfg, seq_len)
+    disk = disk_estimate(cfg, seq_len, vocab_size)
+    t, layers = (corpus_split(cfg, seq_len)[1] if cfg.model.n_layers else seq_len), cfg.model.n_layers
     for file, limit, key, value in (("metrics.csv", METRICS_LIMIT, "train.steps", cfg.train.steps),
                                     ("attention.npz", NPZ_LIMIT, "train.snapshot_steps",
-                                     f"{n_snaps} snapshots of {h} head(s) x {seq_len} x {seq_len} tokens")):
-        if disk[file] > limit:
+                                     f"{n_snaps} snapshots of {h} head(s) x {t} x {t} tokens"
+                                     + (f" x {1 + layers} layers" if layers else "")),
+                                    ("model.npz", NPZ_LIMIT, "model.n_layers", layers),
+                                    ("summary.json", SUMMARY_LIMIT, "model.n_heads", h)):
+        if disk.get(file, 0) > limit:
             raise ConfigError(key, value, _("the run's {file} would be about {size}, more than the {limit} "
                                             "attnlab's readers accept").format(file=file, size=_size(disk[file]),
                                                                                limit=_size(limit)))
+    page = 2 * files.page_frame_bytes(h * (1 + layers), t)  # the first and last snapshots: a page always shows them
+    if lg.report and page > files.PAGE_WEIGHT_BUDGET:
+        raise ConfigError("logging.report", True, _(
+            "the run's report.html would hold about {size} of attention weights (two snapshots of {n} heads x {t} x "
+            "{t} tokens), more than the {limit} a page holds: logging.report=false, a shorter text or fewer heads"
+        ).format(size=_size(page), n=h * (1 + layers), t=t, limit=_size(files.PAGE_WEIGHT_BUDGET)))
     existing = Path(run_dir)
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent

@@ -29,6 +29,13 @@ JSON_MAX_DEPTH = 32
 REFERENCE_CHAIN = 8  # ${a} -> ${b} -> ... plain references followed at most
 TEXT_LIMIT = 200  # characters printable() keeps by default
 TEXT_FILE_LIMIT = 1024 * 1024  # bytes of a text_file (the default tokenizer.max_tokens=4096 is ~20 KB)
+PAGE_WEIGHT_BUDGET = 18_000_000  # bytes of attention weights (JSON) on one report page, shared by its runs
+PAGE_BYTES_PER_WEIGHT = 7  # upper bound of one weight in the page's JSON: "0.1234," (rounded to 4 decimals)
+
+
+def page_frame_bytes(H: int, T: int) -> int:
+    """Upper bound of the report page's JSON bytes of one (H, T, T) snapshot."""
+    return H * T * (PAGE_BYTES_PER_WEIGHT * T + 2) + 2 * H + 2
 
 # bytes read from run-dir files, and bytes of .npz member data decompressed (or copied)
 _counters = {"bytes_read": 0, "bytes_decompressed": 0}
@@ -111,11 +118,26 @@ class _BoundedFile(io.FileIO):
         return len(data)
 
 
+_BINARY = getattr(os, "O_BINARY", 0)  # (Windows) no newline translation
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # (POSIX) a FIFO never blocks the open
+# openat: each component opened relative to its folder's descriptor, no link followed (POSIX); else
+# (Windows) each component lstat-ed, the file's real path checked, the descriptor matched to the lstat
+_OPENAT = (os.open in os.supports_dir_fd and os.stat in os.supports_dir_fd
+           and all(hasattr(os, f) for f in ("O_NOFOLLOW", "O_DIRECTORY")))
+
+
+def _is_link(st: os.stat_result) -> bool:
+    """A symbolic link, or on Windows any reparse point (a junction too)."""
+    return stat.S_ISLNK(st.st_mode) or bool(getattr(st, "st_file_attributes", 0) & 0x400)  # REPARSE_POINT
+
+
 def open_run_file(path: Path, limit: int, *, root: Path | None = None) -> _BoundedFile:
     """``path`` (inside the run dir ``root``, default its folder) open for binary reading, never
-    past the size checked here; opened component by component with ``openat`` (no link
-    followed). RunFileError, before a byte is read, for a symbolic link on the way, anything but
-    a regular file, more than one hard link or more than ``limit`` bytes; MissingRunFile."""
+    past the size checked here. No link is followed: on POSIX the path is opened component by
+    component with ``openat`` (``O_NOFOLLOW``); elsewhere (Windows) every component is ``lstat``-ed,
+    the file's real path must lie inside the run dir's and the opened descriptor must be the file
+    ``lstat`` saw. RunFileError, before a byte is read, for a link (or junction) on the way, anything
+    but a regular file, more than one hard link or more than ``limit`` bytes; MissingRunFile."""
     shown = Path(path)
     root = shown.parent if root is None else Path(root)
     try:
@@ -125,7 +147,9 @@ def open_run_file(path: Path, limit: int, *, root: Path | None = None) -> _Bound
     if not parts or any(p in ("..", ".", "") for p in parts):
         raise RunFileError(shown, "not a file path inside the run dir")
     try:
-        dir_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        dir_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY) if _OPENAT else -1
+        if not _OPENAT and not stat.S_ISDIR(os.stat(root).st_mode):
+            raise NotADirectoryError(20, "Not a directory")
     except FileNotFoundError:
         raise MissingRunFile(shown, f"missing (no folder {printable(str(root), 300)})") from None
     except OSError as err:
@@ -133,31 +157,51 @@ def open_run_file(path: Path, limit: int, *, root: Path | None = None) -> _Bound
     try:
         for i, part in enumerate(parts):
             last = i == len(parts) - 1
+            here = root.joinpath(*parts[: i + 1])
             try:
-                st = os.stat(part, dir_fd=dir_fd, follow_symlinks=False)
+                st = os.stat(part, dir_fd=dir_fd, follow_symlinks=False) if _OPENAT else os.lstat(here)
             except FileNotFoundError:
                 raise MissingRunFile(shown, "missing" if last else f"missing (no folder {printable(part)})") from None
             except OSError as err:
                 raise RunFileError(shown, f"cannot be read ({type(err).__name__}: {err.strerror})") from None
-            if stat.S_ISLNK(st.st_mode):
+            if _is_link(st):
                 where = "" if last else f"its folder {printable(part)} "
                 raise RunFileError(shown, f"{where}is a symbolic link (refused: a run dir holds no links)")
             if not last and not stat.S_ISDIR(st.st_mode):
                 raise RunFileError(shown, f"{printable(part)} is {_kind(st.st_mode)}, not a folder")
             if last and not stat.S_ISREG(st.st_mode):
                 raise RunFileError(shown, f"is {_kind(st.st_mode)}, not a regular file (refused)")
-            flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | (0 if last else os.O_DIRECTORY)
+            if not _OPENAT:
+                continue
+            flags = os.O_RDONLY | os.O_NOFOLLOW | _NONBLOCK | (0 if last else os.O_DIRECTORY)
             try:
                 fd = os.open(part, flags, dir_fd=dir_fd)
             except OSError as err:  # ELOOP: swapped for a link since the stat
                 raise RunFileError(shown, f"cannot be opened ({type(err).__name__}: {err.strerror})") from None
             os.close(dir_fd)
             dir_fd = fd
+        if not _OPENAT:
+            dir_fd = _open_checked(shown, root, here, st)
         fd, dir_fd = dir_fd, -1
     finally:
         if dir_fd >= 0:
             os.close(dir_fd)
     return _checked(fd, shown, limit)
+
+
+def _open_checked(shown: Path, root: Path, path: Path, seen: os.stat_result) -> int:
+    """(Windows) ``path``, whose components were just ``lstat``-ed, opened: its real path inside
+    ``root``'s and the descriptor's file the one ``lstat`` saw (``seen``), else RunFileError."""
+    if not Path(os.path.realpath(path)).is_relative_to(os.path.realpath(root)):
+        raise RunFileError(shown, "leads outside the run dir (refused: a run dir holds no links)")
+    try:
+        fd = os.open(path, os.O_RDONLY | _BINARY | _NONBLOCK)
+    except OSError as err:
+        raise RunFileError(shown, f"cannot be opened ({type(err).__name__}: {err.strerror})") from None
+    if not os.path.samestat(os.fstat(fd), seen):
+        os.close(fd)
+        raise RunFileError(shown, "was replaced while it was opened (refused)")
+    return fd
 
 
 def _checked(fd: int, shown: Path, limit: int, own: bool = False) -> _BoundedFile:
@@ -169,7 +213,8 @@ def _checked(fd: int, shown: Path, limit: int, own: bool = False) -> _BoundedFil
             raise RunFileError(shown, f"has {st.st_nlink} hard links (refused: it may be a file outside the run dir)")
         if st.st_size > limit:
             raise RunFileError(shown, f"is {st.st_size} bytes, more than the limit of {limit} bytes")
-        os.set_blocking(fd, True)
+        if _NONBLOCK:
+            os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)
         raise
@@ -180,7 +225,7 @@ def read_own_file(path: Path, limit: int = TEXT_FILE_LIMIT) -> str:
     """A file the user named (links followed) as UTF-8 text, a leading BOM dropped: opened without
     blocking, refused (RunFileError, nothing read) unless a regular file of at most ``limit`` bytes."""
     try:
-        fd = os.open(Path(path).expanduser(), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(Path(path).expanduser(), os.O_RDONLY | _BINARY | _NONBLOCK)
     except OSError as err:
         raise RunFileError(path, err.strerror or type(err).__name__) from None
     with _checked(fd, Path(path), limit, own=True) as f:

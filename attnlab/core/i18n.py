@@ -6,6 +6,7 @@ Keys, values, file names and numbers stay as typed. ``make i18n`` extracts and c
 from __future__ import annotations
 
 import gettext
+import locale
 import os
 from importlib import resources
 
@@ -16,11 +17,17 @@ _translation: gettext.NullTranslations = gettext.NullTranslations()
 
 def default_language() -> str:
     """``zh`` when the locale gettext reads (the first set of LANGUAGE, LC_ALL, LC_MESSAGES, LANG)
-    is Chinese (``zh_CN.UTF-8``, ``zh``), else ``en``."""
+    is Chinese (``zh_CN.UTF-8``, ``zh``); with none set (Windows, a macOS app), when the OS locale
+    Python started with is (``locale.getlocale()``: ``zh_CN``, Windows' ``Chinese (Simplified)_China``);
+    else ``en``."""
     for var in ("LANGUAGE", "LC_ALL", "LC_MESSAGES", "LANG"):
         if value := os.environ.get(var):
             return "zh" if value.split(":")[0].lower().startswith("zh") else "en"
-    return "en"
+    try:
+        name = locale.getlocale()[0] or ""
+    except ValueError:  # a locale name Python cannot parse
+        name = ""
+    return "zh" if name.lower().startswith(("zh", "chinese")) else "en"
 
 
 def set_language(lang: str | None = None) -> str:

@@ -1,6 +1,7 @@
 """Stopping at a safe point: :func:`check` (between steps) raises ``KeyboardInterrupt`` once a
-signal was recorded. Inside :func:`deferred` (or after :func:`install`) the first SIGINT /
-SIGTERM / SIGHUP is only recorded; a second raises at once, except inside :func:`shielded`;
+signal was recorded. Inside :func:`deferred` (or after :func:`install`) the first of :data:`SIGNALS`
+(Ctrl-C's SIGINT, SIGTERM, and where the platform has them SIGHUP and Windows' Ctrl-Break SIGBREAK)
+is only recorded; a second raises at once, except inside :func:`shielded`;
 :func:`interruptible` lets it raise even there (the innermost block decides). Main thread only.
 """
 from __future__ import annotations
@@ -10,7 +11,9 @@ import functools
 import signal
 from typing import Iterator
 
-SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # SIGHUP: the terminal closed
+# SIGHUP: the terminal closed (POSIX); SIGBREAK: Ctrl-Break (Windows)
+SIGNALS = tuple(sig for sig in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None),
+                                getattr(signal, "SIGBREAK", None)) if sig is not None)
 _received: list[int] | None = None  # signals recorded while deferring; None when not deferring
 _modes: list[bool] = []  # the stack of shielded() (True) / interruptible() (False) blocks
 

@@ -12,7 +12,7 @@ import json
 import os
 import platform
 import re
-import resource
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -259,10 +259,14 @@ class RunDirSink(Sink):
 
 
 def _room(folder: Path) -> int:
-    """Bytes a new file in ``folder`` may take: the free space, at most the file-size limit."""
-    fs = os.statvfs(folder)
+    """Bytes a new file in ``folder`` may take: the free space, at most the file-size limit (POSIX's
+    ``RLIMIT_FSIZE``; Windows has none)."""
+    room = shutil.disk_usage(folder).free
+    try:
+        import resource
+    except ImportError:
+        return room
     soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
-    room = fs.f_bavail * fs.f_frsize
     return room if soft == resource.RLIM_INFINITY else min(room, soft)
 
 

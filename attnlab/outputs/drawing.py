@@ -17,13 +17,35 @@ _pool = None  # this process's ProcessPoolExecutor, or None
 _sent: list["Drawing"] = []  # sent to the worker, their result not asked for yet
 
 
+def end_with_parent() -> None:
+    """In a process multiprocessing started: end it (``os._exit``) as soon as the process that started
+    it has ended, however it ended (``kill -9`` too): a thread waits on the parent's sentinel
+    (``multiprocessing.parent_process``; a pipe on POSIX, the process handle on Windows)."""
+    import multiprocessing
+    import threading
+    from multiprocessing.connection import wait
+
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+
+    def watch() -> None:
+        with contextlib.suppress(OSError, ValueError):
+            wait([parent.sentinel])
+        os._exit(0)
+
+    threading.Thread(target=watch, name="attnlab-end-with-parent", daemon=True).start()
+
+
 def _prepare_worker(warm_up: Callable[[], None] | None) -> None:
-    """Ctrl-C is the run's; ``warm_up()`` (:func:`attnlab.outputs.plots.warm_up`); no interpreter
-    teardown at the worker's end (its results are sent by then)."""
+    """Ctrl-C is the run's; the worker ends with the run (:func:`end_with_parent`); ``warm_up()``
+    (:func:`attnlab.outputs.plots.warm_up`); no interpreter teardown at the worker's end (its results
+    are sent by then)."""
     import atexit
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    end_with_parent()
     atexit.register(os._exit, 0)
     if warm_up is not None:
         warm_up()

@@ -1,16 +1,20 @@
 """Claiming a run dir (``hydra.run.dir``, a sweep's folders, ``attnlab-reproduce --out``) before anything
 is written into it: one live attnlab process per folder, never someone else's files. The lock file
-``.attnlab.lock`` (created with ``O_EXCL``, ``flock``-ed until the process ends) holds the pid and a
-disk reserve for the run's last writes."""
+``.attnlab.lock`` is created with ``O_EXCL`` and locked with filelock's descriptor lock (``flock`` on
+POSIX, ``LockFileEx`` on byte 0 on Windows) until the process ends: a lock file whose lock is free is a
+killed run's. It holds the pid (from byte 1: Windows refuses reads of a locked byte) and a disk reserve
+for the run's last writes."""
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from filelock import lock_descriptor
 
 from attnlab.core.errors import RunDirError, os_reason
 from attnlab.core.files import SUMMARY_LIMIT, RunFileError, open_run_file, printable, read_text
@@ -48,8 +52,9 @@ def claims() -> list[Claim]:
 
 
 def _holder(path: Path) -> str:
-    """`` (pid N)`` from the first line of ``path``'s lock file (at most 32 bytes read), else ``""``."""
-    with contextlib.suppress(RunFileError), open_run_file(path / LOCK, LOCK_LIMIT) as f:
+    """`` (pid N)`` from the line after byte 0 of ``path``'s lock file (at most 32 bytes read), else ``""``."""
+    with contextlib.suppress(RunFileError, OSError), open_run_file(path / LOCK, LOCK_LIMIT) as f:
+        f.seek(1)
         pid = f.read(32).split(b"\n", 1)[0]
         return f" (pid {int(pid)})" if pid.isdigit() else ""
     return ""
@@ -69,13 +74,14 @@ def claim(path: Path, key: str = "hydra.run.dir", value: str | None = None) -> C
     held = None
     try:
         path.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path / LOCK, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        # O_EXCL: never a file that exists (nor a link's target); a reader's probe may hold the lock a moment
+        fd = os.open(path / LOCK, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o644)
         held = Claim(path, fd, created)
-        fcntl.flock(held.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        lock_descriptor(held.fd, blocking=True, poll_interval=0.01)
         problem = _contents_problem(path, choose)
         if problem is None:
-            os.write(held.fd, f"{os.getpid()}\n".encode())
-            held.reserve = _reserve(held.fd)
+            os.write(held.fd, _pid_line())
+            held.reserve = _reserve(held)
     except FileExistsError:  # another process's lock, live or left by a killed run
         if not path.is_dir():
             problem = f"not a folder; {choose}"
@@ -94,15 +100,17 @@ def claim(path: Path, key: str = "hydra.run.dir", value: str | None = None) -> C
     return held
 
 
-def _reserve(fd: int) -> bool:
-    """Hold :data:`RESERVE_BYTES` (at most 1/8 of the free space) in the lock file."""
+def _pid_line() -> bytes:
+    """The lock file's text: a newline (byte 0, the locked one), this process's pid and a newline."""
+    return f"\n{os.getpid()}\n".encode()
+
+
+def _reserve(held: Claim) -> bool:
+    """Write :data:`RESERVE_BYTES` of zeros (at most 1/8 of the free space) into the lock file: a full
+    disk then still has room for the run's last writes (summary.json), given back by :func:`release_reserve`."""
     try:
-        fs = os.fstatvfs(fd)
-        size = min(RESERVE_BYTES, fs.f_bavail * fs.f_frsize // 8)
-        if size > 0:
-            os.posix_fallocate(fd, os.lseek(fd, 0, os.SEEK_CUR), size)
-        return size > 0
-    except (OSError, AttributeError):  # no room, a file-size limit, no posix_fallocate (macOS): no reserve
+        return os.write(held.fd, bytes(min(RESERVE_BYTES, shutil.disk_usage(held.path).free // 8))) > 0
+    except OSError:  # no room, a file-size limit: no reserve
         return False
 
 
@@ -151,11 +159,16 @@ def _remove_created(path: Path, top: Path | None) -> None:
 
 
 def _drop(held: Claim) -> None:
-    """Delete the lock file this claim created (only that one) and close it, releasing the flock."""
-    with contextlib.suppress(OSError):
-        if os.path.samestat(os.stat(held.path / LOCK, follow_symlinks=False), os.fstat(held.fd)):
-            os.unlink(held.path / LOCK)
+    """Close the lock file this claim created, releasing its lock, and delete it (only that one; closed
+    first: Windows deletes no open file)."""
+    try:
+        ours = os.path.samestat(os.stat(held.path / LOCK, follow_symlinks=False), os.fstat(held.fd))
+    except OSError:
+        ours = False
     os.close(held.fd)
+    if ours:
+        with contextlib.suppress(OSError):
+            os.unlink(held.path / LOCK)
 
 
 def release_reserve(path: Path) -> None:
@@ -164,7 +177,7 @@ def release_reserve(path: Path) -> None:
     if held is not None and held.reserve:
         held.reserve = False
         with contextlib.suppress(OSError):
-            os.ftruncate(held.fd, len(f"{os.getpid()}\n"))
+            os.ftruncate(held.fd, len(_pid_line()))
 
 
 def release(path: Path) -> None:
@@ -202,7 +215,7 @@ def run_is_live(run_dir: Path) -> bool:
     Read it before summary.json: ``running`` with a free lock is a killed run."""
     try:
         with open_run_file(Path(run_dir) / LOCK, LOCK_LIMIT) as f:
-            fcntl.flock(f.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except (OSError, RunFileError) as err:
-        return isinstance(err, BlockingIOError)  # held by another process
-    return False
+            free = lock_descriptor(f.fileno(), blocking=False)  # released when f closes
+    except (OSError, RunFileError):
+        return False
+    return not free

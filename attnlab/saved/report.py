@@ -1,4 +1,4 @@
-"""``attnlab-report PATH... [-o FILE]``: one offline HTML page that shows attention learning. One
+"""One offline HTML page (``attnlab-report``, :mod:`attnlab.commands.report`) that shows attention learning. One
 run: a step scrubber, the heatmap (tutorial §4.3, §5) with a head selector and row highlight,
 the loss curve, the focus token's attention, config and versions. Several runs: a sortable table
 (attnlab-compare's), small multiples on one step slider, the differing config keys, the losses.
@@ -7,31 +7,27 @@ Plain JavaScript (``report_template.html``), no network; the data is embedded as
 and the page inserts text with ``textContent`` only."""
 from __future__ import annotations
 
-import argparse
 import base64
 import html
 import io
 import json
+import os
 import re
 import string
-import sys
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from attnlab import __version__
-from attnlab.core.errors import AttnlabError, RunDirError
+from attnlab.core.errors import RunDirError
 from attnlab.core.focus import FOCUS_THRESHOLD, UNIFORM_SPREAD, Uniform
 from attnlab.core.i18n import _, language, translations
-from attnlab.outputs import destination, streams
 from attnlab.outputs.artifacts import atomic_write_text
 from attnlab.outputs.fonts import SHIPPED_FONT
 from attnlab.saved import safe_read
 from attnlab.saved.answers import answer
 from attnlab.saved.report_data import BYTES_PER_WEIGHT, DECIMALS, MAX_STR, WEIGHT_BUDGET, collect_records, load_run
-from attnlab.saved.runs import named_runs
 from attnlab.saved.safe_read import printable
 from attnlab.saved.table import distribution, page_table
-from attnlab.saved.verdict import read_verdicts
 
 REPORT = "report.html"
 TEMPLATE = Path(__file__).with_name("report_template.html")
@@ -75,10 +71,45 @@ def page_messages(page: str) -> list[str]:
     return [json.loads(m) for m in re.findall(r'\btr\(("(?:[^"\\]|\\.)*")[,)]', page)]
 
 
+def text_of(config: Any) -> str:
+    """What a run read: its ``text_file``'s name, else its ``sentence``."""
+    text_file = safe_read.select(config, "text_file")
+    return Path(str(text_file)).name if text_file else str(safe_read.select(config, "sentence", "") or "")
+
+
+def shareable(data: Any, run_dirs: Sequence[Path]) -> Any:
+    """``data`` with every absolute path of this machine made relative: below the runs' common folder
+    (a run dir becomes its name), attnlab's own folder (``attnlab/data/...``), the working folder, else
+    the home folder (``~/...``); a page a learner shares names no folder of the author's machine."""
+    runs = [p.absolute() for p in run_dirs]
+    common = Path(os.path.commonpath([str(p) for p in runs])) if runs else None
+    if common is not None and len(runs) == 1:
+        common = common.parent
+    roots = [(str(common), ""), (str(Path(__file__).resolve().parent.parent.parent), ""),
+             (str(Path.cwd()), ""), (str(Path.home()), "~")] if common is not None else []
+    roots = sorted({r for r in roots if r[0] not in ("", os.sep)}, key=lambda r: -len(r[0]))
+
+    def clean(value: Any) -> Any:
+        if isinstance(value, str) and os.sep in value:
+            for root, short in roots:
+                value = value.replace(root + os.sep, short + os.sep if short else "")
+                if value == root:
+                    value = short or "."
+            return value
+        if isinstance(value, dict):
+            return {k: clean(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [clean(v) for v in value]
+        return value
+
+    return clean(data)
+
+
 def render(records: Sequence[dict[str, Any]]) -> str:
     """The page for ``records`` (one: detail view; more: comparison) as HTML text."""
-    title = f"attnlab · {records[0]['name']}" if len(records) == 1 else f"attnlab · {len(records)} runs"
-    sentences = list(dict.fromkeys(str(safe_read.select(r["config"], "sentence", "")) for r in records))
+    title = f"attnlab · {records[0]['name']}" if len(records) == 1 else "attnlab · " + _("{n} runs").format(
+        n=len(records))
+    sentences = list(dict.fromkeys(text_of(r["config"]) for r in records))
     keys = list(dict.fromkeys(k for r in records for k in r.get("differs_keys", ())))
     title += f" · {sentences[0]}" if len(sentences) == 1 and sentences[0] and len(records) > 1 else ""
     title += _(" · differ in {keys}").format(keys=", ".join(keys)) if keys else ""
@@ -97,6 +128,7 @@ def render(records: Sequence[dict[str, Any]]) -> str:
             "generator": {"attnlab": __version__, "weight_budget_bytes": WEIGHT_BUDGET,
                           "bytes_per_weight": BYTES_PER_WEIGHT, "decimals": DECIMALS, "uniform_spread": UNIFORM_SPREAD,
                           "focus_threshold": FOCUS_THRESHOLD}}
+    data = shareable(data, [Path(str(r["run_dir"])) for r in records])
     template = _PageTemplate(page)
     page_data = script_json(data)  # every text the page shows: the runs' and the translations
     return template.substitute(title=html.escape(printable(title, MAX_STR)), data=page_data,
@@ -125,49 +157,3 @@ def write_run_report(run_dir: Path | str) -> Path:
 def write_sweep_report(sweep_dir: Path | str) -> Path:
     """``SWEEP_DIR/report.html`` over its runs."""
     return write_report([sweep_dir], Path(sweep_dir) / REPORT)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``attnlab-report``: exit 0; 1 when a run has an unreadable file (page written, a warning per
-    run); 2 with one line for a bad PATH or an output that cannot be written or is inside a run."""
-    parser = argparse.ArgumentParser(
-        prog="attnlab-report",
-        description="One offline HTML page of attention over training: a run dir gives its detail view, "
-                    "several runs or a sweep dir a comparison.")
-    parser.add_argument("paths", nargs="+", metavar="PATH", type=Path, help="run dir or sweep dir")
-    parser.add_argument("-o", "--out", metavar="FILE", type=Path, default=Path(REPORT),
-                        help=f"the page to write (default: ./{REPORT})")
-    parser.add_argument("--force", action="store_true", help="replace a file attnlab did not write")
-    parser.add_argument("--verdicts", metavar="CSV", type=Path,
-                        help="attnlab-reproduce's --csv of these runs: a verdict column, runs sorted by student")
-    args = parser.parse_args(argv)
-    out = args.out / REPORT if args.out.is_dir() else args.out
-    try:
-        found = named_runs(args.paths)
-        rule = {"key": "-o", "kind": "page", "force": args.force, "reads": [r for r, _, _ in found], "allow": (REPORT,)}
-        if problem := destination.refusal(out, **rule):
-            raise RunDirError(problem)
-        verdicts = read_verdicts(args.verdicts) if args.verdicts is not None else None
-        records = collect_records(args.paths, found=found, verdicts=verdicts)
-        destination.write(out, render(records).encode("utf-8"), **rule)
-    except (AttnlabError, OSError) as err:
-        print(f"attnlab-report: error: {printable(str(err), 1500)}", file=sys.stderr)
-        return 2
-    for rec in records:  # names and problems are printable already (load_run)
-        if rec["problems"]:
-            print(f"attnlab-report: warning: {rec['name']}: {'; '.join(rec['problems'])}", file=sys.stderr)
-    shown = sum(len(r["steps"]) for r in records)
-    total = sum(r["snapshots_total"] for r in records)
-    more = f", showing {shown} of {total} snapshots" if shown < total else ""
-    print(f"report: {printable(str(out), 300)} ({len(records)} run{'s' if len(records) != 1 else ''}{more}, "
-          f"{out.stat().st_size / 1e6:.2f} MB)")
-    return 1 if any(rec["problems"] for rec in records) else 0
-
-
-def cli() -> None:
-    streams.install()
-    sys.exit(main())
-
-
-if __name__ == "__main__":
-    cli()

@@ -1,7 +1,8 @@
 """The data of ``attnlab-report``'s page: one record per run (:func:`load_run`) built from
 attnlab-compare's row, text ``printable`` (:data:`MAX_STR`), configs cut at :data:`MAX_NODES` values.
 The runs share :data:`WEIGHT_BUDGET` bytes of weights JSON; a run whose snapshots do not fit keeps
-``max(2, share // frame_bytes)``, evenly spaced, first and last kept. Loss curves are thinned to
+``share // frame_bytes`` (:func:`pick_frames`), evenly spaced, first and last kept (only the last when one
+fits, none when none does). Loss curves are thinned to
 :data:`MAX_LOSS_POINTS`, keeping every shown snapshot's step."""
 from __future__ import annotations
 
@@ -14,17 +15,20 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from attnlab.core.config import loss_name
+from attnlab.core.files import PAGE_BYTES_PER_WEIGHT, PAGE_WEIGHT_BUDGET, page_frame_bytes
 from attnlab.core.focus import FocusSink, Uniform
+from attnlab.core.i18n import _
 from attnlab.core.records import RunInfo, Sink, Snapshot
+from attnlab.outputs.console import generation_lines
 from attnlab.saved import runs, safe_read, table
+from attnlab.saved.columns import OBSERVED
 from attnlab.saved.safe_read import ATTENTION, METRICS, WALKTHROUGH, RunFileError, printable
-from attnlab.saved.swept import run_labels, short_names
+from attnlab.saved.swept import LINESTYLES, run_labels, run_styles, short_names
 from attnlab.saved.verdict import verdict_text
 
-WEIGHT_BUDGET = 18_000_000  # bytes of weights JSON on one page, shared by its runs
-BYTES_PER_WEIGHT = 7  # upper bound of one weight in JSON: "0.1234," (rounded to 4 decimals)
+WEIGHT_BUDGET = PAGE_WEIGHT_BUDGET  # bytes of weights JSON on one page, shared by its runs (the run's estimate too)
+BYTES_PER_WEIGHT = PAGE_BYTES_PER_WEIGHT  # upper bound of one weight in JSON: "0.1234," (rounded to 4 decimals)
 DECIMALS = 4
-MIN_FRAMES = 2  # first and last snapshot, whatever the budget
 MAX_LOSS_POINTS = 2000  # loss curve points per run on the page
 NPZ_LIMIT = safe_read.NPZ_LIMIT  # bytes: an archive read for a report, and its members' declared data
 MAX_STR = 2000  # characters of any one string put on the page (config values, errors), escapes included
@@ -36,14 +40,15 @@ _KNOWN_SUMMARY = {"status", "task", "started_at", "final_loss", "steps_run", "wa
                   "versions", "steps_to_threshold", "token_table", "config", "overrides"}
 
 
-def frame_bytes(H: int, T: int) -> int:
-    """Upper bound of the JSON bytes of one (H, T, T) snapshot."""
-    return H * T * (BYTES_PER_WEIGHT * T + 2) + 2 * H + 2
+frame_bytes = page_frame_bytes  # upper bound of the JSON bytes of one (H, T, T) snapshot
 
 
 def pick_frames(n: int, budget: int, fbytes: int) -> list[int]:
-    """Indices of the snapshots to show out of ``n``."""
-    return _thin(n, max(MIN_FRAMES, budget // max(fbytes, 1))).tolist()
+    """Indices of the snapshots of ``fbytes`` each to show out of ``n`` within ``budget`` bytes: evenly
+    spaced, the first and the last kept; only the last when one fits; none when none fits (the page
+    stays within its budget and says it shows 0 of ``n``)."""
+    k = budget // max(fbytes, 1)
+    return _thin(n, k).tolist() if k >= 2 else [n - 1] if k == 1 and n else []
 
 
 def weight_need(run_dir: Path, root: Path | None = None) -> int:
@@ -123,7 +128,7 @@ def _record(run_dir: Path, name: str | None) -> dict[str, Any]:
         "snapshots_total": 0, "weights": [], "heads": 0, "snapshot_loss": [], "loss": {"steps": [], "values": [],
         "total": 0}, "loss_name": None, "loss_threshold": None, "steps_to_threshold": None, "final_loss": None,
         "steps_run": None, "wall_time_s": None, "focus_token": None, "focus": None, "config": {}, "overrides": [],
-        "versions": {}, "recorded": {}, "table": {}, "focus_series": None}
+        "versions": {}, "recorded": {}, "table": {}, "observations": [], "focus_series": None}
 
 
 def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int = WEIGHT_BUDGET, *,
@@ -140,7 +145,7 @@ def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int
     if files.linked:  # nothing read through a link
         row = runs.row_from(files, name)
         return {**rec, "status": "unreadable", "error": files.problems[0], "problems": files.problems,
-                "table": table.page_cells(row)}
+                "table": table.page_cells(row), "observations": []}
     used = files.config
     focus = runs.setting(used, "train.focus_token", int, 1)
     metrics = (files.attempt(safe_read.read_run_metrics, run_dir, root=files.root)
@@ -207,6 +212,8 @@ def _fill(rec: dict[str, Any], files: runs.RunFiles, name: str | None, metrics: 
     if not isinstance(summary.get("config"), dict):  # Hydra's file: plain ${a.b} looked up, the rest shown as text
         with contextlib.suppress(RunFileError):
             shown = safe_read.resolve_references(used)
+    if isinstance(shown, dict) and shown.get("text_file"):  # a run that read a file never used its sentence
+        shown = {k: v for k, v in shown.items() if k != "sentence"}
     rec["config"] = _jsonable(shown)
     rec["overrides"] = _jsonable(files.overrides)
     rec["versions"] = _jsonable(summary.get("versions") or {})
@@ -218,6 +225,7 @@ def _fill(rec: dict[str, Any], files: runs.RunFiles, name: str | None, metrics: 
     attention, sink = seen if seen is not None else (None, None)
     row = runs.row_from(files, name, metrics=metrics, attention=attention, focus=sink)
     rec["table"] = table.page_cells(row)
+    rec["observations"] = observations(rec["table"], summary)
     rec["loss_name"] = loss_name([row.get("objective")])
     for key in ("final_loss", "steps_run", "wall_time_s", "steps_to_threshold"):  # the row's numbers
         rec[key] = _jsonable(row[key])
@@ -242,6 +250,23 @@ def _fill(rec: dict[str, Any], files: runs.RunFiles, name: str | None, metrics: 
     rec["problems"] = [printable(p, MAX_STR) for p in files.problems]
     rec["error"] = _jsonable(row["error"])
     return rec
+
+
+def observations(cells: dict[str, dict[str, Any]], summary: dict[str, Any]) -> list[dict[str, str]]:
+    """What the run measured, as a learner reads it (``title``, ``text``): the exercise observations' table
+    cells (:mod:`attnlab.saved.columns`), a GPT's validation loss and its continuation of the prompt."""
+    out = [{"title": table.header(c), "text": cells[c].get("full") or cells[c]["text"]}
+           for c in OBSERVED if c in cells and cells[c]["text"] != "-"]
+    if isinstance(summary.get("val_loss"), (int, float)) and not isinstance(summary.get("val_loss"), bool):
+        out.append({"title": _("validation loss"), "text": f"{summary['val_loss']:.4f}"})
+    generation = summary.get("generation")
+    if isinstance(generation, dict):
+        try:
+            text = "\n".join(printable(line, MAX_STR) for line in generation_lines(generation))
+            out.append({"title": _("continuation"), "text": text})
+        except (KeyError, TypeError, ValueError):  # a summary.json someone edited: its raw data stays in the page
+            pass
+    return out
 
 
 def _load_attention(rec: dict[str, Any], run_dir: Path, root: Path, max_weight_bytes: int,
@@ -322,6 +347,9 @@ def collect_records(paths: Iterable[Path | str], *, found: list[tuple[Path, str,
                           short_names(names))
     for rec, (short, values) in zip(records, labelled):
         rec["label"] = printable(f"{short}: {values}" if values else short, MAX_STR)
+    dashes = dict(zip(LINESTYLES, ("", "6.7 2.9", "1.8 3", "11.5 2.9 1.8 2.9")))  # the page's DASHES
+    for rec, style in zip(records, run_styles([{"override_list": rec["overrides"]} for rec in records]) or []):
+        rec["style"] = {"color": style["color"], "dash": dashes[style["linestyle"]]}
     configs = [runs.read_run(r, root).config for r, _, root in found]  # as attnlab-compare reads them
     for rec, keys in zip(records, runs.differs(configs, against)):
         rec["differs_keys"], rec["differs"] = list(keys), runs.differs_text(keys)

@@ -3,8 +3,10 @@ schema (nothing resolved or instantiated), model.npz through :mod:`attnlab.saved
 (float32/64 members, ``allow_pickle=False``), every shape checked against the config's model."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
+import numpy as np
 import torch
 from omegaconf import DictConfig
 
@@ -17,6 +19,7 @@ from attnlab.core.training import model_spec
 from attnlab.saved import npz, safe_read
 
 MODEL = "model.npz"
+POSITIONS = "embedding.position_embedding.weight"
 
 
 def load_model(run_dir: Path) -> tuple[GPT, DictConfig]:
@@ -29,15 +32,23 @@ def load_model(run_dir: Path) -> tuple[GPT, DictConfig]:
         raise RunFileError(path, _("the tutorial's one layer (model.n_layers=0): only GPT runs save weights"))
     spec = model_spec(cfg)
     vocab_size = max(tokenizer.GPT2_VOCAB_SIZE, tokenizer.get_encoding(cfg.tokenizer.encoding).n_vocab)
-    with torch.device("meta"):  # the names and ranks, no memory
-        names = {k: v.ndim for k, v in build_gpt(spec, vocab_size, 2).stacked_state().items()}
-    members = {k: npz.Member(tuple(f"{k}.{axis}" for axis in range(ndim)), "f") for k, ndim in names.items()}
+    with torch.device("meta"):  # one block's names and shapes, no memory, whatever n_layers the config says
+        one = {k: tuple(v.shape) for k, v in build_gpt(dataclasses.replace(spec, n_layers=1), vocab_size,
+                                                       2).stacked_state().items()}
+    members = {k: npz.Member(tuple(f"{k}.{axis}" for axis in range(len(shape))), "f") for k, shape in one.items()}
     with npz.NpzArchive(path, members, root=run_dir) as archive:
-        context = archive.infos["embedding.position_embedding.weight"].shape[0]
-        model = build_gpt(spec, vocab_size, context)
-        try:
-            model.load_stacked({k: torch.from_numpy(archive.read(k)).float() for k in names})
-        except RuntimeError as err:  # a shape the config's model does not have
-            raise RunFileError(path, _("weights do not fit the run's config ({reason})").format(
-                reason=str(err).splitlines()[-1].strip()))
+        context = archive.infos[POSITIONS].shape[0]
+        for name, shape in one.items():  # the config's model, before one byte of it is allocated
+            want = ((cfg.model.n_layers, *shape[1:]) if name.startswith("blocks.") else
+                    (context, *shape[1:]) if name == POSITIONS else shape)
+            if tuple(archive.infos[name].shape) != want:
+                raise RunFileError(path, _("weights do not fit the run's config ({name} has shape {got}, the config's "
+                                           "model {want})").format(name=name, got=tuple(archive.infos[name].shape),
+                                                                   want=want))
+        weights = {k: archive.read(k) for k in one}
+    if (bad := next((k for k, v in weights.items() if not np.isfinite(v).all()), None)) is not None:
+        raise RunFileError(path, _("{name} holds NaN or infinite weights: the run diverged, there is no model to "
+                                   "continue a prompt with").format(name=bad))
+    model = build_gpt(spec, vocab_size, context)
+    model.load_stacked({k: torch.from_numpy(v).float() for k, v in weights.items()})
     return model.eval(), cfg
