@@ -131,3 +131,16 @@ def test_the_sweep_page_shows_the_same_answer(exercise_rows, tmp_path):
     folder = {r["root"] for r in rows}.pop()
     data = page_data(report.write_page(collect_records([folder]), tmp_path / "page.html"))
     assert data["answer"] == answers.answer(rows)
+
+
+def test_exercise4_curves_get_a_colour_per_lr_and_a_line_style_per_steps(exercise_rows):
+    from attnlab.saved.swept import run_styles
+
+    rows = exercise_rows[4]
+    styles = run_styles(rows)
+    pairs = [(r["config"]["optimizer"]["lr"], r["config"]["train"]["steps"], s["color"], s["linestyle"])
+             for r, s in zip(rows, styles)]
+    assert len({(c, ls) for *_, c, ls in pairs}) == 6  # six curves, six styles: none hides another
+    assert all(len({c for lr, _, c, _ in pairs if lr == x}) == 1 for x, *_ in pairs)  # one colour per lr
+    assert all(len({ls for _, st, _, ls in pairs if st == y}) == 1 for _, y, *_ in pairs)  # one line style per steps
+    assert run_styles(exercise_rows[1]) is None  # one swept key: a style per run

@@ -54,10 +54,12 @@ def test_compose_speaks_as_the_command_and_train_keeps_the_callers_threads():
 
     from attnlab.core.errors import AttnlabError
 
-    for overrides, line in [(("model.d_mdl=3",), "model.d_mdl=3: no such config key (`attnlab --help` lists every key)"),
+    for overrides, line in [(("model.d_mdl=3",), "model.d_mdl=3: no such config key (`attnlab --help` lists every key); "
+                                              "did you mean model.d_model?"),
                             (("optimizer=rmsprop",), "optimizer=rmsprop: no such option; allowed: adam, adamw, sgd"),
                             (("+train.stepz=1",), "+train.stepz=1: no such config key; attnlab's keys are fixed by its "
-                                                  "schema and cannot be added or removed (`attnlab --help` lists them)"),
+                                                  "schema and cannot be added or removed (`attnlab --help` lists them); "
+                                                  "did you mean train.steps?"),
                             (("sentence=caf\udce9",), "'sentence=caf\\xe9': not UTF-8 text (the terminal's encoding is "
                                                       "another); set a UTF-8 locale (e.g. LANG=C.UTF-8) or put the "
                                                       "text in a UTF-8 file: text_file=FILE")]:

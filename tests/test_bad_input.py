@@ -44,7 +44,12 @@ class Case:
 CASES = [
     # issue 2: config checks
     Case("mistyped_key", "a mistyped key", ("model.d_mdl=3",), "hydra",
-         "error: model.d_mdl=3: no such config key (`attnlab --help` lists every key)", cli=True),
+         "error: model.d_mdl=3: no such config key (`attnlab --help` lists every key); did you mean model.d_model?",
+         cli=True),
+    Case("mistyped_group", "a mistyped group", ("optimzer=sgd",), "hydra",
+         "error: optimzer=sgd: no such config key (`attnlab --help` lists every key); did you mean optimizer?"),
+    Case("mistyped_optimizer_key", "a mistyped key of an optimizer", ("optimizer=sgd", "optimizer.momentun=0.9"),
+         "hydra", "did you mean optimizer.momentum?"),
     Case("wrong_type", "a value of the wrong type", ("model.d_model=abc",), "hydra",
          "error: model.d_model='abc': Value 'abc' of type 'str' could not be converted to Integer", cli=True),
     Case("wrong_choice", "a value outside an enum", ("model.positional=xx",), "hydra",
@@ -200,6 +205,8 @@ CASES = [
          "[19526, 254, 21410, 33768, 227, 163, 101, 233, 20015, 236, 31660, 29826, 98, 28156, 222, 34650, 233]"),
     Case("added_key", "`+key` for a key attnlab does not have", ("+train.stepz=500",), "hydra",
          "error: +train.stepz=500: no such config key; attnlab's keys are fixed by its schema", cli=True),
+    Case("added_key_close", "`+key` close to a key attnlab has", ("+train.stepz=500",), "hydra",
+         "(`attnlab --help` lists them); did you mean train.steps?"),
     Case("force_added_key", "`++key` for a key attnlab does not have", ("++model.heads=2",), "hydra",
          "error: ++model.heads=2: no such config key"),
     Case("deleted_key", "`~key` deleting a key attnlab needs", ("~train.steps",), "hydra",

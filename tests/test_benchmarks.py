@@ -78,3 +78,27 @@ def test_gpt_benchmark_stands_alone(tmp_path):
     row = done.stdout.strip().splitlines()[-1]
     assert re.fullmatch(r"\| cpu \(\d+ threads?\) \| \{'n_layers': 1, 'd_model': 16, 'n_heads': 2, 'context': 16, "
                         r"'batch_size': 1\} \| \d+\.\d\d \| \d+\.\d\d \| \d\.\d{3} \|", row), row
+
+
+def test_the_classroom_benchmark_checks_every_verdict(tmp_path):
+    """benchmarks/classroom.py fails a repetition unless every student's verdict is the expected one
+    and the rows are sorted by student."""
+    import csv
+
+    from benchmarks import classroom
+
+    def table(rows) -> object:
+        path = tmp_path / "v.csv"
+        with path.open("w", newline="", encoding="utf-8") as f:
+            writer = csv.DictWriter(f, ["job", "name", "verdict", "differs", "reproduction"])
+            writer.writeheader()
+            writer.writerows(rows)
+        return path
+
+    right = [{"job": n, "name": n, "verdict": classroom.expected(n)[0], "differs": classroom.expected(n)[1] or ""}
+             for n in classroom.NAMES]
+    assert classroom.check(table(right)) == []
+    assert classroom.expected(classroom.EDITED) == ("not reproduced", "loss")
+    wrong = [dict(r, verdict="within rounding") if r["name"] == classroom.EDITED else r for r in right]
+    assert classroom.check(table(wrong)) == [f"{classroom.EDITED}: within rounding (loss)"]
+    assert classroom.check(table(right[::-1]))[-1].startswith("rows not sorted by student")

@@ -116,6 +116,12 @@ MISTAKES = [  # (the tutorial's line, the learner's, the stage that differs, the
      "the first seq_len rows of the table, not the rows of token_ids"),
     ("torch.softmax(attn_scores_scaled, dim=-1)", "torch.exp(attn_scores_scaled)", 5,
      "exp(scores) not divided by each row's sum"),
+    # an error the learner's code raises, and what it usually means
+    ("token_emb_layer(torch.tensor(token_ids))", "token_emb_layer(torch.tensor(token_ids, dtype=torch.float))", 1,
+     "token ids as floats; Embedding uses each id as a row number, which must be an integer: "
+     "torch.tensor(token_ids) (int64), not dtype=torch.float (tutorial §2, 新手常见报错)"),
+    ("Q @ K.T", "Q @ K", 4, "Q @ K multiplies two (seq_len, d_k) matrices; the scores are Q @ K.T, K transposed to "
+     "(d_k, seq_len) (tutorial §4.2)"),
 ]
 
 

@@ -91,6 +91,11 @@ def test_save_writes_the_run_dir_the_command_writes(tmp_path):
     with pytest.raises(AttnlabError, match="dir="):
         run.save(out)  # holds a run: refused, kept
     assert run.report(tmp_path / "r.html").read_text(encoding="utf-8") == run.page()
+    assert run.report(tmp_path / "r.html").read_text(encoding="utf-8") == run.page()  # its own page: replaced
+    (tmp_path / "notes.html").write_text("my notes")
+    with pytest.raises(AttnlabError, match="notes.html: exists and attnlab did not write it"):
+        run.report(tmp_path / "notes.html")
+    assert (tmp_path / "notes.html").read_text() == "my notes"
 
 
 def test_keyword_overrides_and_strings_compose_the_same_config():

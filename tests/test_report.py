@@ -287,7 +287,8 @@ def test_pick_frames_and_share_budget():
     assert len(picked) == 39 and picked[0] == 0 and picked[-1] == 999
     gaps = np.diff(picked)
     assert gaps.min() >= 26 and gaps.max() <= 27  # evenly spaced: 999 / 38 = 26.3
-    assert report_data.pick_frames(1000, 10, 500) == [0, 999]  # first and last whatever the budget
+    assert report_data.pick_frames(1000, 999, 500) == [999]  # the last, when only one fits
+    assert report_data.pick_frames(1000, 10, 500) == []  # none fits: the page stays within its budget
     shares = report_data.share_budget([100, 5_000, 0, 50_000], budget=30_000)
     assert shares == [100, 5_000, 0, 24_900]  # the small runs get what they need, the large one the rest
     assert report_data.share_budget([50_000, 40_000], budget=30_000) == [15_000, 15_000]

@@ -258,3 +258,18 @@ def test_the_table_and_the_class_page_speak_the_teachers_language(verdicts):
         assert cells["arm-honest"] == "舍入误差内一致" and cells["arm-loss"].startswith("无法判定: loss: ")
     finally:
         i18n.set_language("en")
+
+
+def test_reproductions_draw_only_on_request(tmp_path, capsys):
+    """A run that drew its figures: its reproduction writes only what the verdict compares, unless
+    ``--artifacts`` asks for the figures too (the verdict is the same)."""
+    run = tmp_path / "run"
+    assert run_here(f"hydra.run.dir={run}", "train.steps=5", "train.snapshot_steps=[0,4]", "logging.tensorboard=false",
+                    "logging.report=false").returncode == 0
+    assert (run / "loss.png").is_file()
+    for args, drawn in (([], False), (["--artifacts"], True)):
+        out = tmp_path / f"r{len(args)}"
+        assert reproduce.main([str(run), "--out", str(out), *args]) == 0
+        assert capsys.readouterr().out.startswith("reproduced exactly")
+        assert sorted(p.name for p in out.iterdir() if p.suffix == ".png") == (
+            ["attention_evolution.png", "loss.png"] if drawn else [])

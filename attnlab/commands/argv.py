@@ -12,7 +12,7 @@ import re
 import string
 from typing import Iterable
 
-from attnlab.core.config import schema_keys
+from attnlab.core.config import did_you_mean, schema_keys
 from attnlab.core.files import printable
 from attnlab.core.i18n import LANGUAGES, _
 
@@ -120,6 +120,8 @@ def refusal(typed: list[str]) -> str | None:
         if not match["prefix"] or key.startswith(("hydra.", "hydra/")) or key.split("@")[0] in CONFIG_GROUPS:
             continue
         if match["prefix"] == "~" or key not in schema_keys():
-            return _("error: {key}: no such config key; attnlab's keys are fixed by its schema and cannot be added "
+            line = _("error: {key}: no such config key; attnlab's keys are fixed by its schema and cannot be added "
                      "or removed (`attnlab --help` lists them)").format(key=match[0])
+            close = did_you_mean(key) if key not in schema_keys() else None
+            return line + (_("; did you mean {key}?").format(key=close) if close else "")
     return None

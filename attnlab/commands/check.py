@@ -15,6 +15,7 @@ import contextlib
 import copy
 import functools
 import os
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +29,7 @@ from attnlab.commands.api import compose
 from attnlab.commands.arguments import HelperParser, speak
 from attnlab.core.errors import AttnlabError
 from attnlab.core.files import RunFileError, read_own_file
-from attnlab.core.i18n import _
+from attnlab.core.i18n import N_, _
 from attnlab.core.tokenizer import tokenize
 from attnlab.core.training import build_model
 from attnlab.core.walkthrough import walkthrough
@@ -177,6 +178,20 @@ def check_source(source: str, filename: str, *, time_limit: float = learner.TIME
         return report(outcomes, all_stages, out)
 
 
+# an error a learner's code raised, and what it usually means (tutorial §2's 新手常见报错 first)
+HINTS = [(re.compile(r"'indices'.*(Long|Int).*but got \S*(Float|Double|Half)"),
+          N_("likely mistake: token ids as floats; Embedding uses each id as a row number, which must be an "
+             "integer: torch.tensor(token_ids) (int64), not dtype=torch.float (tutorial §2, 新手常见报错)")),
+         (re.compile(r"shapes cannot be multiplied \((\d+)x(\d+) and \1x\2\)"),
+          N_("likely mistake: Q @ K multiplies two (seq_len, d_k) matrices; the scores are Q @ K.T, K transposed "
+             "to (d_k, seq_len) (tutorial §4.2)"))]
+
+
+def hint(error: str) -> str | None:
+    """What a learner's error usually means (:data:`HINTS`), or None."""
+    return next((_(said) for pattern, said in HINTS if pattern.search(error)), None)
+
+
 def run_stages(functions: dict[str, Any], path: Path | str, all_stages: list[Stage] | None = None) -> int:
     """Check functions that live in this process (a notebook's cells: ``functions``, name -> function;
     ``path`` names where they come from) stage by stage, as :func:`check_source` does, with the same
@@ -194,7 +209,8 @@ def report(outcomes: Iterator[learner.Outcome], all_stages: list[Stage], out: Te
     for number, (stage, outcome) in enumerate(zip(all_stages, outcomes), 1):
         head = _("stage {n}/{total} {title}, {fn}()").format(n=number, total=len(all_stages), title=stage.title,
                                                                fn=stage.function)
-        problem = ["  " + outcome.error] if outcome.error is not None else stage_problem(stage, outcome.values)
+        problem = (["  " + outcome.error, *(["  " + h] if (h := hint(outcome.error)) else [])]
+                   if outcome.error is not None else stage_problem(stage, outcome.values))
         if problem:
             print(_("{stage}: differs").format(stage=head), *problem, sep="\n", file=out)
             print(_("fix this stage and run attnlab-check again: the stages after it are checked once it passes"),

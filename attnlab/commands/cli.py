@@ -28,6 +28,7 @@ from attnlab.commands.argv import HYDRA_WRITES_NOTHING, refusal
 from attnlab.commands.hydra_config import register_configs
 from attnlab.commands.job import EXIT_BAD_INPUT, EXIT_FAILED_RUN, run_job
 from attnlab.core import i18n, interrupts
+from attnlab.core.config import did_you_mean
 from attnlab.core.errors import AttnlabError, os_reason
 from attnlab.core.files import printable
 from attnlab.core.i18n import _
@@ -128,8 +129,13 @@ def error_line(err: BaseException, typed: list[str]) -> str:
                  "and the shell: '{key}={quoted}'; with -m (--multirun) the commas sweep over the values").format(
             key=key, value=value, quoted=quoted)
     if isinstance(cause, (ConfigAttributeError, ConfigKeyError)) and key:
-        return _("error: {key}: no such config key (`attnlab --help` lists every key)").format(
+        typed_key = next((a.split("=", 1)[0].lstrip("+~") for a in reversed(typed)
+                          if a.split("=", 1)[0].lstrip("+~").startswith(key)), key)
+        line = _("error: {key}: no such config key (`attnlab --help` lists every key)").format(
             key=printable(given or key, 120))
+        if close := did_you_mean(typed_key):
+            line += _("; did you mean {key}?").format(key=close)
+        return line
     if isinstance(cause, OverflowError):
         return f"error: {printable(given or key, 120)}: too large for a float (at most 1.8e308)"
     if given is not None and "=" in given:

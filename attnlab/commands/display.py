@@ -153,13 +153,13 @@ class Run(RunResult):
             rundir.release(run_dir)
         return run_dir
 
-    def report(self, path: str | Path = "report.html") -> Path:
-        """Write the report page to ``path`` (an offline HTML file; open it in a browser). Returns ``path``."""
-        from attnlab.outputs import artifacts
+    def report(self, path: str | Path = "report.html", force: bool = False) -> Path:
+        """Write the report page to ``path`` (an offline HTML file; open it in a browser). Returns ``path``.
+        As every file attnlab writes where you point it (:mod:`attnlab.outputs.destination`): a regular
+        file, one that exists replaced only when attnlab wrote it or with ``force=True``; AttnlabError (one line)."""
+        from attnlab.outputs import destination
 
-        path = Path(path)
-        artifacts.atomic_write_text(path, self.page())
-        return path
+        return destination.write(path, self.page().encode("utf-8"), key="report()", kind="page", force=force)
 
 
 class SweepTable:

@@ -242,6 +242,16 @@ def schema_keys() -> frozenset[str]:
     return frozenset(k for k in keys if k and "[" not in k)  # a list's items are its key's value
 
 
+def did_you_mean(key: str) -> str | None:
+    """The config key (:func:`schema_keys`, or a group: ``optimizer``) closest to a misspelled ``key``
+    (:func:`difflib.get_close_matches`), or None when none is close."""
+    import difflib
+
+    known = schema_keys() | {k.split(".", 1)[0] for k in schema_keys()}
+    close = difflib.get_close_matches(key.lstrip("+~"), sorted(known), n=1, cutoff=0.75)
+    return close[0] if close and close[0] != key.lstrip("+~") else None
+
+
 def literal(data: Any) -> Any:
     """Plain data with every ``${`` in a string escaped: it loads again as text, nothing resolved."""
     import re

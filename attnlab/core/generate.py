@@ -4,6 +4,7 @@ softmax(logits / temperature) over the ``top_k`` most probable, with a generator
 """
 from __future__ import annotations
 
+import codecs
 from typing import Any
 
 import torch
@@ -44,15 +45,29 @@ def generate(model: AttentionModel | GPT, prompt_ids: list[int], max_new_tokens:
     return new
 
 
+def whole_characters(data: bytes) -> tuple[str, int]:
+    """``data`` (UTF-8 bytes of new tokens) as ``(text, unfinished)``: its whole characters, and how many
+    bytes at its end begin a character the tokens did not finish (GPT-2's byte-level tokens cut a 汉字's
+    3 bytes into 2 tokens: one token alone is half a character). A byte that is no character anywhere
+    is ``\\xNN``, as :func:`attnlab.core.tokenizer.piece_labels` shows it; never U+FFFD."""
+    decoder = codecs.getincrementaldecoder("utf-8")("surrogateescape")
+    text = decoder.decode(data, final=False)
+    unfinished = len(decoder.getstate()[0])
+    return "".join(f"\\x{ord(ch) - 0xDC00:02x}" if 0xDC80 <= ord(ch) <= 0xDCFF else ch for ch in text), unfinished
+
+
 def continuation(model: AttentionModel | GPT, cfg: Any) -> dict[str, Any]:
     """``analysis.prompt`` continued as ``analysis`` says, as summary.json records it: ``prompt``,
-    ``text`` (the new tokens decoded), ``tokens`` [[id, label, probability], ...], the settings."""
+    ``text`` (the new tokens' whole characters, :func:`whole_characters`), ``unfinished_bytes`` (of a
+    character the last tokens began, 0: none), ``tokens`` [[id, label, probability], ...], the settings."""
     a, enc = cfg.analysis, cfg.tokenizer
     prompt_ids = tokenizer.encode(a.prompt, enc.encoding, plain(enc.special_tokens))
     model.eval()
     new = generate(model, prompt_ids, a.max_new_tokens, a.temperature, a.top_k, cfg.seed)
     ids = [t for t, _ in new]
     labels = tokenizer.token_labels(prompt_ids + ids, enc.encoding)[len(prompt_ids):]
-    return {"prompt": a.prompt, "text": tokenizer.get_encoding(enc.encoding).decode(ids, errors="replace"),
+    text, unfinished = whole_characters(b"".join(tokenizer.get_encoding(enc.encoding).decode_single_token_bytes(t)
+                                                 for t in ids))
+    return {"prompt": a.prompt, "text": text, "unfinished_bytes": unfinished,
             "tokens": [[t, label, p] for (t, p), label in zip(new, labels)],
             "temperature": a.temperature, "top_k": a.top_k, "seed": cfg.seed}

@@ -1,6 +1,7 @@
 """The console sink: the tutorial's §5 lines at each snapshot step, and a progress bar on long runs."""
 from __future__ import annotations
 
+import re
 import sys
 import time
 from collections import Counter
@@ -77,9 +78,16 @@ def generation_lines(generation: dict) -> list[str]:
     """analysis.prompt's continuation: the text, then each new token with its probability; [] for none."""
     if not generation:
         return []
-    return [_("{prompt} → {text}").format(prompt=show(generation["prompt"]), text=show(generation["text"])),
-            "  " + "  ".join(_("{token} p={p:.3f}").format(token=show(label), p=p)
-                             for _id, label, p in generation["tokens"])]
+    text = show(generation["text"])
+    if generation.get("unfinished_bytes"):  # the last tokens began a character they did not finish
+        text += _(" + …(part of a character)")
+    lines = [_("{prompt} → {text}").format(prompt=show(generation["prompt"]), text=text),
+             "  " + "  ".join(_("{token} p={p:.3f}").format(token=show(label), p=p)
+                              for _id, label, p in generation["tokens"])]
+    if any(re.search(r"\(\d+/\d+\)", str(label)) for _id, label, _p in generation["tokens"]):
+        lines.append(_("  (GPT-2's tokens are pieces of UTF-8 bytes: a 汉字 is 3 bytes, often 2 tokens, "
+                       "shown as 好(1/2) 好(2/2); one of them alone is half a character)"))
+    return lines
 
 
 def notebook_bar():

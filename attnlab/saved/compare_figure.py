@@ -18,7 +18,7 @@ from attnlab.outputs.plots import DPI, draw_heatmap, figure_bytes, plot_loss
 from attnlab.saved import safe_read
 from attnlab.saved.runs import saved_attention
 from attnlab.saved.safe_read import METRICS
-from attnlab.saved.swept import run_labels, short_names, wrap
+from attnlab.saved.swept import LINESTYLES, run_labels, run_styles, short_names, wrap
 
 MAX_HEATMAPS = 8  # at most this many heatmap panels
 HEATMAP_COLS = 4  # ... per row
@@ -45,7 +45,8 @@ def comparison_figure(rows: Sequence[dict[str, Any]], path: Path, force: bool = 
         return "\n".join(drawable(line) for line in [*lines, what])
 
     curves, maps, objectives, focus, drawn = [], [], [], [], {}
-    styles = curve_styles(len(rows))  # by row: a run has one style in both axes
+    swept_styles = run_styles(rows)  # by row: a run has one style in both axes
+    styles = swept_styles or curve_styles(len(rows))
     for i, (r, name, style) in enumerate(zip(rows, legend, styles)):
         run_dir = Path(r["path"])
         root = Path(r.get("root") or run_dir)  # no link below the PATH the run was found under is followed
@@ -127,7 +128,6 @@ def comparison_figure(rows: Sequence[dict[str, Any]], path: Path, force: bool = 
                                  key="--plot", kind="figure", force=force)
 
 
-LINESTYLES = ("-", "--", ":", "-.")
 RUN_COLORMAP = "turbo"  # more runs than distinct styles: the colour of a run's row
 
 

@@ -1,7 +1,8 @@
 """The data of ``attnlab-report``'s page: one record per run (:func:`load_run`) built from
 attnlab-compare's row, text ``printable`` (:data:`MAX_STR`), configs cut at :data:`MAX_NODES` values.
 The runs share :data:`WEIGHT_BUDGET` bytes of weights JSON; a run whose snapshots do not fit keeps
-``max(2, share // frame_bytes)``, evenly spaced, first and last kept. Loss curves are thinned to
+``share // frame_bytes`` (:func:`pick_frames`), evenly spaced, first and last kept (only the last when one
+fits, none when none does). Loss curves are thinned to
 :data:`MAX_LOSS_POINTS`, keeping every shown snapshot's step."""
 from __future__ import annotations
 
@@ -22,13 +23,12 @@ from attnlab.outputs.console import generation_lines
 from attnlab.saved import runs, safe_read, table
 from attnlab.saved.columns import OBSERVED
 from attnlab.saved.safe_read import ATTENTION, METRICS, WALKTHROUGH, RunFileError, printable
-from attnlab.saved.swept import run_labels, short_names
+from attnlab.saved.swept import LINESTYLES, run_labels, run_styles, short_names
 from attnlab.saved.verdict import verdict_text
 
 WEIGHT_BUDGET = PAGE_WEIGHT_BUDGET  # bytes of weights JSON on one page, shared by its runs (the run's estimate too)
 BYTES_PER_WEIGHT = PAGE_BYTES_PER_WEIGHT  # upper bound of one weight in JSON: "0.1234," (rounded to 4 decimals)
 DECIMALS = 4
-MIN_FRAMES = 2  # first and last snapshot, whatever the budget
 MAX_LOSS_POINTS = 2000  # loss curve points per run on the page
 NPZ_LIMIT = safe_read.NPZ_LIMIT  # bytes: an archive read for a report, and its members' declared data
 MAX_STR = 2000  # characters of any one string put on the page (config values, errors), escapes included
@@ -44,8 +44,11 @@ frame_bytes = page_frame_bytes  # upper bound of the JSON bytes of one (H, T, T)
 
 
 def pick_frames(n: int, budget: int, fbytes: int) -> list[int]:
-    """Indices of the snapshots to show out of ``n``."""
-    return _thin(n, max(MIN_FRAMES, budget // max(fbytes, 1))).tolist()
+    """Indices of the snapshots of ``fbytes`` each to show out of ``n`` within ``budget`` bytes: evenly
+    spaced, the first and the last kept; only the last when one fits; none when none fits (the page
+    stays within its budget and says it shows 0 of ``n``)."""
+    k = budget // max(fbytes, 1)
+    return _thin(n, k).tolist() if k >= 2 else [n - 1] if k == 1 and n else []
 
 
 def weight_need(run_dir: Path, root: Path | None = None) -> int:
@@ -344,6 +347,9 @@ def collect_records(paths: Iterable[Path | str], *, found: list[tuple[Path, str,
                           short_names(names))
     for rec, (short, values) in zip(records, labelled):
         rec["label"] = printable(f"{short}: {values}" if values else short, MAX_STR)
+    dashes = dict(zip(LINESTYLES, ("", "6.7 2.9", "1.8 3", "11.5 2.9 1.8 2.9")))  # the page's DASHES
+    for rec, style in zip(records, run_styles([{"override_list": rec["overrides"]} for rec in records]) or []):
+        rec["style"] = {"color": style["color"], "dash": dashes[style["linestyle"]]}
     configs = [runs.read_run(r, root).config for r, _, root in found]  # as attnlab-compare reads them
     for rec, keys in zip(records, runs.differs(configs, against)):
         rec["differs_keys"], rec["differs"] = list(keys), runs.differs_text(keys)

@@ -5,6 +5,9 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 MAX_VALUE_CHARS = 60  # a value longer than this is cut, with "…"
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+           "#17becf")  # matplotlib's default colours, as the report page draws them
+LINESTYLES = ("-", "--", ":", "-.")  # matplotlib's; the report's dashes in this order
 
 
 def swept(override_lists: Sequence[Sequence[str]]) -> list[dict[str, str]]:
@@ -84,3 +87,20 @@ def short_names(jobs: Sequence[str]) -> dict[str, str]:
         num, sep, _ = tail.partition("_")
         out[job] = (f"{head}/" if head else "") + num if sep and num.isdigit() else job
     return out
+
+
+def run_styles(rows: Sequence[dict[str, Any]]) -> list[dict[str, str]] | None:
+    """Each row's curve style when two keys are swept (exercise 4's lr x steps): a colour (:data:`PALETTE`)
+    per value of the key with more values and a line style (:data:`LINESTYLES`) per value of the other, so
+    runs that share a prefix (the same seed, fewer steps) stay apart; None otherwise (a style per run)."""
+    values = swept([r.get("override_list") or [] for r in rows])
+    keys = list(dict.fromkeys(k for v in values for k in v))
+    if len(keys) != 2 or any(len(v) != 2 for v in values) or len({tuple(v.items()) for v in values}) < len(values):
+        return None  # not two swept keys, or runs with the same values (copies of a sweep): a style per run
+    colour_key, style_key = sorted(keys, key=lambda k: -len({v[k] for v in values}))
+    by_colour = list(dict.fromkeys(v[colour_key] for v in values))
+    by_style = list(dict.fromkeys(v[style_key] for v in values))
+    if len(by_colour) > len(PALETTE) or len(by_style) > len(LINESTYLES):
+        return None
+    return [{"color": PALETTE[by_colour.index(v[colour_key])], "linestyle": LINESTYLES[by_style.index(v[style_key])]}
+            for v in values]
