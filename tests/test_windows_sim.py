@@ -75,12 +75,13 @@ def test_the_simulation_removes_what_windows_lacks(here):
                 importlib.import_module(module.name)
         from attnlab.core import files, interrupts
         from attnlab.core.checks import available_memory
-        print(files._OPENAT, [int(s) for s in interrupts.SIGNALS], available_memory(),
+        from attnlab.commands.learner import start_method
+        print(files._OPENAT, [int(s) for s in interrupts.SIGNALS], available_memory(), start_method(),
               sorted(m for m in ("fcntl", "resource", "termios") if sys.modules.get(m) is not None))
         """, cwd=here)
     assert (proc.returncode, proc.stderr) == (0, "")
-    # no POSIX name left; attnlab takes the lstat walk, Ctrl-C, SIGTERM and Ctrl-Break, no memory figure
-    assert proc.stdout == "[] []\nFalse [2, 15, 21] None []\n"
+    # no POSIX name left; attnlab takes the lstat walk, Ctrl-C, SIGTERM and Ctrl-Break, no memory figure, spawn
+    assert proc.stdout == "[] []\nFalse [2, 15, 21] None spawn []\n"
 
 
 def test_attnlab_prints_the_tutorials_five_lines(tutorial):
@@ -148,3 +149,12 @@ def test_ctrl_break_stops_a_run_at_the_next_step(here):
     assert proc.returncode == 1, err
     summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
     assert summary["status"] == "interrupted" and err == f"{summary['error']}; records kept in long\n"
+
+
+def test_attnlab_check_runs_the_learners_file_in_a_spawned_child(here):
+    from test_check import TUTORIAL
+
+    (here / "mine.py").write_text(TUTORIAL, encoding="utf-8")
+    proc = command("attnlab-check", "mine.py", cwd=here)
+    assert (proc.returncode, proc.stderr) == (0, "")
+    assert proc.stdout.splitlines()[-1] == "all 6 stages match the tutorial's numbers"
