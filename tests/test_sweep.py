@@ -134,7 +134,7 @@ def test_sentence_sweep_quoting_gives_flat_folders(cli, tmp_path):
 # ------------------------------------------------------------------------------ issue 10
 @pytest.mark.parametrize("args, line", [
     (("model.dmodel=6,16",), "error: model.dmodel=6,16: no such config key (`attnlab --help` lists every key); "
-                             "did you mean model.d_model?"),
+                              "did you mean model.d_model?"),
     (("optimizer=adam,sgdd",), "error: optimizer=sgdd: no such option; allowed: adam, adamw, sgd"),
     (("optimizer.lr=0.01,abc",), "error: optimizer.lr='abc': Value 'abc' of type 'str' could not be converted to Float"),
 ])

@@ -69,7 +69,10 @@ def test_the_simulation_removes_what_windows_lacks(here):
         print([n for n in ("SIGHUP", "SIGQUIT") if hasattr(signal, n)],
               [n for n in ("O_NOFOLLOW", "O_NONBLOCK", "O_DIRECTORY", "O_CLOEXEC", "posix_fallocate", "statvfs",
                            "fstatvfs", "sysconf") if hasattr(os, n)])
-        import attnlab.commands.cli
+        import importlib, pkgutil, attnlab
+        for module in pkgutil.walk_packages(attnlab.__path__, "attnlab."):  # every module imports
+            if module.name != "attnlab.__main__":
+                importlib.import_module(module.name)
         from attnlab.core import files, interrupts
         from attnlab.core.checks import available_memory
         print(files._OPENAT, [int(s) for s in interrupts.SIGNALS], available_memory(),
