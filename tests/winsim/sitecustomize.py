@@ -42,7 +42,8 @@ for _name in ("O_NOFOLLOW", "O_NONBLOCK", "O_DIRECTORY", "O_CLOEXEC", "posix_fal
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # filelock: "only soft file lock is available" (no fcntl here)
-    import filelock._native._descriptor as _descriptor
+    import filelock
+_descriptor = sys.modules[filelock.lock_descriptor.__module__]  # (filelock._native._descriptor in 4.3)
 
 
 def _lock_fd_nonblocking(fd):
@@ -53,8 +54,11 @@ def _lock_fd_nonblocking(fd):
     return True
 
 
-_descriptor.lock_fd_nonblocking = _lock_fd_nonblocking
-_descriptor.unlock_fd = lambda fd: _fcntl.flock(fd, _fcntl.LOCK_UN)
+for _prefix in ("", "_"):  # the primitive's name differs between filelock versions
+    if hasattr(_descriptor, f"{_prefix}lock_fd_nonblocking"):
+        setattr(_descriptor, f"{_prefix}lock_fd_nonblocking", _lock_fd_nonblocking)
+        setattr(_descriptor, f"{_prefix}unlock_fd", lambda fd: _fcntl.flock(fd, _fcntl.LOCK_UN))
+
 import multiprocessing  # noqa: E402
 
 multiprocessing.set_start_method("spawn")  # Windows has no fork, no forkserver
