@@ -276,3 +276,29 @@ def test_the_lstat_walk_refuses_a_file_swapped_or_leading_outside_after_its_chec
     (run / "link").symlink_to(secret)
     with pytest.raises(RunFileError, match="link: leads outside the run dir"):
         _open_checked(run / "link", run, run / "link", os.lstat(secret))
+
+
+def test_the_lstat_walk_refuses_a_windows_junction(tmp_path, monkeypatch):
+    """A folder that is a reparse point (Windows' junction: lstat says a folder, its attributes say
+    REPARSE_POINT) is refused like a link."""
+    import stat
+    from types import SimpleNamespace
+
+    from attnlab.core.files import RunFileError, open_run_file
+
+    run = tmp_path / "run"
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "config.yaml").write_text("a: 1\n")
+    monkeypatch.setattr(files, "_OPENAT", False)
+    with open_run_file(run / ".hydra" / "config.yaml", 100, root=run) as f:
+        assert f.read() == b"a: 1\n"
+    lstat = os.lstat
+
+    def junction_lstat(path):
+        st = lstat(path)
+        attributes = stat.FILE_ATTRIBUTE_REPARSE_POINT if Path(path).name == ".hydra" else 0
+        return SimpleNamespace(st_mode=st.st_mode, st_file_attributes=attributes)
+
+    monkeypatch.setattr(os, "lstat", junction_lstat)
+    with pytest.raises(RunFileError, match=r"config.yaml: its folder .hydra is a symbolic link \(refused"):
+        open_run_file(run / ".hydra" / "config.yaml", 100, root=run)

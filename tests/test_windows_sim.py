@@ -69,15 +69,19 @@ def test_the_simulation_removes_what_windows_lacks(here):
         print([n for n in ("SIGHUP", "SIGQUIT") if hasattr(signal, n)],
               [n for n in ("O_NOFOLLOW", "O_NONBLOCK", "O_DIRECTORY", "O_CLOEXEC", "posix_fallocate", "statvfs",
                            "fstatvfs", "sysconf") if hasattr(os, n)])
-        import attnlab.commands.cli
+        import importlib, pkgutil, attnlab
+        for module in pkgutil.walk_packages(attnlab.__path__, "attnlab."):  # every module imports
+            if module.name != "attnlab.__main__":
+                importlib.import_module(module.name)
         from attnlab.core import files, interrupts
         from attnlab.core.checks import available_memory
-        print(files._OPENAT, [int(s) for s in interrupts.SIGNALS], available_memory(),
+        from attnlab.commands.learner import start_method
+        print(files._OPENAT, [int(s) for s in interrupts.SIGNALS], available_memory(), start_method(),
               sorted(m for m in ("fcntl", "resource", "termios") if sys.modules.get(m) is not None))
         """, cwd=here)
     assert (proc.returncode, proc.stderr) == (0, "")
-    # no POSIX name left; attnlab takes the lstat walk, Ctrl-C, SIGTERM and Ctrl-Break, no memory figure
-    assert proc.stdout == "[] []\nFalse [2, 15, 21] None []\n"
+    # no POSIX name left; attnlab takes the lstat walk, Ctrl-C, SIGTERM and Ctrl-Break, no memory figure, spawn
+    assert proc.stdout == "[] []\nFalse [2, 15, 21] None spawn []\n"
 
 
 def test_attnlab_prints_the_tutorials_five_lines(tutorial):
@@ -131,17 +135,46 @@ def test_the_python_api(here):
     assert proc.stdout.splitlines()[-1] == "(5,) [0, 4]"
 
 
-def test_ctrl_break_stops_a_run_at_the_next_step(here):
-    run = here / "long"
+def long_run(here: Path, folder: str) -> subprocess.Popen:
+    """``attnlab`` into ``here/folder`` with 2 million steps, once it has recorded 100 of them."""
     proc = command("attnlab", "logging=off", "logging.console=false", "train.steps=2000000",
-                   "train.snapshot_steps=[0]", "hydra.run.dir=long", cwd=here, wait=False)
-    partial = run / ".metrics.csv.partial"
+                   "train.snapshot_steps=[0]", f"hydra.run.dir={folder}", cwd=here, wait=False)
+    partial = here / folder / ".metrics.csv.partial"
     deadline = time.monotonic() + 120
     while not (partial.is_file() and partial.read_bytes().count(b"\n") > 100):
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         time.sleep(0.05)
+    return proc
+
+
+def test_a_live_run_is_refused_with_its_pid_and_ctrl_break_stops_it_at_the_next_step(here):
+    run = here / "long"
+    proc = long_run(here, "long")
+    second = command("attnlab", "hydra.run.dir=long", cwd=here)  # the lock: filelock's, the pid from byte 1
+    assert (second.returncode, second.stderr) == (2, f"error: hydra.run.dir='long': another attnlab process "
+                                                     f"(pid {proc.pid}) is writing a run there; choose another "
+                                                     "hydra.run.dir\n")
     os.kill(proc.pid, 21)  # the simulation's SIGBREAK
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 1, err
     summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
     assert summary["status"] == "interrupted" and err == f"{summary['error']}; records kept in long\n"
+
+
+def test_attnlab_check_runs_the_learners_file_in_a_spawned_child(here):
+    from test_check import TUTORIAL
+
+    (here / "mine.py").write_text(TUTORIAL, encoding="utf-8")
+    proc = command("attnlab-check", "mine.py", cwd=here)
+    assert (proc.returncode, proc.stderr) == (0, "")
+    assert proc.stdout.splitlines()[-1] == "all 6 stages match the tutorial's numbers"
+
+
+def test_a_killed_run_is_told_from_a_live_one(here):
+    proc = long_run(here, "killed")
+    proc.kill()  # the OS drops the lock; the lock file and summary.json (running) stay
+    proc.communicate()
+    again = command("attnlab", "hydra.run.dir=killed", cwd=here)
+    assert (again.returncode, again.stderr) == (2, "error: hydra.run.dir='killed': holds a run that was killed (its "
+                                                   "summary.json says running and no process holds its lock); choose "
+                                                   "another hydra.run.dir (runs are never overwritten)\n")

@@ -95,12 +95,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             comparison_figure(rows, args.plot, force=args.force)
             print(_("figure: {file}").format(file=printable(str(args.plot), 300)))
     except (KeyError, AttnlabError, OSError, ValueError) as err:  # KeyError: an unknown --sort column
-        print(f"attnlab-compare: error: {printable(str(err.args[0] if isinstance(err, KeyError) else err), 1500)}",
+        print(_("{prog}: error: {message}").format(
+            prog="attnlab-compare", message=printable(str(err.args[0] if isinstance(err, KeyError) else err), 1500)),
               file=sys.stderr)
         return 2
     bad = [r for r in rows if broken(r)]
     for r in bad:
-        print(f"attnlab-compare: warning: {printable(r['job'], 300)}: {printable('; '.join(r['problems']), 1500)}",
+        print(_("{prog}: warning: {message}").format(
+            prog="attnlab-compare", message=f"{printable(r['job'], 300)}: {printable('; '.join(r['problems']), 1500)}"),
               file=sys.stderr)
     return 1 if bad else 0
 

@@ -40,7 +40,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         checks.validate(cfg)
         lines = generation_lines(continuation(model, cfg))
     except (AttnlabError, OSError) as err:
-        print(f"attnlab-generate: error: {printable(str(err), 1500)}", file=sys.stderr)
+        print(_("{prog}: error: {message}").format(prog="attnlab-generate", message=printable(str(err), 1500)),
+              file=sys.stderr)
         return 2
     print("\n".join(lines))
     return 0

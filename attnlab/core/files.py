@@ -126,11 +126,6 @@ _OPENAT = (os.open in os.supports_dir_fd and os.stat in os.supports_dir_fd
            and all(hasattr(os, f) for f in ("O_NOFOLLOW", "O_DIRECTORY")))
 
 
-def _is_link(st: os.stat_result) -> bool:
-    """A symbolic link, or on Windows any reparse point (a junction too)."""
-    return stat.S_ISLNK(st.st_mode) or bool(getattr(st, "st_file_attributes", 0) & 0x400)  # REPARSE_POINT
-
-
 def open_run_file(path: Path, limit: int, *, root: Path | None = None) -> _BoundedFile:
     """``path`` (inside the run dir ``root``, default its folder) open for binary reading, never
     past the size checked here. No link is followed: on POSIX the path is opened component by
@@ -164,7 +159,7 @@ def open_run_file(path: Path, limit: int, *, root: Path | None = None) -> _Bound
                 raise MissingRunFile(shown, "missing" if last else f"missing (no folder {printable(part)})") from None
             except OSError as err:
                 raise RunFileError(shown, f"cannot be read ({type(err).__name__}: {err.strerror})") from None
-            if _is_link(st):
+            if stat.S_ISLNK(st.st_mode) or getattr(st, "st_file_attributes", 0) & stat.FILE_ATTRIBUTE_REPARSE_POINT:
                 where = "" if last else f"its folder {printable(part)} "
                 raise RunFileError(shown, f"{where}is a symbolic link (refused: a run dir holds no links)")
             if not last and not stat.S_ISDIR(st.st_mode):

@@ -12,8 +12,7 @@ import signal
 from typing import Iterator
 
 # SIGHUP: the terminal closed (POSIX); SIGBREAK: Ctrl-Break (Windows)
-SIGNALS = tuple(sig for sig in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None),
-                                getattr(signal, "SIGBREAK", None)) if sig is not None)
+SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGBREAK") if hasattr(signal, name))
 _received: list[int] | None = None  # signals recorded while deferring; None when not deferring
 _modes: list[bool] = []  # the stack of shielded() (True) / interruptible() (False) blocks
 
