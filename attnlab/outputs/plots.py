@@ -158,15 +158,6 @@ def figure_bytes(fig: "Figure", fmt: str = "png") -> bytes:
     return buf.getvalue()
 
 
-def save_figure(fig: "Figure", path: Path) -> Path:
-    """Write ``fig`` atomically in the format ``path``'s suffix names (PNG when none); raises WriteError."""
-    path = Path(path)
-    data = figure_bytes(fig, path.suffix.lstrip(".").lower() or "png")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(path, data)
-    return path
-
-
 def evolution_png(snapshots: Sequence[Snapshot], tokens: Sequence[str], total: int | None = None) -> bytes:
     """:func:`evolution_figure` as the bytes of a PNG file."""
     with style():
