@@ -72,8 +72,9 @@ COMPAT_TESTS := tests/test_golden.py tests/test_differential.py tests/test_model
 COMPAT_PYTHONS ?= 3.10 3.11 3.12 3.13
 COMPAT_PRE_PYTHON ?= 3.13
 COMPAT_PRE := hydra-core==1.4.0rc3 omegaconf==2.4.1rc1
-# and after its tests: `attnlab` with this OmegaConf release forced under Hydra 1.4's pin prints the tutorial's lines
-COMPAT_PRE_FORCED := omegaconf==2.4.0
+# before its tests, the pre venv runs `attnlab` with OmegaConf 2.4.0 forced under Hydra 1.3 (whose pin says <2.4),
+# as `pip install -U omegaconf` leaves it: the tutorial's five lines must come out
+COMPAT_PRE_FORCED := hydra-core==1.3.8 omegaconf==2.4.0 antlr4-python3-runtime==4.9.3
 COMPAT_COMMON := tiktoken==0.12.0 hydra-core==1.3.2 omegaconf==2.3.0 tensorboard==2.14.0 tqdm==4.60.0
 COMPAT_OLDEST_3.10 := torch==2.1.2 numpy==1.24.4 matplotlib==3.7.0 $(COMPAT_COMMON)
 COMPAT_OLDEST_3.11 := $(COMPAT_OLDEST_3.10)
@@ -107,15 +108,16 @@ $(addprefix compat-,$(COMPAT_VENVS)): compat-%: compat-src
 	@printf '%s\n' $(COMPAT_OLDEST_$(py)) > $(venv).txt
 	test -x $(venv)/bin/python || $(call compat_python,$(py)) -m venv $(venv)
 	nice $(call compat_install,$(venv),$(kind)) -e $(COMPAT_SRC) pytest $(if $(filter pre,$(kind)),$(COMPAT_PRE))
+	$(if $(filter pre,$(kind)),nice $(call compat_install,$(venv),pre) --no-deps $(COMPAT_PRE_FORCED) && cd $(COMPAT_DIR) \
+	&& rm -rf $*.run && mkdir $*.run && cd $*.run && $(venv)/bin/attnlab logging=off 2>/dev/null | tee ../$*.forced \
+	&& test "$$(grep -c '^step ' ../$*.forced)" = 5 && grep -q '^completed: 201 steps' ../$*.forced \
+	&& echo "compat $*: the tutorial's five lines with $(COMPAT_PRE_FORCED) forced" \
+	&& nice $(call compat_install,$(venv),pre) $(COMPAT_PRE))
 	@$(venv)/bin/python -c "import sys, importlib.metadata as md; print('compat $*: python', \
 	sys.version.split()[0], *(f'{p} {md.version(p)}' for p in sys.argv[1:]))" $(COMPAT_PACKAGES) | tee $(venv).versions
 	rm -rf $(venv).tiktoken-cache
 	cd $(COMPAT_SRC) && TIKTOKEN_CACHE_DIR=$(venv).tiktoken-cache OMP_NUM_THREADS=1 nice -n 15 $(venv)/bin/python -m pytest \
 	-q -p no:cacheprovider -p no:xdist $(COMPAT_TESTS) $(ARGS) > $(venv).log 2>&1; s=$$?; cat $(venv).log; exit $$s
-	$(if $(filter pre,$(kind)),nice $(call compat_install,$(venv),pre) --no-deps $(COMPAT_PRE_FORCED) && cd $(COMPAT_DIR) \
-	&& rm -rf $*.run && mkdir $*.run && cd $*.run && $(venv)/bin/attnlab logging=off 2>/dev/null | tee ../$*.forced \
-	&& test "$$(grep -c '^step ' ../$*.forced)" = 5 && grep -q '^completed: 201 steps' ../$*.forced \
-	&& echo "compat $*: the tutorial's lines with $(COMPAT_PRE_FORCED) forced")
 
 clean:
 	rm -rf $(VENV) $(COMPAT_DIR) outputs multirun .pytest_cache
