@@ -634,3 +634,24 @@ a `hydra:` or `defaults:` section, or any unknown key is refused.
 
 if __name__ == "__main__":
     write_doc()
+
+
+@pytest.mark.parametrize("betas, expect", [("[0.9,0.95]", None),
+                                           ("[2.0,2.0]", "optimizer.betas=[2.0, 2.0]: must be two numbers in [0, 1)"),
+                                           ("[0.9]", "optimizer.betas=[0.9]: must be two numbers in [0, 1)")])
+def test_a_sequence_given_back_as_a_tuple_is_checked_as_a_list(betas, expect, monkeypatch):
+    """OmegaConf >= 2.4 gives the tuple-typed optimizer.betas back as a tuple (2.3: a list): the same values
+    pass and the same message refuses (make compat-pre runs the real 2.4)."""
+    from omegaconf import OmegaConf
+
+    from attnlab.core import checks
+
+    cfg = config.apply_schema(compose_cfg(f"optimizer.betas={betas}"))
+    real = OmegaConf.to_container
+    monkeypatch.setattr(OmegaConf, "to_container",
+                        lambda *a, **k: tuple(out) if isinstance(out := real(*a, **k), list) else out)
+    if expect is None:
+        checks.validate(cfg)
+    else:
+        with pytest.raises(ConfigError, match=re.escape(expect)):
+            checks.validate(cfg)

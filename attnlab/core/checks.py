@@ -133,6 +133,8 @@ def validate(cfg: DictConfig) -> None:
         value = OmegaConf.select(cfg, key, default=None)
         if OmegaConf.is_config(value):
             value = OmegaConf.to_container(value, resolve=True)
+            if isinstance(value, tuple):  # OmegaConf >= 2.4 gives a tuple-typed node (optimizer.betas) as a tuple
+                value = list(value)
         if not ok(value, cfg):
             raise ConfigError(key, value, allowed(cfg) if callable(allowed) else allowed)
 
