@@ -284,6 +284,10 @@ def verify(jobs_: Sequence[tuple[Path, Path]], text_file: Path | None = None, jo
     machine = platform.machine()
     asked = [v.get("cpu_capability") if v.get("machine") == machine and v.get("cpu_capability") in KERNELS else ""
              for v in recorded]
+    # ATEN_CPU_CAPABILITY in this process's environment caps its kernels below what the CPU may have: then
+    # every kernel setting up to the last of KERNELS is asked of a worker, where torch falls back to the best
+    # it has (each re-run records the kernels it used, and the verdict compares with those)
+    capped = bool(os.environ.get("ATEN_CPU_CAPABILITY"))
     pools = Kernels()
     reruns: list[list[Rerun]] = [[] for _ in jobs_]
     errors: dict[int, str] = {}
@@ -304,7 +308,7 @@ def verify(jobs_: Sequence[tuple[Path, Path]], text_file: Path | None = None, jo
         same = any(all(recorded[i].get(k) == r.environment.get(k) for k in BITS) for r in reruns[i])
         if (len(reruns[i]) == 1 and not same and first.diffs and first.status != "interrupted" and not first.story
                 and not any(d.rounding_cannot for d in first.diffs)):
-            for kernels in ("DEFAULT", *(k for k in KERNELS if 0 < _rank(k) < _rank(native)), ""):
+            for kernels in ("DEFAULT", *(k for k in KERNELS if 0 < _rank(k) < top), ""):
                 if (kernels or native) != first.kernels:  # every other kernel path here: is the original one?
                     out = Path(f"{jobs_[i][1]}-{(kernels or native).lower()}")
                     if kernels:
@@ -313,19 +317,21 @@ def verify(jobs_: Sequence[tuple[Path, Path]], text_file: Path | None = None, jo
                         take(i, rerun(jobs_[i][0], out, text_file, draw))
 
     try:
+        early = "" if capped else "DEFAULT"  # capped: this process's own kernels may be DEFAULT's
         for i, a in enumerate(asked):  # DEFAULT's worker starts first; this machine's kernels known next
-            if a == "DEFAULT":
+            if early and a == early:
                 submit(i, a, jobs_[i][1])
         with interrupts.deferred(), interrupts.shielded():  # a Ctrl-C never cuts torch's import short
             native = capability()  # torch loaded here
             stopped = interrupts.requested()
+        top = len(KERNELS) if capped else _rank(native)
         if stopped is not None:
             raise KeyboardInterrupt
         here = []
         for i, a in enumerate(asked):
-            if a and a not in ("DEFAULT", native) and _rank(a) < _rank(native):
+            if a and a not in (early, native) and _rank(a) < top:
                 submit(i, a, jobs_[i][1])
-            elif a != "DEFAULT":
+            elif not a or a != early:
                 here.append(i)
         extra = max(0, jobs - 1 - len(pools.pools))  # workers of this machine's kernels take from the front
         ahead = {i: pools.submit("", rerun, jobs_[i][0], jobs_[i][1], text_file, draw, workers=extra)

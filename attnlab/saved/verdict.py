@@ -305,12 +305,13 @@ def decide(recorded: Any, reruns: list[Rerun], extra: list[Difference] = ()) -> 
     if (identical := next((r for r in reruns if not r.diffs), None)) is not None:
         return Verdict(ROUNDING, _("{made}; identical with {kernels} kernels here").format(
             made=made, kernels=identical.kernels), [], identical.out)
+    closest = min(reruns, key=lambda r: len(r.diffs))  # the kernel path here that differs in fewest quantities
     return Verdict(UNDECIDED, _("{made}, which this machine cannot run: its differences from the kernel paths "
                                 "here ({paths}) can be that machine's rounding or an edit; attnlab-reproduce on a "
                                 "machine with {kernels} kernels and torch {torch} decides bit for bit").format(
         made=made, paths=", ".join(r.kernels for r in reruns), kernels=printable(recorded.get("cpu_capability") or "?",
                                                                                  40),
-        torch=printable(recorded.get("torch") or "?", 40)), first.diffs, first.out)
+        torch=printable(recorded.get("torch") or "?", 40)), closest.diffs, closest.out)
 
 
 def format_verdict(verdict: Verdict) -> str:
