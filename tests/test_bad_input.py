@@ -655,3 +655,49 @@ def test_a_sequence_given_back_as_a_tuple_is_checked_as_a_list(betas, expect, mo
     else:
         with pytest.raises(ConfigError, match=re.escape(expect)):
             checks.validate(cfg)
+
+
+def test_resolvers_registered_through_the_name_this_omegaconf_does_not_deprecate(monkeypatch):
+    """OmegaConf >= 2.4's register_resolver (it has replace=) is used, as its register_new_resolver warns
+    above a learner's error line; on 2.3 (register_resolver the legacy one) register_new_resolver, silently."""
+    import warnings
+
+    from omegaconf import OmegaConf
+
+    from attnlab.commands import hydra_config
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        hydra_config.register_resolver("attnlab.test_twice", lambda x: 2 * int(x))
+    try:
+        assert OmegaConf.create({"a": "${attnlab.test_twice:21}"}).a == 42
+    finally:
+        OmegaConf.clear_resolver("attnlab.test_twice")
+    calls = []
+    monkeypatch.setattr(OmegaConf, "register_resolver",
+                        lambda name, resolver, *, replace=False: calls.append(("new", name)), raising=False)
+    monkeypatch.setattr(OmegaConf, "register_new_resolver", lambda name, resolver: calls.append(("old", name)))
+    hydra_config.register_resolver("attnlab.x", int)
+    monkeypatch.setattr(OmegaConf, "register_resolver", lambda name, resolver: calls.append(("legacy", name)))
+    hydra_config.register_resolver("attnlab.y", int)
+    assert calls == [("new", "attnlab.x"), ("old", "attnlab.y")]
+
+
+def test_the_schema_is_stored_once_however_often_it_is_registered(monkeypatch):
+    """register_configs stores each schema node only where Hydra's ConfigStore has none (Hydra 1.4 warns at
+    a name stored twice, 1.5 refuses); a store emptied (as a test may) gets them back."""
+    from hydra.core.config_store import ConfigStore
+
+    from attnlab.commands import hydra_config
+
+    stored = []
+    real = ConfigStore.store
+    monkeypatch.setattr(ConfigStore, "store", lambda self, name, node, group=None, **k: (
+        stored.append(f"{group}/{name}"), real(self, name, node, group=group, **k)))
+    hydra_config.register_configs()
+    assert stored == []
+    monkeypatch.setattr(ConfigStore.instance(), "repo", {})
+    hydra_config.register_configs()
+    hydra_config.register_configs()
+    assert stored == ["None/base_config", "schema/optimizer/adam", "schema/optimizer/adamw", "schema/optimizer/sgd"]
+    assert ConfigStore.instance().load("schema/optimizer/sgd.yaml").node._target_ == "torch.optim.SGD"

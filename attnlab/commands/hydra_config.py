@@ -5,10 +5,12 @@ registered on import, so every job process has them (a launcher's worker imports
 """
 from __future__ import annotations
 
+import inspect
 from importlib import resources
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
+from hydra.core.object_type import ObjectType
 from omegaconf import OmegaConf
 
 from attnlab.commands.sweep import job_dirname
@@ -32,16 +34,26 @@ def data_file(name: Any) -> str:
     return str(path)
 
 
+def register_resolver(name: str, function: Any) -> None:
+    """``OmegaConf.register_resolver`` where it is OmegaConf 2.4's (it has ``replace=``; 2.4's
+    ``register_new_resolver`` warns that it is deprecated, a warning a learner would see above an error
+    line), else ``register_new_resolver`` (2.3's ``register_resolver`` is the legacy one)."""
+    new = "replace" in inspect.signature(OmegaConf.register_resolver).parameters
+    (OmegaConf.register_resolver if new else OmegaConf.register_new_resolver)(name, function)
+
+
 def register_configs() -> None:
-    """Store the schema in Hydra's ConfigStore and register the resolvers; idempotent."""
+    """Store the schema in Hydra's ConfigStore and register the resolvers, each only where absent (Hydra 1.4
+    warns at a name stored again, 1.5 refuses); idempotent."""
     cs = ConfigStore.instance()
-    cs.store(name="base_config", node=Config)
-    for name, node in OPTIMIZERS.items():
-        cs.store(group="schema/optimizer", name=name, node=node)
+    for group, name, node in ((None, "base_config", Config),
+                              *(("schema/optimizer", name, node) for name, node in OPTIMIZERS.items())):
+        if cs.get_type(f"{group + '/' if group else ''}{name}.yaml") is ObjectType.NOT_FOUND:
+            cs.store(group=group, name=name, node=node)
     for name, function in (("attnlab.job_dir", job_dirname), ("attnlab.per_head", per_head),
                            ("attnlab.data", data_file)):
         if not OmegaConf.has_resolver(name):
-            OmegaConf.register_new_resolver(name, function)
+            register_resolver(name, function)
 
 
 register_configs()
