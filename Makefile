@@ -75,11 +75,11 @@ COMPAT_PRE := hydra-core==1.4.0rc3 omegaconf==2.4.1rc1
 # before its tests, the pre venv runs `attnlab` with OmegaConf 2.4.0 forced under Hydra 1.3 (whose pin says <2.4),
 # as `pip install -U omegaconf` leaves it: the tutorial's five lines must come out
 COMPAT_PRE_FORCED := hydra-core==1.3.8 omegaconf==2.4.0 antlr4-python3-runtime==4.9.3
-COMPAT_COMMON := tiktoken==0.12.0 hydra-core==1.3.2 omegaconf==2.3.0 tensorboard==2.14.0 tqdm==4.60.0
-COMPAT_OLDEST_3.10 := torch==2.1.2 numpy==1.24.4 matplotlib==3.7.0 $(COMPAT_COMMON)
+COMPAT_COMMON := tiktoken==0.12.0 hydra-core==1.3.2 omegaconf==2.3.0 tqdm==4.60.0
+COMPAT_OLDEST_3.10 := torch==2.1.2 numpy==1.24.4 matplotlib==3.7.0 tensorboard==2.14.0 $(COMPAT_COMMON)
 COMPAT_OLDEST_3.11 := $(COMPAT_OLDEST_3.10)
-COMPAT_OLDEST_3.12 := torch==2.2.0 numpy==1.26.0 matplotlib==3.7.3 $(COMPAT_COMMON)
-COMPAT_OLDEST_3.13 := torch==2.5.0 numpy==2.1.0 matplotlib==3.9.2 $(COMPAT_COMMON)
+COMPAT_OLDEST_3.12 := torch==2.2.0 numpy==1.26.0 matplotlib==3.7.3 tensorboard==2.14.0 $(COMPAT_COMMON)
+COMPAT_OLDEST_3.13 := torch==2.5.0 numpy==2.1.0 matplotlib==3.9.2 tensorboard==2.17.1 $(COMPAT_COMMON)
 COMPAT_PACKAGES := torch numpy tiktoken hydra-core omegaconf tensorboard matplotlib tqdm
 COMPAT_UV := $(shell command -v uv 2>/dev/null)
 COMPAT_VENVS := $(foreach v,$(COMPAT_PYTHONS),oldest-$(v) newest-$(v)) pre-$(COMPAT_PRE_PYTHON)
