@@ -701,3 +701,18 @@ def test_the_schema_is_stored_once_however_often_it_is_registered(monkeypatch):
     hydra_config.register_configs()
     assert stored == ["None/base_config", "schema/optimizer/adam", "schema/optimizer/adamw", "schema/optimizer/sgd"]
     assert ConfigStore.instance().load("schema/optimizer/sgd.yaml").node._target_ == "torch.optim.SGD"
+
+
+@pytest.mark.parametrize("typed, flag", [
+    (["experiment=exercise1"], ["-m"]), (["model.d_model=8", "experiment=seeds"], ["-m"]),
+    (["experiment=gpt,exercise2"], ["-m"]), (["+experiment=heads"], ["-m"]),
+    (["-m", "experiment=exercise1"], []), (["--multirun", "experiment=exercise1"], []),
+    (["experiment=exercise1", "hydra.mode=RUN"], []),
+    (["experiment=gpt"], []), (["experiment=tutorial_training"], []), ([], []), (["sentence=exercise1"], []),
+    (["experiment=../../conf/experiment/exercise1"], []), (["experiment=no_such_preset"], [])])
+def test_a_sweeping_preset_is_passed_to_hydra_with_its_mode(typed, flag):
+    """Hydra >= 1.4 picks run or sweep before composing and refuses a preset that changes the mode: the
+    command adds -m for a preset attnlab ships with hydra.mode MULTIRUN, unless the mode is given."""
+    from attnlab.commands import argv
+
+    assert argv.multirun_flag(typed) == flag

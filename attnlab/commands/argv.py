@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import string
+from importlib import resources
 from typing import Iterable
 
 from attnlab.core.config import did_you_mean, schema_keys
@@ -71,6 +72,26 @@ def prepare(argv: Iterable[str]) -> list[str]:
             arg = f"{match['prefix']}{match['key']}={free_text_value(match['value'])}"
         out.append(arg)
     return out
+
+
+def multirun_flag(argv: list[str]) -> list[str]:
+    """``["-m"]`` when an ``experiment=NAME`` in ``argv`` (or one of ``NAME,NAME``) is a preset attnlab ships
+    whose ``hydra.mode`` is MULTIRUN (the exercises, heads, seeds, ...) and ``-m``/``--multirun``/``hydra.mode``
+    is not given, else ``[]``: Hydra >= 1.4 decides between a run and a sweep before it composes the config
+    and refuses a preset that changes the mode (Hydra 1.3 reads the preset's, the same mode)."""
+    import yaml
+
+    if any(a in ("-m", "--multirun") or a.lstrip("+").startswith("hydra.mode=") for a in argv):
+        return []
+    names = [name.strip() for a in argv if (m := _OVERRIDE.match(a)) and m["key"] == "experiment"
+             for name in m["value"].split(",")]
+    presets = resources.files("attnlab.conf") / "experiment"
+    for name in names:
+        if re.fullmatch(r"[\w-]+", name) and (preset := presets / f"{name}.yaml").is_file():
+            doc = yaml.safe_load(preset.read_text(encoding="utf-8"))
+            if isinstance(doc, dict) and isinstance(doc.get("hydra"), dict) and doc["hydra"].get("mode") == "MULTIRUN":
+                return ["-m"]
+    return []
 
 
 def unknown_option(argv: list[str]) -> str | None:

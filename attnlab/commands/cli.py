@@ -185,7 +185,8 @@ def main() -> None:
     prepared = argv.prepare(typed)
     first = next((i for i, a in enumerate(prepared) if "=" in a and not a.startswith("-")), 0)
     help_page = ["hydra/help=attnlab_zh"] if lang == "zh" else []  # `attnlab --help` in the learner's language
-    sys.argv[1:] = [*prepared[:first], *HYDRA_WRITES_NOTHING, *help_page, *prepared[first:]]  # beside the user's
+    sys.argv[1:] = [*prepared[:first], *argv.multirun_flag(prepared), *HYDRA_WRITES_NOTHING, *help_page,
+                    *prepared[first:]]  # beside the user's
     try:  # a config folder someone else made is held to the command line's rules before Hydra reads it
         refused = config_folder.refusal(sys.argv[1:])
     except Exception as err:
