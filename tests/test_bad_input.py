@@ -716,3 +716,20 @@ def test_a_sweeping_preset_is_passed_to_hydra_with_its_mode(typed, flag):
     from attnlab.commands import argv
 
     assert argv.multirun_flag(typed) == flag
+
+
+def test_hydra_is_initialized_without_a_warning_about_version_base():
+    """Hydra 1.3 warns when version_base is not given, 1.4 when it is: attnlab passes it only to 1.3
+    (hydra_config.VERSION_BASE), so composing through the command's path warns about nothing."""
+    import warnings
+
+    from hydra import compose
+    from hydra.core.global_hydra import GlobalHydra
+
+    from attnlab.commands import config_folder
+
+    GlobalHydra.instance().clear()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with config_folder._initialize(None):
+            assert compose("config").model.d_model == 6

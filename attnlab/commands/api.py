@@ -28,7 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 from attnlab.commands.argv import FREE_TEXT_KEYS, language, prepare
 from attnlab.commands.cli import error_line, refusal
 from attnlab.commands.display import Run, SweepTable
-from attnlab.commands.hydra_config import register_configs
+from attnlab.commands.hydra_config import VERSION_BASE, register_configs
 from attnlab.core import i18n, training
 from attnlab.core.config import plain
 from attnlab.core.errors import AttnlabError
@@ -113,7 +113,7 @@ def _compose(typed: list[str], given: list[str], config_name: str = "config") ->
     register_configs()
     inside = GlobalHydra.instance().is_initialized()  # e.g. inside a Hydra app or another compose
     try:
-        with contextlib.nullcontext() if inside else initialize_config_module("attnlab.conf", version_base="1.3"):
+        with contextlib.nullcontext() if inside else initialize_config_module("attnlab.conf", **VERSION_BASE):
             session = [] if lang is not None else [f"lang={i18n.language()}"]  # the last lang= given, or the locale's
             cfg = hydra_compose(config_name, overrides=[*session, *given], return_hydra_config=not inside)
     except Exception as err:

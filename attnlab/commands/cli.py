@@ -25,7 +25,7 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError
 
 from attnlab.commands import argv, callbacks, config_folder
 from attnlab.commands.argv import HYDRA_WRITES_NOTHING, refusal
-from attnlab.commands.hydra_config import register_configs
+from attnlab.commands.hydra_config import VERSION_BASE, register_configs
 from attnlab.commands.job import EXIT_BAD_INPUT, EXIT_FAILED_RUN, run_job
 from attnlab.core import i18n, interrupts
 from attnlab.core.config import did_you_mean
@@ -52,7 +52,7 @@ def _end_command(code: int, status: str, sweep: tuple[str, str] | None) -> callb
     return callbacks.JobEnd(status, code)
 
 
-@hydra.main(version_base="1.3", config_path="pkg://attnlab.conf", config_name="config")
+@hydra.main(**VERSION_BASE, config_path="pkg://attnlab.conf", config_name="config")
 def _hydra_main(cfg: DictConfig) -> callbacks.JobEnd:
     streams.install()  # a launcher's worker process too (idempotent)
     hc = HydraConfig.get()

@@ -76,14 +76,16 @@ def _initialize(config_path: str | None):
     """Hydra's compose API on the search path ``hydra.main`` makes from ``--config-path``."""
     from hydra import initialize_config_dir, initialize_config_module
 
+    from attnlab.commands.hydra_config import VERSION_BASE
+
     if config_path is None:
-        return initialize_config_module("attnlab.conf", version_base="1.3")
+        return initialize_config_module("attnlab.conf", **VERSION_BASE)
     if config_path.startswith("pkg://"):
-        return initialize_config_module(config_path[len("pkg://"):], version_base="1.3")
+        return initialize_config_module(config_path[len("pkg://"):], **VERSION_BASE)
     path = config_path.removeprefix("file://")
     if not os.path.isabs(path):  # Hydra reads a relative one as a package beside attnlab.commands.cli
-        return initialize_config_module("attnlab.commands." + path.strip("/").replace("/", "."), version_base="1.3")
-    return initialize_config_dir(path, version_base="1.3")
+        return initialize_config_module("attnlab.commands." + path.strip("/").replace("/", "."), **VERSION_BASE)
+    return initialize_config_dir(path, **VERSION_BASE)
 
 
 def _compose(config_path: str | None, config_name: str | None, overrides: list[str]) -> DictConfig:

@@ -9,6 +9,7 @@ import inspect
 from importlib import resources
 from typing import Any
 
+import hydra
 from hydra.core.config_store import ConfigStore
 from hydra.core.object_type import ObjectType
 from omegaconf import OmegaConf
@@ -32,6 +33,11 @@ def data_file(name: Any) -> str:
     if not path.is_file():
         raise ValueError(_("attnlab ships no data file {name!r}").format(name=name))
     return str(path)
+
+
+# Hydra's defaults as of 1.3 (``hydra.main(**VERSION_BASE)``): 1.3 warns when version_base is not given,
+# 1.4 warns when it is (its defaults are 1.3's plus the checks it adds)
+VERSION_BASE = {"version_base": "1.3"} if tuple(map(int, hydra.__version__.split(".")[:2])) < (1, 4) else {}
 
 
 def register_resolver(name: str, function: Any) -> None:
