@@ -11,7 +11,6 @@ from typing import Any
 
 import hydra
 from hydra.core.config_store import ConfigStore
-from hydra.core.object_type import ObjectType
 from omegaconf import OmegaConf
 
 from attnlab.commands.sweep import job_dirname
@@ -49,13 +48,14 @@ def register_resolver(name: str, function: Any) -> None:
 
 
 def register_configs() -> None:
-    """Store the schema in Hydra's ConfigStore and register the resolvers, each only where absent (Hydra 1.4
-    warns at a name stored again, 1.5 refuses); idempotent."""
+    """Store the schema in Hydra's ConfigStore and register the resolvers; idempotent. Stored again at
+    every call: ``lang``'s default is the locale's at that moment. ``replace=True`` where Hydra's store
+    takes it (1.4 warns at a name stored again without it, 1.5 refuses)."""
     cs = ConfigStore.instance()
-    for group, name, node in ((None, "base_config", Config),
-                              *(("schema/optimizer", name, node) for name, node in OPTIMIZERS.items())):
-        if cs.get_type(f"{group + '/' if group else ''}{name}.yaml") is ObjectType.NOT_FOUND:
-            cs.store(group=group, name=name, node=node)
+    replace = {"replace": True} if "replace" in inspect.signature(cs.store).parameters else {}
+    cs.store(name="base_config", node=Config, **replace)
+    for name, node in OPTIMIZERS.items():
+        cs.store(group="schema/optimizer", name=name, node=node, **replace)
     for name, function in (("attnlab.job_dir", job_dirname), ("attnlab.per_head", per_head),
                            ("attnlab.data", data_file)):
         if not OmegaConf.has_resolver(name):
