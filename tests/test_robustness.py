@@ -211,11 +211,18 @@ from attnlab.commands import callbacks
 before = signal.getsignal(signal.SIGHUP)
 callbacks.start_resource_trackers()
 assert signal.getsignal(signal.SIGHUP) is before
-for status in Path("/proc").glob("[0-9]*/status"):
-    fields = dict(line.split(":\\t", 1) for line in status.read_text().splitlines() if ":\\t" in line)
-    if int(fields["PPid"]) == os.getpid():
-        cmd = (status.parent / "cmdline").read_bytes().replace(b"\\0", b" ").decode()
-        print(int(fields["SigIgn"], 16) >> (signal.SIGHUP - 1) & 1, cmd)
+import time
+for _ in range(100):  # the tracker's command line is empty until its exec has happened: wait for it
+    found = []
+    for status in Path("/proc").glob("[0-9]*/status"):
+        fields = dict(line.split(":\\t", 1) for line in status.read_text().splitlines() if ":\\t" in line)
+        if int(fields["PPid"]) == os.getpid():
+            cmd = (status.parent / "cmdline").read_bytes().replace(b"\\0", b" ").decode()
+            found.append(f'{int(fields["SigIgn"], 16) >> (signal.SIGHUP - 1) & 1} {cmd}')
+    if found and all(line.split(" ", 1)[1].strip() for line in found):
+        break
+    time.sleep(0.05)
+print(*found, sep="\\n")
 """
 
 
