@@ -683,23 +683,30 @@ def test_resolvers_registered_through_the_name_this_omegaconf_does_not_deprecate
     assert calls == [("new", "attnlab.x"), ("old", "attnlab.y")]
 
 
-def test_the_schema_is_stored_once_however_often_it_is_registered(monkeypatch):
-    """register_configs stores each schema node only where Hydra's ConfigStore has none (Hydra 1.4 warns at
-    a name stored twice, 1.5 refuses); a store emptied (as a test may) gets them back."""
+def test_the_schema_is_stored_again_with_replace_where_hydra_takes_it(monkeypatch):
+    """register_configs stores the schema at every call (lang's default is the locale's then), with
+    replace=True where ConfigStore.store has it (Hydra 1.4 warns without it) and without it on Hydra 1.3."""
     from hydra.core.config_store import ConfigStore
 
     from attnlab.commands import hydra_config
 
     stored = []
     real = ConfigStore.store
-    monkeypatch.setattr(ConfigStore, "store", lambda self, name, node, group=None, **k: (
-        stored.append(f"{group}/{name}"), real(self, name, node, group=group, **k)))
+
+    def store_14(self, name, node, group=None, package=None, provider=None, replace=None):
+        stored.append((f"{group}/{name}", replace))
+        real(self, name, node, group=group)
+
+    monkeypatch.setattr(ConfigStore, "store", store_14)
     hydra_config.register_configs()
-    assert stored == []
-    monkeypatch.setattr(ConfigStore.instance(), "repo", {})
     hydra_config.register_configs()
+    names = ["None/base_config", "schema/optimizer/adam", "schema/optimizer/adamw", "schema/optimizer/sgd"]
+    assert stored == [(n, True) for n in names] * 2
+    stored.clear()
+    monkeypatch.setattr(ConfigStore, "store", lambda self, name, node, group=None: (
+        stored.append((f"{group}/{name}", None)), real(self, name, node, group=group)))
     hydra_config.register_configs()
-    assert stored == ["None/base_config", "schema/optimizer/adam", "schema/optimizer/adamw", "schema/optimizer/sgd"]
+    assert stored == [(n, None) for n in names]
     assert ConfigStore.instance().load("schema/optimizer/sgd.yaml").node._target_ == "torch.optim.SGD"
 
 

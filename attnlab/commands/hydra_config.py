@@ -11,12 +11,11 @@ from typing import Any
 
 import hydra
 from hydra.core.config_store import ConfigStore
-from hydra.core.object_type import ObjectType
 from omegaconf import OmegaConf
 
 from attnlab.commands.sweep import job_dirname
 from attnlab.core.config import OPTIMIZERS, Config
-from attnlab.core.i18n import _, default_language
+from attnlab.core.i18n import _
 
 
 def per_head(total: Any, n_heads: Any) -> int:
@@ -48,21 +47,15 @@ def register_resolver(name: str, function: Any) -> None:
     (OmegaConf.register_resolver if new else OmegaConf.register_new_resolver)(name, function)
 
 
-_STORED_LANG: dict[str, str] = {}  # the locale's language each stored schema node took its `lang` default from
-
-
 def register_configs() -> None:
-    """Store the schema in Hydra's ConfigStore and register the resolvers, each only where absent or where its
-    `lang` default (the locale's, read as the node is stored) has changed since (Hydra 1.4 warns at a name
-    stored again, 1.5 refuses); idempotent."""
+    """Store the schema in Hydra's ConfigStore and register the resolvers; idempotent. Stored again at
+    every call: ``lang``'s default is the locale's at that moment. ``replace=True`` where Hydra's store
+    takes it (1.4 warns at a name stored again without it, 1.5 refuses)."""
     cs = ConfigStore.instance()
-    lang = default_language()
-    for group, name, node in ((None, "base_config", Config),
-                              *(("schema/optimizer", name, node) for name, node in OPTIMIZERS.items())):
-        key = f"{group + '/' if group else ''}{name}.yaml"
-        if cs.get_type(key) is ObjectType.NOT_FOUND or _STORED_LANG.get(key, lang) != lang:
-            cs.store(group=group, name=name, node=node)
-            _STORED_LANG[key] = lang
+    replace = {"replace": True} if "replace" in inspect.signature(cs.store).parameters else {}
+    cs.store(name="base_config", node=Config, **replace)
+    for name, node in OPTIMIZERS.items():
+        cs.store(group="schema/optimizer", name=name, node=node, **replace)
     for name, function in (("attnlab.job_dir", job_dirname), ("attnlab.per_head", per_head),
                            ("attnlab.data", data_file)):
         if not OmegaConf.has_resolver(name):
