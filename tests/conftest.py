@@ -282,3 +282,18 @@ def repo_outputs_untouched():
     yield
     new = sorted(_default_run_dirs() - before)
     assert not new, f"tests left runs in the repo (their summary.json names the overrides): {new}"
+
+
+@pytest.fixture(scope="module")
+def gpt_run(tmp_path_factory):
+    """A 2-step mini-GPT (``experiment=gpt``), its config saved in ``.hydra/`` as the command saves it."""
+    from omegaconf import OmegaConf
+
+    from attnlab.commands.job import run_job
+
+    run = tmp_path_factory.mktemp("gpt") / "run"
+    cfg = compose_cfg("experiment=gpt", "train.steps=2", "logging=off", "logging.console=false")
+    assert run_job(cfg, run).status == "completed"
+    (run / ".hydra").mkdir()
+    (run / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+    return run

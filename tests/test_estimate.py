@@ -8,7 +8,6 @@ import shutil
 import numpy as np
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 from attnlab.commands import generate
 from attnlab.commands.job import run_job
@@ -96,16 +95,6 @@ def test_a_report_page_past_its_budget_is_refused_unless_logging_report_is_off(t
     assert err is not None and err.key == "logging.report" and "report.html would hold about" in str(err)
     assert f"more than the {files.PAGE_WEIGHT_BUDGET / 2 ** 20:.1f} MiB a page holds" in str(err)
     assert refusal(*long, "logging.report=false", run_dir=tmp_path / "run", monkeypatch=monkeypatch) is None
-
-
-@pytest.fixture(scope="module")
-def gpt_run(tmp_path_factory):
-    run = tmp_path_factory.mktemp("gpt") / "run"
-    cfg = compose_cfg("experiment=gpt", "train.steps=2", "logging=off", "logging.console=false")
-    assert run_job(cfg, run).status == "completed"
-    (run / ".hydra").mkdir()
-    (run / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
-    return run
 
 
 @pytest.mark.parametrize("key, hostile", [("n_layers", 100000), ("d_model", 2048), ("d_ff", 10 ** 7)])

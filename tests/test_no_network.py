@@ -8,14 +8,12 @@ import shutil
 import socket
 
 import pytest
-from omegaconf import OmegaConf
 
 from attnlab.commands import generate, reproduce
-from attnlab.commands.job import run_job
 from attnlab.core import tokenizer
 from attnlab.core.errors import TokenizerError
 
-from conftest import compose_cfg, run_here
+from conftest import run_here
 
 OTHERS = ["cl100k_base", "o200k_base", "p50k_base", "https://example.com/x.tiktoken", "gpt5"]
 
@@ -28,17 +26,6 @@ def no_network(monkeypatch):
     monkeypatch.setattr(socket.socket, "connect", refused)
     monkeypatch.setattr(socket, "create_connection", refused)
     monkeypatch.setattr(socket, "getaddrinfo", refused)
-
-
-@pytest.fixture(scope="module")
-def gpt_run(tmp_path_factory):
-    """A 2-step mini-GPT (``experiment=gpt``), its config saved as the command saves it."""
-    run = tmp_path_factory.mktemp("gpt") / "run"
-    cfg = compose_cfg("experiment=gpt", "train.steps=2", "logging=off", "logging.console=false")
-    assert run_job(cfg, run).status == "completed"
-    (run / ".hydra").mkdir()
-    (run / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
-    return run
 
 
 @pytest.mark.parametrize("name", OTHERS)
