@@ -19,13 +19,14 @@ from typing import Any, Iterable, Sequence
 
 from attnlab import __version__
 from attnlab.core.errors import RunDirError
+from attnlab.core.files import PAGE_BYTES_PER_WEIGHT
 from attnlab.core.focus import FOCUS_THRESHOLD, UNIFORM_SPREAD, Uniform
 from attnlab.core.i18n import _, language, translations
 from attnlab.outputs.artifacts import atomic_write_text
 from attnlab.outputs.fonts import SHIPPED_FONT
 from attnlab.saved import safe_read
 from attnlab.saved.answers import answer
-from attnlab.saved.report_data import BYTES_PER_WEIGHT, DECIMALS, MAX_STR, WEIGHT_BUDGET, collect_records, load_run
+from attnlab.saved.report_data import DECIMALS, MAX_STR, WEIGHT_BUDGET, collect_records, load_run
 from attnlab.saved.safe_read import printable
 from attnlab.saved.table import distribution, page_table
 
@@ -126,8 +127,8 @@ def render(records: Sequence[dict[str, Any]]) -> str:
             "lang": language(), "tr": translations(page_messages(page)),
             "table_columns": columns, "distribution": distribution(focus), "answer": answer(rows),
             "generator": {"attnlab": __version__, "weight_budget_bytes": WEIGHT_BUDGET,
-                          "bytes_per_weight": BYTES_PER_WEIGHT, "decimals": DECIMALS, "uniform_spread": UNIFORM_SPREAD,
-                          "focus_threshold": FOCUS_THRESHOLD}}
+                          "bytes_per_weight": PAGE_BYTES_PER_WEIGHT, "decimals": DECIMALS,
+                          "uniform_spread": UNIFORM_SPREAD, "focus_threshold": FOCUS_THRESHOLD}}
     data = shareable(data, [Path(str(r["run_dir"])) for r in records])
     template = _PageTemplate(page)
     page_data = script_json(data)  # every text the page shows: the runs' and the translations
