@@ -4,7 +4,9 @@ other encoding is loaded: tiktoken would download it, and no config may make att
 """
 from __future__ import annotations
 
+import bisect
 import functools
+import itertools
 from dataclasses import dataclass
 from importlib import resources
 
@@ -142,13 +144,10 @@ def focus_position(spec: int | str | None, text: str, pieces: list[bytes], label
     ConfigError for a text absent or in more than one token, naming the candidates."""
     if isinstance(spec, int):
         return spec
-    starts = [0]
-    for piece in pieces:
-        starts.append(starts[-1] + len(piece))  # byte offset of each token, then the end
+    starts = [0, *itertools.accumulate(len(piece) for piece in pieces)]  # byte offset of each token, then the end
 
     def token_at(char: int) -> int:  # the token holding the first byte of text[char]
-        byte = len(text[:char].encode("utf-8"))
-        return max(i for i in range(len(pieces)) if starts[i] <= byte)
+        return bisect.bisect_right(starts, len(text[:char].encode("utf-8"))) - 1
 
     if spec is None:
         words = text.split()
