@@ -1,8 +1,7 @@
-"""What the Python API returns, shown in a notebook through IPython's display protocol (IPython itself is
-never imported): a run (:class:`Run`) as tutorial §5's figure (PNG) and the report page, sandboxed in an
-``<iframe srcdoc>`` (its CSS and script cannot reach the notebook; nothing from the network), with a few
-lines of text elsewhere; a sweep (:class:`SweepTable`) as the table the command prints at its end.
-Both are made from what is in memory; nothing is written unless asked (:meth:`Run.save`, :meth:`Run.report`)."""
+"""What the Python API returns, shown in a notebook through IPython's display protocol (IPython is never
+imported), made from what is in memory: a :class:`Run` as tutorial §5's figure (PNG) and the report page in
+a sandboxed ``<iframe srcdoc>``, a few lines of text elsewhere; a :class:`SweepTable` as the table the
+command prints at a sweep's end. Nothing is written unless asked (:meth:`Run.save`, :meth:`Run.report`)."""
 from __future__ import annotations
 
 import base64
@@ -21,26 +20,16 @@ from attnlab.core.records import RunInfo, RunResult
 FRAME_HEIGHT_PX = 860  # the report page's detail view (heatmap, slider, loss) without scrolling
 
 
-def frame(page: str, title: str, height: int = FRAME_HEIGHT_PX) -> str:
-    """``page`` (a whole HTML document) in an ``<iframe srcdoc>`` whose ``sandbox`` allows its scripts
-    only: another origin, so its styles and script cannot reach the page around it (nor it theirs)."""
-    return (f'<iframe srcdoc="{html.escape(page, quote=True)}" sandbox="allow-scripts" title="{html.escape(title)}" '
-            f'style="width: 100%; height: {height}px; border: 1px solid #ccc; border-radius: 4px;"></iframe>')
-
-
 @dataclass(eq=False)  # a run is itself (its arrays have no one truth value)
 class Run(RunResult):
-    """A training run (:class:`RunResult`) with what it knew at its start (``info``: the resolved config,
-    the tokens, the focus token) and its observations (``recorded``: ``focus`` as summary.json has it,
-    ``n_tokens``, ``token_table``). In a notebook: the §5 figure and the report page; :meth:`save`
-    writes the run dir the command would have written, :meth:`report` the page."""
+    """A training run with what it knew at its start (``info``: the resolved config, the tokens, the focus
+    token) and its observations (``recorded``: ``focus`` as summary.json has it, ``n_tokens``, ``token_table``)."""
 
     info: RunInfo | None = None
     recorded: dict[str, Any] = field(default_factory=dict)
-    _page: str | None = field(default=None, repr=False, compare=False)
-    _png: bytes | None = field(default=None, repr=False, compare=False)
+    _page: str | None = field(default=None, repr=False)
+    _png: bytes | None = field(default=None, repr=False)
 
-    # -- text ---------------------------------------------------------------------------------------
     def lines(self) -> list[str]:
         """A few lines: status and loss, where the focus token attends at the last snapshot, what to call."""
         status = {"completed": _("completed"), "diverged": _("diverged"), "interrupted": _("interrupted"),
@@ -50,8 +39,7 @@ class Run(RunResult):
             status=status, n=self.steps_run, final=final, time=self.wall_time_s)]
         if self.error:
             out.append(f"  {self.error}")
-        focus = self.recorded.get("focus")
-        if focus:
+        if focus := self.recorded.get("focus"):
             from attnlab.core.focus import shown
 
             mean = focus["mean"]
@@ -65,7 +53,6 @@ class Run(RunResult):
     def __repr__(self) -> str:
         return "\n".join(self.lines())
 
-    # -- pictures -----------------------------------------------------------------------------------
     def png(self) -> bytes | None:
         """Tutorial §5's figure (one heatmap per snapshot) as PNG bytes, drawn in memory; None without snapshots."""
         if self._png is None and self.snapshots:
@@ -81,82 +68,71 @@ class Run(RunResult):
             from attnlab.saved.report_data import load_run
 
             with tempfile.TemporaryDirectory(prefix="attnlab-run-") as tmp:
-                run_dir = Path(tmp) / "run"
-                self._write_records(run_dir)
-                record = load_run(run_dir, name=self._name())
+                self._write(Path(tmp) / "run")
+                name = (self.info.config.get("name") if self.info else None) or _("this run")
+                record = load_run(Path(tmp) / "run", name=str(name))
             record["run_dir"] = _("in memory: run.save(DIR) writes it into a folder")  # (that one is gone)
             self._page = render([record])
         return self._page
 
-    def _name(self) -> str:
-        return str((self.info.config.get("name") if self.info else None) or _("this run"))
-
-    def _repr_png_(self) -> bytes | None:
-        return self.png()
-
-    def _repr_html_(self) -> str:
-        """The §5 figure, then the report page in its sandboxed frame (the cell's printed lines say the rest)."""
-        png = self.png()
-        image = ("" if png is None else f'<img alt="{html.escape(_("Attention weights during training"))}" '
-                 f'src="data:image/png;base64,{base64.b64encode(png).decode("ascii")}" style="max-width: 100%;">')
-        return f'<div class="attnlab-run">{image}{frame(self.page(), _("attnlab report"))}</div>'
-
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
-        bundle: dict[str, Any] = {"text/plain": repr(self)}
+        """The §5 figure, then the report page in an ``<iframe srcdoc>`` whose ``sandbox`` allows its scripts
+        only: another origin, so its styles and script cannot reach the notebook (nor it theirs)."""
         if self.info is None or not self.snapshots:  # nothing to draw (a run that failed before its first step)
-            return bundle
-        bundle["text/html"] = self._repr_html_()
-        bundle["image/png"] = base64.b64encode(self.png()).decode("ascii")
-        return bundle
+            return {"text/plain": repr(self)}
+        png = base64.b64encode(self.png()).decode("ascii")
+        image = (f'<img alt="{html.escape(_("Attention weights during training"))}" '
+                 f'src="data:image/png;base64,{png}" style="max-width: 100%;">')
+        frame = (f'<iframe srcdoc="{html.escape(self.page(), quote=True)}" sandbox="allow-scripts" '
+                 f'title="{html.escape(_("attnlab report"))}" style="width: 100%; height: {FRAME_HEIGHT_PX}px; '
+                 'border: 1px solid #ccc; border-radius: 4px;"></iframe>')
+        return {"text/plain": repr(self), "text/html": f'<div class="attnlab-run">{image}{frame}</div>',
+                "image/png": png}
 
-    # -- files ----------------------------------------------------------------------------------------
-    def _write_records(self, run_dir: Path) -> None:
-        """metrics.csv, attention.npz and summary.json, as the command writes them, into the new ``run_dir``."""
+    def _write(self, run_dir: Path, figures: bool = False) -> None:
+        """metrics.csv, attention.npz, summary.json (and the figures), as the command writes them, into the
+        new ``run_dir``: the run's records replayed into the command's sinks."""
         from attnlab.outputs import artifacts
+        from attnlab.outputs.plots import FigureSink
 
         if self.info is None:
             raise AttnlabError(_("this run stopped before its first step: nothing to save"))
         if len(self.losses) != self.steps_run or not self.snapshots and self.info.snapshot_steps:
             raise AttnlabError(_("this run kept no losses or snapshots (keep_losses/keep_snapshots=False): "
                                  "nothing to save"))
-        sink = artifacts.RunDirSink(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
-        sink.on_start(self.info)
-        sink.on_losses(np.arange(len(self.losses), dtype=np.int64), np.asarray(self.losses, dtype=np.float64))
-        for snapshot in self.snapshots:
-            sink.on_snapshot(snapshot)
-        sink.flush()
-        sink.on_end(self)
-        sink.close()
+        for sink in [artifacts.RunDirSink(run_dir), *([FigureSink(run_dir)] if figures else [])]:
+            sink.on_start(self.info)
+            sink.on_losses(np.arange(len(self.losses), dtype=np.int64), np.asarray(self.losses, dtype=np.float64))
+            for snapshot in self.snapshots:
+                sink.on_snapshot(snapshot)
+            sink.flush()
+            sink.on_end(self)
+            sink.close()
         config = self.info.config
         artifacts.update_summary(run_dir, task="train", config=config, overrides=[],
                                  versions=artifacts.environment(str(config.get("device", "cpu"))), **self.recorded)
 
     def save(self, dir: str | Path) -> Path:
         """Write the run dir ``attnlab`` would have written into ``dir`` (new or empty): metrics.csv,
-        attention.npz, summary.json, the figures and report.html (TensorBoard's events are not kept in
-        memory). Returns ``dir``. RunDirError when ``dir`` holds something else."""
-        from attnlab.outputs import artifacts, rundir
-        from attnlab.outputs.plots import FigureSink, loss_png
+        attention.npz, summary.json, the figures and report.html (no TensorBoard events). Returns ``dir``;
+        RunDirError when ``dir`` holds something else."""
+        from attnlab.outputs import rundir
         from attnlab.saved.report import write_run_report
 
         run_dir = Path(dir)
         rundir.claim(run_dir, key="dir", value=str(dir))
         try:
-            self._write_records(run_dir)
-            if self.png() is not None:
-                artifacts.atomic_write_bytes(run_dir / FigureSink.EVOLUTION, self.png())
-            if (loss := loss_png(np.asarray(self.losses))) is not None:
-                artifacts.atomic_write_bytes(run_dir / FigureSink.LOSS, loss)
+            self._write(run_dir, figures=True)
             write_run_report(run_dir)
         finally:
             rundir.release(run_dir)
         return run_dir
 
     def report(self, path: str | Path = "report.html", force: bool = False) -> Path:
-        """Write the report page to ``path`` (an offline HTML file; open it in a browser). Returns ``path``.
-        As every file attnlab writes where you point it (:mod:`attnlab.outputs.destination`): a regular
-        file, one that exists replaced only when attnlab wrote it or with ``force=True``; AttnlabError (one line)."""
+        """Write the report page to ``path`` (an offline HTML file), as every file attnlab writes where you point
+        it (:mod:`attnlab.outputs.destination`): one that exists is replaced only when attnlab wrote it or with
+        ``force=True``, else AttnlabError (one line). Returns ``path``."""
         from attnlab.outputs import destination
 
         return destination.write(path, self.page().encode("utf-8"), key="report()", kind="page", force=force)
