@@ -14,27 +14,42 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import re
+import sys
 import tempfile
 import weakref
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+import torch
+from hydra import compose as hydra_compose
+from hydra import initialize_config_module
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from attnlab.commands.argv import FREE_TEXT_KEYS, language, prepare
 from attnlab.commands.cli import error_line, refusal
 from attnlab.commands.display import Run, SweepTable
 from attnlab.commands.hydra_config import VERSION_BASE, register_configs
+from attnlab.commands.job import run_job
+from attnlab.commands.sweep import job_dirname
 from attnlab.core import i18n, training
-from attnlab.core.config import plain
+from attnlab.core.config import apply_schema, plain
 from attnlab.core.errors import AttnlabError
+from attnlab.core.exercises import observe
+from attnlab.core.focus import FocusSink
 from attnlab.core.i18n import LANGUAGES, _
 from attnlab.core.records import RunInfo, RunResult, Sink, Snapshot
+from attnlab.outputs import rundir
+from attnlab.outputs.console import ConsoleSink
+from attnlab.outputs.fonts import cjk_font
+from attnlab.saved.report import write_sweep_report
+from attnlab.saved.runs import collect_rows
+from attnlab.saved.table import write_csv
 
 __all__ = ["compose", "train", "walkthrough", "sweep", "exercise", "check", "use_chinese_font", "Run", "SweepTable",
            "RunResult", "Snapshot"]
-
-EXERCISES = (1, 2, 3, 4, 5)  # tutorial §8 (conf/experiment/exerciseN.yaml)
 
 # id(cfg) -> (the cfg, its preset's hydra.sweeper.params as key -> values text, the overrides it was composed with)
 _sweeps: dict[int, tuple[weakref.ref, dict[str, str], tuple[str, ...]]] = {}
@@ -82,10 +97,6 @@ def compose(*overrides: str, config_name: str = "config", **options: Any) -> Dic
 
 def _compose(typed: list[str], given: list[str], config_name: str = "config") -> DictConfig:
     """:func:`compose` of the overrides ``given`` in Hydra's syntax (``typed``: as the user wrote them)."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_module
-    from hydra.core.global_hydra import GlobalHydra
-
     if (lang := language(typed)) is not None:
         i18n.set_language(lang)  # as `attnlab lang=zh` speaks Chinese; then the session's language
     register_configs()
@@ -123,9 +134,8 @@ def _config(args: tuple, options: dict[str, Any], what: str) -> DictConfig:
         return cfg
     params, overrides = described
     preset = next((o.split("=", 1)[1] for o in reversed(overrides) if o.startswith("experiment=")), None)
-    number = preset.removeprefix("exercise") if preset and preset.startswith("exercise") else None
-    how = (f"attnlab.exercise({number})" if number and number.isdigit() else
-           "attnlab.sweep(" + ", ".join(map(repr, overrides)) + ")")
+    number = re.fullmatch(r"exercise(\d+)", preset or "")
+    how = f"attnlab.exercise({number[1]})" if number else "attnlab.sweep(" + ", ".join(map(repr, overrides)) + ")"
     raise AttnlabError(_("{preset} describes a sweep of {n} jobs ({keys}), not one run: run it with {how} "
                          "(on the command line: attnlab {args})").format(
         preset=f"experiment={preset}" if preset else _("this config"), n=len(expand(params)),
@@ -145,13 +155,6 @@ def train(*args: Any, sinks: Iterable[Sink] = (), run_dir: Path | None = None, k
     lines printed, a :class:`Run` returned (``losses`` (steps,) float64, ``snapshots``). ``args``: a config
     (:func:`compose`) or overrides. ``sinks`` get every record too; the caller's torch thread count is kept.
     AttnlabError: bad input in one line, or a preset that describes a sweep (:func:`sweep` runs those)."""
-    import torch
-
-    from attnlab.core.config import apply_schema
-    from attnlab.core.exercises import observe
-    from attnlab.core.focus import FocusSink
-    from attnlab.outputs.console import ConsoleSink
-
     cfg = _config(args, options, "train")
     if str(plain(OmegaConf.select(cfg, "task", default="train"))) == "walkthrough":
         raise AttnlabError(_("task=walkthrough: this config narrates §1–4 and trains nothing; "
@@ -190,8 +193,6 @@ def expand(params: dict[str, str], overrides: Iterable[str] = ()) -> list[list[s
     """The jobs of a sweep as Hydra's basic sweeper makes them: the preset's ``params``, then the
     ``overrides`` (Hydra's syntax; a later key takes an earlier one's place), their product; each job
     its ``key=value`` list, every key's."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     final: dict[str, list[str]] = {}
     for override in OverridesParser.create().parse_overrides([*(f"{k}={v}" for k, v in params.items()), *overrides]):
         key = override.get_key_element()
@@ -205,13 +206,6 @@ def sweep(*overrides: Any, dir: str | Path | None = None, **options: Any) -> Swe
     as ``optimizer.lr=0.005,0.05``, which replace a swept key's values), job by job, their lines printed;
     returns the table the command ends with. ``dir``: the sweep folder to keep, as the command writes it;
     None: a temporary folder, no figures, removed at the end. AttnlabError: bad input, in one line."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    from attnlab.commands.job import run_job
-    from attnlab.commands.sweep import job_dirname
-    from attnlab.outputs import rundir
-    from attnlab.saved.runs import collect_rows
-
     typed = overrides_of(overrides, options)
     if (refused := refusal(typed)) is not None:
         raise _one_line(refused)
@@ -249,9 +243,6 @@ def sweep(*overrides: Any, dir: str | Path | None = None, **options: Any) -> Swe
                 break
         rows = collect_rows([top], sweep_end=True)
         if keep:
-            from attnlab.saved.report import write_sweep_report
-            from attnlab.saved.table import write_csv
-
             write_csv(rows, top / "summary.csv")
             if base.logging.report:
                 write_sweep_report(top)
@@ -260,7 +251,7 @@ def sweep(*overrides: Any, dir: str | Path | None = None, **options: Any) -> Swe
 
 def exercise(n: int, *overrides: Any, dir: str | Path | None = None, **options: Any) -> SweepTable:
     """Tutorial §8's exercise ``n`` (1–5): its preset's sweep (:func:`sweep`), whose table answers it."""
-    if n not in EXERCISES:
+    if n not in (1, 2, 3, 4, 5):  # tutorial §8 (conf/experiment/exerciseN.yaml)
         raise AttnlabError(_("exercise {n!r}: the tutorial has exercises 1 to 5").format(n=n))
     return sweep(f"experiment=exercise{n}", *overrides, dir=dir, **options)
 
@@ -288,8 +279,6 @@ def use_chinese_font() -> str:
     Returns the CJK font's family name."""
     import matplotlib
 
-    from attnlab.outputs.fonts import cjk_font
-
     name = cjk_font()
     matplotlib.rcParams["font.family"] = ["DejaVu Sans", name]  # a list: glyph by glyph, the first that has it
     matplotlib.rcParams["font.sans-serif"] = ["DejaVu Sans", name,
@@ -300,8 +289,6 @@ def use_chinese_font() -> str:
 
 def _in_notebook() -> bool:
     """Whether this runs in a Jupyter kernel (IPython imported only when it already is)."""
-    import sys
-
     ipython = sys.modules.get("IPython")
     shell = ipython.get_ipython() if ipython is not None else None
     return shell is not None and type(shell).__name__ != "TerminalInteractiveShell"

@@ -14,8 +14,15 @@ from typing import Any, Iterator
 import numpy as np
 
 from attnlab.core.errors import AttnlabError
+from attnlab.core.focus import shown
 from attnlab.core.i18n import _
 from attnlab.core.records import RunInfo, RunResult
+from attnlab.outputs import artifacts, destination, rundir
+from attnlab.outputs.plots import FigureSink, evolution_png
+from attnlab.saved.answers import answer, table_columns
+from attnlab.saved.report import render, write_run_report
+from attnlab.saved.report_data import load_run
+from attnlab.saved.table import STATUSES, cell_text, columns_of, csv_text, distribution, format_table, header
 
 FRAME_HEIGHT_PX = 860  # the report page's detail view (heatmap, slider, loss) without scrolling
 
@@ -32,16 +39,12 @@ class Run(RunResult):
 
     def lines(self) -> list[str]:
         """A few lines: status and loss, where the focus token attends at the last snapshot, what to call."""
-        status = {"completed": _("completed"), "diverged": _("diverged"), "interrupted": _("interrupted"),
-                  "failed": _("failed")}.get(self.status, self.status)
         final = "n/a" if self.final_loss is None else f"{self.final_loss:.6g}"
         out = [_("attnlab run: {status}, {n} steps, final loss {final}, {time:.2f} s").format(
-            status=status, n=self.steps_run, final=final, time=self.wall_time_s)]
+            status=_(STATUSES.get(self.status, self.status)), n=self.steps_run, final=final, time=self.wall_time_s)]
         if self.error:
             out.append(f"  {self.error}")
         if focus := self.recorded.get("focus"):
-            from attnlab.core.focus import shown
-
             mean = focus["mean"]
             target = _("uniform (1/{T})").format(T=len(self.tokens)) if mean["uniform"] else shown(mean["token"])
             out.append(_("  {token} attends most to {target} ({weight:.2f}) at step {step}").format(
@@ -56,17 +59,12 @@ class Run(RunResult):
     def png(self) -> bytes | None:
         """Tutorial §5's figure (one heatmap per snapshot) as PNG bytes, drawn in memory; None without snapshots."""
         if self._png is None and self.snapshots:
-            from attnlab.outputs.plots import evolution_png
-
             self._png = evolution_png(self.snapshots, self.tokens, len(self.snapshots))
         return self._png
 
     def page(self) -> str:
         """The report page (``attnlab-report`` of this run) as HTML text, made through a temporary folder."""
         if self._page is None:
-            from attnlab.saved.report import render
-            from attnlab.saved.report_data import load_run
-
             with tempfile.TemporaryDirectory(prefix="attnlab-run-") as tmp:
                 self._write(Path(tmp) / "run")
                 name = (self.info.config.get("name") if self.info else None) or _("this run")
@@ -92,9 +90,6 @@ class Run(RunResult):
     def _write(self, run_dir: Path, figures: bool = False) -> None:
         """metrics.csv, attention.npz, summary.json (and the figures), as the command writes them, into the
         new ``run_dir``: the run's records replayed into the command's sinks."""
-        from attnlab.outputs import artifacts
-        from attnlab.outputs.plots import FigureSink
-
         if self.info is None:
             raise AttnlabError(_("this run stopped before its first step: nothing to save"))
         if len(self.losses) != self.steps_run or not self.snapshots and self.info.snapshot_steps:
@@ -117,9 +112,6 @@ class Run(RunResult):
         """Write the run dir ``attnlab`` would have written into ``dir`` (new or empty): metrics.csv,
         attention.npz, summary.json, the figures and report.html (no TensorBoard events). Returns ``dir``;
         RunDirError when ``dir`` holds something else."""
-        from attnlab.outputs import rundir
-        from attnlab.saved.report import write_run_report
-
         run_dir = Path(dir)
         rundir.claim(run_dir, key="dir", value=str(dir))
         try:
@@ -133,24 +125,19 @@ class Run(RunResult):
         """Write the report page to ``path`` (an offline HTML file), as every file attnlab writes where you point
         it (:mod:`attnlab.outputs.destination`): one that exists is replaced only when attnlab wrote it or with
         ``force=True``, else AttnlabError (one line). Returns ``path``."""
-        from attnlab.outputs import destination
-
         return destination.write(path, self.page().encode("utf-8"), key="report()", kind="page", force=force)
 
 
 class SweepTable:
     """The jobs of a sweep as the command's end table shows them: :attr:`rows` (one dict per job, the
-    columns of ``summary.csv``), :attr:`columns` (the printed ones), :attr:`dir` (the sweep folder, None
-    when it was not kept). Shown as text, or as an HTML table in a notebook."""
+    columns of ``summary.csv``), :attr:`columns` (the printed ones), :attr:`answer` (an exercise's, in
+    sentences), :attr:`dir` (the sweep folder, None when not kept). Text, or an HTML table in a notebook."""
 
     def __init__(self, rows: list[dict[str, Any]], dir: Path | None = None) -> None:
-        from attnlab.saved.answers import answer, table_columns
-        from attnlab.saved.table import columns_of
-
         self.rows = [{k: v for k, v in row.items() if dir is not None or k != "path"} for row in rows]
         self.dir = dir
         self.columns = table_columns(self.rows) or columns_of(self.rows, table=True)
-        self.answer = answer(self.rows)  # an exercise's answer in sentences (None for another sweep)
+        self.answer = answer(self.rows)
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -164,27 +151,16 @@ class SweepTable:
     def footer(self) -> list[str]:
         """The lines under the table: where the focus token ends over the jobs, an exercise's answer,
         the sweep folder."""
-        from attnlab.saved.table import distribution
-
-        out = [line] if (line := distribution(self.rows)) else []
-        out += [self.answer] if self.answer else []
-        if self.dir is not None:
-            out.append(_("sweep folder: {path}").format(path=self.dir))
-        return out
+        folder = _("sweep folder: {path}").format(path=self.dir) if self.dir is not None else None
+        return [line for line in (distribution(self.rows), self.answer, folder) if line]
 
     def __repr__(self) -> str:
-        from attnlab.saved.table import format_table
-
         return "\n".join([format_table(self.rows, self.columns), *self.footer()])
 
     def _repr_html_(self) -> str:
-        from attnlab.saved.table import cell_text, header
-
-        numeric = {c for c in self.columns
-                   if all(v is None or isinstance(v, (int, float)) and not isinstance(v, bool)
-                          for v in (r.get(c) for r in self.rows))}
-        align = {c: ' style="text-align: right;"' if c in numeric else ' style="text-align: left;"'
-                 for c in self.columns}
+        right = {c for c in self.columns if all(v is None or isinstance(v, (int, float)) and not isinstance(v, bool)
+                                               for v in (r.get(c) for r in self.rows))}
+        align = {c: f' style="text-align: {"right" if c in right else "left"};"' for c in self.columns}
         head = "".join(f"<th{align[c]}>{html.escape(header(c))}</th>" for c in self.columns)
         body = "".join("<tr>" + "".join(f"<td{align[c]}>{html.escape(cell_text(c, r.get(c)))}</td>"
                                         for c in self.columns) + "</tr>" for r in self.rows)
@@ -194,6 +170,4 @@ class SweepTable:
 
     def to_csv(self) -> str:
         """The rows as CSV text (``summary.csv``'s columns)."""
-        from attnlab.saved.table import csv_text
-
         return csv_text(self.rows)
