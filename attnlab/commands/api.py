@@ -28,8 +28,8 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from attnlab.commands.argv import FREE_TEXT_KEYS, language, prepare
-from attnlab.commands.cli import error_line, refusal
+from attnlab.commands.argv import FREE_TEXT_KEYS, language, prepare, refusal
+from attnlab.commands.cli import error_line
 from attnlab.commands.display import Run, SweepTable
 from attnlab.commands.hydra_config import VERSION_BASE, register_configs
 from attnlab.commands.job import run_job
