@@ -1,5 +1,5 @@
 """A finished GPT run's trained model (model.npz), read as data: ``.hydra/config.yaml`` onto the
-schema (nothing resolved or instantiated), model.npz through :mod:`attnlab.saved.npz`'s checks
+schema (nothing resolved or instantiated), model.npz through :class:`attnlab.saved.safe_read.NpzArchive`
 (float32/64 members, ``allow_pickle=False``), every shape checked against the config's model."""
 from __future__ import annotations
 
