@@ -377,9 +377,9 @@ def reproduce_many(paths: Sequence[Path], out: Path | None, csv: Path | None, jo
 
 
 def reproduce(run_dir: Path, out: Path | None = None, text_file: Path | None = None,
-              draw: bool = False) -> tuple[int, Verdict]:
-    """One run verified (:func:`verify`) into ``out`` (default: beside it, :func:`prepare`): (exit status,
-    verdict). Raises RunDirError / ConfigError (one line) when it cannot be reproduced; notes to stderr."""
+              draw: bool = False) -> int:
+    """One run verified (:func:`verify`) into ``out`` (default: beside it, :func:`prepare`): its verdict
+    printed, notes to stderr; the exit status. Raises RunDirError / ConfigError when it cannot be reproduced."""
     run_dir, out, cfg, _data, summary, _tokens = prepare(run_dir, out, text_file)
     versions, now = summary.get("versions"), artifacts.environment(str(cfg.device))  # torch loads here
     if (recorded_threads := threads.for_reproduction(versions)) is not None:
@@ -399,7 +399,11 @@ def reproduce(run_dir: Path, out: Path | None = None, text_file: Path | None = N
     judged = verify([(run_dir, out)], text_file, 1, draw)[0]
     if judged.key == CANNOT:
         raise RunDirError(judged.why)
-    return (EXIT_SAME if judged.key in verdict.REPRODUCED else EXIT_DIFFERENT), judged
+    print(verdict.format_verdict(judged))
+    print(_("reproduction: {folder}").format(folder=printable(display_path(Path(judged.out)), 300)))
+    return EXIT_SAME if judged.key in verdict.REPRODUCED else EXIT_DIFFERENT
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The exit status of ``attnlab-reproduce ARGV``: 0 same or within rounding, 1 different, 2 not a run;
     for several runs 0 every run reproduced, 1 some not (:func:`reproduce_many`), 2 no run."""
@@ -441,16 +445,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if many:
             return reproduce_many(args.paths, args.out, args.csv, args.jobs, args.artifacts, args.force, args.report,
                                   args.against)
-        code, judged = reproduce(args.paths[0], args.out, args.text_file, args.artifacts)
+        return reproduce(args.paths[0], args.out, args.text_file, args.artifacts)
     except AttnlabError as err:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
         print(_("error: {message}").format(message=printable(str(err), 1500)), file=sys.stderr)
         return EXIT_NOT_A_RUN
-    print(verdict.format_verdict(judged))
-    if judged.out is not None:  # relative below cwd
-        print(_("reproduction: {folder}").format(folder=printable(display_path(Path(judged.out)), 300)))
-    return code
 
 
 def console_main() -> None:
