@@ -34,11 +34,12 @@ def end_with_parent() -> None:
     threading.Thread(target=watch, name="attnlab-end-with-parent", daemon=True).start()
 
 
-def _prepare_worker(warm_up: Callable[[], None] | None) -> None:
-    """The worker's start: Ctrl-C is the run's, it ends with the run, and skips the interpreter's teardown."""
+def _prepare_worker(lang: str, warm_up: Callable[[], None] | None) -> None:
+    """The worker's start: the run's language, Ctrl-C is the run's, it ends with the run, no interpreter teardown."""
     import atexit
     import signal
 
+    set_language(lang)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     end_with_parent()
     atexit.register(os._exit, 0)
@@ -47,7 +48,8 @@ def _prepare_worker(warm_up: Callable[[], None] | None) -> None:
 
 
 def start(cfg: Any, warm_up: Callable[[], None] | None = None) -> None:
-    """Start the worker now when job ``cfg`` draws figures or heatmaps, ``warm_up`` its first call."""
+    """Start the worker now when job ``cfg`` draws figures or heatmaps, in the job's language (set by now),
+    ``warm_up`` its first call."""
     global _pool
     log = cfg.logging
     if _pool is not None or cfg.task != Task.train or (os.cpu_count() or 1) < 2 or not (
@@ -58,7 +60,8 @@ def start(cfg: Any, warm_up: Callable[[], None] | None = None) -> None:
 
     try:  # one worker: a second drew beside it with a free core, but under load made the default run slower
         _pool = concurrent.futures.ProcessPoolExecutor(1, multiprocessing.get_context("spawn"),
-                                                       initializer=_prepare_worker, initargs=(warm_up,))
+                                                       initializer=_prepare_worker,
+                                                       initargs=(language(), warm_up))
         _pool.submit(int)  # a worker starts at a submit
     except (OSError, ImportError, NotImplementedError, RuntimeError):  # no processes, no working semaphores
         _pool = None
@@ -73,12 +76,6 @@ def shutdown() -> None:
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _in_language(lang: str, function: Callable, *args: Any) -> Any:
-    """``function(*args)`` in the worker, its titles and axes in the run's language ``lang``."""
-    set_language(lang)
-    return function(*args)
-
-
 class Drawing:
     """``function(*args)`` (module-level, picklable), sent to the worker when there is one."""
 
@@ -86,7 +83,7 @@ class Drawing:
         self.function, self.args, self.future = function, args, None
         if _pool is not None:
             with contextlib.suppress(RuntimeError):  # a broken (BrokenProcessPool) or shut-down pool
-                self.future = _pool.submit(_in_language, language(), function, *args)
+                self.future = _pool.submit(function, *args)
                 _sent.append(self)
 
     def done(self) -> bool:
