@@ -181,7 +181,7 @@ def test_runs_without_their_hydra_folder_are_still_summarized_and_compared(cli, 
     dirs = job_dirs(sweep)
     for d in dirs:
         shutil.rmtree(d / ".hydra")
-    assert summarize(sweep, print_table=False) == 0
+    assert summarize(sweep) == 0
     assert [sorted(p.name for p in d.iterdir()) for d in dirs] == [["attention.npz", "metrics.csv", "summary.json"]] * 2
     rows = read_csv(sweep / "summary.csv")
     assert [r["status"] for r in rows] == ["completed", "completed"]

@@ -147,9 +147,7 @@ class SweepSummary(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         for name in LAUNCHER_LOGGERS:
-            logger = logging.getLogger(name)
-            if launcher_lines not in logger.filters:
-                logger.addFilter(launcher_lines)
+            logging.getLogger(name).addFilter(launcher_lines)  # (once: addFilter skips a filter it has)
         sweep.name_by_swept_keys(config)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
