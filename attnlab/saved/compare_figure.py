@@ -44,8 +44,7 @@ def comparison_figure(rows: Sequence[dict[str, Any]], path: Path, force: bool = 
         return "\n".join(drawable(line) for line in [*lines, what])
 
     curves, maps, objectives, focus, drawn = [], [], [], [], {}
-    swept_styles = run_styles(rows)  # by row: a run has one style in both axes
-    styles = swept_styles or curve_styles(len(rows))
+    styles = run_styles(rows) or curve_styles(len(rows))  # by row: a run has one style in both axes
     for i, (r, name, style) in enumerate(zip(rows, legend, styles)):
         run_dir = Path(r["path"])
         root = Path(r.get("root") or run_dir)  # no link below the PATH the run was found under is followed
