@@ -171,6 +171,11 @@ def _pid_after(seconds: float) -> int:
     return os.getpid()
 
 
+@pytest.fixture
+def draw_in_this_process():
+    """The figure worker starts here (conftest's fixture of this name keeps it from starting elsewhere)."""
+
+
 def test_workers_draw_the_same_bytes_and_a_dead_or_missing_pool_draws_here(monkeypatch):
     from types import SimpleNamespace
 
