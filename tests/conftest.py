@@ -248,15 +248,21 @@ def outside(tmp_path_factory):
     return hostile_runs.outside_folder(tmp_path_factory)
 
 
+@pytest.fixture
+def figure_worker():
+    """The figure worker starts as in the real command (see :func:`draw_in_this_process`)."""
+
+
 @pytest.fixture(autouse=True)
-def draw_in_this_process(monkeypatch):
+def draw_in_this_process(request, monkeypatch):
     """An ``attnlab`` run in the test process draws its figures itself, without the spawned figure worker
     (attnlab.outputs.drawing; the same functions, the same bytes): a worker costs a new Python of ~1 s
-    CPU per run. The worker is tested in tests/test_plots.py (which overrides this fixture) and works in
-    every run a test starts in a process of its own."""
-    from attnlab.outputs import drawing
+    CPU per run. A test that names the fixture :func:`figure_worker` keeps it (tests/test_plots.py tests
+    the worker itself); every run a test starts in a process of its own has it."""
+    if "figure_worker" not in request.fixturenames:
+        from attnlab.outputs import drawing
 
-    monkeypatch.setattr(drawing, "start", lambda cfg, warm_up=None: None)
+        monkeypatch.setattr(drawing, "start", lambda cfg, warm_up=None: None)
 
 
 @pytest.fixture(autouse=True)
