@@ -37,8 +37,9 @@ class Run(RunResult):
     def __repr__(self) -> str:
         """A few lines: status and loss, where the focus token attends at the last snapshot, what to call."""
         final = "n/a" if self.final_loss is None else f"{self.final_loss:.6g}"
+        status = _(self.status) if self.status in STATUSES else self.status
         out = [_("attnlab run: {status}, {n} steps, final loss {final}, {time:.2f} s").format(
-            status=_(STATUSES.get(self.status, self.status)), n=self.steps_run, final=final, time=self.wall_time_s)]
+            status=status, n=self.steps_run, final=final, time=self.wall_time_s)]
         if self.error:
             out.append(f"  {self.error}")
         if focus := self.recorded.get("focus"):
