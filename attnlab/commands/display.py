@@ -1,7 +1,6 @@
 """What the Python API returns, shown in a notebook through IPython's display protocol (IPython is never
-imported), made from what is in memory: a :class:`Run` as tutorial §5's figure (PNG) and the report page in
-a sandboxed ``<iframe srcdoc>``, a few lines of text elsewhere; a :class:`SweepTable` as the table the
-command prints at a sweep's end. Nothing is written unless asked (:meth:`Run.save`, :meth:`Run.report`)."""
+imported): a :class:`Run` as tutorial §5's figure and the report page, a :class:`SweepTable` as the table
+the command prints at a sweep's end. Nothing is written unless asked (:meth:`Run.save`, :meth:`Run.report`)."""
 from __future__ import annotations
 
 import base64
@@ -37,7 +36,7 @@ class Run(RunResult):
     _page: str | None = field(default=None, repr=False)
     _png: bytes | None = field(default=None, repr=False)
 
-    def lines(self) -> list[str]:
+    def __repr__(self) -> str:
         """A few lines: status and loss, where the focus token attends at the last snapshot, what to call."""
         final = "n/a" if self.final_loss is None else f"{self.final_loss:.6g}"
         out = [_("attnlab run: {status}, {n} steps, final loss {final}, {time:.2f} s").format(
@@ -51,10 +50,7 @@ class Run(RunResult):
                 token=shown(focus["token"]), target=target, weight=mean["weight"], step=focus["step"]))
         out.append(_("  .losses ({n},)  .snapshots ({k} of (H, T, T))  .save(DIR)  .report(FILE)").format(
             n=len(self.losses), k=len(self.snapshots)))
-        return out
-
-    def __repr__(self) -> str:
-        return "\n".join(self.lines())
+        return "\n".join(out)
 
     def png(self) -> bytes | None:
         """Tutorial §5's figure (one heatmap per snapshot) as PNG bytes, drawn in memory; None without snapshots."""

@@ -120,41 +120,42 @@ class _BoundedFile(io.FileIO):
 
 _BINARY = getattr(os, "O_BINARY", 0)  # (Windows) no newline translation
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # (POSIX) a FIFO never blocks the open
-# openat: each component opened relative to its folder's descriptor, no link followed (POSIX); else
-# (Windows) each component lstat-ed, the file's real path checked, the descriptor matched to the lstat
-_OPENAT = (os.open in os.supports_dir_fd and os.stat in os.supports_dir_fd
-           and all(hasattr(os, f) for f in ("O_NOFOLLOW", "O_DIRECTORY")))
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+# (POSIX) each component opened relative to its folder's descriptor: no race can slip a link in
+_OPENAT = bool(os.open in os.supports_dir_fd and _NOFOLLOW and hasattr(os, "O_DIRECTORY"))
 
 
 def open_run_file(path: Path, limit: int, *, root: Path | None = None) -> _BoundedFile:
     """``path`` (inside the run dir ``root``, default its folder) open for binary reading, never
-    past the size checked here. No link is followed: on POSIX the path is opened component by
-    component with ``openat`` (``O_NOFOLLOW``); elsewhere (Windows) every component is ``lstat``-ed,
-    the file's real path must lie inside the run dir's and the opened descriptor must be the file
-    ``lstat`` saw. RunFileError, before a byte is read, for a link (or junction) on the way, anything
-    but a regular file, more than one hard link or more than ``limit`` bytes; MissingRunFile."""
+    past the size checked here. One walk: every component ``lstat``-ed (on POSIX relative to its
+    folder's descriptor, opened ``O_NOFOLLOW``), the opened file the one ``lstat`` saw, and (elsewhere)
+    its real path inside the run dir's. RunFileError, before a byte is read, for a link (or junction)
+    on the way, anything but a regular file, more than one hard link or more than ``limit`` bytes;
+    MissingRunFile."""
     shown = Path(path)
     root = shown.parent if root is None else Path(root)
     try:
-        parts = list(shown.relative_to(root).parts)
+        parts = shown.relative_to(root).parts
     except ValueError:
         raise RunFileError(shown, f"not inside the run dir {printable(str(root), 300)}") from None
     if not parts or any(p in ("..", ".", "") for p in parts):
         raise RunFileError(shown, "not a file path inside the run dir")
+    fd = None  # (POSIX) the folder reached, then the file
     try:
-        dir_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY) if _OPENAT else -1
-        if not _OPENAT and not stat.S_ISDIR(os.stat(root).st_mode):
-            raise NotADirectoryError(20, "Not a directory")
-    except FileNotFoundError:
-        raise MissingRunFile(shown, f"missing (no folder {printable(str(root), 300)})") from None
-    except OSError as err:
-        raise RunFileError(shown, f"run dir cannot be opened ({type(err).__name__}: {err.strerror})") from None
-    try:
+        try:
+            if _OPENAT:
+                fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+            elif not stat.S_ISDIR(os.stat(root).st_mode):
+                raise NotADirectoryError(20, "Not a directory")
+        except FileNotFoundError:
+            raise MissingRunFile(shown, f"missing (no folder {printable(str(root), 300)})") from None
+        except OSError as err:
+            raise RunFileError(shown, f"run dir cannot be opened ({type(err).__name__}: {err.strerror})") from None
         for i, part in enumerate(parts):
             last = i == len(parts) - 1
-            here = root.joinpath(*parts[: i + 1])
+            name = part if _OPENAT else root.joinpath(*parts[: i + 1])
             try:
-                st = os.stat(part, dir_fd=dir_fd, follow_symlinks=False) if _OPENAT else os.lstat(here)
+                st = os.lstat(name, dir_fd=fd)
             except FileNotFoundError:
                 raise MissingRunFile(shown, "missing" if last else f"missing (no folder {printable(part)})") from None
             except OSError as err:
@@ -166,37 +167,24 @@ def open_run_file(path: Path, limit: int, *, root: Path | None = None) -> _Bound
                 raise RunFileError(shown, f"{printable(part)} is {_kind(st.st_mode)}, not a folder")
             if last and not stat.S_ISREG(st.st_mode):
                 raise RunFileError(shown, f"is {_kind(st.st_mode)}, not a regular file (refused)")
-            if not _OPENAT:
-                continue
-            flags = os.O_RDONLY | os.O_NOFOLLOW | _NONBLOCK | (0 if last else os.O_DIRECTORY)
-            try:
-                fd = os.open(part, flags, dir_fd=dir_fd)
-            except OSError as err:  # ELOOP: swapped for a link since the stat
-                raise RunFileError(shown, f"cannot be opened ({type(err).__name__}: {err.strerror})") from None
-            os.close(dir_fd)
-            dir_fd = fd
-        if not _OPENAT:
-            dir_fd = _open_checked(shown, root, here, st)
-        fd, dir_fd = dir_fd, -1
-    finally:
-        if dir_fd >= 0:
-            os.close(dir_fd)
+            if _OPENAT or last:
+                flags = os.O_RDONLY | _BINARY | _NONBLOCK | _NOFOLLOW | (0 if last else os.O_DIRECTORY)
+                try:
+                    opened = os.open(name, flags, dir_fd=fd)
+                except OSError as err:  # ELOOP: swapped for a link since the lstat
+                    raise RunFileError(shown, f"cannot be opened ({type(err).__name__}: {err.strerror})") from None
+                if fd is not None:
+                    os.close(fd)
+                fd = opened
+        if not os.path.samestat(os.fstat(fd), st):
+            raise RunFileError(shown, "was replaced while it was opened (refused)")
+        if not _OPENAT and not Path(os.path.realpath(shown)).is_relative_to(os.path.realpath(root)):
+            raise RunFileError(shown, "leads outside the run dir (refused: a run dir holds no links)")
+    except BaseException:
+        if fd is not None:
+            os.close(fd)
+        raise
     return _checked(fd, shown, limit)
-
-
-def _open_checked(shown: Path, root: Path, path: Path, seen: os.stat_result) -> int:
-    """(Windows) ``path``, whose components were just ``lstat``-ed, opened: its real path inside
-    ``root``'s and the descriptor's file the one ``lstat`` saw (``seen``), else RunFileError."""
-    if not Path(os.path.realpath(path)).is_relative_to(os.path.realpath(root)):
-        raise RunFileError(shown, "leads outside the run dir (refused: a run dir holds no links)")
-    try:
-        fd = os.open(path, os.O_RDONLY | _BINARY | _NONBLOCK)
-    except OSError as err:
-        raise RunFileError(shown, f"cannot be opened ({type(err).__name__}: {err.strerror})") from None
-    if not os.path.samestat(os.fstat(fd), seen):
-        os.close(fd)
-        raise RunFileError(shown, "was replaced while it was opened (refused)")
-    return fd
 
 
 def _checked(fd: int, shown: Path, limit: int, own: bool = False) -> _BoundedFile:

@@ -12,8 +12,8 @@ from attnlab.core.errors import RunDirError
 from attnlab.core.focus import FOCUS_THRESHOLD, focus_weights
 from attnlab.core.i18n import _
 from attnlab.core.records import head_mean
-from attnlab.outputs import destination
-from attnlab.outputs.fonts import drawable, label, rc
+from attnlab.outputs import destination, fonts
+from attnlab.outputs.fonts import drawable, label
 from attnlab.outputs.plots import DPI, draw_heatmap, figure_bytes, plot_loss
 from attnlab.saved import safe_read
 from attnlab.saved.runs import saved_attention
@@ -29,7 +29,6 @@ def comparison_figure(rows: Sequence[dict[str, Any]], path: Path, force: bool = 
     each run's focus weight at every snapshot (top right, :func:`attnlab.core.focus.focus_weights`) and up
     to :data:`MAX_HEATMAPS` last-snapshot heatmaps (colour scale [0, 1]), titled by job number and
     swept values wrapped to the panel; constrained layout, written atomically."""
-    import matplotlib
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.cm import ScalarMappable
     from matplotlib.colors import Normalize
@@ -79,7 +78,7 @@ def comparison_figure(rows: Sequence[dict[str, Any]], path: Path, force: bool = 
     keyed = list(drawn.values()) if len(rows) <= len(distinct_styles()) else []
     key_cols = max(1, min(len(keyed), int((width - 0.4) // (0.6 + 0.055 * max((len(n) for n, _ in keyed), default=1)))))
     key_in = 0.15 * -(-len(keyed) // key_cols) + 0.1 if keyed else 0.0
-    with matplotlib.rc_context(rc()):
+    with fonts.style():
         fig = Figure(figsize=(width, 4.6 + key_in + row_in * grid_rows), dpi=DPI, layout="constrained")
         FigureCanvasAgg(fig)
         # one grid: the loss axes, the key and a heading row (empty axes whose legend and title the
