@@ -1,8 +1,4 @@
-"""The Python API, for notebooks first (``import attnlab`` offers it):
-
->>> run = attnlab.train("model.d_model=16", optimizer__lr=0.01, lang="zh")   # §5's lines; a notebook shows the run
->>> attnlab.exercise(4)                                # the preset's sweep, 6 jobs: its table
->>> attnlab.check(globals())                           # your §2–4 functions, stage by stage
+"""The Python API that ``import attnlab`` offers, e.g. ``attnlab.train("model.d_model=16", optimizer__lr=0.01)``.
 
 Overrides are the command line's ``key=value`` strings, or keywords with ``__`` for the dot; Python values
 become Hydra's (``True`` true, ``None`` null, a list ``[a,b]``); a free-text key takes its text as typed.
@@ -33,6 +29,7 @@ from attnlab.commands.cli import error_line
 from attnlab.commands.display import Run, SweepTable
 from attnlab.commands.hydra_config import VERSION_BASE, register_configs
 from attnlab.commands.job import run_job
+from attnlab.commands.learner import stage_outcomes
 from attnlab.commands.sweep import job_dirname
 from attnlab.core import i18n, training
 from attnlab.core.config import apply_schema, plain
@@ -86,9 +83,8 @@ def _one_line(line: str) -> AttnlabError:
 
 
 def compose(*overrides: str, config_name: str = "config", **options: Any) -> DictConfig:
-    """The config that ``attnlab OVERRIDES`` would run (free text as typed: ``compose("sentence=你好")``). A
-    preset that describes a sweep (``experiment=exercise4``) is remembered as one: :func:`train` refuses it,
-    :func:`sweep` runs it. AttnlabError: the command's one line (``model.d_mdl=3: no such config key ...``)."""
+    """The config that ``attnlab OVERRIDES`` would run; a preset that describes a sweep (``experiment=exercise4``)
+    is remembered as one (:func:`sweep` runs it, :func:`train` refuses it)."""
     typed = overrides_of(overrides, options)
     if (refused := refusal(typed)) is not None:
         raise _one_line(refused)
@@ -121,8 +117,7 @@ def _compose(typed: list[str], given: list[str], config_name: str = "config") ->
 
 
 def _config(args: tuple, options: dict[str, Any], what: str) -> DictConfig:
-    """The config of ``train(cfg)`` or ``train("key=value", key=value)``; a sweep preset refused in one line,
-    naming where it runs."""
+    """The config of ``train(cfg)`` or ``train("key=value", key=value)``; a sweep preset refused in one line."""
     if args and isinstance(args[0], DictConfig):
         if len(args) > 1 or options:
             raise AttnlabError(_("{what}(cfg, ...): give either a config (compose(...)) or overrides, not both")
@@ -151,10 +146,9 @@ class _Start(Sink):
 
 def train(*args: Any, sinks: Iterable[Sink] = (), run_dir: Path | None = None, keep_snapshots: bool = True,
           keep_losses: bool = True, **options: Any) -> Run:
-    """Tutorial §5's training as ``attnlab OVERRIDES`` runs it, in this process, writing nothing: the same
-    lines printed, a :class:`Run` returned (``losses`` (steps,) float64, ``snapshots``). ``args``: a config
-    (:func:`compose`) or overrides. ``sinks`` get every record too; the caller's torch thread count is kept.
-    AttnlabError: bad input in one line, or a preset that describes a sweep (:func:`sweep` runs those)."""
+    """Tutorial §5 as ``attnlab OVERRIDES`` runs it, in this process, writing nothing: its lines printed, a
+    :class:`Run` returned (``losses`` (steps,) float64). ``args``: a config (:func:`compose`) or overrides;
+    ``sinks`` get every record too; the caller's torch thread count is kept."""
     cfg = _config(args, options, "train")
     if str(plain(OmegaConf.select(cfg, "task", default="train"))) == "walkthrough":
         raise AttnlabError(_("task=walkthrough: this config narrates §1–4 and trains nothing; "
@@ -190,9 +184,8 @@ def _speak(cfg: DictConfig) -> None:
 
 
 def expand(params: dict[str, str], overrides: Iterable[str] = ()) -> list[list[str]]:
-    """The jobs of a sweep as Hydra's basic sweeper makes them: the preset's ``params``, then the
-    ``overrides`` (Hydra's syntax; a later key takes an earlier one's place), their product; each job
-    its ``key=value`` list, every key's."""
+    """The jobs (each its ``key=value`` list) of the preset's ``params``, then ``overrides`` (Hydra's syntax; a
+    later key replaces an earlier one), as Hydra's basic sweeper makes them."""
     final: dict[str, list[str]] = {}
     for override in OverridesParser.create().parse_overrides([*(f"{k}={v}" for k, v in params.items()), *overrides]):
         key = override.get_key_element()
@@ -202,10 +195,8 @@ def expand(params: dict[str, str], overrides: Iterable[str] = ()) -> list[list[s
 
 
 def sweep(*overrides: Any, dir: str | Path | None = None, **options: Any) -> SweepTable:
-    """A sweep as ``attnlab -m OVERRIDES`` runs it (a preset's ``hydra.sweeper.params``, then overrides such
-    as ``optimizer.lr=0.005,0.05``, which replace a swept key's values), job by job, their lines printed;
-    returns the table the command ends with. ``dir``: the sweep folder to keep, as the command writes it;
-    None: a temporary folder, no figures, removed at the end. AttnlabError: bad input, in one line."""
+    """A sweep as ``attnlab -m OVERRIDES`` runs it, job by job: the table it ends with. ``dir``: the sweep folder
+    to keep, as the command writes it; None: a temporary folder, no figures, removed at the end."""
     typed = overrides_of(overrides, options)
     if (refused := refusal(typed)) is not None:
         raise _one_line(refused)
@@ -257,9 +248,8 @@ def exercise(n: int, *overrides: Any, dir: str | Path | None = None, **options: 
 
 
 def check(*functions: Callable | dict, **named: Callable) -> bool:
-    """``attnlab-check`` on the six functions of tutorial §2–4 defined in notebook cells, in this process:
-    ``functions`` the functions or a namespace such as ``globals()``, ``named`` a function under a stage's
-    name. Prints what ``attnlab-check FILE`` prints; True when every stage matches."""
+    """``attnlab-check`` on tutorial §2–4's six functions defined in notebook cells (or ``globals()``; ``named``:
+    under a stage's name), in this process. True when every stage matches."""
     from attnlab.commands import check as checker
 
     learner: dict[str, Any] = {}
@@ -270,13 +260,13 @@ def check(*functions: Callable | dict, **named: Callable) -> bool:
             learner[given.__name__] = given
         else:
             raise AttnlabError(_("check({arg!r}): give your functions, or globals()").format(arg=given))
-    return checker.check_functions({**learner, **named}, _("your notebook")) == checker.EXIT_PASSED
+    stages = checker.stages()
+    outcomes = stage_outcomes({**learner, **named}, _("your notebook"), checker.specs(stages))
+    return checker.report(outcomes, stages) == checker.EXIT_PASSED
 
 
 def use_chinese_font() -> str:
-    """Make matplotlib draw Chinese in your own figures (tutorial §5's SimHei tip, done once): the CJK font
-    attnlab uses after DejaVu Sans in ``font.family`` and ``font.sans-serif``, ``axes.unicode_minus`` off.
-    Returns the CJK font's family name."""
+    """Tutorial §5's SimHei tip, done once: Chinese in your own matplotlib figures. Returns the CJK font's name."""
     import matplotlib
 
     name = cjk_font()

@@ -25,28 +25,19 @@ _PLACEHOLDER = re.compile(r"%(?:\((\w+)\))?[rsd]")
 
 
 def speak(argv: Sequence[str] | None = None) -> list[str]:
-    """Set the language of this command from ``argv`` (default ``sys.argv[1:]``): its ``--lang X`` /
-    ``--lang=X`` / ``lang=X``, else the locale; returns ``argv`` without ``lang=X`` (``--lang`` stays for
-    the parser, which checks its value)."""
+    """Set this command's language from ``argv`` (default ``sys.argv[1:]``) before a ``--``: its ``--lang X``,
+    ``--lang=X`` or ``lang=X``, else the locale's; returns ``argv`` without ``lang=X`` (the parser checks
+    ``--lang``)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    lang, rest, i = None, [], 0
-    while i < len(argv):
-        arg = argv[i]
-        if arg == "--":
-            rest.extend(argv[i:])
-            break
+    end = argv.index("--") if "--" in argv else len(argv)
+    lang = None
+    for i, arg in enumerate(argv[:end]):
         if arg == "--lang" and i + 1 < len(argv):
             lang = argv[i + 1]
-        elif arg.startswith("--lang="):
+        elif arg.startswith("--lang=") or re.fullmatch(r"lang=(zh|en)", arg):
             lang = arg.partition("=")[2]
-        elif re.fullmatch(r"lang=(zh|en)", arg):
-            lang = arg[5:]
-            i += 1
-            continue
-        rest.append(arg)
-        i += 1
     set_language(lang if lang in LANGUAGES else None)
-    return rest
+    return [a for i, a in enumerate(argv) if i >= end or not re.fullmatch(r"lang=(zh|en)", a)]
 
 
 def _translated_error(message: str) -> str:

@@ -49,7 +49,7 @@ class Stage:
 
 @functools.cache
 def reference() -> tuple[dict[str, np.ndarray], torch.nn.Module]:
-    """The tutorial's §1–4 arrays (:func:`attnlab.core.walkthrough.walkthrough`) and its model (the same parameters)."""
+    """The tutorial's §1–4 arrays (:func:`attnlab.core.walkthrough.walkthrough`) and its model."""
     cfg = compose("experiment=tutorial_walkthrough")
     arrays = walkthrough(cfg, print_line=lambda line: None)
     return arrays, build_model(cfg, tokenize(cfg), order="walkthrough")
@@ -117,9 +117,8 @@ def few(a: np.ndarray) -> str:
 
 
 def stage_problem(stage: Stage, values: list[np.ndarray]) -> list[str]:
-    """[] when the arrays a stage of the learner's returned (``values``, one per output) are the tutorial's,
-    else why not, as lines: real numbers (a float dtype), the shape, the values (expected vs got, the
-    largest difference, the likely mistake)."""
+    """[] when the arrays a stage returned (``values``, one per output) are the tutorial's, else why not, as
+    lines: a float dtype, the shape, the values (expected vs got, the largest difference, the likely mistake)."""
     for (name, want, mistakes), got in zip(stage.outputs, values):
         if got.dtype.kind != "f":
             return [_("  {name}: {fn}() returned {dtype} values; {name} holds real numbers (torch.float32)").format(
@@ -140,7 +139,7 @@ def stage_problem(stage: Stage, values: list[np.ndarray]) -> list[str]:
     return []
 
 
-def _specs(all_stages: list[Stage]) -> list[tuple[str, tuple, list[str]]]:
+def specs(all_stages: list[Stage]) -> list[tuple[str, tuple, list[str]]]:
     """What :mod:`attnlab.commands.learner` runs: each stage's function name, fresh inputs, output names."""
     return [(s.function, s.inputs(), [name for name, _want, _m in s.outputs]) for s in all_stages]
 
@@ -148,24 +147,15 @@ def _specs(all_stages: list[Stage]) -> list[tuple[str, tuple, list[str]]]:
 def check_source(source: str, filename: str, *, time_limit: float = learner.TIME_LIMIT,
                  memory_limit: int | None = learner.MEMORY_LIMIT, out: TextIO | None = None,
                  err: TextIO | None = None) -> int:
-    """Check the learner's code ``source`` (``filename`` names it) stage by stage in a child process
-    (:func:`attnlab.commands.learner.run_stages`, ``time_limit`` s to load and per stage, ``memory_limit``
-    bytes more where the platform allows): the lines to ``out``, a problem loading it to ``err``; the exit
-    status (module docstring)."""
+    """The exit status of the learner's ``source`` checked in a child process (:func:`learner.run_stages`:
+    ``time_limit`` s to load and per stage, ``memory_limit`` bytes more); the lines to ``out``, ``err``."""
     all_stages = stages()
-    with contextlib.closing(learner.run_stages(source, filename, _specs(all_stages), time_limit=time_limit,
+    with contextlib.closing(learner.run_stages(source, filename, specs(all_stages), time_limit=time_limit,
                                                memory_limit=memory_limit)) as outcomes:
         if (loading := next(outcomes)).error is not None:
             print(_("attnlab-check: error: {message}").format(message=loading.error), file=err or sys.stderr)
             return EXIT_NOT_LOADED
         return report(outcomes, all_stages, out)
-
-
-def check_functions(functions: dict[str, Any], where: str) -> int:
-    """:func:`check_source` of functions in this process (a notebook's cells, name -> function; ``where``
-    names them), unbounded in time and memory (:func:`attnlab.commands.learner.stage_outcomes`)."""
-    all_stages = stages()
-    return report(learner.stage_outcomes(functions, where, _specs(all_stages)), all_stages)
 
 
 # an error a learner's code raised, and what it usually means (tutorial §2's 新手常见报错 first)
@@ -183,11 +173,9 @@ def report(outcomes: Iterator[learner.Outcome], all_stages: list[Stage], out: Te
     for number, (stage, outcome) in enumerate(zip(all_stages, outcomes), 1):
         head = _("stage {n}/{total} {title}, {fn}()").format(n=number, total=len(all_stages), title=stage.title,
                                                                fn=stage.function)
-        if outcome.error is not None:
-            hint = next((_(said) for pattern, said in HINTS if pattern.search(outcome.error)), None)
-            problem = ["  " + outcome.error, *(["  " + hint] if hint else [])]
-        else:
-            problem = stage_problem(stage, outcome.values)
+        error = outcome.error
+        problem = (["  " + error, *("  " + _(said) for pattern, said in HINTS if pattern.search(error))]
+                   if error is not None else stage_problem(stage, outcome.values))
         if problem:
             print(_("{stage}: differs").format(stage=head), *problem, sep="\n", file=out)
             print(_("fix this stage and run attnlab-check again: the stages after it are checked once it passes"),

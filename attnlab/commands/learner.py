@@ -63,41 +63,38 @@ def _array(value: Any) -> np.ndarray | None:
 def stage_outcomes(names: dict[str, Any], filename: str, stages: Stages) -> Iterator[Outcome]:
     """Each of ``stages`` run with the learner's ``names`` (name -> object), up to the first that fails: its
     values, or its failure in one line (``sys.exit`` and ``KeyboardInterrupt`` too; ``filename``'s line)."""
-    for number, (function, inputs, outputs) in enumerate(stages):
-        fn = names.get(function)
-        if not callable(fn):
-            yield Outcome(number, error=_("{file} has no function {fn}(); `attnlab-check --template NEW.py` writes "
-                                          "the six to fill in").format(file=os.path.basename(filename), fn=function))
+    for number, stage in enumerate(stages):
+        yield (outcome := _outcome(number, names.get(stage[0]), filename, *stage))
+        if outcome.error is not None:
             return
-        try:
-            returned = fn(*inputs)
-        except NotImplementedError as err:
-            yield Outcome(number, error=_("{fn}() is not written yet: it raises NotImplementedError{at}").format(
-                fn=function, at=_where(err, filename)))
-            return
-        except SystemExit as err:
-            fault = _("called sys.exit({code}): a stage returns its values, it never ends the program{at}").format(
-                code=err.code, at=_where(err, filename))
-            yield Outcome(number, error=_("{fn}() {fault}").format(fn=function, fault=fault))
-            return
-        except BaseException as err:  # KeyboardInterrupt too: the stage's failure
-            fault = _("raised {kind}: {message}{at}").format(kind=type(err).__name__, message=str(err)[:300],
-                                                             at=_where(err, filename))
-            yield Outcome(number, error=_("{fn}() {fault}").format(fn=function, fault=fault))
-            return
-        many = len(outputs) > 1
-        if many and not (isinstance(returned, (tuple, list)) and len(returned) == len(outputs)):
-            got = len(returned) if isinstance(returned, (tuple, list)) else type(returned).__name__
-            yield Outcome(number, error=_("{fn}() must return {n} values ({names}), it returned {got}").format(
-                fn=function, n=len(outputs), names=", ".join(outputs), got=got))
-            return
-        arrays = [_array(value) for value in (returned if many else [returned])]
-        if (bad := next((i for i, a in enumerate(arrays) if a is None), None)) is not None:
-            kind = type((returned if many else [returned])[bad]).__name__
-            yield Outcome(number, error=_("{name}: {fn}() returned {kind}, not a tensor").format(
-                name=outputs[bad], fn=function, kind=kind))
-            return
-        yield Outcome(number, arrays)
+
+
+def _outcome(number: int, fn: Any, filename: str, function: str, inputs: tuple, outputs: Sequence[str]) -> Outcome:
+    if not callable(fn):
+        return Outcome(number, error=_("{file} has no function {fn}(); `attnlab-check --template NEW.py` writes "
+                                       "the six to fill in").format(file=os.path.basename(filename), fn=function))
+    try:
+        returned = fn(*inputs)
+    except NotImplementedError as err:
+        return Outcome(number, error=_("{fn}() is not written yet: it raises NotImplementedError{at}").format(
+            fn=function, at=_where(err, filename)))
+    except BaseException as err:  # SystemExit and KeyboardInterrupt too: the stage's failure
+        fault = (_("called sys.exit({code}): a stage returns its values, it never ends the program{at}").format(
+            code=err.code, at=_where(err, filename)) if isinstance(err, SystemExit) else
+            _("raised {kind}: {message}{at}").format(kind=type(err).__name__, message=str(err)[:300],
+                                                     at=_where(err, filename)))
+        return Outcome(number, error=_("{fn}() {fault}").format(fn=function, fault=fault))
+    values = returned if len(outputs) > 1 else [returned]
+    if not (isinstance(values, (tuple, list)) and len(values) == len(outputs)):
+        got = len(returned) if isinstance(returned, (tuple, list)) else type(returned).__name__
+        return Outcome(number, error=_("{fn}() must return {n} values ({names}), it returned {got}").format(
+            fn=function, n=len(outputs), names=", ".join(outputs), got=got))
+    arrays = [_array(value) for value in values]
+    for name, value, array in zip(outputs, values, arrays):
+        if array is None:
+            return Outcome(number, error=_("{name}: {fn}() returned {kind}, not a tensor").format(
+                name=name, fn=function, kind=type(value).__name__))
+    return Outcome(number, arrays)
 
 
 def _child(conn, source: str, filename: str, stages: Stages, memory_limit: int | None) -> None:

@@ -21,9 +21,8 @@ from attnlab.core.focus import FocusSink, target
 from attnlab.core.records import RunInfo, Snapshot, head_mean
 from attnlab.core.tokenizer import SHIPPED_ENCODINGS, token_labels
 from attnlab.outputs import rundir
-from attnlab.saved import exercise_columns as exercises
 from attnlab.saved import safe_read
-from attnlab.saved.columns import ROW_KEYS
+from attnlab.saved.columns import ROW_KEYS, observed_cells
 from attnlab.saved.safe_read import ATTENTION, CONFIG, METRICS, SUMMARY, WALKTHROUGH, MissingRunFile, RunFileError
 
 COLUMNS = ROW_KEYS  # every row's keys (attnlab.saved.columns)
@@ -265,10 +264,10 @@ def _fill_row(row: dict[str, Any], files: RunFiles, sweep_end: bool, metrics: An
     if (summary.get("task") or safe_read.select(config, "task")) == "walkthrough":  # the artifacts it must have
         expected = [WALKTHROUGH] if files.status == "completed" else []
     else:
-        steps = summary.get("steps_run")
-        expected = [METRICS, ATTENTION] if files.status in RAN and isinstance(steps, int) and steps > 0 else []
+        n = summary.get("steps_run")
+        expected = [METRICS, ATTENTION] if files.status in RAN and isinstance(n, int) and n > 0 else []
     files.problems.extend(f"{name}: missing" for name in expected if not safe_read.exists(run_dir, name))
-    row.update(exercises.columns({**summary, "focus": recorded}))
+    row.update(observed_cells({**summary, "focus": recorded}))
     own = DIED if files.status == "killed" or (sweep_end and files.status == "running") else summary.get("error")
     row["error"] = "; ".join(x for x in [own, *files.problems] if x) or None
     row["problems"] = files.problems
