@@ -233,10 +233,9 @@ def verify(jobs_: Sequence[tuple[Path, Path]], text_file: Path | None = None, jo
     recorded: list[dict[str, Any]] = []
     for run_dir, _out in jobs_:
         try:
-            versions = safe_read.read_summary(run_dir).get("versions")
+            recorded.append(safe_read.read_summary(run_dir).get("versions") or {})  # a dict or null (type-checked)
         except AttnlabError:
-            versions = None
-        recorded.append(versions if isinstance(versions, dict) else {})
+            recorded.append({})
     machine = platform.machine()
     asked = [v.get("cpu_capability") if v.get("machine") == machine and v.get("cpu_capability") in KERNELS else ""
              for v in recorded]

@@ -256,7 +256,7 @@ def config_story(run_dir: Path, recorded: dict[str, Any]) -> list[Difference]:
                                                         NOTE_LIMIT * 2))]
 
 
-def decide(recorded: Any, reruns: list[Rerun], extra: list[Difference] = ()) -> Verdict:
+def decide(recorded: dict[str, Any], reruns: list[Rerun], extra: list[Difference] = ()) -> Verdict:
     """The verdict on a run whose summary.json recorded the environment ``recorded`` (``versions``), from
     its reproductions here (``reruns``, the first on the recorded kernels or else this machine's) and
     differences found in the original alone (``extra``: Hydra's copy of the config).
@@ -265,7 +265,6 @@ def decide(recorded: Any, reruns: list[Rerun], extra: list[Difference] = ()) -> 
       anything else ``not reproduced``;
     - else: identical to one of the kernel paths here is ``within rounding``; a difference no rounding
       makes is ``not reproduced``; any other is ``undecided`` (that machine's rounding or an edit)."""
-    recorded = recorded if isinstance(recorded, dict) else {}
     if any(r.status == "interrupted" for r in reruns):
         return Verdict(INTERRUPTED, _(STOPPED), [], reruns[0].out)
     extra = list(extra)
