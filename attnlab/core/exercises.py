@@ -1,5 +1,5 @@
 """Measured answers to the tutorial's exercises (§8) for summary.json: :func:`observe`. Exercise 4
-(lr x steps) reads ``final_loss`` and ``steps_to_threshold``; :mod:`attnlab.saved.exercise_columns`
+(lr x steps) reads ``final_loss`` and ``steps_to_threshold``; :func:`attnlab.saved.columns.observed_cells`
 turns them into table cells."""
 from __future__ import annotations
 

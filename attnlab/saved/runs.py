@@ -21,9 +21,8 @@ from attnlab.core.focus import FocusSink, target
 from attnlab.core.records import RunInfo, Snapshot, head_mean
 from attnlab.core.tokenizer import SHIPPED_ENCODINGS, token_labels
 from attnlab.outputs import rundir
-from attnlab.saved import exercise_columns as exercises
 from attnlab.saved import safe_read
-from attnlab.saved.columns import ROW_KEYS
+from attnlab.saved.columns import ROW_KEYS, observed_cells
 from attnlab.saved.safe_read import ATTENTION, CONFIG, METRICS, SUMMARY, WALKTHROUGH, MissingRunFile, RunFileError
 
 COLUMNS = ROW_KEYS  # every row's keys (attnlab.saved.columns)
@@ -276,7 +275,7 @@ def _fill_row(row: dict[str, Any], files: RunFiles, sweep_end: bool, metrics: An
     row.update(cells)
     files.problems.extend(f"{name}: missing" for name in files.expected_files()
                           if not safe_read.exists(run_dir, name))
-    row.update(exercises.columns({**summary, "focus": recorded}))
+    row.update(observed_cells({**summary, "focus": recorded}))
     own = DIED if files.status == "killed" or (sweep_end and files.status == "running") else summary.get("error")
     row["error"] = "; ".join(x for x in [own, *files.problems] if x) or None
     row["problems"] = files.problems
