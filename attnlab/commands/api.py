@@ -29,6 +29,7 @@ from attnlab.commands.cli import error_line
 from attnlab.commands.display import Run, SweepTable
 from attnlab.commands.hydra_config import VERSION_BASE, register_configs
 from attnlab.commands.job import run_job
+from attnlab.commands.learner import stage_outcomes
 from attnlab.commands.sweep import job_dirname
 from attnlab.core import i18n, training
 from attnlab.core.config import apply_schema, plain
@@ -259,7 +260,9 @@ def check(*functions: Callable | dict, **named: Callable) -> bool:
             learner[given.__name__] = given
         else:
             raise AttnlabError(_("check({arg!r}): give your functions, or globals()").format(arg=given))
-    return checker.check_functions({**learner, **named}, _("your notebook")) == checker.EXIT_PASSED
+    stages = checker.stages()
+    outcomes = stage_outcomes({**learner, **named}, _("your notebook"), checker.specs(stages))
+    return checker.report(outcomes, stages) == checker.EXIT_PASSED
 
 
 def use_chinese_font() -> str:
