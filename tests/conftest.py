@@ -119,7 +119,7 @@ def run_here(*args: str, cwd: Path | None = None, stdout=None) -> subprocess.Com
 
     from hydra.core.singleton import Singleton
 
-    from attnlab.commands import callbacks, cli
+    from attnlab.commands import cli
     from attnlab.core import i18n, interrupts
 
     handlers = {sig: signal.getsignal(sig) for sig in interrupts.SIGNALS}
@@ -128,7 +128,7 @@ def run_here(*args: str, cwd: Path | None = None, stdout=None) -> subprocess.Com
     out, err, code = io.StringIO(), io.StringIO(), 0
     os.environ.pop("HYDRA_FULL_ERROR", None)
     os.environ["MPLBACKEND"] = "Agg"
-    sys.argv, cli.install_signal_handlers, callbacks.sweep_exit_status = ["attnlab", *args], lambda: None, None
+    sys.argv, cli.install_signal_handlers = ["attnlab", *args], lambda: None
     try:
         with contextlib.redirect_stdout(stdout or out), contextlib.redirect_stderr(err):
             if cwd is not None:

@@ -264,7 +264,7 @@ def test_the_whole_corpus_in_one_sweep(bases, outside, tmp_path, monkeypatch, ca
     written = proc.stdout + proc.stderr + proc2.stdout + proc2.stderr + (tmp_path / "all.csv").read_text()
     assert "Traceback" not in written and secret not in written and not RAW_CONTROL.search(written)
     # the end-of-sweep table reads the same rows
-    assert sweep.summarize(folder, print_table=False) == 1
+    assert sweep.summarize(folder) == 1
     assert (folder / "summary.csv").read_text(encoding="utf-8") == (tmp_path / "all.csv").read_text(encoding="utf-8")
     assert not (outside / H.PWNED).exists()
 

@@ -153,10 +153,10 @@ def test_expected_vs_got_and_an_unknown_mistake(tmp_path, capsys):
 def test_every_mistake_differs_from_the_reference_beyond_the_tolerance():
     for stage in check.stages():
         for _name, want, mistakes in stage.outputs:
-            assert check.close(check.as_array(want), want)
+            assert check.close(want.double().numpy(), want)
             for text, wrong in mistakes:
-                assert not check.close(check.as_array(wrong), want), text
-                assert check.close(check.as_array(wrong) * (1 + check.TOLERANCE / 10), wrong)
+                assert not check.close(wrong.double().numpy(), want), text
+                assert check.close(wrong.double().numpy() * (1 + check.TOLERANCE / 10), wrong)
 
 
 def test_template_fails_at_stage_1_and_is_never_written_over(tmp_path, capsys):

@@ -223,6 +223,7 @@ def test_forty_styles_are_distinct_and_the_reports():
     palette = json.loads(re.search(r"const PALETTE = (\[.*?\]);", template).group(1))
     dashes = json.loads(re.search(r"const DASHES = (\[.*?\]);", template).group(1))
     assert [s["color"] for s in styles[:10]] == palette  # matplotlib's default cycle, in the report too
+    assert palette == [matplotlib.colors.to_hex(c) for c in matplotlib.rcParamsDefault["axes.prop_cycle"].by_key()["color"]]
     # the report's dashes are matplotlib's for "--", ":", "-." at its 1.8 px lines (lines.scale_dashes)
     patterns = [matplotlib.rcParamsDefault[f"lines.{k}_pattern"] for k in ("dashed", "dotted", "dashdot")]
     assert dashes == [""] + [" ".join(f"{round(v * 1.8, 1):g}" for v in p) for p in patterns]

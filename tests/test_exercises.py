@@ -16,7 +16,7 @@ from attnlab.core.focus import FocusSink
 from attnlab.core.tokenizer import encode, token_labels
 from attnlab.core.training import train
 from attnlab.core.walkthrough import walkthrough
-from attnlab.saved import exercise_columns
+from attnlab.saved.columns import observed_cells
 
 from conftest import compose_cfg, read_csv, sweep_jobs
 
@@ -41,7 +41,7 @@ def walkthrough_answers(n: int) -> list[tuple[dict, dict]]:
         arrays = walkthrough(cfg, print_line=lambda line: None)
         ids = arrays["token_ids"].tolist()
         observed = exercises.observe(cfg, ids, token_labels(ids, cfg.tokenizer.encoding), arrays)
-        answers.append((observed, exercise_columns.columns(observed)))
+        answers.append((observed, observed_cells(observed)))
     return answers
 
 

@@ -7,9 +7,9 @@ import pytest
 
 from attnlab.core.records import RunInfo, RunResult, Snapshot
 from attnlab.outputs import plots
-from attnlab.outputs.fonts import default_title
 
 TOKENS = ["Your", " journey", " starts", " with", " one", " step"]
+TITLE = "Attention weights during training"
 
 
 def run_sink(tmp_path, steps: list[int], monkeypatch, stop_after: int | None = None, render: bool = False):
@@ -48,7 +48,7 @@ def panel_steps(fig) -> list[int]:
 def test_thirteen_snapshots_say_10_of_13(tmp_path, monkeypatch):
     steps = [0, 10, 20, 30, 40, 50, 60, 80, 100, 120, 150, 180, 200]
     fig, png = run_sink(tmp_path, steps, monkeypatch, render=True)
-    assert fig._suptitle.get_text() == f"{default_title()}  (10 of 13 snapshots)"
+    assert fig._suptitle.get_text() == f"{TITLE}  (10 of 13 snapshots)"
     # np.linspace(0, 12, 10) rounded: indices 0 1 3 4 5 7 8 9 11 12
     assert panel_steps(fig) == [0, 10, 30, 40, 50, 80, 100, 120, 180, 200]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -57,7 +57,7 @@ def test_thirteen_snapshots_say_10_of_13(tmp_path, monkeypatch):
 def test_ten_snapshots_have_no_note(tmp_path, monkeypatch):
     steps = list(range(0, 100, 10))
     fig, _ = run_sink(tmp_path, steps, monkeypatch)
-    assert fig._suptitle.get_text() == default_title()
+    assert fig._suptitle.get_text() == TITLE
     assert panel_steps(fig) == steps
 
 
@@ -68,5 +68,5 @@ def test_a_run_that_stops_early_counts_the_snapshots_it_took(tmp_path, monkeypat
     steps = [0, 10, 20, 30, 40, 50, 60, 80, 100, 120, 150, 180, 200]
     fig, _ = run_sink(tmp_path, steps, monkeypatch, stop_after=stop_after)
     title = fig._suptitle.get_text()
-    assert title == (default_title() if note is None else f"{default_title()}  {note}")
+    assert title == (TITLE if note is None else f"{TITLE}  {note}")
     assert panel_steps(fig)[-1] == steps[stop_after - 1]  # the last snapshot taken is always drawn

@@ -221,21 +221,6 @@ def test_builders_apply_the_rule():
     assert walk2.attention(X).Z.shape == (5, 6)
 
 
-@pytest.mark.parametrize("kwargs,message", [
-    (dict(n_heads=0), "n_heads=0: must be a positive integer"),
-    (dict(d_k=2.5), "d_k=2.5: must be a positive integer"),
-    (dict(dropout=1.0), "dropout=1.0: must be in [0, 1)"),
-    (dict(dropout=-0.1), "dropout=-0.1: must be in [0, 1)"),
-    (dict(attention="flash"), "attention='flash': must be one of explicit, sdpa"),
-    (dict(out_proj="auto"), "out_proj='auto': must be true or false (resolve_out_proj: auto)"),
-])
-def test_bad_arguments_are_asserted_in_one_line(kwargs, message):
-    args = {**dict(d_model=6, d_k=4, d_v=6), **kwargs}
-    with pytest.raises(AssertionError) as err:
-        MultiHeadSelfAttention(**args)
-    assert str(err.value) == message
-
-
 def test_next_token_head_init_and_cross_entropy():
     torch.manual_seed(42)
     model = build_section5(SECTION5, GPT2_VOCAB_SIZE, 6, next_token_head=True)

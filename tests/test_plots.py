@@ -75,7 +75,7 @@ def test_evolution_panels_match_the_tutorial():
     cells = [t.get_text() for t in ax.texts]
     assert len(cells) == 36
     assert cells[0] == f"{snaps[0].weights[0, 0, 0]:.2f}"
-    assert fig._suptitle.get_text() == plots.default_title()
+    assert fig._suptitle.get_text() == "Attention weights during training"
     big = plots.evolution_figure(snapshots(1, t=13), [f"t{i}" for i in range(13)])
     assert len(big.axes[0].texts) == 0  # no cell values for T > 12
 
@@ -106,11 +106,11 @@ def test_chinese_tokens_render_without_missing_glyphs(tmp_path):
 def test_figure_titles_follow_the_language():
     from attnlab.core import i18n
 
-    assert font_module.default_title() == "Attention weights during training"
+    assert plots.evolution_figure(snapshots(1, t=3), TOKENS[:3])._suptitle.get_text() == "Attention weights during training"
     try:
         i18n.set_language("zh")
-        assert font_module.default_title() == "注意力权重的训练演化"  # tutorial §5's title
         fig = plots.evolution_figure(snapshots(1, t=3), TOKENS[:3])
+        assert fig._suptitle.get_text() == "注意力权重的训练演化"  # tutorial §5's title
         assert fig.axes[-1].get_ylabel() == "注意力权重"
     finally:
         i18n.set_language("en")
@@ -145,9 +145,8 @@ def test_loss_curve_log_axis_with_zeros(tmp_path):
 def test_loss_figure_keeps_its_tick_labels_and_y_label_inside(losses):
     """A loss within less than a decade has labels like 1.31×10^-2 on its minor ticks: the
     y label still lies inside the figure."""
-    import matplotlib
 
-    with matplotlib.rc_context(font_module.rc()):
+    with font_module.style():
         fig = plots.loss_figure(np.asarray(losses, dtype=np.float64))
         fig.canvas.draw()
         renderer = fig.canvas.get_renderer()
@@ -242,14 +241,14 @@ def test_import_is_cheap():
 
 
 def test_the_users_matplotlib_style_changes_no_figure():
-    """Figures are part of what a run reproduces: drawn with matplotlib's own defaults (fonts.rc),
+    """Figures are part of what a run reproduces: drawn with matplotlib's own defaults (fonts.style),
     not the style of a matplotlibrc or of rcParams set by the caller."""
     import matplotlib
 
     w = np.full((1, 3, 3), 1 / 3, np.float32)
 
     def both() -> bytes:
-        with matplotlib.rc_context(font_module.rc()):
+        with font_module.style():
             evolution = plots.figure_bytes(plots.evolution_figure([Snapshot(0, 1.0, w), Snapshot(9, 0.5, w)], "abc"))
         return evolution + plots.loss_png(np.linspace(2, 0.1, 10))
 

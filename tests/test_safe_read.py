@@ -261,21 +261,38 @@ def test_yaml_reads_dates_as_text_and_floats_as_omegaconf(healthy):
         assert S.parse_yaml_data(text, path) == yaml.safe_load(text)
 
 
-def test_the_lstat_walk_refuses_a_file_swapped_or_leading_outside_after_its_check(outside, tmp_path):
-    """(Windows' walk) between the lstat of the path and its open: another file, or a link out."""
-    from attnlab.core.files import RunFileError, _open_checked
+def test_the_lstat_walk_refuses_a_file_swapped_or_leading_outside_after_its_check(outside, tmp_path, monkeypatch):
+    """(Windows' walk) races: the file replaced between its lstat and its open, and a folder swapped
+    for a link out between its lstat and the file's."""
+    from attnlab.core.files import RunFileError, open_run_file
 
+    secret = next(p for p in outside.rglob("*") if p.is_file() and p.stat().st_nlink == 1)
     run = tmp_path / "run"
-    run.mkdir()
+    (run / "d").mkdir(parents=True)
+    (run / "d" / secret.name).write_text("{}")
     (run / "summary.json").write_text("{}")
     (run / "metrics.csv").write_text("step,loss\n")
-    seen = os.lstat(run / "metrics.csv")  # what the walk saw: not the file opened now
+    lstat, open_ = os.lstat, os.open
+
+    def racing_lstat(path, **kw):
+        if Path(path) == run / "d" / secret.name:
+            (run / "d").rename(run / "d.old")
+            (run / "d").symlink_to(secret.parent, target_is_directory=True)
+        return lstat(path, **kw)
+
+    def racing_open(path, *args, **kw):
+        if Path(path) == run / "summary.json":
+            os.replace(run / "metrics.csv", run / "summary.json")
+        return open_(path, *args, **kw)
+
+    monkeypatch.setattr(files, "_OPENAT", False)
+    monkeypatch.setattr(files, "_NOFOLLOW", 0)  # Windows has no O_NOFOLLOW
+    monkeypatch.setattr(os, "lstat", racing_lstat)
+    monkeypatch.setattr(os, "open", racing_open)
     with pytest.raises(RunFileError, match="summary.json: was replaced while it was opened"):
-        _open_checked(run / "summary.json", run, run / "summary.json", seen)
-    secret = next(p for p in outside.rglob("*") if p.is_file())
-    (run / "link").symlink_to(secret)
-    with pytest.raises(RunFileError, match="link: leads outside the run dir"):
-        _open_checked(run / "link", run, run / "link", os.lstat(secret))
+        open_run_file(run / "summary.json", 100, root=run)
+    with pytest.raises(RunFileError, match=f"{secret.name}: leads outside the run dir"):
+        open_run_file(run / "d" / secret.name, 100, root=run)
 
 
 def test_the_lstat_walk_refuses_a_windows_junction(tmp_path, monkeypatch):
@@ -294,8 +311,8 @@ def test_the_lstat_walk_refuses_a_windows_junction(tmp_path, monkeypatch):
         assert f.read() == b"a: 1\n"
     lstat = os.lstat
 
-    def junction_lstat(path):
-        st = lstat(path)
+    def junction_lstat(path, **kw):
+        st = lstat(path, **kw)
         attributes = stat.FILE_ATTRIBUTE_REPARSE_POINT if Path(path).name == ".hydra" else 0
         return SimpleNamespace(st_mode=st.st_mode, st_file_attributes=attributes)
 

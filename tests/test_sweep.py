@@ -181,7 +181,7 @@ def test_runs_without_their_hydra_folder_are_still_summarized_and_compared(cli, 
     dirs = job_dirs(sweep)
     for d in dirs:
         shutil.rmtree(d / ".hydra")
-    assert summarize(sweep, print_table=False) == 0
+    assert summarize(sweep) == 0
     assert [sorted(p.name for p in d.iterdir()) for d in dirs] == [["attention.npz", "metrics.csv", "summary.json"]] * 2
     rows = read_csv(sweep / "summary.csv")
     assert [r["status"] for r in rows] == ["completed", "completed"]
@@ -261,11 +261,11 @@ def test_a_jobs_end_reaches_the_command_as_hydra_hands_back_its_return_value():
 
     from attnlab.commands import callbacks
 
-    callbacks.worker_exit_status()
+    callbacks.exit_status()
     sent = [pickle.dumps(callbacks.JobEnd("completed")), pickle.dumps(callbacks.JobEnd("failed", 2)),
             pickle.dumps(callbacks.JobEnd("interrupted", 1))]
-    assert callbacks.worker_exit_status() == 2  # made here too (the basic launcher: in this process)
+    assert callbacks.exit_status() == 2  # made here too (the basic launcher: in this process)
     received = [pickle.loads(data) for data in sent]  # what Hydra's sweeper gets from a joblib worker
     assert [(end.status, end.code) for end in received] == [("completed", 0), ("failed", 2), ("interrupted", 1)]
-    assert callbacks.worker_exit_status() == 2
-    assert callbacks.worker_exit_status() == 0  # read once
+    assert callbacks.exit_status() == 2
+    assert callbacks.exit_status() == 0  # read once

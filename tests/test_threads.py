@@ -41,8 +41,6 @@ def test_auto_is_one_thread_for_small_problems_and_torchs_count_for_large(monkey
     assert threads.auto_threads(1024, 768) == 4
     monkeypatch.setattr(threads, "_default", 1)  # OMP_NUM_THREADS=1: never more
     assert threads.auto_threads(1024, 768) == 1
-    assert threads.resolve("auto", 6, 6) == 1
-    assert threads.resolve(3, 6, 6) == 3
 
 
 def test_the_whole_step_counts_the_head_the_mlp_the_layers_and_the_batch():

@@ -12,7 +12,7 @@ import pytest
 from attnlab.commands.job import run_job
 from attnlab.core.focus import FocusSink
 from attnlab.core.training import train
-from attnlab.saved import exercise_columns as exercises
+from attnlab.saved.columns import observed_cells
 
 from conftest import compose_cfg
 
@@ -85,7 +85,7 @@ def test_focus_metrics_reproduce_the_tutorials_observation(tmp_path):
     assert focus["heads"] == [focus["mean"]]
     assert np.array(focus["entropy_nats"]).shape == (1, 6)
     assert focus["upper_triangle_max"] > 0.5  # without the mask the future gets weight
-    columns = exercises.columns(json.loads((tmp_path / "summary.json").read_text(encoding="utf-8")))
+    columns = observed_cells(json.loads((tmp_path / "summary.json").read_text(encoding="utf-8")))
     assert columns["focus_step"] == 100
     assert "heads_focus" not in columns
     assert "upper_max" not in columns

@@ -1,113 +1,98 @@
-"""The Python API, for notebooks first (``import attnlab`` offers it: :mod:`attnlab`):
+"""The Python API that ``import attnlab`` offers, e.g. ``attnlab.train("model.d_model=16", optimizer__lr=0.01)``.
 
->>> import attnlab
->>> run = attnlab.train(lang="zh")                     # prints the tutorial's §5 lines, as `attnlab lang=zh`
->>> run                                                # in a notebook: the §5 figure and the report page
->>> attnlab.train("model.d_model=16", optimizer__lr=0.01).losses.shape
->>> attnlab.exercise(4)                                # the preset's sweep, 6 jobs: its table
->>> attnlab.check(embed_tokens, add_positions, ...)    # your §2–4 functions, stage by stage
-
-Overrides are the command line's ``key=value`` strings, or keyword arguments: ``d_model`` is
-``model__d_model=16`` (``__`` for the dot), a group ``optimizer="sgd"``, ``lang="zh"``; Python values
-become Hydra's (``True`` true, ``None`` null, a list ``[a,b]``); a free-text key (``sentence``, ``name``,
-...) takes its text as typed. ``lang=`` sets attnlab's language for the rest of the session, as the
-command line's does for its run. Nothing is written unless asked (:meth:`Run.save`,
+Overrides are the command line's ``key=value`` strings, or keywords with ``__`` for the dot; Python values
+become Hydra's (``True`` true, ``None`` null, a list ``[a,b]``); a free-text key takes its text as typed.
+``lang=`` is the session's language from then on. Nothing is written unless asked (:meth:`Run.save`,
 :meth:`Run.report`, :func:`sweep`'s ``dir=``). Errors: :class:`AttnlabError` with the command's one line.
 """
 from __future__ import annotations
 
 import contextlib
 import itertools
+import json
+import re
+import sys
 import tempfile
 import weakref
 from pathlib import Path
-from typing import Any, Callable, Iterable, NamedTuple
+from typing import Any, Callable, Iterable
 
-from omegaconf import DictConfig, OmegaConf
+import torch
+from hydra import compose as hydra_compose
+from hydra import initialize_config_module
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import DictConfig, OmegaConf, open_dict
 
-from attnlab.commands.argv import FREE_TEXT_KEYS, language, prepare
-from attnlab.commands.cli import error_line, refusal
+from attnlab.commands.argv import FREE_TEXT_KEYS, language, prepare, refusal
+from attnlab.commands.cli import error_line
 from attnlab.commands.display import Run, SweepTable
 from attnlab.commands.hydra_config import VERSION_BASE, register_configs
+from attnlab.commands.job import run_job
+from attnlab.commands.learner import stage_outcomes
+from attnlab.commands.sweep import job_dirname
 from attnlab.core import i18n, training
-from attnlab.core.config import plain
+from attnlab.core.config import apply_schema, plain
 from attnlab.core.errors import AttnlabError
+from attnlab.core.exercises import observe
+from attnlab.core.focus import FocusSink
 from attnlab.core.i18n import LANGUAGES, _
 from attnlab.core.records import RunInfo, RunResult, Sink, Snapshot
+from attnlab.outputs import rundir
+from attnlab.outputs.console import ConsoleSink
+from attnlab.outputs.fonts import cjk_font
+from attnlab.saved.report import write_sweep_report
+from attnlab.saved.runs import collect_rows
+from attnlab.saved.table import write_csv
 
 __all__ = ["compose", "train", "walkthrough", "sweep", "exercise", "check", "use_chinese_font", "Run", "SweepTable",
            "RunResult", "Snapshot"]
 
-EXERCISES = (1, 2, 3, 4, 5)  # tutorial §8 (conf/experiment/exerciseN.yaml)
+# id(cfg) -> (the cfg, its preset's hydra.sweeper.params as key -> values text, the overrides it was composed with)
+_sweeps: dict[int, tuple[weakref.ref, dict[str, str], tuple[str, ...]]] = {}
 
 
-class Sweep(NamedTuple):
-    """The sweep a composed config's preset describes (``hydra.sweeper.params``): ``params`` key -> the
-    values text (``"0.005,0.05,0.5"``), ``overrides`` the ones it was composed with."""
-
-    params: dict[str, str]
-    overrides: tuple[str, ...]
-
-
-_sweeps: dict[int, tuple[weakref.ref, Sweep]] = {}  # id(cfg) -> (the cfg, the sweep its preset describes)
-
-
-def sweep_of(cfg: Any) -> Sweep | None:
-    """The sweep the preset ``cfg`` was composed from describes, or None (a single run)."""
+def sweep_of(cfg: Any) -> tuple[dict[str, str], tuple[str, ...]] | None:
+    """(params, overrides) of the sweep the preset ``cfg`` was composed from describes, or None (one run)."""
     held = _sweeps.get(id(cfg))
-    return held[1] if held is not None and held[0]() is cfg else None
+    return held[1:] if held is not None and held[0]() is cfg else None
 
 
 def _hydra_value(value: Any) -> str:
     """A Python value as the text of an override's value."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if value is None:
-        return "null"
     if isinstance(value, (list, tuple)):
-        return "[" + ",".join(_hydra_value(v) for v in value) + "]"
+        return "[" + ",".join(map(_hydra_value, value)) + "]"
     if isinstance(value, dict):
         return "{" + ",".join(f"{k}:{_hydra_value(v)}" for k, v in value.items()) + "}"
-    return str(value)
+    return json.dumps(value) if value is None or isinstance(value, bool) else str(value)
 
 
 def overrides_of(overrides: Iterable[Any], options: dict[str, Any]) -> list[str]:
-    """``key=value`` strings of positional ``overrides`` (strings) and keyword ``options``
-    (``model__d_model=16`` -> ``model.d_model=16``). AttnlabError for a positional that is no string."""
-    out = []
-    for arg in overrides:
-        if not isinstance(arg, str):
-            raise AttnlabError(_("{arg!r}: an override is a string 'key=value' (or a keyword argument key=value)")
-                               .format(arg=arg))
-        out.append(arg)
-    for key, value in options.items():
-        key = key.replace("__", ".")
-        text = str(value) if key in FREE_TEXT_KEYS and isinstance(value, str) else _hydra_value(value)
-        out.append(f"{key}={text}")
-    return out
+    """``key=value`` strings of positional ``overrides`` and keyword ``options`` (``model__d_model=16``)."""
+    if (bad := next((arg for arg in overrides if not isinstance(arg, str)), None)) is not None:
+        raise AttnlabError(_("{arg!r}: an override is a string 'key=value' (or a keyword argument key=value)")
+                           .format(arg=bad))
+    keys = {key: key.replace("__", ".") for key in options}
+    return [*overrides, *(f"{keys[k]}={v if keys[k] in FREE_TEXT_KEYS and isinstance(v, str) else _hydra_value(v)}"
+                          for k, v in options.items())]
+
+
+def _one_line(line: str) -> AttnlabError:
+    """The command's error line without its ``error:`` prefix, as an AttnlabError."""
+    return AttnlabError(line.removeprefix("error: ").removeprefix(_("error: {message}").format(message="")))
 
 
 def compose(*overrides: str, config_name: str = "config", **options: Any) -> DictConfig:
-    """The config that ``attnlab OVERRIDES`` would run (free text as typed: ``compose("sentence=你好")``);
-    keyword ``options`` are overrides too (module docstring). A preset that describes a sweep
-    (``experiment=exercise4``) is remembered as one: :func:`train` refuses it, :func:`sweep` runs it.
-    Raises AttnlabError with the command's one line (``model.d_mdl=3: no such config key ...``)."""
+    """The config that ``attnlab OVERRIDES`` would run; a preset that describes a sweep (``experiment=exercise4``)
+    is remembered as one (:func:`sweep` runs it, :func:`train` refuses it)."""
     typed = overrides_of(overrides, options)
-    _refuse(typed)
-    return _compose(typed, prepare(typed), config_name)
-
-
-def _refuse(typed: list[str]) -> None:
     if (refused := refusal(typed)) is not None:
-        raise AttnlabError(refused.removeprefix("error: ").removeprefix(_("error: {message}").format(message="")))
+        raise _one_line(refused)
+    return _compose(typed, prepare(typed), config_name)
 
 
 def _compose(typed: list[str], given: list[str], config_name: str = "config") -> DictConfig:
     """:func:`compose` of the overrides ``given`` in Hydra's syntax (``typed``: as the user wrote them)."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_module
-    from hydra.core.global_hydra import GlobalHydra
-
     if (lang := language(typed)) is not None:
         i18n.set_language(lang)  # as `attnlab lang=zh` speaks Chinese; then the session's language
     register_configs()
@@ -117,26 +102,18 @@ def _compose(typed: list[str], given: list[str], config_name: str = "config") ->
             session = [] if lang is not None else [f"lang={i18n.language()}"]  # the last lang= given, or the locale's
             cfg = hydra_compose(config_name, overrides=[*session, *given], return_hydra_config=not inside)
     except Exception as err:
-        raise AttnlabError(error_line(err, typed).removeprefix("error: ")
-                           .removeprefix(_("error: {message}").format(message=""))) from None
+        raise _one_line(error_line(err, typed)) from None
     if "hydra" not in cfg:
         return cfg
     hydra = cfg.hydra
     params = OmegaConf.to_container(hydra.sweeper.params, resolve=False) if hydra.sweeper.get("params") else {}
-    with _writable(cfg):
+    with open_dict(cfg):
         del cfg["hydra"]  # as Hydra's compose leaves it without return_hydra_config
     if params or str(hydra.get("mode")) == "RunMode.MULTIRUN":
-        _sweeps[id(cfg)] = (weakref.ref(cfg), Sweep({str(k): str(v) for k, v in params.items()}, tuple(typed)))
-        weakref.finalize(cfg, _sweeps.pop, id(cfg), None)
+        key = id(cfg)
+        _sweeps[key] = (weakref.ref(cfg, lambda _ref: _sweeps.pop(key, None)),
+                        {str(k): str(v) for k, v in params.items()}, tuple(typed))
     return cfg
-
-
-@contextlib.contextmanager
-def _writable(cfg: DictConfig):
-    from omegaconf import open_dict
-
-    with open_dict(cfg):
-        yield
 
 
 def _config(args: tuple, options: dict[str, Any], what: str) -> DictConfig:
@@ -148,39 +125,16 @@ def _config(args: tuple, options: dict[str, Any], what: str) -> DictConfig:
         cfg = args[0]
     else:
         cfg = compose(*args, **options)
-    if (described := sweep_of(cfg)) is not None:
-        raise AttnlabError(sweep_refusal(described, what))
-    return cfg
-
-
-def sweep_refusal(described: Sweep, what: str) -> str:
-    """The one line for a sweep preset given to ``what`` (train, walkthrough), naming where it runs."""
-    preset = next((o.split("=", 1)[1] for o in reversed(described.overrides) if o.startswith("experiment=")), None)
-    number = preset.removeprefix("exercise") if preset and preset.startswith("exercise") else None
-    jobs = sweep_size(described.params)
-    how = (f"attnlab.exercise({number})" if number and number.isdigit() else
-           "attnlab.sweep(" + ", ".join(repr(o) for o in described.overrides) + ")")
-    return _("{preset} describes a sweep of {n} jobs ({keys}), not one run: run it with {how} "
-             "(on the command line: attnlab {args})").format(
-        preset=f"experiment={preset}" if preset else _("this config"), n=jobs, keys=" × ".join(described.params),
-        how=how, args=" ".join(described.overrides))
-
-
-def train(*args: Any, sinks: Iterable[Sink] = (), run_dir: Path | None = None, keep_snapshots: bool = True,
-          keep_losses: bool = True, **options: Any) -> Run:
-    """Tutorial §5's training as ``attnlab OVERRIDES`` runs it, in this process, writing nothing: the
-    same lines printed (``logging.console``; a progress bar from 1000 steps on), a :class:`Run` returned
-    (a :class:`RunResult`: ``losses`` (steps,) float64, ``snapshots``; shown in a notebook as the §5
-    figure and the report page). ``args``: a config (:func:`compose`) or overrides, plus ``options``.
-    ``sinks`` get every record too (the caller's torch thread count is kept). AttnlabError: bad input
-    in one line, or a preset that describes a sweep (:func:`sweep` runs those)."""
-    if len(args) == 2 and isinstance(args[0], DictConfig) and not isinstance(args[1], (str, DictConfig)):
-        args, sinks = args[:1], args[1]  # train(cfg, sinks), as training.train takes them
-    cfg = _config(args, options, "train")
-    if str(plain(OmegaConf.select(cfg, "task", default="train"))) == "walkthrough":
-        raise AttnlabError(_("task=walkthrough: this config narrates §1–4 and trains nothing; "
-                             "attnlab.walkthrough(...) runs it"))
-    return _train(cfg, list(sinks), run_dir, keep_snapshots, keep_losses, notebook=_in_notebook())
+    if (described := sweep_of(cfg)) is None:
+        return cfg
+    params, overrides = described
+    preset = next((o.split("=", 1)[1] for o in reversed(overrides) if o.startswith("experiment=")), None)
+    number = re.fullmatch(r"exercise(\d+)", preset or "")
+    how = f"attnlab.exercise({number[1]})" if number else "attnlab.sweep(" + ", ".join(map(repr, overrides)) + ")"
+    raise AttnlabError(_("{preset} describes a sweep of {n} jobs ({keys}), not one run: run it with {how} "
+                         "(on the command line: attnlab {args})").format(
+        preset=f"experiment={preset}" if preset else _("this config"), n=len(expand(params)),
+        keys=" × ".join(params), how=how, args=" ".join(overrides)))
 
 
 class _Start(Sink):
@@ -190,19 +144,19 @@ class _Start(Sink):
         self.info = info
 
 
-def _train(cfg: DictConfig, sinks: list[Sink], run_dir: Path | None, keep_snapshots: bool, keep_losses: bool,
-           notebook: bool = False) -> Run:
-    import torch
-
-    from attnlab.core.config import apply_schema
-    from attnlab.core.exercises import observe
-    from attnlab.core.focus import FocusSink
-    from attnlab.outputs.console import ConsoleSink
-
+def train(*args: Any, sinks: Iterable[Sink] = (), run_dir: Path | None = None, keep_snapshots: bool = True,
+          keep_losses: bool = True, **options: Any) -> Run:
+    """Tutorial §5 as ``attnlab OVERRIDES`` runs it, in this process, writing nothing: its lines printed, a
+    :class:`Run` returned (``losses`` (steps,) float64). ``args``: a config (:func:`compose`) or overrides;
+    ``sinks`` get every record too; the caller's torch thread count is kept."""
+    cfg = _config(args, options, "train")
+    if str(plain(OmegaConf.select(cfg, "task", default="train"))) == "walkthrough":
+        raise AttnlabError(_("task=walkthrough: this config narrates §1–4 and trains nothing; "
+                             "attnlab.walkthrough(...) runs it"))
     typed = apply_schema(cfg)
     _speak(typed)
     focus, start = FocusSink(), _Start()
-    shown = [ConsoleSink(progress=typed.logging.progress, notebook=notebook)] if typed.logging.console else []
+    shown = [ConsoleSink(progress=typed.logging.progress, notebook=_in_notebook())] if typed.logging.console else []
     caller = torch.get_num_threads()
     try:
         result = training.train(typed, [*sinks, focus, start, *shown], run_dir=run_dir,
@@ -214,10 +168,8 @@ def _train(cfg: DictConfig, sinks: list[Sink], run_dir: Path | None, keep_snapsh
 
 
 def walkthrough(*args: Any, print_line: Callable[[str], object] = print, **options: Any) -> dict:
-    """Tutorial §1–4 narrated (printed through ``print_line``) for a config or overrides; returns head 0's
-    arrays (``token_ids``, ``token_embeddings``, ``pos_embeddings``, ``X``, ``Q``, ``K``, ``V``,
-    ``scores``, ``weights``, ``Z``; :func:`attnlab.core.walkthrough.walkthrough`). Writes nothing.
-    Without arguments: ``experiment=tutorial_walkthrough`` (seed 123, the tutorial's printouts)."""
+    """Tutorial §1–4 narrated through ``print_line`` (default ``experiment=tutorial_walkthrough``); returns
+    head 0's arrays (:func:`attnlab.core.walkthrough.walkthrough`). Writes nothing."""
     from attnlab.core.walkthrough import walkthrough as narrate
 
     cfg = _config(args or ("experiment=tutorial_walkthrough",), options, "walkthrough")
@@ -227,22 +179,13 @@ def walkthrough(*args: Any, print_line: Callable[[str], object] = print, **optio
 
 def _speak(cfg: DictConfig) -> None:
     """``_()`` in ``cfg``'s language from now on (a ``lang`` it does not have: left as it is)."""
-    lang = plain(OmegaConf.select(cfg, "lang", default=None))
-    if lang in LANGUAGES:
+    if (lang := plain(OmegaConf.select(cfg, "lang", default=None))) in LANGUAGES:
         i18n.set_language(lang)
 
 
-def sweep_size(params: dict[str, str]) -> int:
-    """How many jobs ``params`` (key -> Hydra's sweep text) make."""
-    return len(expand(params))
-
-
 def expand(params: dict[str, str], overrides: Iterable[str] = ()) -> list[list[str]]:
-    """The jobs of a sweep as Hydra's basic sweeper makes them: the preset's ``params``, then the
-    ``overrides`` (Hydra's syntax), one entry per key (a later one takes an earlier one's place), their
-    product; each job its ``key=value`` list, every key's (swept or not)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
+    """The jobs (each its ``key=value`` list) of the preset's ``params``, then ``overrides`` (Hydra's syntax; a
+    later key replaces an earlier one), as Hydra's basic sweeper makes them."""
     final: dict[str, list[str]] = {}
     for override in OverridesParser.create().parse_overrides([*(f"{k}={v}" for k, v in params.items()), *overrides]):
         key = override.get_key_element()
@@ -252,29 +195,20 @@ def expand(params: dict[str, str], overrides: Iterable[str] = ()) -> list[list[s
 
 
 def sweep(*overrides: Any, dir: str | Path | None = None, **options: Any) -> SweepTable:
-    """A sweep, as ``attnlab -m OVERRIDES`` runs it (a preset's ``hydra.sweeper.params``, then overrides
-    such as ``optimizer.lr=0.005,0.05``; an override of a swept key replaces its values): each job in
-    turn, its lines printed, then its table returned (:class:`SweepTable`: the rows the command's end
-    table shows). ``dir``: the sweep folder to keep (as the command writes it, figures and report as
-    ``logging`` says); None: the jobs go to a temporary folder, without figures, removed at the end.
-    AttnlabError: bad input, in one line."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    from attnlab.commands import sweep as sweeps
-    from attnlab.commands.job import run_job
-    from attnlab.outputs import rundir
-    from attnlab.saved.runs import collect_rows
-
+    """A sweep as ``attnlab -m OVERRIDES`` runs it, job by job: the table it ends with. ``dir``: the sweep folder
+    to keep, as the command writes it; None: a temporary folder, no figures, removed at the end."""
     typed = overrides_of(overrides, options)
-    _refuse(typed)
+    if (refused := refusal(typed)) is not None:
+        raise _one_line(refused)
     prepared = prepare(typed)
     try:
         parsed = OverridesParser.create().parse_overrides(prepared)
     except Exception as err:
-        raise AttnlabError(error_line(err, typed).removeprefix("error: ")) from None
+        raise _one_line(error_line(err, typed)) from None
     fixed = [t for t, o in zip(typed, parsed) if not o.is_sweep_override()]
-    described = sweep_of(compose(*fixed))  # the preset's sweep; a bad override refused here, in one line
-    params = described.params if described else {}
+    base = compose(*fixed)  # a bad override refused here, in one line
+    described = sweep_of(base)
+    params = described[0] if described else {}
     jobs = expand(params, prepared)
     if len(jobs) < 2 and described is None:
         raise AttnlabError(_("no sweep: give a preset that describes one (experiment=exercise4) or values "
@@ -292,38 +226,30 @@ def sweep(*overrides: Any, dir: str | Path | None = None, **options: Any) -> Swe
         for num, job in enumerate(jobs):
             print(f"#{num} : {' '.join(job)}", flush=True)  # as Hydra's basic launcher says it
             cfg = _compose([*job, *extra], [*job, *extra])  # in Hydra's syntax already: a\ b is "a b"
-            name = sweeps.job_dirname(num, ",".join(sorted(o for o in job if o.split("=", 1)[0] in varying)))
+            name = job_dirname(num, ",".join(sorted(o for o in job if o.split("=", 1)[0] in varying)))
             result = run_job(cfg, top / name, overrides=job, key="dir", show_dir=keep)
             if result.status != "completed":
                 print(_("{status}: {error}").format(status=result.status, error=result.error), flush=True)
             if result.status == "interrupted":
                 break
         rows = collect_rows([top], sweep_end=True)
-        table = SweepTable(rows, top if keep else None)
         if keep:
-            from attnlab.saved.table import write_csv
-
             write_csv(rows, top / "summary.csv")
-            if OmegaConf.select(compose(*fixed), "logging.report"):
-                from attnlab.saved.report import write_sweep_report
-
+            if base.logging.report:
                 write_sweep_report(top)
-    return table
+        return SweepTable(rows, top if keep else None)
 
 
 def exercise(n: int, *overrides: Any, dir: str | Path | None = None, **options: Any) -> SweepTable:
     """Tutorial §8's exercise ``n`` (1–5): its preset's sweep (:func:`sweep`), whose table answers it."""
-    if n not in EXERCISES:
+    if n not in (1, 2, 3, 4, 5):  # tutorial §8 (conf/experiment/exerciseN.yaml)
         raise AttnlabError(_("exercise {n!r}: the tutorial has exercises 1 to 5").format(n=n))
     return sweep(f"experiment=exercise{n}", *overrides, dir=dir, **options)
 
 
 def check(*functions: Callable | dict, **named: Callable) -> bool:
-    """``attnlab-check`` on functions defined in notebook cells: each of the six stages of tutorial §2–4
-    (``embed_tokens``, ``add_positions``, ``project_qkv``, ``attention_scores``, ``attention_weights``,
-    ``context_vectors``) run with the tutorial's inputs, in order, printed as ``attnlab-check FILE`` prints
-    them (the first that differs: expected vs got, the likely mistake). ``functions``: the functions, or a
-    namespace such as ``globals()``; ``named``: a function under a stage's name. Returns True when all match."""
+    """``attnlab-check`` on tutorial §2–4's six functions defined in notebook cells (or ``globals()``; ``named``:
+    under a stage's name), in this process. True when every stage matches."""
     from attnlab.commands import check as checker
 
     learner: dict[str, Any] = {}
@@ -334,17 +260,14 @@ def check(*functions: Callable | dict, **named: Callable) -> bool:
             learner[given.__name__] = given
         else:
             raise AttnlabError(_("check({arg!r}): give your functions, or globals()").format(arg=given))
-    learner.update(named)
-    return checker.run_stages(learner, Path(_("your notebook"))) == checker.EXIT_PASSED
+    stages = checker.stages()
+    outcomes = stage_outcomes({**learner, **named}, _("your notebook"), checker.specs(stages))
+    return checker.report(outcomes, stages) == checker.EXIT_PASSED
 
 
 def use_chinese_font() -> str:
-    """Make matplotlib draw Chinese in your own figures: the CJK font attnlab uses (an installed one,
-    else the one attnlab ships) after DejaVu Sans in ``font.family`` (and ``font.sans-serif``), and
-    ``axes.unicode_minus`` off. Returns the CJK font's family name (tutorial §5's SimHei tip, done once)."""
+    """Tutorial §5's SimHei tip, done once: Chinese in your own matplotlib figures. Returns the CJK font's name."""
     import matplotlib
-
-    from attnlab.outputs.fonts import cjk_font
 
     name = cjk_font()
     matplotlib.rcParams["font.family"] = ["DejaVu Sans", name]  # a list: glyph by glyph, the first that has it
@@ -356,8 +279,6 @@ def use_chinese_font() -> str:
 
 def _in_notebook() -> bool:
     """Whether this runs in a Jupyter kernel (IPython imported only when it already is)."""
-    import sys
-
     ipython = sys.modules.get("IPython")
     shell = ipython.get_ipython() if ipython is not None else None
     return shell is not None and type(shell).__name__ != "TerminalInteractiveShell"

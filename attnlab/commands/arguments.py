@@ -1,11 +1,8 @@
 """The helper commands' command line (``attnlab-check``, ``-compare``, ``-generate``, ``-report``,
-``-reproduce``): the language they speak and an argparse parser that speaks it.
-
-One rule for every tool (docs/i18n.md): the language is the command line's (``--lang zh``, or
-``lang=zh`` as the ``attnlab`` command takes it), else the locale's; never a run's recorded ``lang``.
-:func:`speak` applies it before the parser is built, so ``--help``, errors and output are all in it.
-argparse's own words (``usage:``, section titles, its error messages) are said through the catalog too.
-"""
+``-reproduce``) in the learner's language. One rule for every tool (docs/i18n.md): the command line's
+language (``--lang zh``, or ``lang=zh`` as ``attnlab`` takes it), else the locale's; never a run's recorded
+``lang``. :func:`speak` applies it before the parser is built: ``--help``, errors (argparse's words too) and
+output all speak it."""
 from __future__ import annotations
 
 import argparse
@@ -25,28 +22,19 @@ _PLACEHOLDER = re.compile(r"%(?:\((\w+)\))?[rsd]")
 
 
 def speak(argv: Sequence[str] | None = None) -> list[str]:
-    """Set the language of this command from ``argv`` (default ``sys.argv[1:]``): its ``--lang X`` /
-    ``--lang=X`` / ``lang=X``, else the locale; returns ``argv`` without ``lang=X`` (``--lang`` stays for
-    the parser, which checks its value)."""
+    """Set this command's language from ``argv`` (default ``sys.argv[1:]``) before a ``--``: its ``--lang X``,
+    ``--lang=X`` or ``lang=X``, else the locale's; returns ``argv`` without ``lang=X`` (the parser checks
+    ``--lang``)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    lang, rest, i = None, [], 0
-    while i < len(argv):
-        arg = argv[i]
-        if arg == "--":
-            rest.extend(argv[i:])
-            break
+    end = argv.index("--") if "--" in argv else len(argv)
+    lang = None
+    for i, arg in enumerate(argv[:end]):
         if arg == "--lang" and i + 1 < len(argv):
             lang = argv[i + 1]
-        elif arg.startswith("--lang="):
+        elif arg.startswith("--lang=") or re.fullmatch(r"lang=(zh|en)", arg):
             lang = arg.partition("=")[2]
-        elif re.fullmatch(r"lang=(zh|en)", arg):
-            lang = arg[5:]
-            i += 1
-            continue
-        rest.append(arg)
-        i += 1
     set_language(lang if lang in LANGUAGES else None)
-    return rest
+    return [a for i, a in enumerate(argv) if i >= end or not re.fullmatch(r"lang=(zh|en)", a)]
 
 
 def _translated_error(message: str) -> str:
@@ -54,16 +42,12 @@ def _translated_error(message: str) -> str:
     for template in ARGPARSE_ERRORS:
         parts = _PLACEHOLDER.split(template)  # text, placeholder name (None: positional), text, ...
         pattern = "".join(re.escape(p) if i % 2 == 0 else "(.*)" for i, p in enumerate(parts))
-        m = re.fullmatch(pattern, message, re.S)
-        if not m:
-            continue
-        names, said = parts[1::2], _PLACEHOLDER.sub(lambda p: f"%({p.group(1)})s" if p.group(1) else "%s", _(template))
-        if not all(names):
-            return said % m.groups()
-        values = dict(zip(names, m.groups()))
-        if "message" in values:
-            values["message"] = _translated_error(values["message"])
-        return said % values
+        if m := re.fullmatch(pattern, message, re.S):
+            names = parts[1::2]
+            said = _PLACEHOLDER.sub(lambda p: f"%({p.group(1)})s" if p.group(1) else "%s", _(template))
+            if not all(names):
+                return said % m.groups()
+            return said % {n: _translated_error(v) if n == "message" else v for n, v in zip(names, m.groups())}
     return message
 
 

@@ -44,41 +44,35 @@ def quote(text: str) -> str:
     return '"' + body.replace('"', '\\"').replace("${", "\\${") + '"'
 
 
-def free_text_value(value: str) -> str:
-    """One free-text override value made Hydra syntax (see the module docstring)."""
-    stripped = value.strip()
-    if not stripped:
-        return value
-    if stripped[0] in "'\"[{" or _FUNCTION.match(stripped):  # ${ inside its quoted strings made literal
-        return _QUOTED.sub(lambda q: _IN_QUOTES.sub(lambda m: "\\${" if m[0] == "${" else m[0], q[0]), value)
-    items = [item.strip() for item in value.split(",")]
-    if all(item and set(item) <= _SAFE for item in items):
-        return value
-    return ",".join(quote(item) for item in items)  # an empty item too: "Hello," is "Hello" and ""
-
-
 def language(argv: Iterable[str]) -> str | None:
     """The last ``lang=VALUE`` typed when VALUE is one of attnlab's languages, else None (the locale's)."""
     given = [a.split("=", 1)[1].strip("'\"") for a in argv if a.startswith("lang=")]
     return given[-1] if given and given[-1] in LANGUAGES else None
 
 
+def _free_text(arg: str) -> str:
+    """``arg`` with a free-text value made Hydra syntax (see the module docstring); any other as typed."""
+    match = _OVERRIDE.match(arg)
+    if not match or match["prefix"] == "~" or match["key"] not in FREE_TEXT_KEYS or not match["value"].strip():
+        return arg
+    value, head = match["value"], f"{match['prefix']}{match['key']}="
+    if value.strip()[0] in "'\"[{" or _FUNCTION.match(value):  # ${ inside its quoted strings made literal
+        return head + _QUOTED.sub(lambda q: _IN_QUOTES.sub(lambda m: "\\${" if m[0] == "${" else m[0], q[0]), value)
+    items = [item.strip() for item in value.split(",")]
+    if all(item and set(item) <= _SAFE for item in items):
+        return arg
+    return head + ",".join(quote(item) for item in items)  # an empty item too: "Hello," is "Hello" and ""
+
+
 def prepare(argv: Iterable[str]) -> list[str]:
     """``argv`` (the command's arguments) with every free-text override made Hydra syntax."""
-    out = []
-    for arg in argv:
-        match = _OVERRIDE.match(arg)
-        if match and match["prefix"] != "~" and match["key"] in FREE_TEXT_KEYS:
-            arg = f"{match['prefix']}{match['key']}={free_text_value(match['value'])}"
-        out.append(arg)
-    return out
+    return [_free_text(arg) for arg in argv]
 
 
 def multirun_flag(argv: list[str]) -> list[str]:
-    """``["-m"]`` when an ``experiment=NAME`` in ``argv`` (or one of ``NAME,NAME``) is a preset attnlab ships
-    whose ``hydra.mode`` is MULTIRUN (the exercises, heads, seeds, ...) and ``-m``/``--multirun``/``hydra.mode``
-    is not given, else ``[]``: Hydra >= 1.4 decides between a run and a sweep before it composes the config
-    and refuses a preset that changes the mode (Hydra 1.3 reads the preset's, the same mode)."""
+    """``["-m"]`` when an ``experiment=NAME`` in ``argv`` (or ``NAME,NAME``) is a shipped preset whose ``hydra.mode``
+    is MULTIRUN and no ``-m``/``--multirun``/``hydra.mode`` is given, else ``[]``: Hydra >= 1.4 chooses run or
+    sweep before it composes the config and refuses a preset that changes the mode (1.3 reads the preset's)."""
     import yaml
 
     if any(a in ("-m", "--multirun") or a.lstrip("+").startswith("hydra.mode=") for a in argv):

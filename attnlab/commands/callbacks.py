@@ -24,55 +24,33 @@ from attnlab.core.i18n import N_, _
 from attnlab.outputs import rundir
 from attnlab.saved.report import write_sweep_report
 
-# the exit status of the last sweep that ended in this process (None: none did)
-sweep_exit_status: int | None = None
 _open_sweep: DictConfig | None = None  # a sweep that started and has not ended (its config)
-# in a launcher's worker: (the command's pid, the sweep dir) of a sweep one of its jobs stopped (interrupted);
-# kept here, not in commands.cli, whose job function a worker gets pickled by value with copied globals (as
-# JobEnd: a class of an importable module is pickled by reference, so it is made again in the command)
-_stopped_here: tuple[str, str] | None = None
-
-
-def stop_sweep_here(sweep: tuple[str, str]) -> None:
-    """No further job of ``sweep`` runs in this process (a launcher's worker)."""
-    global _stopped_here
-    _stopped_here = sweep
+# in a launcher's worker: the (command's pid, sweep dir) of each sweep one of its jobs stopped; kept here, not in
+# commands.cli, whose job function a worker gets pickled by value with copied globals
+stopped_sweeps: set[tuple[str, str]] = set()
+_codes: list[int] = []  # the exit statuses asked of the command in this process: by JobEnds, by a sweep's table
 
 
 class JobEnd(float):
-    """What a job (the task function) returns: the run's final loss as a float (NaN for a run that did not
-    complete or has none: a walkthrough), so Hydra's optimising sweepers (Optuna, Nevergrad) minimise
-    it; its ``status``; and the exit status ``code`` it asks of the command (0: none). Hydra hands it back
-    to the command's process as the job's ``JobReturn.return_value``, pickled by a launcher's worker; it
-    is made again where it is unpickled, and each one made notes its code there: :func:`worker_exit_status`
-    is the highest a job asked for."""
+    """What a job returns: the run's final loss (NaN: none), which Hydra's optimising sweepers (Optuna,
+    Nevergrad) minimise, its ``status`` and the exit status ``code`` it asks of the command. A launcher's
+    worker pickles it; made again in the command's process, it notes its code there for :func:`exit_status`."""
 
-    def __new__(cls, status: str, code: int = 0, loss: float = math.nan) -> JobEnd:
-        end = super().__new__(cls, loss)
+    def __new__(cls, status: str, code: int = 0, loss: float | None = None) -> JobEnd:
+        end = super().__new__(cls, math.nan if loss is None else loss)
         end.status, end.code = status, code
         _codes.append(code)
         return end
 
     def __reduce__(self) -> tuple[Any, tuple[str, int, float]]:
-        return JobEnd, (self.status, self.code, float(self))  # unpickled: made (and noted) again in that process
-
-    def __repr__(self) -> str:
-        return f"JobEnd({self.status!r}, code={self.code}, loss={float(self)!r})"
+        return JobEnd, (self.status, self.code, float(self))
 
 
-_codes: list[int] = []  # the codes of the JobEnds made in this process
-
-
-def worker_exit_status() -> int:
-    """The highest exit status a job asked for (:class:`JobEnd`) since the last call (0: none)."""
+def exit_status() -> int:
+    """The highest exit status asked for (:class:`JobEnd`, :class:`SweepSummary`) since the last call (0: none)."""
     code = max(_codes, default=0)
     _codes.clear()
     return code
-
-
-def sweep_stopped_here(sweep: tuple[str, str] | None) -> bool:
-    """Whether a job of ``sweep`` (None: not in a worker) stopped it in this process."""
-    return sweep is not None and sweep == _stopped_here
 
 
 def _claim(config: DictConfig, kind: str) -> None:
@@ -92,9 +70,9 @@ def _claim(config: DictConfig, kind: str) -> None:
 
 
 def start_resource_trackers() -> None:
-    """Start multiprocessing's and joblib's (loky's) resource trackers with SIGHUP ignored (as SIGINT
-    and SIGTERM are): a closed terminal then interrupts a joblib sweep's jobs, which record their status,
-    instead of killing the trackers, whose replacements print a traceback per resource."""
+    """Start multiprocessing's and joblib's (loky's) resource trackers with SIGHUP ignored: a closed
+    terminal then interrupts a joblib sweep's jobs, which record their status, instead of killing the
+    trackers, whose replacements print a traceback per resource."""
     from multiprocessing import resource_tracker
 
     hup = getattr(signal, "SIGHUP", None)  # (none on Windows)
@@ -111,9 +89,9 @@ def start_resource_trackers() -> None:
 
 
 def end_stopped_sweep(table: bool = True) -> None:
-    """A sweep that a job stopped (Ctrl-C, a signal, a crash: Hydra never calls ``on_multirun_end``):
-    the same table, summary.csv and report for the jobs that ran, unless no job folder was made or
-    ``table`` is False (a refusal); forgotten either way, so the next command in this process starts clean."""
+    """A sweep a job stopped (Hydra never calls ``on_multirun_end``): the table, summary.csv and report
+    of the jobs that ran, unless no job folder was made or ``table`` is False (a refusal); forgotten
+    either way."""
     global _open_sweep
     config, _open_sweep = _open_sweep, None
     if config is None or not table:
@@ -133,24 +111,12 @@ LAUNCHER_LINES = [(re.compile(r"Launching (?P<n>\d+) jobs locally"), N_("Launchi
 LAUNCHER_LOGGERS = ("hydra._internal.core_plugins.basic_launcher", "hydra_plugins.hydra_joblib_launcher._core")
 
 
-class LauncherLines(logging.Filter):
-    """Rewrites a launcher's log line of :data:`LAUNCHER_LINES` in the learner's language (others pass)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        text = record.getMessage()
-        for pattern, said in LAUNCHER_LINES:
-            if m := pattern.fullmatch(text):
-                record.msg, record.args = _(said).format(**m.groupdict()), None
-                break
-        return True
-
-
-def speak_in_launcher_lines() -> None:
-    """Add :class:`LauncherLines` to the launchers' loggers (once)."""
-    for name in LAUNCHER_LOGGERS:
-        logger = logging.getLogger(name)
-        if not any(isinstance(f, LauncherLines) for f in logger.filters):
-            logger.addFilter(LauncherLines())
+def launcher_lines(record: logging.LogRecord) -> bool:
+    """A logging filter: a launcher's line of :data:`LAUNCHER_LINES` in the learner's language."""
+    for pattern, said in LAUNCHER_LINES:
+        if m := pattern.fullmatch(record.getMessage()):
+            record.msg, record.args = _(said).format(**m.groupdict()), None
+    return True
 
 
 class NeverOverwrite(Callback):
@@ -175,21 +141,22 @@ class NeverOverwrite(Callback):
 
 class SweepSummary(Callback):
     """Job folders named by the keys that vary; at the end :func:`attnlab.commands.sweep.summarize` (its
-    exit status in :data:`sweep_exit_status`) and with ``logging.report`` the sweep's ``report.html``."""
+    exit status noted for :func:`exit_status`) and with ``logging.report`` the sweep's ``report.html``."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        speak_in_launcher_lines()
-        sweep.name_by_swept_keys(config)  # job folders name what varies, not the constant overrides
+        for name in LAUNCHER_LOGGERS:
+            logging.getLogger(name).addFilter(launcher_lines)  # (once: addFilter skips a filter it has)
+        sweep.name_by_swept_keys(config)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        global sweep_exit_status
-        sweep_exit_status = sweep.EXIT_SOME_JOBS_FAILED  # until the table says every job completed
         sweep_dir = Path(str(config.hydra.sweep.dir))
         interrupts.pause_point("sweep_end")
+        code = sweep.EXIT_SOME_JOBS_FAILED  # unless the table says every job completed
         try:
-            sweep_exit_status = sweep.summarize(sweep_dir)
+            code = sweep.summarize(sweep_dir)
         except Exception as err:  # the table is a view: its failure never hides the jobs' status
             print(f"error: the sweep summary was not written: {describe(err)}", file=sys.stderr)
+        _codes.append(code)
         if config.logging.get("report", False):
             try:
                 print(_("report: {path}").format(path=write_sweep_report(sweep_dir)))

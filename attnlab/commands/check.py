@@ -1,13 +1,9 @@
-"""``attnlab-check FILE.py`` / ``attnlab-check --template FILE.py``: a learner's own tutorial §2–4,
-stage by stage, against the tutorial's numbers (``experiment=tutorial_walkthrough``: seed 123, std 0.02).
-
-FILE.py defines the six functions of :mod:`attnlab.commands.check_template`; each gets the reference
-inputs (fresh copies), so a mistake shows at its own stage, with expected vs got and the typical
-mistake it equals. FILE.py is run as pytest would, in a child process bounded in time and memory
-(:mod:`attnlab.commands.learner`): its exit, an exception or an endless loop is its stage's failure,
-and what it returns must be real numbers of the tutorial's shapes. Exit status 0 every stage matches,
-1 a stage differs, 2 FILE cannot be loaded (or ``--template``'s FILE exists). :func:`check_source`
-checks source text (a notebook's cells) the same way.
+"""``attnlab-check FILE.py``: a learner's own tutorial §2–4, stage by stage, against the tutorial's numbers
+(``experiment=tutorial_walkthrough``: seed 123, std 0.02); ``--template FILE.py`` writes the six functions
+(:mod:`attnlab.commands.check_template`). Each stage gets the reference inputs (fresh copies), so a mistake
+shows at its own stage: expected vs got, the typical mistake it equals. FILE.py runs in a child process
+(:mod:`attnlab.commands.learner`). Exit status 0 every stage matches, 1 a stage differs, 2 FILE cannot be
+loaded (or ``--template``'s FILE exists).
 """
 from __future__ import annotations
 
@@ -53,7 +49,7 @@ class Stage:
 
 @functools.cache
 def reference() -> tuple[dict[str, np.ndarray], torch.nn.Module]:
-    """The tutorial's §1–4 arrays (:func:`attnlab.core.walkthrough.walkthrough`) and its model (the same parameters)."""
+    """The tutorial's §1–4 arrays (:func:`attnlab.core.walkthrough.walkthrough`) and its model."""
     cfg = compose("experiment=tutorial_walkthrough")
     arrays = walkthrough(cfg, print_line=lambda line: None)
     return arrays, build_model(cfg, tokenize(cfg), order="walkthrough")
@@ -110,69 +106,53 @@ def stages() -> list[Stage]:
 
 def close(got: np.ndarray, want: Any) -> bool:
     """``got`` has ``want``'s shape and is within :data:`TOLERANCE` of its largest |value| (NaN never is)."""
-    want = as_array(want)
+    want = np.asarray(want, dtype=np.float64)
     scale = max(np.abs(want).max(initial=0), 1e-30)
     return got.shape == want.shape and bool(np.all(np.abs(got - want) <= TOLERANCE * scale))
 
 
-def as_array(value: Any) -> np.ndarray | None:
-    """A learner's returned value as float64, None when it is not an array of numbers."""
-    if isinstance(value, torch.Tensor):
-        value = value.detach().cpu().to(torch.float64).numpy()
-    try:
-        return np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError, RuntimeError):
-        return None
-
-
 def few(a: np.ndarray) -> str:
     """Shape and the first (up to) 6 values, e.g. ``(6, 6) [0.166687 0.166618 ...]``."""
-    values = " ".join(f"{v:.6g}" for v in a.reshape(-1)[:6])
-    return f"{tuple(a.shape)} [{values}{' ...' if a.size > 6 else ''}]"
-
-
-def difference(name: str, got: np.ndarray, want: np.ndarray, mistakes: list[tuple[str, Any]]) -> list[str]:
-    """Expected vs got, the largest difference and the likely mistake, as lines."""
-    lines = [_("  {name}: expected {values}").format(name=name, values=few(want)),
-             _("  {pad}  got      {values}").format(pad=" " * len(name), values=few(got))]
-    if got.shape == want.shape:
-        i = np.unravel_index(np.nanargmax(np.where(np.isnan(got), np.inf, np.abs(got - want))), want.shape)
-        lines.append(_("  largest difference at {index}: expected {want:.6g}, got {got:.6g}").format(
-            index=list(map(int, i)), want=want[i], got=got[i]))
-    candidates = [*mistakes, (_("transposed: rows and columns swapped"), want.T)] if want.ndim == 2 else mistakes
-    likely = next((text for text, wrong in candidates if close(got, wrong)), None)
-    lines.append(_("  likely mistake: {mistake}").format(mistake=likely) if likely else
-                 _("  likely mistake: none of the usual ones; compare your code with the tutorial's lines"))
-    return lines
+    return f"{tuple(a.shape)} [{' '.join(f'{v:.6g}' for v in a.reshape(-1)[:6])}{' ...' if a.size > 6 else ''}]"
 
 
 def stage_problem(stage: Stage, values: list[np.ndarray]) -> list[str]:
-    """[] when the arrays one stage of the learner's returned (``values``, one per output) are the
-    tutorial's, else why not, as lines: real numbers (a float dtype), the shape, the values."""
+    """[] when the arrays a stage returned (``values``, one per output) are the tutorial's, else why not, as
+    lines: a float dtype, the shape, the values (expected vs got, the largest difference, the likely mistake)."""
     for (name, want, mistakes), got in zip(stage.outputs, values):
         if got.dtype.kind != "f":
             return [_("  {name}: {fn}() returned {dtype} values; {name} holds real numbers (torch.float32)").format(
                 name=name, fn=stage.function, dtype=got.dtype)]
-        got = got.astype(np.float64)
-        if not close(got, want):
-            return difference(name, got, as_array(want), mistakes)
+        got, want = got.astype(np.float64), np.asarray(want, dtype=np.float64)
+        if close(got, want):
+            continue
+        lines = [_("  {name}: expected {values}").format(name=name, values=few(want)),
+                 _("  {pad}  got      {values}").format(pad=" " * len(name), values=few(got))]
+        if got.shape == want.shape:
+            i = np.unravel_index(np.nanargmax(np.where(np.isnan(got), np.inf, np.abs(got - want))), want.shape)
+            lines.append(_("  largest difference at {index}: expected {want:.6g}, got {got:.6g}").format(
+                index=list(map(int, i)), want=want[i], got=got[i]))
+        candidates = [*mistakes, (_("transposed: rows and columns swapped"), want.T)] if want.ndim == 2 else mistakes
+        likely = next((text for text, wrong in candidates if close(got, wrong)), None)
+        return [*lines, _("  likely mistake: {mistake}").format(mistake=likely) if likely else
+                _("  likely mistake: none of the usual ones; compare your code with the tutorial's lines")]
     return []
+
+
+def specs(all_stages: list[Stage]) -> list[tuple[str, tuple, list[str]]]:
+    """What :mod:`attnlab.commands.learner` runs: each stage's function name, fresh inputs, output names."""
+    return [(s.function, s.inputs(), [name for name, _want, _m in s.outputs]) for s in all_stages]
 
 
 def check_source(source: str, filename: str, *, time_limit: float = learner.TIME_LIMIT,
                  memory_limit: int | None = learner.MEMORY_LIMIT, out: TextIO | None = None,
                  err: TextIO | None = None) -> int:
-    """Check the learner's code ``source`` (the text of FILE.py; ``filename`` names it in messages)
-    stage by stage: the lines go to ``out`` (a problem loading it to ``err``), the exit status is
-    returned (module docstring). The code runs in a child process (:func:`attnlab.commands.learner.run_stages`:
-    ``time_limit`` seconds to load and for each stage, ``memory_limit`` bytes more where the platform
-    allows); its exit, an exception or a hang is that stage's failure, one line."""
+    """The exit status of the learner's ``source`` checked in a child process (:func:`learner.run_stages`:
+    ``time_limit`` s to load and per stage, ``memory_limit`` bytes more); the lines to ``out``, ``err``."""
     all_stages = stages()
-    specs = [(s.function, s.inputs(), [name for name, _want, _m in s.outputs]) for s in all_stages]
-    with contextlib.closing(learner.run_stages(source, filename, specs, time_limit=time_limit,
+    with contextlib.closing(learner.run_stages(source, filename, specs(all_stages), time_limit=time_limit,
                                                memory_limit=memory_limit)) as outcomes:
-        loading = next(outcomes)
-        if loading.error is not None:
+        if (loading := next(outcomes)).error is not None:
             print(_("attnlab-check: error: {message}").format(message=loading.error), file=err or sys.stderr)
             return EXIT_NOT_LOADED
         return report(outcomes, all_stages, out)
@@ -187,30 +167,15 @@ HINTS = [(re.compile(r"'indices'.*(Long|Int).*but got \S*(Float|Double|Half)"),
              "to (d_k, seq_len) (tutorial §4.2)"))]
 
 
-def hint(error: str) -> str | None:
-    """What a learner's error usually means (:data:`HINTS`), or None."""
-    return next((_(said) for pattern, said in HINTS if pattern.search(error)), None)
-
-
-def run_stages(functions: dict[str, Any], path: Path | str, all_stages: list[Stage] | None = None) -> int:
-    """Check functions that live in this process (a notebook's cells: ``functions``, name -> function;
-    ``path`` names where they come from) stage by stage, as :func:`check_source` does, with the same
-    lines, but in this process: nothing bounds their time or memory (:func:`attnlab.commands.learner.stage_outcomes`).
-    Returns :data:`EXIT_PASSED` or :data:`EXIT_DIFFERS`."""
-    all_stages = stages() if all_stages is None else all_stages
-    specs = [(s.function, s.inputs(), [name for name, _want, _m in s.outputs]) for s in all_stages]
-    return report(learner.stage_outcomes(functions, str(path), specs), all_stages)
-
-
 def report(outcomes: Iterator[learner.Outcome], all_stages: list[Stage], out: TextIO | None = None) -> int:
-    """Each stage's line (passed, or differs and why) to ``out`` for ``outcomes``, up to the first that
-    differs; the exit status."""
+    """Each stage's line (passed, or differs and why) to ``out``, up to the first that differs; the exit status."""
     out = out or sys.stdout
     for number, (stage, outcome) in enumerate(zip(all_stages, outcomes), 1):
         head = _("stage {n}/{total} {title}, {fn}()").format(n=number, total=len(all_stages), title=stage.title,
                                                                fn=stage.function)
-        problem = (["  " + outcome.error, *(["  " + h] if (h := hint(outcome.error)) else [])]
-                   if outcome.error is not None else stage_problem(stage, outcome.values))
+        error = outcome.error
+        problem = (["  " + error, *("  " + _(said) for pattern, said in HINTS if pattern.search(error))]
+                   if error is not None else stage_problem(stage, outcome.values))
         if problem:
             print(_("{stage}: differs").format(stage=head), *problem, sep="\n", file=out)
             print(_("fix this stage and run attnlab-check again: the stages after it are checked once it passes"),

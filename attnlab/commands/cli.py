@@ -1,15 +1,10 @@
 """The ``attnlab`` command: one Hydra job (``attnlab [overrides]``) or a sweep (``attnlab -m ...``).
-
-Exit status: 0 completed; 1 a run (or a sweep job) did not complete (diverged, interrupted, failed,
-a file that could not be written); 2 bad input or a refused output folder, one line on stderr
-(:func:`error_line`; ``HYDRA_FULL_ERROR=1`` raises instead). SIGINT, SIGTERM and SIGHUP stop a run
-at its next training step (status ``interrupted``).
-"""
+Exit status: 0 completed; 1 a run (or a sweep job) did not complete; 2 bad input or a refused output
+folder, one line on stderr (:func:`error_line`; ``HYDRA_FULL_ERROR=1`` raises instead)."""
 from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import os
 import re
 import sys
@@ -34,21 +29,17 @@ from attnlab.core.files import printable
 from attnlab.core.i18n import _
 from attnlab.outputs import artifacts, rundir, streams
 from attnlab.outputs.console import display_path
-from attnlab.saved import safe_read
 
 FULL_ERROR = "ATTNLAB_FULL_ERROR"  # the user's HYDRA_FULL_ERROR (attnlab sets Hydra's to 1 to catch its errors)
-# the pid of the command's process: a job in another one (a launcher's worker) never ends the command with
-# SystemExit there (joblib would kill the other workers, mid-write); the worker runs no more jobs instead
-MAIN_PID = "ATTNLAB_MAIN_PID"
+MAIN_PID = "ATTNLAB_MAIN_PID"  # the command's process (a job in a launcher's worker runs in another)
 
 
 def _end_command(code: int, status: str, sweep: tuple[str, str] | None) -> callbacks.JobEnd:
-    """``sys.exit(code)`` in the command's process; in a launcher's worker (``sweep``: its command's
-    pid and sweep dir), no further job of that sweep runs here, and the job's return value carries
-    ``code`` to the command (:class:`callbacks.JobEnd`)."""
+    """``sys.exit(code)`` in the command's process; in a launcher's worker (``sweep``), where joblib would kill
+    the other workers mid-write, no further job of that sweep runs and the return value carries ``code``."""
     if sweep is None:
         sys.exit(code)
-    callbacks.stop_sweep_here(sweep)
+    callbacks.stopped_sweeps.add(sweep)
     return callbacks.JobEnd(status, code)
 
 
@@ -59,7 +50,7 @@ def _hydra_main(cfg: DictConfig) -> callbacks.JobEnd:
     run_dir, in_sweep = Path(hc.runtime.output_dir), hc.mode == RunMode.MULTIRUN
     main_pid = os.environ.get(MAIN_PID, str(os.getpid()))
     in_worker = (main_pid, str(hc.sweep.dir)) if main_pid != str(os.getpid()) else None
-    if callbacks.sweep_stopped_here(in_worker):  # the sweep was stopped: this job does not start
+    if in_worker in callbacks.stopped_sweeps:  # the sweep was stopped: this job does not start
         with contextlib.suppress(OSError):
             run_dir.rmdir()  # the empty folder Hydra made for it
         return callbacks.JobEnd("interrupted")
@@ -85,23 +76,13 @@ def _hydra_main(cfg: DictConfig) -> callbacks.JobEnd:
               file=sys.stderr)
         if not in_sweep or result.status == "interrupted":  # Ctrl-C stops a sweep; a bad job does not
             return _end_command(EXIT_BAD_INPUT if result.bad_input else EXIT_FAILED_RUN, result.status, in_worker)
-    elif result.late_signal is not None:  # after the last step: the run completed
-        if in_sweep:
-            print(f"interrupted: the sweep stops after {display_path(run_dir)}, which completed", file=sys.stderr)
-            return _end_command(EXIT_FAILED_RUN, result.status, in_worker)
-        else:
-            print(f"note: interrupt received after the last step; the run completed ({display_path(run_dir)})",
-                  file=sys.stderr)
-    return callbacks.JobEnd(result.status, loss=final_loss(run_dir) if result.status == "completed" else math.nan)
-
-
-def final_loss(run_dir: Path) -> float:
-    """The final loss ``run_dir``'s summary.json records (NaN when none: a walkthrough, an unreadable file)."""
-    with contextlib.suppress(AttnlabError):
-        value = safe_read.read_summary(run_dir).get("final_loss")
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-    return math.nan
+    elif result.late_signal is not None and in_sweep:  # after the last step: the run completed
+        print(f"interrupted: the sweep stops after {display_path(run_dir)}, which completed", file=sys.stderr)
+        return _end_command(EXIT_FAILED_RUN, result.status, in_worker)
+    elif result.late_signal is not None:
+        print(f"note: interrupt received after the last step; the run completed ({display_path(run_dir)})",
+              file=sys.stderr)
+    return callbacks.JobEnd(result.status, loss=result.final_loss if result.status == "completed" else None)
 
 
 def error_line(err: BaseException, typed: list[str]) -> str:
@@ -178,9 +159,6 @@ def main() -> None:
     streams.install()
     typed = sys.argv[1:]
     lang = i18n.set_language(argv.language(typed))
-    if (refused := refusal(typed)) is not None:
-        print(refused, file=sys.stderr)
-        sys.exit(EXIT_BAD_INPUT)
     register_configs()
     prepared = argv.prepare(typed)
     first = next((i for i, a in enumerate(prepared) if "=" in a and not a.startswith("-")), 0)
@@ -188,14 +166,14 @@ def main() -> None:
     sys.argv[1:] = [*prepared[:first], *argv.multirun_flag(prepared), *HYDRA_WRITES_NOTHING, *help_page,
                     *prepared[first:]]  # beside the user's
     try:  # a config folder someone else made is held to the command line's rules before Hydra reads it
-        refused = config_folder.refusal(sys.argv[1:])
+        refused = refusal(typed) or config_folder.refusal(sys.argv[1:])
     except Exception as err:
         refused = error_line(err, typed)
     if refused is not None:
         print(refused, file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
     os.environ[MAIN_PID] = str(os.getpid())
-    callbacks.worker_exit_status()  # none left by an earlier command in this process
+    callbacks.exit_status()  # none left by an earlier command in this process
     os.environ.setdefault(FULL_ERROR, os.environ.get("HYDRA_FULL_ERROR", "0"))
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises its errors here instead of printing its report
     # a launcher whose worker was killed leaves its semaphores to multiprocessing's tracker: no warning for that
@@ -204,8 +182,7 @@ def main() -> None:
     try:
         with interrupts.deferred():
             _hydra_main()
-        # a sweep with a job that did not complete: 1; a job a launcher's worker refused: 2
-        code = max(callbacks.sweep_exit_status or 0, callbacks.worker_exit_status())
+        code = callbacks.exit_status()  # a sweep with a job that did not complete: 1; a job's folder refused: 2
     except SystemExit as end:  # a job that stopped the command (interrupted, or its folder refused: 2)
         code = end.code
         raise

@@ -1,14 +1,11 @@
 """A config folder someone else made (``attnlab --config-dir DIR``, ``--config-path DIR``,
 ``hydra.searchpath=[...]``: a class's presets) is data, never code. Before Hydra composes anything for
-the command (its own logging, callbacks, launcher and sweeper are set up from the composed config),
-:func:`refusal` composes the same configs with Hydra's compose API (the same search path and
-overrides; for a sweep, one config per combination of the config groups it sweeps) and compares
-their ``hydra`` section with the one attnlab's own config and the typed overrides give. A folder may
-set only :data:`ALLOWED` (what attnlab's own presets set); any other difference (``hydra.callbacks``,
-a ``job_logging`` / ``hydra_logging`` handler, a launcher or sweeper ``_target_``, ``hydra.job.env_set``,
-a ``defaults`` entry pulling ``hydra/callbacks``, a run or sweep dir outside the folder the command
-runs in, ...) is one line, exit 2, before anything is instantiated, opened or written.
-"""
+the command (its logging, callbacks, launcher and sweeper come from the composed config), :func:`refusal`
+composes the same configs with Hydra's compose API (for a sweep, one per combination of the config
+groups it sweeps) and compares their ``hydra`` section with attnlab's own and Hydra's own. A folder may
+set only :data:`ALLOWED` and output folders inside this one; any other difference (``hydra.callbacks``,
+a log handler, a launcher or sweeper ``_target_``, ``hydra.job.env_set``, ...) is one line, exit 2,
+before anything is instantiated, opened or written."""
 from __future__ import annotations
 
 import argparse
@@ -17,11 +14,13 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, NoReturn
 
-from omegaconf import DictConfig, OmegaConf
+from hydra import compose, initialize_config_dir, initialize_config_module
+from omegaconf import OmegaConf
 
 from attnlab.commands.argv import FLAGS, FLAGS_WITH_VALUE
+from attnlab.commands.hydra_config import VERSION_BASE
 from attnlab.core.config import schema_keys
 from attnlab.core.files import printable
 from attnlab.core.i18n import _
@@ -39,60 +38,32 @@ _INNERMOST = re.compile(r"\$\{([^${}]*)\}")
 MAX_COMPOSED = 256  # configs composed for one sweep at most
 
 
-def folder_options(args: list[str]) -> argparse.Namespace:
-    """Hydra's options in ``args`` that choose where configs come from, ``multirun`` and the overrides
-    (as Hydra's argparse reads them: ``--config-dir DIR``, ``--config-dir=DIR``, ``--config-d DIR``)."""
-    dest = {"-cp": "config_path", "--config-path": "config_path", "-cn": "config_name", "--config-name": "config_name",
-            "-cd": "config_dir", "--config-dir": "config_dir"}
-    out = argparse.Namespace(config_path=None, config_name=None, config_dir=None, multirun=False, overrides=[])
-    given = iter(args)
-    for arg in given:
-        if not arg.startswith("-") or arg == "-":
-            out.overrides.append(arg)
-            continue
-        name, eq, value = arg.partition("=")
-        known = FLAGS | FLAGS_WITH_VALUE
-        full = name if name in known else next(iter(sorted(f for f in known if name.startswith("--") and len(name) > 2
-                                                           and f.startswith(name))), name)
-        if full in FLAGS_WITH_VALUE and not eq:
-            value = next(given, None)
-        if full in dest:
-            setattr(out, dest[full], value)
-        out.multirun |= full in ("-m", "--multirun")
-    return out
+class _HydraOptions(argparse.ArgumentParser):
+    """Hydra's command-line options as its argparse reads them (``--config-d DIR`` too), and the overrides."""
+
+    def __init__(self) -> None:
+        super().__init__(add_help=False)
+        dest = {"-cp": "config_path", "-cn": "config_name", "-cd": "config_dir"}
+        for flag in sorted(FLAGS_WITH_VALUE | FLAGS):
+            self.add_argument(flag, dest=dest.get(flag), action="store" if flag in FLAGS_WITH_VALUE else "store_true")
+        self.add_argument("overrides", nargs="*")
+
+    def error(self, message: str) -> NoReturn:
+        raise ValueError(message)
 
 
 def _key(override: str) -> str:
     return override.split("=", 1)[0].lstrip("+~")
 
 
-def from_a_folder(argv: list[str]) -> bool:
-    """Whether ``argv`` (the command's arguments) takes configs from a folder other than attnlab's."""
-    args = folder_options(argv)
-    return bool(args.config_dir or args.config_path or any(_key(o) == "hydra.searchpath" for o in args.overrides))
-
-
 def _initialize(config_path: str | None):
     """Hydra's compose API on the search path ``hydra.main`` makes from ``--config-path``."""
-    from hydra import initialize_config_dir, initialize_config_module
-
-    from attnlab.commands.hydra_config import VERSION_BASE
-
-    if config_path is None:
-        return initialize_config_module("attnlab.conf", **VERSION_BASE)
-    if config_path.startswith("pkg://"):
-        return initialize_config_module(config_path[len("pkg://"):], **VERSION_BASE)
-    path = config_path.removeprefix("file://")
+    path = (config_path or "pkg://attnlab.conf").removeprefix("file://")
+    if path.startswith("pkg://"):
+        return initialize_config_module(path[len("pkg://"):], **VERSION_BASE)
     if not os.path.isabs(path):  # Hydra reads a relative one as a package beside attnlab.commands.cli
         return initialize_config_module("attnlab.commands." + path.strip("/").replace("/", "."), **VERSION_BASE)
     return initialize_config_dir(path, **VERSION_BASE)
-
-
-def _compose(config_path: str | None, config_name: str | None, overrides: list[str]) -> DictConfig:
-    from hydra import compose
-
-    with _initialize(config_path):
-        return compose(config_name or "config", overrides=overrides, return_hydra_config=True)
 
 
 def combinations(overrides: list[str], params: Any) -> list[list[str]]:
@@ -101,9 +72,8 @@ def combinations(overrides: list[str], params: Any) -> list[list[str]]:
     chooses files), only the first of a swept config key (the same files for each)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    extra = [f"{k}={v}" for k, v in (params or {}).items()]
     final: dict[str, list[str]] = {}
-    for o in OverridesParser.create().parse_overrides([*extra, *overrides]):
+    for o in OverridesParser.create().parse_overrides([*(f"{k}={v}" for k, v in (params or {}).items()), *overrides]):
         key = o.get_key_element()
         if not o.is_sweep_override():
             final[key] = [f"{key}={o.get_value_element_as_str()}"]
@@ -139,42 +109,23 @@ def inside_here(value: Any) -> bool:
     parts = re.split(r"[/\\]", value)
     if "${" in value or os.path.isabs(value) or value.startswith(("~", "/", "\\")) or ".." in parts or ":" in value:
         return False
-    folder = Path(static)
-    return not any((p / "summary.json").exists() for p in [folder, *folder.parents])
-
-
-def problem(actual: DictConfig, bases: list[dict[str, Any]]) -> tuple[str, Any] | None:
-    """The first ``(key, value)`` of ``actual``'s hydra section a config folder may not set, or None:
-    one that differs from its value in each of ``bases`` (attnlab's hydra section, Hydra's own)."""
-    hydra = OmegaConf.to_container(actual.hydra, resolve=False)
-    other = [dict(differences(hydra, base)) for base in bases[1:]]
-    for key, value in differences(hydra, bases[0]):
-        if all(key not in found and not any(k.startswith(key + ".") for k in found) for found in other):
-            continue  # as the other base has it
-        if key.startswith(tuple(f"{a}." for a in ALLOWED)) or key in ALLOWED:
-            continue
-        if key in FOLDERS and inside_here(value):
-            continue
-        return key, value
-    return None
+    return not any((p / "summary.json").exists() for p in [Path(static), *Path(static).parents])
 
 
 def refusal(argv: list[str]) -> str | None:
     """One line when a config folder in ``argv`` (the arguments Hydra gets) sets a Hydra setting it may
     not (module docstring), else None. Hydra's own errors composing the configs are raised as they are."""
-    if not from_a_folder(argv):
+    args = _HydraOptions().parse_intermixed_args(argv)
+    searchpath = [o for o in args.overrides if _key(o) == "hydra.searchpath"]
+    if not (args.config_dir or args.config_path or searchpath):
         return None
-    args = folder_options(argv)
     typed_hydra = [o for o in args.overrides if _key(o).startswith(("hydra.", "hydra/")) and "," not in o
                    and _key(o) != "hydra.searchpath"]
-    from hydra import compose
-
     with _initialize(None):  # attnlab's hydra settings, and Hydra's own (a folder's config that says nothing)
-        bases = [OmegaConf.to_container(compose(name, overrides=typed_hydra, return_hydra_config=True).hydra,
-                                        resolve=False) for name in ("config", None)]
+        ours, hydras = [OmegaConf.to_container(compose(name, overrides=typed_hydra, return_hydra_config=True).hydra,
+                                               resolve=False) for name in ("config", None)]
     where = " ".join(f"{flag} {value}" for flag, value in (("--config-dir", args.config_dir),
                                                           ("--config-path", args.config_path)) if value)
-    searchpath = [o for o in args.overrides if _key(o) == "hydra.searchpath"]
     if args.config_dir:  # where Hydra puts --config-dir on the search path: after the main config, before the schema
         paths = f"file://{os.path.abspath(args.config_dir)}"
         if not os.path.isdir(args.config_dir):
@@ -182,21 +133,29 @@ def refusal(argv: list[str]) -> str | None:
         searchpath = [f"hydra.searchpath=[{paths!r}]"] if not searchpath else [
             searchpath[-1].replace("=[", f"=[{paths!r},", 1)]
     overrides = [o for o in args.overrides if _key(o) != "hydra.searchpath"] + searchpath
-    first = _compose(args.config_path, args.config_name, [c[0] for c in combinations(overrides, None)])
+
+    def composed(overrides: list[str]) -> Any:
+        with _initialize(args.config_path):
+            return compose(args.config_name or "config", overrides=overrides, return_hydra_config=True)
+
+    first = composed([c[0] for c in combinations(overrides, None)])
     params = first.hydra.sweeper.params
     choices = combinations(overrides, OmegaConf.to_container(params, resolve=False) if params else None)
     for n, combination in enumerate(itertools.product(*choices)):
         if n >= MAX_COMPOSED:
             return (f"error: {printable(where or 'hydra.searchpath', 300)}: a sweep over more than {MAX_COMPOSED} "
                     "combinations of config groups from a config folder; sweep fewer presets at a time")
-        cfg = first if n == 0 and not params else _compose(args.config_path, args.config_name, list(combination))
-        if (found := problem(cfg, bases)) is not None:
-            key, value = found
+        hydra = OmegaConf.to_container((first if n == 0 and not params else composed(list(combination))).hydra,
+                                       resolve=False)
+        theirs = dict(differences(hydra, hydras))  # a folder's difference is one from Hydra's own settings too
+        for key, value in differences(hydra, ours):
+            allowed = (key + ".").startswith(tuple(a + "." for a in ALLOWED)) or key in FOLDERS and inside_here(value)
+            if allowed or not any(k == key or k.startswith(key + ".") for k in theirs):
+                continue
             shown = printable(json.dumps(value, ensure_ascii=False, default=str) if isinstance(value, (dict, list))
                               else repr(value), 160)
             return _("error: {key}={value} (from {folder}): refused: a config folder is data, never code; it may set "
                      "only {allowed} and hydra.run.dir / hydra.sweep.dir inside this folder; type other Hydra "
                      "settings on the command line").format(
-                key=key, value=shown, folder=printable(where or "hydra.searchpath", 300),
-                allowed=", ".join(ALLOWED))
+                key=key, value=shown, folder=printable(where or "hydra.searchpath", 300), allowed=", ".join(ALLOWED))
     return None

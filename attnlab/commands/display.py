@@ -1,8 +1,6 @@
-"""What the Python API returns, shown in a notebook through IPython's display protocol (IPython itself is
-never imported): a run (:class:`Run`) as tutorial §5's figure (PNG) and the report page, sandboxed in an
-``<iframe srcdoc>`` (its CSS and script cannot reach the notebook; nothing from the network), with a few
-lines of text elsewhere; a sweep (:class:`SweepTable`) as the table the command prints at its end.
-Both are made from what is in memory; nothing is written unless asked (:meth:`Run.save`, :meth:`Run.report`)."""
+"""What the Python API returns, shown in a notebook through IPython's display protocol (IPython is never
+imported): a :class:`Run` as tutorial §5's figure and the report page, a :class:`SweepTable` as the table
+the command prints at a sweep's end. Nothing is written unless asked (:meth:`Run.save`, :meth:`Run.report`)."""
 from __future__ import annotations
 
 import base64
@@ -15,166 +13,126 @@ from typing import Any, Iterator
 import numpy as np
 
 from attnlab.core.errors import AttnlabError
+from attnlab.core.focus import shown
 from attnlab.core.i18n import _
 from attnlab.core.records import RunInfo, RunResult
-
-FRAME_HEIGHT_PX = 860  # the report page's detail view (heatmap, slider, loss) without scrolling
-
-
-def frame(page: str, title: str, height: int = FRAME_HEIGHT_PX) -> str:
-    """``page`` (a whole HTML document) in an ``<iframe srcdoc>`` whose ``sandbox`` allows its scripts
-    only: another origin, so its styles and script cannot reach the page around it (nor it theirs)."""
-    return (f'<iframe srcdoc="{html.escape(page, quote=True)}" sandbox="allow-scripts" title="{html.escape(title)}" '
-            f'style="width: 100%; height: {height}px; border: 1px solid #ccc; border-radius: 4px;"></iframe>')
+from attnlab.outputs import artifacts, destination, rundir
+from attnlab.outputs.plots import FigureSink, evolution_png
+from attnlab.saved.answers import answer, table_columns
+from attnlab.saved.report import render, write_run_report
+from attnlab.saved.report_data import load_run
+from attnlab.saved.table import STATUSES, cell_text, columns_of, csv_text, distribution, format_table, header
 
 
 @dataclass(eq=False)  # a run is itself (its arrays have no one truth value)
 class Run(RunResult):
-    """A training run (:class:`RunResult`) with what it knew at its start (``info``: the resolved config,
-    the tokens, the focus token) and its observations (``recorded``: ``focus`` as summary.json has it,
-    ``n_tokens``, ``token_table``). In a notebook: the §5 figure and the report page; :meth:`save`
-    writes the run dir the command would have written, :meth:`report` the page."""
+    """A training run with what it knew at its start (``info``: the resolved config, the tokens, the focus
+    token) and its observations (``recorded``: ``focus`` as summary.json has it, ``n_tokens``, ``token_table``)."""
 
     info: RunInfo | None = None
     recorded: dict[str, Any] = field(default_factory=dict)
-    _page: str | None = field(default=None, repr=False, compare=False)
-    _png: bytes | None = field(default=None, repr=False, compare=False)
+    _page: str | None = field(default=None, repr=False)
+    _png: bytes | None = field(default=None, repr=False)
 
-    # -- text ---------------------------------------------------------------------------------------
-    def lines(self) -> list[str]:
+    def __repr__(self) -> str:
         """A few lines: status and loss, where the focus token attends at the last snapshot, what to call."""
-        status = {"completed": _("completed"), "diverged": _("diverged"), "interrupted": _("interrupted"),
-                  "failed": _("failed")}.get(self.status, self.status)
         final = "n/a" if self.final_loss is None else f"{self.final_loss:.6g}"
+        status = _(self.status) if self.status in STATUSES else self.status
         out = [_("attnlab run: {status}, {n} steps, final loss {final}, {time:.2f} s").format(
             status=status, n=self.steps_run, final=final, time=self.wall_time_s)]
         if self.error:
             out.append(f"  {self.error}")
-        focus = self.recorded.get("focus")
-        if focus:
-            from attnlab.core.focus import shown
-
+        if focus := self.recorded.get("focus"):
             mean = focus["mean"]
             target = _("uniform (1/{T})").format(T=len(self.tokens)) if mean["uniform"] else shown(mean["token"])
             out.append(_("  {token} attends most to {target} ({weight:.2f}) at step {step}").format(
                 token=shown(focus["token"]), target=target, weight=mean["weight"], step=focus["step"]))
         out.append(_("  .losses ({n},)  .snapshots ({k} of (H, T, T))  .save(DIR)  .report(FILE)").format(
             n=len(self.losses), k=len(self.snapshots)))
-        return out
+        return "\n".join(out)
 
-    def __repr__(self) -> str:
-        return "\n".join(self.lines())
-
-    # -- pictures -----------------------------------------------------------------------------------
     def png(self) -> bytes | None:
         """Tutorial §5's figure (one heatmap per snapshot) as PNG bytes, drawn in memory; None without snapshots."""
         if self._png is None and self.snapshots:
-            from attnlab.outputs.plots import evolution_png
-
             self._png = evolution_png(self.snapshots, self.tokens, len(self.snapshots))
         return self._png
 
     def page(self) -> str:
         """The report page (``attnlab-report`` of this run) as HTML text, made through a temporary folder."""
         if self._page is None:
-            from attnlab.saved.report import render
-            from attnlab.saved.report_data import load_run
-
             with tempfile.TemporaryDirectory(prefix="attnlab-run-") as tmp:
-                run_dir = Path(tmp) / "run"
-                self._write_records(run_dir)
-                record = load_run(run_dir, name=self._name())
+                self._write(Path(tmp) / "run")
+                name = (self.info.config.get("name") if self.info else None) or _("this run")
+                record = load_run(Path(tmp) / "run", name=str(name))
             record["run_dir"] = _("in memory: run.save(DIR) writes it into a folder")  # (that one is gone)
             self._page = render([record])
         return self._page
 
-    def _name(self) -> str:
-        return str((self.info.config.get("name") if self.info else None) or _("this run"))
-
-    def _repr_png_(self) -> bytes | None:
-        return self.png()
-
-    def _repr_html_(self) -> str:
-        """The §5 figure, then the report page in its sandboxed frame (the cell's printed lines say the rest)."""
-        png = self.png()
-        image = ("" if png is None else f'<img alt="{html.escape(_("Attention weights during training"))}" '
-                 f'src="data:image/png;base64,{base64.b64encode(png).decode("ascii")}" style="max-width: 100%;">')
-        return f'<div class="attnlab-run">{image}{frame(self.page(), _("attnlab report"))}</div>'
-
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
-        bundle: dict[str, Any] = {"text/plain": repr(self)}
+        """The §5 figure, then the report page (860 px: its detail view unscrolled) in an ``<iframe srcdoc>`` whose
+        ``sandbox`` allows its scripts only: another origin, so its styles and script cannot reach the notebook."""
         if self.info is None or not self.snapshots:  # nothing to draw (a run that failed before its first step)
-            return bundle
-        bundle["text/html"] = self._repr_html_()
-        bundle["image/png"] = base64.b64encode(self.png()).decode("ascii")
-        return bundle
+            return {"text/plain": repr(self)}
+        png = base64.b64encode(self.png()).decode("ascii")
+        image = (f'<img alt="{html.escape(_("Attention weights during training"))}" '
+                 f'src="data:image/png;base64,{png}" style="max-width: 100%;">')
+        frame = (f'<iframe srcdoc="{html.escape(self.page(), quote=True)}" sandbox="allow-scripts" '
+                 f'title="{html.escape(_("attnlab report"))}" style="width: 100%; height: 860px; '
+                 'border: 1px solid #ccc; border-radius: 4px;"></iframe>')
+        return {"text/plain": repr(self), "text/html": f'<div class="attnlab-run">{image}{frame}</div>',
+                "image/png": png}
 
-    # -- files ----------------------------------------------------------------------------------------
-    def _write_records(self, run_dir: Path) -> None:
-        """metrics.csv, attention.npz and summary.json, as the command writes them, into the new ``run_dir``."""
-        from attnlab.outputs import artifacts
-
+    def _write(self, run_dir: Path, figures: bool = False) -> None:
+        """metrics.csv, attention.npz, summary.json (and the figures), as the command writes them, into the
+        new ``run_dir``: the run's records replayed into the command's sinks."""
         if self.info is None:
             raise AttnlabError(_("this run stopped before its first step: nothing to save"))
         if len(self.losses) != self.steps_run or not self.snapshots and self.info.snapshot_steps:
             raise AttnlabError(_("this run kept no losses or snapshots (keep_losses/keep_snapshots=False): "
                                  "nothing to save"))
-        sink = artifacts.RunDirSink(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
-        sink.on_start(self.info)
-        sink.on_losses(np.arange(len(self.losses), dtype=np.int64), np.asarray(self.losses, dtype=np.float64))
-        for snapshot in self.snapshots:
-            sink.on_snapshot(snapshot)
-        sink.flush()
-        sink.on_end(self)
-        sink.close()
+        for sink in [artifacts.RunDirSink(run_dir), *([FigureSink(run_dir)] if figures else [])]:
+            sink.on_start(self.info)
+            sink.on_losses(np.arange(len(self.losses), dtype=np.int64), np.asarray(self.losses, dtype=np.float64))
+            for snapshot in self.snapshots:
+                sink.on_snapshot(snapshot)
+            sink.flush()
+            sink.on_end(self)
+            sink.close()
         config = self.info.config
         artifacts.update_summary(run_dir, task="train", config=config, overrides=[],
                                  versions=artifacts.environment(str(config.get("device", "cpu"))), **self.recorded)
 
     def save(self, dir: str | Path) -> Path:
         """Write the run dir ``attnlab`` would have written into ``dir`` (new or empty): metrics.csv,
-        attention.npz, summary.json, the figures and report.html (TensorBoard's events are not kept in
-        memory). Returns ``dir``. RunDirError when ``dir`` holds something else."""
-        from attnlab.outputs import artifacts, rundir
-        from attnlab.outputs.plots import FigureSink, loss_png
-        from attnlab.saved.report import write_run_report
-
+        attention.npz, summary.json, the figures and report.html (no TensorBoard events). Returns ``dir``;
+        RunDirError when ``dir`` holds something else."""
         run_dir = Path(dir)
         rundir.claim(run_dir, key="dir", value=str(dir))
         try:
-            self._write_records(run_dir)
-            if self.png() is not None:
-                artifacts.atomic_write_bytes(run_dir / FigureSink.EVOLUTION, self.png())
-            if (loss := loss_png(np.asarray(self.losses))) is not None:
-                artifacts.atomic_write_bytes(run_dir / FigureSink.LOSS, loss)
+            self._write(run_dir, figures=True)
             write_run_report(run_dir)
         finally:
             rundir.release(run_dir)
         return run_dir
 
     def report(self, path: str | Path = "report.html", force: bool = False) -> Path:
-        """Write the report page to ``path`` (an offline HTML file; open it in a browser). Returns ``path``.
-        As every file attnlab writes where you point it (:mod:`attnlab.outputs.destination`): a regular
-        file, one that exists replaced only when attnlab wrote it or with ``force=True``; AttnlabError (one line)."""
-        from attnlab.outputs import destination
-
+        """Write the report page to ``path`` (an offline HTML file), as every file attnlab writes where you point
+        it (:mod:`attnlab.outputs.destination`): one that exists is replaced only when attnlab wrote it or with
+        ``force=True``, else AttnlabError (one line). Returns ``path``."""
         return destination.write(path, self.page().encode("utf-8"), key="report()", kind="page", force=force)
 
 
 class SweepTable:
     """The jobs of a sweep as the command's end table shows them: :attr:`rows` (one dict per job, the
-    columns of ``summary.csv``), :attr:`columns` (the printed ones), :attr:`dir` (the sweep folder, None
-    when it was not kept). Shown as text, or as an HTML table in a notebook."""
+    columns of ``summary.csv``), :attr:`columns` (the printed ones), :attr:`answer` (an exercise's, in
+    sentences), :attr:`dir` (the sweep folder, None when not kept). Text, or an HTML table in a notebook."""
 
     def __init__(self, rows: list[dict[str, Any]], dir: Path | None = None) -> None:
-        from attnlab.saved.answers import answer, table_columns
-        from attnlab.saved.table import columns_of
-
         self.rows = [{k: v for k, v in row.items() if dir is not None or k != "path"} for row in rows]
         self.dir = dir
         self.columns = table_columns(self.rows) or columns_of(self.rows, table=True)
-        self.answer = answer(self.rows)  # an exercise's answer in sentences (None for another sweep)
+        self.answer = answer(self.rows)
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -188,27 +146,16 @@ class SweepTable:
     def footer(self) -> list[str]:
         """The lines under the table: where the focus token ends over the jobs, an exercise's answer,
         the sweep folder."""
-        from attnlab.saved.table import distribution
-
-        out = [line] if (line := distribution(self.rows)) else []
-        out += [self.answer] if self.answer else []
-        if self.dir is not None:
-            out.append(_("sweep folder: {path}").format(path=self.dir))
-        return out
+        folder = _("sweep folder: {path}").format(path=self.dir) if self.dir is not None else None
+        return [line for line in (distribution(self.rows), self.answer, folder) if line]
 
     def __repr__(self) -> str:
-        from attnlab.saved.table import format_table
-
         return "\n".join([format_table(self.rows, self.columns), *self.footer()])
 
     def _repr_html_(self) -> str:
-        from attnlab.saved.table import cell_text, header
-
-        numeric = {c for c in self.columns
-                   if all(v is None or isinstance(v, (int, float)) and not isinstance(v, bool)
-                          for v in (r.get(c) for r in self.rows))}
-        align = {c: ' style="text-align: right;"' if c in numeric else ' style="text-align: left;"'
-                 for c in self.columns}
+        right = {c for c in self.columns if all(v is None or isinstance(v, (int, float)) and not isinstance(v, bool)
+                                               for v in (r.get(c) for r in self.rows))}
+        align = {c: f' style="text-align: {"right" if c in right else "left"};"' for c in self.columns}
         head = "".join(f"<th{align[c]}>{html.escape(header(c))}</th>" for c in self.columns)
         body = "".join("<tr>" + "".join(f"<td{align[c]}>{html.escape(cell_text(c, r.get(c)))}</td>"
                                         for c in self.columns) + "</tr>" for r in self.rows)
@@ -218,6 +165,4 @@ class SweepTable:
 
     def to_csv(self) -> str:
         """The rows as CSV text (``summary.csv``'s columns)."""
-        from attnlab.saved.table import csv_text
-
         return csv_text(self.rows)

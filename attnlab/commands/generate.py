@@ -1,7 +1,6 @@
-"""``attnlab-generate RUN_DIR PROMPT [--max-new-tokens N] [--temperature T] [--top-k K] [--seed S]``:
-a finished GPT run (``model.n_layers >= 1``) continues PROMPT, each new token printed with its
-probability (:mod:`attnlab.saved.trained` reads the run as data). Exit 2 with one line on stderr
-for a run dir that holds no usable model or a bad option."""
+"""``attnlab-generate RUN_DIR PROMPT``: a finished GPT run continues PROMPT, each new token printed with its
+probability (:mod:`attnlab.saved.trained` reads the run as data). Exit 2, one line, for a bad option or a
+run dir that holds no usable model."""
 from __future__ import annotations
 
 import sys

@@ -1,8 +1,6 @@
-"""Hydra's side of the config: the schema of :mod:`attnlab.core.config` in Hydra's ConfigStore
-(``base_config``, ``schema/optimizer/NAME``), and the resolvers ``${attnlab.job_dir:NUM,OVERRIDE_DIRNAME}``
-(:func:`attnlab.commands.sweep.job_dirname`), ``${attnlab.per_head:TOTAL,N_HEADS}`` and ``${attnlab.data:FILE}``;
-registered on import, so every job process has them (a launcher's worker imports ``attnlab.commands.cli``).
-"""
+"""Hydra's side of the config: the schema (:mod:`attnlab.core.config`) in Hydra's ConfigStore and the resolvers
+``attnlab.job_dir`` (:func:`attnlab.commands.sweep.job_dirname`), ``attnlab.per_head`` and ``attnlab.data``;
+registered on import, so every job process has them (a launcher's worker imports ``attnlab.commands.cli``)."""
 from __future__ import annotations
 
 import inspect
@@ -34,23 +32,20 @@ def data_file(name: Any) -> str:
     return str(path)
 
 
-# Hydra's defaults as of 1.3 (``hydra.main(**VERSION_BASE)``): 1.3 warns when version_base is not given,
-# 1.4 warns when it is (its defaults are 1.3's plus the checks it adds)
+# Hydra's 1.3 defaults: Hydra 1.3 warns when version_base is not given, 1.4 when it is
 VERSION_BASE = {"version_base": "1.3"} if tuple(map(int, hydra.__version__.split(".")[:2])) < (1, 4) else {}
 
 
 def register_resolver(name: str, function: Any) -> None:
-    """``OmegaConf.register_resolver`` where it is OmegaConf 2.4's (it has ``replace=``; 2.4's
-    ``register_new_resolver`` warns that it is deprecated, a warning a learner would see above an error
-    line), else ``register_new_resolver`` (2.3's ``register_resolver`` is the legacy one)."""
+    """OmegaConf 2.4's ``register_resolver`` (it has ``replace=``; its ``register_new_resolver`` warns above
+    a learner's error line), else ``register_new_resolver`` (2.3's ``register_resolver`` is the legacy one)."""
     new = "replace" in inspect.signature(OmegaConf.register_resolver).parameters
     (OmegaConf.register_resolver if new else OmegaConf.register_new_resolver)(name, function)
 
 
 def register_configs() -> None:
-    """Store the schema in Hydra's ConfigStore and register the resolvers; idempotent. Stored again at
-    every call: ``lang``'s default is the locale's at that moment. ``replace=True`` where Hydra's store
-    takes it (1.4 warns at a name stored again without it, 1.5 refuses)."""
+    """Store the schema (again at every call: ``lang``'s default is the locale's then; ``replace=True``
+    where Hydra takes it, 1.4 warns without it) and register the resolvers."""
     cs = ConfigStore.instance()
     replace = {"replace": True} if "replace" in inspect.signature(cs.store).parameters else {}
     cs.store(name="base_config", node=Config, **replace)

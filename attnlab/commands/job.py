@@ -1,8 +1,5 @@
 """One job: the run dir, the sinks ``logging`` asks for, ``summary.json`` and the final status.
-
-:func:`run_job` (``attnlab``, ``attnlab-reproduce``, the benchmarks) never raises for a job that
-went wrong: a bad value, a divergence, an interrupt or a crash each end as a :class:`JobResult`.
-"""
+:func:`run_job` never raises for a job that went wrong: every end is a :class:`JobResult`."""
 from __future__ import annotations
 
 import datetime as _dt
@@ -33,9 +30,8 @@ EXIT_BAD_INPUT = 2  # the config or the text was refused before training
 
 class JobResult(NamedTuple):
     """How a job ended: ``status`` completed, diverged, interrupted or failed; ``error`` one line;
-    ``bad_input`` the config or text was refused (exit 2); ``exception`` behind a failure
-    (``HYDRA_FULL_ERROR=1`` raises it); ``unrecorded`` why not even ``summary.json`` could be
-    written; ``late_signal`` a Ctrl-C / SIGTERM after the last step (the run completed)."""
+    ``bad_input``: refused (exit 2); ``unrecorded``: why not even ``summary.json`` was written;
+    ``late_signal``: a signal after the last step (the run completed)."""
 
     status: str
     error: str | None = None
@@ -43,12 +39,12 @@ class JobResult(NamedTuple):
     exception: BaseException | None = None
     unrecorded: str | None = None
     late_signal: int | None = None
+    final_loss: float | None = None
 
 
 def make_sinks(cfg: DictConfig, run_dir: Path, show_dir: bool = True) -> list[Sink]:
-    """The sinks ``logging.*`` asks for beside the run-dir files' (:class:`artifacts.RunDirSink`, first), in
-    the order they end: figures, then those showing the status, so a file not written at the end makes them
-    say ``failed``."""
+    """The sinks ``logging.*`` asks for beside the run-dir files', those showing the status last, so a
+    file not written at the end makes them say ``failed``."""
     sinks: list[Sink] = []
     if cfg.logging.figures:
         from attnlab.outputs.plots import FigureSink
@@ -68,12 +64,10 @@ def run_job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None,
             tokens: Tokens | None = None, show_dir: bool = True) -> JobResult:
     """Run one job into ``run_dir``: ``task=train`` trains (tutorial §5), ``task=walkthrough`` narrates
     §1–4; ``cfg`` may be untyped (a saved config). ``run_dir`` is claimed first (RunDirError naming
-    ``key`` when refused, nothing written). ``summary.json`` is written twice: ``running`` first, with the
-    ``overrides`` and ``recorded`` (e.g. ``reproduced_from``); then at the end, whatever the end, with the
-    resolved ``config`` (enough to reproduce the run), ``versions``, everything measured and the status,
-    once every other file is written: a killed job still says running (its config: ``.hydra/``).
-    ``tokens``: the caller's :func:`checks.validated_tokens` of ``cfg`` (None: made here). ``show_dir``:
-    the console's closing line names ``run_dir`` (not for a folder removed afterwards)."""
+    ``key``, nothing written). ``summary.json`` is written ``running`` first (with ``overrides`` and
+    ``recorded``), then once every other file is written, whatever the end, with the resolved config:
+    a killed job still says running. ``tokens``: :func:`checks.validated_tokens` of ``cfg`` (None: made
+    here). ``show_dir``: the console's closing line names ``run_dir``."""
     run_dir = Path(run_dir)
     hc = HydraConfig.get() if HydraConfig.initialized() else None  # None: attnlab-reproduce, the benchmarks
     rundir.claim(run_dir, key=key).started = True  # a job writes there now: abandon() leaves the folder be
@@ -87,7 +81,7 @@ def run_job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None,
 
 
 def _job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None, hc: DictConfig | None,
-         recorded: dict[str, Any], tokens: Tokens | None, show_dir: bool = True) -> JobResult:
+         recorded: dict[str, Any], tokens: Tokens | None, show_dir: bool) -> JobResult:
     job_num = OmegaConf.select(hc, "job.num", default=None) if hc is not None else None
     summary: dict[str, Any] = {
         "status": "running", "task": None,
@@ -107,24 +101,23 @@ def _job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None, hc: DictCo
                 artifacts.atomic_write_text(run_dir / ".hydra" / f"{name}.yaml", OmegaConf.to_yaml(node))
         interrupts.pause_point("before_training")
         interrupts.check()
-        # the config checked and the text tokenized, once (one line before torch loads)
-        typed = apply_schema(cfg)
+        typed = apply_schema(cfg)  # the config checked and the text tokenized once, before torch loads
         if hc is not None:  # a Hydra job speaks its config's lang (a sweep may vary it)
             i18n.set_language(plain(typed.lang))
         resolved = resolve(typed)
         summary.update(task=resolved["task"], config=resolved)
-        tokens = tokens or checks.validated_tokens(typed)  # the text's checks too
+        tokens = tokens or checks.validated_tokens(typed)
         resolved["train"]["focus_token"] = tokens.focus
         drawing.start(typed, plots.warm_up)  # figure workers import matplotlib while this process imports torch
         summary["versions"] = artifacts.environment(resolved["device"])
         result = _run(typed, run_dir, tokens, summary, held, show_dir)
+        summary["versions"] = artifacts.environment(resolved["device"])  # the torch threads used
     except KeyboardInterrupt:  # outside the training loop, which records its own interrupt
         result = JobResult("interrupted", "interrupted before the training steps")
     except AttnlabError as err:  # ours are one line as they stand; a file not written is no bad input
         result = JobResult("failed", str(err), bad_input=not isinstance(err, WriteError), exception=err)
     except Exception as err:
         result = JobResult("failed", describe(err), exception=err)
-    # the final status, once every other file is written (a killed job still says running)
     summary.update(status=result.status, error=result.error)
     try:
         artifacts.write_summary(run_dir, summary)
@@ -135,13 +128,13 @@ def _job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None, hc: DictCo
             write_page([run_record(run_dir, summary, **held)], run_dir / REPORT)
         except (OSError, AttnlabError) as err:  # a view: never the run's status
             print(f"warning: report.html not written: {err}", file=sys.stderr)
-    return result
+    return result._replace(final_loss=summary["final_loss"])
 
 
 def _run(cfg: DictConfig, run_dir: Path, tokens: Tokens, summary: dict[str, Any], held: dict[str, Any],
-         show_dir: bool = True) -> JobResult:
-    """The job's task on the checked ``cfg`` and its ``tokens``; what it measures goes into ``summary``, what
-    its report page shows (with ``logging.report``) into ``held``."""
+         show_dir: bool) -> JobResult:
+    """The task on the checked ``cfg``: what it measures goes into ``summary``, what its report page
+    shows into ``held``."""
     if cfg.task == Task.walkthrough:  # §1–4 printed, [job N]-prefixed in a parallel sweep; arrays saved
         from attnlab.core.walkthrough import walkthrough
 
@@ -151,7 +144,6 @@ def _run(cfg: DictConfig, run_dir: Path, tokens: Tokens, summary: dict[str, Any]
         artifacts.atomic_savez(run_dir / artifacts.WALKTHROUGH, **arrays)
         held["walkthrough"] = arrays
         summary.update(wall_time_s=round(time.perf_counter() - t0, 6),
-                       versions=artifacts.environment(str(cfg.device)),  # the torch threads used
                        **observe(cfg, tokens.token_ids, tokens.labels, arrays, tokens=tokens))
         if shown:
             where = f"  ->  {display_path(run_dir)}/{artifacts.WALKTHROUGH}" if show_dir else ""
@@ -170,6 +162,5 @@ def _run(cfg: DictConfig, run_dir: Path, tokens: Tokens, summary: dict[str, Any]
     finally:
         summary.update(files.summary)  # what the files hold, also of a run that failed
     per_layer = {"focus_layers": [s.summary()["focus"] for s in layers]} if layers and focus.last is not None else {}
-    summary.update(versions=artifacts.environment(str(cfg.device)),  # the torch threads used
-                   **focus.summary(), **per_layer, **observe(cfg, result.token_ids, result.tokens, tokens=tokens))
+    summary.update(**focus.summary(), **per_layer, **observe(cfg, result.token_ids, result.tokens, tokens=tokens))
     return JobResult(result.status, result.error)

@@ -1,13 +1,12 @@
-"""A learner's code run where it cannot end, hang or fake attnlab-check: :func:`run_stages` runs the
-source text in a child process (multiprocessing's ``forkserver`` where the platform has it, else
-``spawn``, as on Windows), bounded in time (each stage, and the loading) and, where the platform
-allows (``resource.RLIMIT_AS``), in memory. Its ``sys.exit`` / ``os._exit``, ``KeyboardInterrupt``, an
-endless loop or a crash are that stage's failure, one line each. Values come back as ``.npy`` bytes
-(``allow_pickle=False``): the check itself, the comparison with the tutorial's numbers, runs in the
-command's process, which unpickles nothing the child sends.
+"""A learner's code run where it cannot end, hang or fake attnlab-check: :func:`run_stages` runs the source
+in a child process (``forkserver``, else ``spawn`` as on Windows), bounded in time and, where
+``resource.RLIMIT_AS`` exists, in memory; its exit, an endless loop or a crash is that stage's failure in one
+line. Values come back as ``.npy`` bytes (``allow_pickle=False``): the command's process, which compares
+them with the tutorial's numbers, unpickles nothing the child sends.
 """
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import multiprocessing
@@ -18,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
 import numpy as np
+import torch
 
 from attnlab.core.i18n import _
 from attnlab.outputs.drawing import end_with_parent
@@ -25,17 +25,17 @@ from attnlab.outputs.drawing import end_with_parent
 TIME_LIMIT = 30.0  # seconds the learner's file may take to load, and each stage to return
 MEMORY_LIMIT = 4 * 1024 ** 3  # bytes of address space the child may add, where the platform allows
 
+Stages = Sequence[tuple[str, tuple, Sequence[str]]]  # (function name, inputs, output names) per stage
+
 
 @dataclass
 class Outcome:
-    """What one stage (or the loading, ``stage`` -1) of the learner's code gave: ``values`` (one array
-    per output) or ``error`` (one line, the learner's file and line in it when known); ``loading``:
-    the file itself could not be run."""
+    """What one stage (``stage`` -1: the loading) gave: ``values`` (one array per output) or ``error``
+    (one line, with the learner's file and line when known)."""
 
     stage: int
     values: list[np.ndarray] = field(default_factory=list)
     error: str | None = None
-    loading: bool = False
 
 
 def start_method() -> str:
@@ -48,25 +48,11 @@ def _where(err: BaseException, filename: str) -> str:
     return _(" ({file}, line {line})").format(file=os.path.basename(filename), line=lines[-1]) if lines else ""
 
 
-def _fault(err: BaseException, filename: str) -> str:
-    """An exception of the learner's as words: ``raised ValueError: ...``, ``called sys.exit(0)``."""
-    if isinstance(err, SystemExit):
-        return _("called sys.exit({code}): a stage returns its values, it never ends the program{at}").format(
-            code=err.code, at=_where(err, filename))
-    return _("raised {kind}: {message}{at}").format(kind=type(err).__name__, message=str(err)[:300],
-                                                    at=_where(err, filename))
-
-
 def _array(value: Any) -> np.ndarray | None:
     """A returned value as a numpy array of its own dtype (a tensor detached; bfloat16 as float32), or None."""
-    try:
-        import torch
-
-        if isinstance(value, torch.Tensor):
-            value = value.detach().cpu()
-            return (value.float() if value.dtype == torch.bfloat16 else value).resolve_conj().numpy()
-    except (ImportError, RuntimeError, TypeError):
-        return None
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu()
+        value = (value.float() if value.dtype == torch.bfloat16 else value).resolve_conj()
     try:
         array = np.asarray(value)
     except (TypeError, ValueError, RuntimeError):
@@ -74,93 +60,81 @@ def _array(value: Any) -> np.ndarray | None:
     return None if array.dtype.hasobject else array
 
 
-def stage_outcomes(names: dict[str, Any], filename: str,
-                   stages: Sequence[tuple[str, tuple, Sequence[str]]]) -> Iterator[Outcome]:
-    """Each stage of ``stages`` (function name, inputs, output names) run with the learner's ``names``
-    (name -> object), up to the first that fails: its values, or its failure in one line (an
-    exception, ``sys.exit`` and ``KeyboardInterrupt`` included; ``filename`` for the line in it)."""
-    for number, (function, inputs, outputs) in enumerate(stages):
-        fn = names.get(function)
-        if not callable(fn):
-            yield Outcome(number, error=_("{file} has no function {fn}(); `attnlab-check --template NEW.py` writes "
-                                          "the six to fill in").format(file=os.path.basename(filename), fn=function))
+def stage_outcomes(names: dict[str, Any], filename: str, stages: Stages) -> Iterator[Outcome]:
+    """Each of ``stages`` run with the learner's ``names`` (name -> object), up to the first that fails: its
+    values, or its failure in one line (``sys.exit`` and ``KeyboardInterrupt`` too; ``filename``'s line)."""
+    for number, stage in enumerate(stages):
+        yield (outcome := _outcome(number, names.get(stage[0]), filename, *stage))
+        if outcome.error is not None:
             return
-        try:
-            returned = fn(*inputs)
-        except NotImplementedError as err:
-            yield Outcome(number, error=_("{fn}() is not written yet: it raises NotImplementedError{at}").format(
-                fn=function, at=_where(err, filename)))
-            return
-        except BaseException as err:  # SystemExit and KeyboardInterrupt too: the stage's failure
-            yield Outcome(number, error=_("{fn}() {fault}").format(fn=function, fault=_fault(err, filename)))
-            return
-        many = len(outputs) > 1
-        if many and not (isinstance(returned, (tuple, list)) and len(returned) == len(outputs)):
-            got = len(returned) if isinstance(returned, (tuple, list)) else type(returned).__name__
-            yield Outcome(number, error=_("{fn}() must return {n} values ({names}), it returned {got}").format(
-                fn=function, n=len(outputs), names=", ".join(outputs), got=got))
-            return
-        arrays = []
-        for name, value in zip(outputs, returned if many else [returned]):
-            if (array := _array(value)) is None:
-                yield Outcome(number, error=_("{name}: {fn}() returned {kind}, not a tensor").format(
-                    name=name, fn=function, kind=type(value).__name__))
-                return
-            arrays.append(array)
-        yield Outcome(number, arrays)
 
 
-def _child(conn, source: str, filename: str, stages: Sequence[tuple[str, tuple, Sequence[str]]],
-           memory_limit: int | None) -> None:
-    """The child process: run ``source``, then each stage (:func:`stage_outcomes`); send one JSON
-    message per outcome and the values as ``.npy`` bytes."""
-    def send(message: dict[str, Any], arrays: Sequence[np.ndarray] = ()) -> None:
-        conn.send_bytes(json.dumps(message).encode("utf-8"))
+def _outcome(number: int, fn: Any, filename: str, function: str, inputs: tuple, outputs: Sequence[str]) -> Outcome:
+    if not callable(fn):
+        return Outcome(number, error=_("{file} has no function {fn}(); `attnlab-check --template NEW.py` writes "
+                                       "the six to fill in").format(file=os.path.basename(filename), fn=function))
+    try:
+        returned = fn(*inputs)
+    except NotImplementedError as err:
+        return Outcome(number, error=_("{fn}() is not written yet: it raises NotImplementedError{at}").format(
+            fn=function, at=_where(err, filename)))
+    except BaseException as err:  # SystemExit and KeyboardInterrupt too: the stage's failure
+        fault = (_("called sys.exit({code}): a stage returns its values, it never ends the program{at}").format(
+            code=err.code, at=_where(err, filename)) if isinstance(err, SystemExit) else
+            _("raised {kind}: {message}{at}").format(kind=type(err).__name__, message=str(err)[:300],
+                                                     at=_where(err, filename)))
+        return Outcome(number, error=_("{fn}() {fault}").format(fn=function, fault=fault))
+    values = returned if len(outputs) > 1 else [returned]
+    if not (isinstance(values, (tuple, list)) and len(values) == len(outputs)):
+        got = len(returned) if isinstance(returned, (tuple, list)) else type(returned).__name__
+        return Outcome(number, error=_("{fn}() must return {n} values ({names}), it returned {got}").format(
+            fn=function, n=len(outputs), names=", ".join(outputs), got=got))
+    arrays = [_array(value) for value in values]
+    for name, value, array in zip(outputs, values, arrays):
+        if array is None:
+            return Outcome(number, error=_("{name}: {fn}() returned {kind}, not a tensor").format(
+                name=name, fn=function, kind=type(value).__name__))
+    return Outcome(number, arrays)
+
+
+def _child(conn, source: str, filename: str, stages: Stages, memory_limit: int | None) -> None:
+    """The child process: run ``source``, then each stage; one JSON message per outcome, its values as ``.npy``."""
+    def send(error: str | None, arrays: Sequence[np.ndarray] = ()) -> None:
+        conn.send_bytes(json.dumps({"error": error, "values": len(arrays)}).encode("utf-8"))
         for array in arrays:
             buf = io.BytesIO()
             np.save(buf, array, allow_pickle=False)
             conn.send_bytes(buf.getvalue())
 
     end_with_parent()  # the command killed: the learner's code ends too
-    _limit_memory(memory_limit)
+    with contextlib.suppress(ImportError, OSError, ValueError, AttributeError):  # where the platform allows
+        import resource
+
+        with open("/proc/self/statm", encoding="ascii") as f:  # (Linux) the address space in use now
+            in_use = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        if memory_limit is not None:
+            resource.setrlimit(resource.RLIMIT_AS, (in_use + memory_limit, resource.getrlimit(resource.RLIMIT_AS)[1]))
     if os.path.isfile(filename):
         sys.path.insert(0, os.path.dirname(os.path.abspath(filename)))  # as `python FILE.py` has it
     names: dict[str, Any] = {"__name__": "attnlab_check_learner", "__file__": filename, "__builtins__": __builtins__}
     try:
         exec(compile(source, filename, "exec"), names)
     except SyntaxError as err:
-        send({"error": _("{file}, line {line}: SyntaxError: {message}").format(
-            file=os.path.basename(filename), line=err.lineno, message=err.msg)})
-        return
+        return send(_("{file}, line {line}: SyntaxError: {message}").format(
+            file=os.path.basename(filename), line=err.lineno, message=err.msg))
     except BaseException as err:
-        send({"error": _("{file} cannot be loaded: {kind}: {message}{at}").format(
+        return send(_("{file} cannot be loaded: {kind}: {message}{at}").format(
             file=os.path.basename(filename), kind=type(err).__name__, message=str(err)[:300],
-            at=_where(err, filename))})
-        return
-    send({})
+            at=_where(err, filename)))
+    send(None)
     for outcome in stage_outcomes(names, filename, stages):
-        send({"error": outcome.error, "values": len(outcome.values)}, outcome.values)
+        send(outcome.error, outcome.values)
 
 
-def _limit_memory(limit: int | None) -> None:
-    """At most ``limit`` more bytes of address space for this process, where the platform allows."""
-    try:
-        import resource
-
-        with open("/proc/self/statm", encoding="ascii") as f:  # (Linux) the address space in use now
-            in_use = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-        if limit is not None:
-            resource.setrlimit(resource.RLIMIT_AS, (in_use + limit, resource.getrlimit(resource.RLIMIT_AS)[1]))
-    except (ImportError, OSError, ValueError, AttributeError):
-        pass
-
-
-def run_stages(source: str, filename: str, stages: Sequence[tuple[str, tuple, Sequence[str]]], *,
-               time_limit: float = TIME_LIMIT, memory_limit: int | None = MEMORY_LIMIT,
-               method: str | None = None) -> Iterator[Outcome]:
-    """The learner's ``source`` (``filename`` names it in messages) run in a child process: first the
-    loading's :class:`Outcome` (stage -1), then one per stage of ``stages`` (function name, inputs,
-    output names) up to the first that fails. The child is ended when the caller stops reading."""
+def run_stages(source: str, filename: str, stages: Stages, *, time_limit: float = TIME_LIMIT,
+               memory_limit: int | None = MEMORY_LIMIT, method: str | None = None) -> Iterator[Outcome]:
+    """The learner's ``source`` (``filename`` names it) run in a child process: the loading's :class:`Outcome`
+    (stage -1), then one per stage up to the first that fails. The child is ended when the caller stops reading."""
     ctx = multiprocessing.get_context(method or start_method())
     if ctx.get_start_method() == "forkserver":
         ctx.set_forkserver_preload(["numpy", "torch", __name__])
@@ -168,35 +142,28 @@ def run_stages(source: str, filename: str, stages: Sequence[tuple[str, tuple, Se
     child = ctx.Process(target=_child, args=(theirs, source, filename, list(stages), memory_limit), daemon=True)
     child.start()
     theirs.close()
-    names = ["loading", *(function for function, _inputs, _outputs in stages)]
     try:
         for number in range(-1, len(stages)):
-            what = names[number + 1]
+            what = _("the file cannot be loaded: it {reason}") if number < 0 else stages[number][0] + "() {reason}"
             try:
                 if not mine.poll(time_limit):
-                    yield _ended(number, what, _("did not return within {s:g} s (an endless loop?); it was "
-                                                 "stopped").format(s=time_limit))
+                    yield Outcome(number, error=what.format(reason=_(
+                        "did not return within {s:g} s (an endless loop?); it was stopped").format(s=time_limit)))
                     return
                 message = json.loads(mine.recv_bytes(64 * 1024).decode("utf-8"))
                 values = [np.load(io.BytesIO(mine.recv_bytes()), allow_pickle=False)
                           for _ in range(int(message.get("values") or 0))]
             except (EOFError, OSError, ValueError):  # the child ended without a word: os._exit, a crash, a kill
                 child.join(5)
-                yield _ended(number, what, _("ended the process (exit code {code}: os._exit, a crash or the memory "
-                                             "limit) instead of returning").format(code=child.exitcode))
+                yield Outcome(number, error=what.format(reason=_(
+                    "ended the process (exit code {code}: os._exit, a crash or the memory limit) instead of "
+                    "returning").format(code=child.exitcode)))
                 return
-            outcome = Outcome(number, values, message.get("error"), loading=number < 0)
-            yield outcome
-            if outcome.error is not None:
+            yield Outcome(number, values, message.get("error"))
+            if message.get("error") is not None:
                 return
     finally:
         mine.close()
         if child.is_alive():
             child.kill()
         child.join(5)
-
-
-def _ended(number: int, what: str, reason: str) -> Outcome:
-    if number < 0:
-        return Outcome(number, error=_("the file cannot be loaded: it {reason}").format(reason=reason), loading=True)
-    return Outcome(number, error=f"{what}() {reason}")

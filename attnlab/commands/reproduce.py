@@ -1,12 +1,9 @@
-"""``attnlab-reproduce PATH... [--out DIR] [--csv FILE] [-j N] [--artifacts]``: re-run saved runs from
-the configs they recorded (read as data, :mod:`attnlab.saved.safe_read`) and compare every file bit for
-bit (:mod:`attnlab.saved.verdict`). Each run is re-run with the kernels its summary.json recorded when
-this CPU has them (``ATEN_CPU_CAPABILITY`` in a worker process per kernel setting, :class:`Kernels`),
-so any difference there is an edit; a run made on kernels, BLAS, torch or a machine this one lacks is
-compared with every kernel path here. One run: the verdict and its differences; several runs, or
-folders of runs: one table sorted by student (:func:`reproduce_many`). Exit status 0 reproduced exactly
-or within rounding, 1 not (not reproduced, undecided, interrupted), 2 not a run that can be reproduced
-(one line; ``HYDRA_FULL_ERROR=1`` raises instead).
+"""``attnlab-reproduce PATH... [--out DIR] [--csv FILE] [-j N] [--artifacts]``: re-run saved runs from the
+configs they recorded (read as data, :mod:`attnlab.saved.safe_read`) and compare every file bit for bit
+(:mod:`attnlab.saved.verdict`), on the kernels the run recorded when this CPU has them (:class:`Kernels`),
+else on every kernel path here. One run: its verdict and differences; several, or folders of runs: one
+table sorted by student. Exit 0 reproduced exactly or within rounding, 1 not (not reproduced, undecided,
+interrupted), 2 not a run that can be reproduced (one line; ``HYDRA_FULL_ERROR=1`` raises instead).
 """
 from __future__ import annotations
 
@@ -36,28 +33,11 @@ from attnlab.core.i18n import N_, _
 from attnlab.outputs import artifacts, destination, rundir, streams
 from attnlab.outputs.console import display_path
 from attnlab.outputs.drawing import end_with_parent
-from attnlab.saved import runs, safe_read
+from attnlab.saved import runs, safe_read, verdict
 from attnlab.saved.report import render
 from attnlab.saved.report_data import collect_records
 from attnlab.saved.table import csv_text, format_table
-from attnlab.saved.verdict import (
-    BITS,
-    CANNOT,
-    EXACT,
-    INTERRUPTED,
-    ROUNDING,
-    STOPPED,
-    UNDECIDED,
-    VERDICTS,
-    Rerun,
-    Verdict,
-    compare_runs,
-    config_story,
-    decide,
-    environment_differences,
-    format_verdict,
-    metric_columns,
-)
+from attnlab.saved.verdict import CANNOT, INTERRUPTED, STOPPED, VERDICTS, Rerun, Verdict
 
 EXIT_SAME, EXIT_DIFFERENT, EXIT_NOT_A_RUN = 0, 1, 2
 # the count line's templates, one per verdict (:data:`VERDICTS`)
@@ -67,10 +47,9 @@ KERNELS = ("DEFAULT", "AVX2", "AVX512")  # torch's x86 kernels, in order: a CPU 
 
 
 def saved_config(run_dir: Path, text_file: Path | None = None) -> tuple[dict[str, Any], Path]:
-    """The config to run as plain data, and the file it came from: ``summary.json``'s ``config``, else
-    ``.hydra/config.yaml`` (whole-string ``${key}`` references resolved; in a recorded config ``${`` is
-    text). Raises RunDirError (missing, unsafe, not a mapping) or ConfigError, one line: a ``_target_``
-    other than ``optimizer._target_``, a ``???``, a ``text_file`` without ``--text-file FILE`` or the reverse."""
+    """The config to run as plain data, and its file: ``summary.json``'s ``config``, else
+    ``.hydra/config.yaml`` (whole-string ``${key}`` references resolved). Raises RunDirError or ConfigError
+    (one line): a ``_target_`` but ``optimizer._target_``, a ``???``, a ``text_file`` without ``--text-file``."""
     path = run_dir / safe_read.SUMMARY
     try:
         data = safe_read.read_json_data(path, root=run_dir).get("config")
@@ -105,9 +84,8 @@ def saved_config(run_dir: Path, text_file: Path | None = None) -> tuple[dict[str
 
 
 def check_original(run_dir: Path, task: str) -> dict[str, Any]:
-    """The original's summary, after checking what the comparison reads: the status, every row
-    and column of ``metrics.csv``, every member (CRC) of the npz, none attnlab does not write. Raises
-    RunDirError (one line)."""
+    """The original's summary, after checking what the comparison reads: the status, every row and column
+    of ``metrics.csv``, every member (CRC) of the npz, none attnlab does not write. Raises RunDirError."""
     path = run_dir / safe_read.SUMMARY
     try:
         summary = safe_read.read_summary(run_dir)
@@ -119,13 +97,13 @@ def check_original(run_dir: Path, task: str) -> dict[str, Any]:
                "failed": f"says failed: {printable(summary.get('error'), 200)}"}.get(
             status, f"has unknown status {printable(repr(status), 60)}")
         raise safe_read.RunFileError(path, f"{why}; nothing to reproduce")
-    name, members = (safe_read.WALKTHROUGH, safe_read.WALKTHROUGH_MEMBERS) if task == "walkthrough" else (
-        safe_read.ATTENTION, safe_read.ATTENTION_MEMBERS)
-    if task != "walkthrough":
+    if task == "walkthrough":
+        name, members = safe_read.WALKTHROUGH, safe_read.WALKTHROUGH_MEMBERS
+    else:
         safe_read.read_run_metrics(run_dir)
-        metric_columns(run_dir)  # a column attnlab does not write is refused
-    archive = safe_read.NpzArchive(run_dir / name, members, root=run_dir, strict=True)  # and a member
-    with archive as npz:
+        verdict.metric_columns(run_dir)  # a column attnlab does not write is refused
+        name, members = safe_read.ATTENTION, safe_read.ATTENTION_MEMBERS
+    with safe_read.NpzArchive(run_dir / name, members, root=run_dir, strict=True) as npz:  # and a member
         npz.verify()
     return summary
 
@@ -135,19 +113,11 @@ def stamped(prefix: str) -> Path:
     return Path(f"{prefix}-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S.%f')}")
 
 
-def default_out(run_dir: Path) -> Path:
-    """``RUN_DIR-repro-<time>`` beside the run; for a sweep's job ``SWEEP_DIR-repro-<time>/JOB`` (a sweep
-    folder keeps only its own jobs)."""
-    sweep = run_dir.parent
-    in_sweep = (sweep / "multirun.yaml").is_file()
-    return stamped(f"{sweep}-repro") / run_dir.name if in_sweep else stamped(f"{run_dir}-repro")
-
-
 def prepare(run_dir: Path, out: Path | None, text_file: Path | None = None) -> tuple[Path, Path, DictConfig,
-                                                                                      dict[str, Any], Any]:
-    """``(run_dir resolved, out, the config to run, the original's summary, its tokens)`` after every check that needs
-    no torch: the config read as data and checked, the original's files, ``out`` (default
-    :func:`default_out`). Raises RunDirError / ConfigError / TokenizerError (one line); writes nothing."""
+                                                                                      dict[str, Any], dict, Any]:
+    """``(run_dir resolved, out, the config to run, as data, the original's summary, its tokens)`` after every check
+    that needs no torch; ``out`` defaults to ``RUN_DIR-repro-<time>`` beside the run, for a sweep's job
+    ``SWEEP_DIR-repro-<time>/JOB``. Raises RunDirError / ConfigError / TokenizerError; writes nothing."""
     if not Path(run_dir).is_dir():
         raise RunDirError(f"{printable(str(run_dir), 300)}: not a directory")
     run_dir = Path(run_dir).resolve()
@@ -157,105 +127,91 @@ def prepare(run_dir: Path, out: Path | None, text_file: Path | None = None) -> t
     except ConfigError as err:
         raise ConfigError(err.key, err.value, f"{err.allowed} (in {printable(str(source), 300)})") from None
     summary = check_original(run_dir, plain(cfg.task))
-    out = Path(out) if out is not None else default_out(run_dir)
-    if (problem := safe_read.output_problem(out, [run_dir])) is not None:
+    if out is None:
+        sweep = run_dir.parent
+        in_sweep = (sweep / "multirun.yaml").is_file()  # a sweep folder keeps only its own jobs
+        out = stamped(f"{sweep}-repro") / run_dir.name if in_sweep else stamped(f"{run_dir}-repro")
+    if (problem := safe_read.output_problem(Path(out), [run_dir])) is not None:
         raise RunDirError(problem)
     tokens = checks.validated_tokens(cfg)  # value and text checks (ConfigError / TokenizerError) before any folder
-    return run_dir, out, cfg, summary, tokens
+    return run_dir, Path(out), cfg, data, summary, tokens
 
 
 def rerun(run_dir: Path, out: Path, text_file: Path | None = None, draw: bool = False) -> Rerun | str:
-    """Re-run ``run_dir`` into ``out`` with this process's torch and kernels, and compare (in a worker of
-    :class:`Kernels`, or in-process): the :class:`~attnlab.saved.verdict.Rerun`, or one line saying why
-    it cannot be reproduced. ``draw``: figures, TensorBoard and the report page too. Never raises but
-    KeyboardInterrupt outside the training steps."""
+    """Re-run ``run_dir`` into ``out`` with this process's torch and kernels and compare: the :class:`Rerun`,
+    or one line saying why it cannot be reproduced. ``draw``: figures, TensorBoard and the report page too.
+    Never raises but KeyboardInterrupt outside the training steps."""
     try:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            return _rerun(Path(run_dir), Path(out), text_file, draw)
+            run_dir, out, cfg, data, summary, tokens = prepare(run_dir, out, text_file)
+            story = verdict.config_story(run_dir, data) if isinstance(summary.get("config"), dict) else []
+            if (recorded_threads := threads.for_reproduction(summary.get("versions"))) is not None:
+                cfg.threads = data["threads"] = recorded_threads  # the same reductions, the same bits
+            views = {"console": False} if draw else dict.fromkeys(("console", "figures", "tensorboard", "report"),
+                                                                   False)
+            for key, value in views.items():  # the verdict is the output; the numbers do not depend on the views
+                cfg.logging[key] = value
+            if isinstance(data.get("logging"), dict):
+                data["logging"] = {**data["logging"], **views}
+            rundir.claim(out, key="--out")  # new or empty, ours alone; the config it runs saved beside it
+            try:
+                (out / ".hydra").mkdir(parents=True, exist_ok=True)
+                artifacts.atomic_write_text(out / safe_read.CONFIG, yaml.safe_dump(data, sort_keys=False,
+                                                                                   allow_unicode=True))
+            except BaseException:
+                rundir.abandon(out)
+                raise
+            result = run_job(cfg, out, recorded={"reproduced_from": str(run_dir)}, tokens=tokens)
+            if result.bad_input:  # checked above: only a text file that changed since can get here
+                raise ConfigError("text_file", data.get("text_file"), result.error or "refused")
+            status = "interrupted" if result.late_signal is not None else result.status  # Ctrl-C after its last step
+            now = artifacts.environment(str(cfg.device))
+            diffs = verdict.compare_runs(run_dir, out) if status != "interrupted" else []
+            return Rerun(str(out), now["cpu_capability"], {k: now.get(k) for k in (*verdict.BITS, "torch_threads")},
+                         status, diffs, story)
     except AttnlabError as err:
         return printable(str(err), 1500)
     except Exception as err:  # still a row, naming it
         return printable(describe(err), 1500)
 
 
-def _rerun(run_dir: Path, out: Path, text_file: Path | None, draw: bool) -> Rerun:
-    run_dir, out, cfg, summary, tokens = prepare(run_dir, out, text_file)
-    data = saved_config(run_dir, text_file)[0]
-    story = config_story(run_dir, data) if isinstance(summary.get("config"), dict) else []
-    recorded_threads = threads.for_reproduction(summary.get("versions"))
-    if recorded_threads is not None:  # the recorded thread count: the same reductions, the same bits
-        cfg.threads = data["threads"] = recorded_threads
-    views = {"console": False} if draw else {"console": False, "figures": False, "tensorboard": False, "report": False}
-    for key, value in views.items():  # the verdict is the output; the numbers do not depend on the views
-        cfg.logging[key] = value
-    if isinstance(data.get("logging"), dict):
-        data["logging"] = {**data["logging"], **views}
-    rundir.claim(out, key="--out")  # new or empty, ours alone; the config it runs saved beside it
-    try:
-        (out / ".hydra").mkdir(parents=True, exist_ok=True)
-        artifacts.atomic_write_text(out / safe_read.CONFIG, yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
-    except BaseException:
-        rundir.abandon(out)
-        raise
-    result = run_job(cfg, out, recorded={"reproduced_from": str(run_dir)}, tokens=tokens)
-    if result.bad_input:  # checked above: only a text file that changed since can get here
-        raise ConfigError("text_file", data.get("text_file"), result.error or "refused")
-    if result.late_signal is not None:  # Ctrl-C after its last step: no verdict claimed, the batch stops
-        result = result._replace(status="interrupted")
-    now = artifacts.environment(str(cfg.device))
-    diffs = compare_runs(run_dir, out) if result.status != "interrupted" else []
-    return Rerun(str(out), now["cpu_capability"], {k: now.get(k) for k in (*BITS, "torch_threads")},
-                 result.status, diffs, story)
-
-
 def _use_kernels(kernels: str) -> None:
-    """A worker's initializer: torch loaded with ``kernels`` (``ATEN_CPU_CAPABILITY``, which torch reads
-    once as it loads; "" keeps this machine's); Ctrl-C between runs left to the command (a run records
-    its own). Raises RuntimeError when torch was loaded before (its kernels cannot change)."""
+    """A worker's initializer: torch loaded with ``kernels`` (``ATEN_CPU_CAPABILITY``, read once as torch
+    loads; "": this machine's); Ctrl-C left to the command. RuntimeError when torch was loaded before."""
     if "torch" in sys.modules:
         raise RuntimeError("torch was loaded before the kernels were chosen")
     if kernels:
         os.environ["ATEN_CPU_CAPABILITY"] = kernels.lower()
-    with contextlib.suppress(ValueError):
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     end_with_parent()  # a killed command leaves no worker behind
     import torch  # noqa: F401  (once per worker, while the others start)
 
 
-def capability() -> str:
-    """The kernels torch uses in this process (``DEFAULT``, ``AVX2``, ``AVX512``, ...)."""
-    import torch
-
-    return torch.backends.cpu.get_cpu_capability()
+@contextlib.contextmanager
+def _sigint_ignored():
+    """Ctrl-C ignored meanwhile: a worker started now inherits it from its first instruction."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 class Kernels:
-    """Worker processes by kernel setting: one pool per ``ATEN_CPU_CAPABILITY`` value a batch needs
-    other than this machine's own (torch starts once per worker, not once per run; one worker each);
-    this machine's own kernels run in this process, helped by ``extra`` workers of its own."""
+    """Worker processes by kernel setting: a pool per ``ATEN_CPU_CAPABILITY`` value a batch needs (torch
+    starts once per worker, not once per run; one worker each, ``workers`` for this machine's own, "")."""
 
     def __init__(self) -> None:
         self.pools: dict[str, ProcessPoolExecutor] = {}
 
-    def pool(self, kernels: str, workers: int = 1) -> ProcessPoolExecutor:
-        """The executor of ``kernels`` ("": this machine's own, in workers), started at its first use."""
+    def submit(self, kernels: str, fn, *args, workers: int = 1) -> Future:
+        """``fn(*args)`` in a worker of ``kernels``' pool (started at its first use); a Ctrl-C reaches only
+        the runs, which record it."""
         if kernels not in self.pools:
             self.pools[kernels] = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
                                                       initializer=_use_kernels, initargs=(kernels,))
-        return self.pools[kernels]
-
-    def submit(self, kernels: str, fn, *args, workers: int = 1) -> Future:
-        """``fn(*args)`` in a worker of ``kernels``' pool; a worker it starts ignores Ctrl-C from its first
-        instruction (the disposition is inherited), so a Ctrl-C reaches only the runs, which record it."""
-        pool = self.pool(kernels, workers)
-        try:
-            previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-        except ValueError:  # not the main thread: the workers' initializer ignores it
-            return pool.submit(fn, *args)
-        try:
-            return pool.submit(fn, *args)
-        finally:
-            signal.signal(signal.SIGINT, previous)
+        with _sigint_ignored():
+            return self.pools[kernels].submit(fn, *args)
 
     def shutdown(self, cancel: bool = False) -> None:
         for pool in self.pools.values():
@@ -268,19 +224,16 @@ def _rank(kernels: str) -> int:
 
 def verify(jobs_: Sequence[tuple[Path, Path]], text_file: Path | None = None, jobs: int = 1,
            draw: bool = False) -> list[Verdict]:
-    """The verdict on each ``(run dir, out)``, in order (:func:`attnlab.saved.verdict.decide`): each run
-    re-run with the kernels its summary.json recorded when this machine has them (DEFAULT, AVX2, AVX512
-    up to this CPU's own), else with this machine's own, then with each other kernel path here when
-    that differs. At most ``jobs`` processes: this one (this machine's kernels) and one worker per
-    other kernel setting, then more workers of this machine's kernels. Never raises but
-    KeyboardInterrupt before it starts (each run not finished then is ``interrupted``)."""
+    """The verdict on each ``(run dir, out)`` (:func:`attnlab.saved.verdict.decide`): re-run on the kernels it
+    recorded when this CPU has them, else on its own, then on each other kernel path here if that differs. At
+    most ``jobs`` processes: this one, a worker per other kernel setting, then more workers of this CPU's
+    kernels. Never raises but KeyboardInterrupt before it starts (a run not finished then is ``interrupted``)."""
     recorded: list[dict[str, Any]] = []
     for run_dir, _out in jobs_:
         try:
-            versions = safe_read.read_summary(run_dir).get("versions")
+            recorded.append(safe_read.read_summary(run_dir).get("versions") or {})  # a dict or null (type-checked)
         except AttnlabError:
-            versions = None
-        recorded.append(versions if isinstance(versions, dict) else {})
+            recorded.append({})
     machine = platform.machine()
     asked = [v.get("cpu_capability") if v.get("machine") == machine and v.get("cpu_capability") in KERNELS else ""
              for v in recorded]
@@ -304,12 +257,10 @@ def verify(jobs_: Sequence[tuple[Path, Path]], text_file: Path | None = None, jo
         reruns[i].append(result)
         if result.status == "interrupted":  # a Ctrl-C reached the run (here or in a worker): the batch stops
             raise KeyboardInterrupt
-        first = reruns[i][0]
-        same = any(all(recorded[i].get(k) == r.environment.get(k) for k in BITS) for r in reruns[i])
-        if (len(reruns[i]) == 1 and not same and first.diffs and first.status != "interrupted" and not first.story
-                and not any(d.rounding_cannot for d in first.diffs)):
+        if (len(reruns[i]) == 1 and result.diffs and not result.story and not result.made_like(recorded[i])
+                and not any(d.rounding_cannot for d in result.diffs)):
             for kernels in ("DEFAULT", *(k for k in KERNELS if 0 < _rank(k) < top), ""):
-                if (kernels or native) != first.kernels:  # every other kernel path here: is the original one?
+                if (kernels or native) != result.kernels:  # every other kernel path here: is the original one?
                     out = Path(f"{jobs_[i][1]}-{(kernels or native).lower()}")
                     if kernels:
                         submit(i, kernels, out)
@@ -322,7 +273,9 @@ def verify(jobs_: Sequence[tuple[Path, Path]], text_file: Path | None = None, jo
             if early and a == early:
                 submit(i, a, jobs_[i][1])
         with interrupts.deferred(), interrupts.shielded():  # a Ctrl-C never cuts torch's import short
-            native = capability()  # torch loaded here
+            import torch  # loaded here
+
+            native = torch.backends.cpu.get_cpu_capability()
             stopped = interrupts.requested()
         top = len(KERNELS) if capped else _rank(native)
         if stopped is not None:
@@ -346,32 +299,26 @@ def verify(jobs_: Sequence[tuple[Path, Path]], text_file: Path | None = None, jo
             for future in done:
                 take(futures.pop(future), future.result())
     except KeyboardInterrupt:
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the workers end their runs within a step
-        try:
+        with _sigint_ignored():  # the workers end their runs within a step
             pools.shutdown(cancel=True)
-        finally:
-            signal.signal(signal.SIGINT, previous)
-        return [Verdict(CANNOT, errors[i]) if i in errors else
-                Verdict(INTERRUPTED, _(STOPPED), [], str(out))
-                if not reruns[i] or any(r.status == "interrupted" for r in reruns[i]) else
-                decide(recorded[i], reruns[i], reruns[i][0].story) for i, (_run, out) in enumerate(jobs_)]
     except BaseException:  # no worker outlives the command
         pools.shutdown(cancel=True)
         raise
-    pools.shutdown()
-    return [Verdict(CANNOT, errors[i]) if i in errors else decide(recorded[i], reruns[i], reruns[i][0].story)
-            for i in range(len(jobs_))]
+    else:
+        pools.shutdown()
+    return [Verdict(CANNOT, errors[i]) if i in errors else verdict.decide(recorded[i], reruns[i], reruns[i][0].story)
+            if reruns[i] else Verdict(INTERRUPTED, _(STOPPED), [], str(out)) for i, (_run, out) in enumerate(jobs_)]
 
 
-def verdict_row(verdict: Verdict) -> dict[str, Any]:
-    """A verdict as a table row: ``verdict`` (its :data:`VERDICTS` key), ``differs`` (the quantities,
-    those no rounding makes first; or why it cannot be reproduced or decided), ``reproduction``."""
-    names = ", ".join(dict.fromkeys(d.quantity for d in verdict.diffs))
-    differs = names or (verdict.why if verdict.key in (CANNOT, INTERRUPTED) else None)
-    if verdict.key == UNDECIDED:
-        differs = f"{names}: {verdict.why}"
-    return {"verdict": verdict.key, "differs": printable(differs, 600) if differs else None,
-            "reproduction": verdict.out}
+def verdict_row(judged: Verdict) -> dict[str, Any]:
+    """A verdict as a table row: ``verdict`` (its :data:`VERDICTS` key), ``differs`` (the quantities, those
+    no rounding makes first; or why it cannot be reproduced or decided), ``reproduction``."""
+    names = ", ".join(dict.fromkeys(d.quantity for d in judged.diffs))
+    differs = names or (judged.why if judged.key in (CANNOT, INTERRUPTED) else None)
+    if judged.key == verdict.UNDECIDED:
+        differs = f"{names}: {judged.why}"
+    return {"verdict": judged.key, "differs": printable(differs, 600) if differs else None,
+            "reproduction": judged.out}
 
 
 def verdict_table(rows: Sequence[dict[str, Any]], out: Path) -> str:
@@ -387,11 +334,10 @@ def verdict_table(rows: Sequence[dict[str, Any]], out: Path) -> str:
 
 def reproduce_many(paths: Sequence[Path], out: Path | None, csv: Path | None, jobs: int, draw: bool = False,
                    force: bool = False, report: Path | None = None, against: Path | None = None) -> int:
-    """Every run under ``paths`` verified (:func:`verify`, reproductions in ``OUT/NAME``, default
-    ``PATH-repro-<time>`` for one PATH, else ``repro-<time>``); one verdict table sorted by student
-    (the run's ``name``, then its folder); ``report``: the class's page too (attnlab-report's, with a
-    verdict column and the keys that differ from the preset ``against``, else from most runs). Exit
-    status 1 when a run is not verified, else 0. Raises RunDirError / ConfigError (before any run)."""
+    """Every run under ``paths`` verified (:func:`verify`) into ``OUT/NAME`` (default ``PATH-repro-<time>``, or
+    ``repro-<time>`` for several PATHs); one verdict table sorted by student (``name``, then folder);
+    ``report``: the class's page too (keys differing from ``against``, else from most runs). Exit status 1 when
+    a run is not verified, else 0. Raises RunDirError / ConfigError before any run."""
     found = runs.named_runs(paths)
     out = out or stamped(f"{str(paths[0]).rstrip('/')}-repro" if len(paths) == 1 else "repro")
     read = [r for r, _, _ in found]
@@ -405,15 +351,12 @@ def reproduce_many(paths: Sequence[Path], out: Path | None, csv: Path | None, jo
         from attnlab.commands.compare import preset_config
 
         assignment = preset_config(against)
-    ready, verdicts = list(range(len(found))), {}  # each run is checked in its worker before it runs
-    interrupted = False
-    try:
-        done = verify([(found[k][0], out / found[k][1]) for k in ready], jobs=jobs, draw=draw)
+    try:  # each run is checked in its worker before it runs
+        verdicts, interrupted = verify([(r, out / name) for r, name, _root in found], jobs=jobs, draw=draw), False
     except KeyboardInterrupt:  # before any pool started
-        done, interrupted = [Verdict(INTERRUPTED, _(STOPPED))] * len(ready), True
-    verdicts.update(zip(ready, done))
+        verdicts, interrupted = [Verdict(INTERRUPTED, _(STOPPED))] * len(found), True
     rows = sorted(({"job": name, "name": runs.setting(runs.read_run(r, root).config, "name", str, None),
-                    **verdict_row(verdicts[k])} for k, (r, name, root) in enumerate(found)),
+                    **verdict_row(judged)} for judged, (r, name, root) in zip(verdicts, found)),
                   key=lambda row: (row["name"] is None, row["name"] or "", row["job"]))
     print(verdict_table(rows, out))
     if csv is not None:
@@ -426,21 +369,21 @@ def reproduce_many(paths: Sequence[Path], out: Path | None, csv: Path | None, jo
         print(_("report: {file}").format(file=printable(str(report), 300)))
     if interrupted or any(r["verdict"] == INTERRUPTED for r in rows):
         print(_("interrupted: the runs not verified say so"), file=sys.stderr)
-    return EXIT_DIFFERENT if any(r["verdict"] not in (EXACT, ROUNDING) for r in rows) else EXIT_SAME
+    return EXIT_SAME if all(r["verdict"] in verdict.REPRODUCED for r in rows) else EXIT_DIFFERENT
 
 
 def reproduce(run_dir: Path, out: Path | None = None, text_file: Path | None = None,
-              draw: bool = False) -> tuple[int, Verdict]:
-    """One run verified (:func:`verify`) into ``out`` (default :func:`default_out`): (exit status,
-    verdict). Raises RunDirError / ConfigError (one line) when it cannot be reproduced; notes to stderr."""
-    run_dir, out, cfg, summary, _tokens = prepare(run_dir, out, text_file)
+              draw: bool = False) -> int:
+    """One run verified (:func:`verify`) into ``out`` (default: beside it, :func:`prepare`): its verdict
+    printed, notes to stderr; the exit status. Raises RunDirError / ConfigError when it cannot be reproduced."""
+    run_dir, out, cfg, _data, summary, _tokens = prepare(run_dir, out, text_file)
     versions, now = summary.get("versions"), artifacts.environment(str(cfg.device))  # torch loads here
     if (recorded_threads := threads.for_reproduction(versions)) is not None:
         now = {**now, "torch_threads": recorded_threads}  # the reproduction runs with them
     notes = [] if recorded_threads is not None else [
         _("warning: summary.json records no torch_threads; running with threads=auto (losses may differ "
           "in the last bits)")]
-    notes += environment_differences(versions, now)
+    notes += verdict.environment_differences(versions, now)
     if cfg.model.dropout > 0:
         notes.append(_("note: model.dropout={dropout}: the dropout masks are drawn from seed={seed}, so they repeat "
                        "bit for bit with the same torch and machine").format(dropout=cfg.model.dropout, seed=cfg.seed))
@@ -449,10 +392,12 @@ def reproduce(run_dir: Path, out: Path | None = None, text_file: Path | None = N
                        "and compares the recorded steps").format(n=summary.get("steps_run"), steps=cfg.train.steps))
     for line in notes:
         print(line, file=sys.stderr)
-    verdict = verify([(run_dir, out)], text_file, 1, draw)[0]
-    if verdict.key == CANNOT:
-        raise RunDirError(verdict.why)
-    return (EXIT_SAME if verdict.key in (EXACT, ROUNDING) else EXIT_DIFFERENT), verdict
+    judged = verify([(run_dir, out)], text_file, 1, draw)[0]
+    if judged.key == CANNOT:
+        raise RunDirError(judged.why)
+    print(verdict.format_verdict(judged))
+    print(_("reproduction: {folder}").format(folder=printable(display_path(Path(judged.out)), 300)))
+    return EXIT_SAME if judged.key in verdict.REPRODUCED else EXIT_DIFFERENT
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -496,16 +441,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if many:
             return reproduce_many(args.paths, args.out, args.csv, args.jobs, args.artifacts, args.force, args.report,
                                   args.against)
-        code, verdict = reproduce(args.paths[0], args.out, args.text_file, args.artifacts)
+        return reproduce(args.paths[0], args.out, args.text_file, args.artifacts)
     except AttnlabError as err:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
         print(_("error: {message}").format(message=printable(str(err), 1500)), file=sys.stderr)
         return EXIT_NOT_A_RUN
-    print(format_verdict(verdict))
-    if verdict.out is not None:  # relative below cwd
-        print(_("reproduction: {folder}").format(folder=printable(display_path(Path(verdict.out)), 300)))
-    return code
 
 
 def console_main() -> None:

@@ -1,5 +1,5 @@
-"""Sweeps: job folder names (``hydra.sweep.subdir``, e.g. ``0_model.d_model=6``), and the table
-printed at the end of every multirun, read back from disk as ``attnlab-compare`` reads it."""
+"""Sweeps: job folder names (``hydra.sweep.subdir``, e.g. ``0_model.d_model=6``) and the table printed
+at the end of every multirun, read from disk as ``attnlab-compare`` reads it."""
 from __future__ import annotations
 
 import hashlib
@@ -47,10 +47,8 @@ def job_dirname(num: Any, override_dirname: Any = "") -> str:
 
 
 def name_by_swept_keys(config: DictConfig) -> None:
-    """Make the jobs of the sweep ``config`` (Hydra's, at the multirun's start) name their folders by the
-    keys that vary only: the keys of the overrides that take one value in every job (``seed=1``, not
-    ``a=1,2`` or ``range(...)``) join Hydra's ``override_dirname.exclude_keys``, by an override every
-    job's config is composed with."""
+    """Make the jobs of the sweep ``config`` (Hydra's, at its start) name their folders by the keys that vary:
+    the keys of the overrides with one value (``seed=1``) join Hydra's ``override_dirname.exclude_keys``."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     typed = OverridesParser.create().parse_overrides(OmegaConf.to_container(config.hydra.overrides.task))
@@ -61,30 +59,27 @@ def name_by_swept_keys(config: DictConfig) -> None:
                                             + ",".join(f"'{key}'" for key in dict.fromkeys(excluded)) + "]")
 
 
-def summarize(sweep_dir: Path, print_table: bool = True) -> int:
+def summarize(sweep_dir: Path) -> int:
     """Print the jobs' table of ``sweep_dir`` and write ``summary.csv`` in it (one row per job folder,
-    also one that cannot be read). Returns the sweep's exit status: 1 when a job did not complete, has a
-    file that cannot be read, or there is no job, else 0."""
-    sweep_dir = Path(sweep_dir)
-    rows = collect_rows([sweep_dir], sweep_end=True)
+    also one that cannot be read). Returns 1 when a job did not complete, has a file that cannot be
+    read, or there is no job, else 0."""
+    rows = collect_rows([Path(sweep_dir)], sweep_end=True)
     if not rows:
         print(f"sweep summary: no job folders under {sweep_dir}", file=sys.stderr)
         return EXIT_SOME_JOBS_FAILED
-    csv_path = sweep_dir / "summary.csv"
+    csv_path = Path(sweep_dir) / "summary.csv"
     write_csv(rows, csv_path)
     bad = [r for r in rows if r["status"] != "completed"]
     damaged = [r for r in rows if r["status"] == "completed" and broken(r)]
-    if print_table:
-        print()
-        print(format_table(rows, table_columns(rows)))
-        if line := distribution(rows):
-            print(line)
-        if text := answer(rows):
-            print("\n" + text)
-        statuses = ", ".join(sorted({printable(r["status"], 40) for r in bad}))
-        print("\n" + (_("1 job") if len(rows) == 1 else _("{n} jobs")).format(n=len(rows))
-              + _(", {n} completed").format(n=len(rows) - len(bad))
-              + (_(" ({n} with files that cannot be read)").format(n=len(damaged)) if damaged else "")
-              + (_(", {n} not completed ({statuses})").format(n=len(bad), statuses=statuses) if bad else "")
-              + _("; summary: {path}").format(path=csv_path), flush=True)
+    print("\n" + format_table(rows, table_columns(rows)))
+    if line := distribution(rows):
+        print(line)
+    if text := answer(rows):
+        print("\n" + text)
+    statuses = ", ".join(sorted({printable(r["status"], 40) for r in bad}))
+    print("\n" + (_("1 job") if len(rows) == 1 else _("{n} jobs")).format(n=len(rows))
+          + _(", {n} completed").format(n=len(rows) - len(bad))
+          + (_(" ({n} with files that cannot be read)").format(n=len(damaged)) if damaged else "")
+          + (_(", {n} not completed ({statuses})").format(n=len(bad), statuses=statuses) if bad else "")
+          + _("; summary: {path}").format(path=csv_path), flush=True)
     return EXIT_SOME_JOBS_FAILED if bad or damaged else 0

@@ -210,8 +210,7 @@ def _size(n_bytes: float) -> str:
 
 
 def available_memory() -> int | None:
-    """Bytes of physical memory (``os.sysconf``: Linux, macOS), else None: the standard library has no
-    call for it on Windows, where the memory check is skipped (docs/compat.md)."""
+    """Bytes of physical memory (``os.sysconf``: Linux, macOS); None on Windows, where the check is skipped."""
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
@@ -219,9 +218,9 @@ def available_memory() -> int | None:
 
 
 def gpt_parameters(cfg: DictConfig, vocab_size: int, context: int) -> int:
-    """How many numbers a GPT of ``cfg.model`` (``n_layers`` >= 1) has (:func:`attnlab.core.model.build_gpt`,
-    exactly; nothing built): the token and position tables, per block two LayerNorms, W_query, W_key,
-    W_value (and their biases), W_out, W_fc and W_proj with biases, then ln_f and the next-token head."""
+    """The exact number of parameters of :func:`attnlab.core.model.build_gpt` for ``cfg.model``, nothing built:
+    the token and position tables; per block 2 LayerNorms, W_query, W_key, W_value (biases), W_out, W_fc and
+    W_proj with biases; ln_f and the head."""
     m = cfg.model
     d, h, qkv = m.d_model, m.n_heads, 2 * m.d_k + m.d_v
     f = m.d_ff or 4 * d
@@ -230,38 +229,35 @@ def gpt_parameters(cfg: DictConfig, vocab_size: int, context: int) -> int:
 
 
 def memory_estimate(cfg: DictConfig, seq_len: int, vocab_size: int) -> dict[str, float]:
-    """Bytes a run needs by part, float32, a lower bound: the (vocab, d_model) table; the attention
-    weights with gradients and two Adam moments; the next-token head and its (T, vocab) logits;
-    activations (X, Q, K, V, Z, the (H, T, T) scores and weights, forward and backward). A GPT
-    (``model.n_layers`` >= 1): its parameters (:func:`gpt_parameters`) with gradients and two Adam moments,
-    and per step the activations of ``train.batch_size`` windows of ``model.context`` tokens in every
-    block (the MLP's d_ff, the (H, T, T) weights) and their (T, vocab) logits; a generation needs less."""
+    """Bytes a run needs by part, float32, a lower bound. The tutorial's layer: the (vocab, d_model) table,
+    the attention's weights with gradients and two Adam moments, the next-token head with its (T, vocab)
+    logits, the activations (X, Q, K, V, Z, (H, T, T) scores and weights). A GPT: its parameters with
+    gradients and two Adam moments; each block's activations and the logits of a batch of windows."""
     m, t = cfg.model, seq_len
     if m.n_layers:
-        c, b, f = corpus_split(cfg, seq_len)[1], cfg.train.batch_size, m.d_ff or 4 * m.d_model
+        c, b, f = recorded_window(cfg, seq_len), cfg.train.batch_size, m.d_ff or 4 * m.d_model
         per_token = m.n_layers * (8 * m.d_model + 3 * m.n_heads * (2 * m.d_k + m.d_v) + 2 * f + 3 * m.n_heads * c)
         return {"parameters": FLOAT32_BYTES * 4 * gpt_parameters(cfg, vocab_size, c),
                 "activations": FLOAT32_BYTES * b * c * per_token,
                 "logits": FLOAT32_BYTES * 3 * b * c * vocab_size}
-    next_token = _predicts_tokens(cfg)
     return {
         "token_embedding": FLOAT32_BYTES * vocab_size * m.d_model,
         "attention": FLOAT32_BYTES * 4 * m.n_heads * m.d_model * (2 * m.d_k + m.d_v + (m.d_v if out_proj(cfg) else 0)),
-        "next_token_head": FLOAT32_BYTES * (4 * vocab_size * m.d_model + 3 * t * vocab_size) if next_token else 0,
+        "next_token_head": FLOAT32_BYTES * (4 * vocab_size * m.d_model + 3 * t * vocab_size)
+        if _predicts_tokens(cfg) else 0,
         "activations": FLOAT32_BYTES * (6 * m.n_heads * t * t + t * (4 * m.d_model + 4 * m.n_heads * (m.d_k + m.d_v))),
     }
 
 
 def disk_estimate(cfg: DictConfig, seq_len: int, vocab_size: int = 0) -> dict[str, float]:
-    """Bytes a training run writes at most, by file: a row per step, a (H, T, T) float32 per snapshot
-    and block (T: a GPT's ``model.context``), a GPT's ``model.npz`` (its parameters, float32), and
-    ``summary.json`` (its focus per head and block, the generated tokens)."""
+    """Bytes a training run writes at most, by file: a row per step, an (H, T, T) float32 per snapshot and
+    block, a GPT's float32 parameters, summary.json's focus per head and block and generated tokens."""
     n_snaps, steps, m = len(snapshot_steps(cfg.train)), cfg.train.steps, cfg.model
-    t = corpus_split(cfg, seq_len)[1] if m.n_layers else seq_len
+    t = recorded_window(cfg, seq_len)
     heads = (m.n_heads + 1) * (1 + m.n_layers)  # each head and their mean, for each block
     generated = cfg.analysis.max_new_tokens if cfg.analysis.prompt is not None else 0
     parts = {"metrics.csv": (len(str(steps - 1)) + LOSS_CHARS + 2) * steps,
-             "attention.npz": (FLOAT32_BYTES * n_snaps * m.n_heads * t * t * (1 + m.n_layers)  # a GPT's layers too
+             "attention.npz": (FLOAT32_BYTES * n_snaps * m.n_heads * t * t * (1 + m.n_layers)
                                + t * (4 * TOKEN_CHARS + 8) + 8 * n_snaps + 64 * 1024),
              "summary.json": (SUMMARY_BASE + heads * (SUMMARY_PER_HEAD + SUMMARY_PER_HEAD_TOKEN * t)
                               + SUMMARY_PER_NEW_TOKEN * generated)}
@@ -274,9 +270,10 @@ def disk_estimate(cfg: DictConfig, seq_len: int, vocab_size: int = 0) -> dict[st
 
 
 def resources(cfg: DictConfig, seq_len: int, vocab_size: int, run_dir: Path | None = None) -> None:
-    """ConfigError naming the key that makes it large, before anything is built, when the run needs
-    more memory or threads than the machine has, draws or prints more than the limits above, or
-    (into ``run_dir``) writes a file past its readers' limit (:mod:`attnlab.core.files`) or the free disk."""
+    """ConfigError naming the key that makes it large, before anything is built, when the run needs more
+    memory or threads than the machine has, draws or prints more than the limits above, or (into ``run_dir``)
+    writes a file past its readers' limit (:mod:`attnlab.core.files`), a report page past its budget or
+    more than the free disk."""
     need = memory_estimate(cfg, seq_len, vocab_size)
     available = available_memory()
     if available is not None and sum(need.values()) > available:
@@ -296,9 +293,8 @@ def resources(cfg: DictConfig, seq_len: int, vocab_size: int, run_dir: Path | No
             n=THREADS_PER_CPU, cpus=cpus))
     if plain(cfg.task) != "train":
         return
-    h, n_snaps, lg = cfg.model.n_heads, len(snapshot_steps(cfg.train)), cfg.logging
-    drawn = (n_snaps * (h + (h > 1) + cfg.model.n_layers)  # at most: each head, the mean, each GPT block
-             * (lg.figures + (lg.tensorboard and lg.images)))
+    h, n_snaps, lg, layers = cfg.model.n_heads, len(snapshot_steps(cfg.train)), cfg.logging, cfg.model.n_layers
+    drawn = n_snaps * (h + (h > 1) + layers) * (lg.figures + (lg.tensorboard and lg.images))  # heads, mean, blocks
     for amount, limit, what in (
             (drawn, MAX_HEATMAPS, N_("about {amount:,} heatmaps to draw (figures and TensorBoard images), more "
                                      "than {limit:,}: fewer heads or snapshots, or logging.figures=false "
@@ -309,8 +305,7 @@ def resources(cfg: DictConfig, seq_len: int, vocab_size: int, run_dir: Path | No
             raise ConfigError("model.n_heads", h, _(what).format(amount=amount, limit=limit))
     if run_dir is None:
         return
-    disk = disk_estimate(cfg, seq_len, vocab_size)
-    t, layers = (corpus_split(cfg, seq_len)[1] if cfg.model.n_layers else seq_len), cfg.model.n_layers
+    disk, t = disk_estimate(cfg, seq_len, vocab_size), recorded_window(cfg, seq_len)
     for file, limit, key, value in (("metrics.csv", METRICS_LIMIT, "train.steps", cfg.train.steps),
                                     ("attention.npz", NPZ_LIMIT, "train.snapshot_steps",
                                      f"{n_snaps} snapshots of {h} head(s) x {t} x {t} tokens"

@@ -41,7 +41,7 @@ class Objective(str, Enum):
     next_token = "next_token"  # cross-entropy of the next token id through a linear head (GPT's objective)
 
 
-# what each objective's loss is, as loss axes and pages name it (attnlab.core.model.mse, next_token_cross_entropy)
+# each objective's loss as axes and pages name it
 LOSS_NAMES = {Objective.mse.value: "MSE", Objective.next_token.value: "cross-entropy, nats"}
 
 
@@ -51,8 +51,7 @@ def objective_of(config: Any) -> Any:
 
 
 def loss_name(objectives: Any) -> str | None:
-    """"MSE" or "cross-entropy, nats" for runs with these ``train.objective`` values (None = mse);
-    None when they differ or one is not attnlab's."""
+    """"MSE" or "cross-entropy, nats" for these ``train.objective`` values (None: mse); None when they differ."""
     names = {LOSS_NAMES.get(Objective.mse.value if o is None else o) if isinstance(o, (str, type(None))) else None
              for o in objectives}
     return names.pop() if len(names) == 1 else None
@@ -199,9 +198,9 @@ LEARNING_PHASE = (20, 50, 100)  # §5's own early steps: its attention focuses b
 
 
 def snapshot_steps(train: Any) -> list[int]:
-    """``train``'s snapshot steps (a config node or dict), sorted: ``snapshot_steps``; else 0, N, 2N, ...
-    and the last for ``snapshot_every`` = N; else :data:`SNAPSHOT_FRACTIONS` of the run and the
-    :data:`LEARNING_PHASE` steps it has (5000 steps: 0, 20, 50, 100, 500, 1250, 2500, 4999; ≤ 8)."""
+    """``train``'s snapshot steps, sorted: ``snapshot_steps``; else 0, N, 2N, ... and the last for
+    ``snapshot_every`` = N; else :data:`SNAPSHOT_FRACTIONS` of the run and the :data:`LEARNING_PHASE`
+    steps it has (5000 steps: 0, 20, 50, 100, 500, 1250, 2500, 4999)."""
     listed, every, steps = (train.get(k) for k in ("snapshot_steps", "snapshot_every", "steps"))
     if listed is not None:
         return sorted(set(listed))
@@ -212,8 +211,7 @@ def snapshot_steps(train: Any) -> list[int]:
 
 
 def walk(data: Any) -> Iterator[tuple[str, Any]]:
-    """(key path, value) of every node of plain data, depth first: ``("", data)``, ``("a", ...)``,
-    ``("a.b[0]", ...)``."""
+    """(key path, value) of every node of plain data, depth first: ``("", data)``, ``("a.b[0]", ...)``."""
     stack = [("", data)]
     while stack:
         key, value = stack.pop()
@@ -243,8 +241,7 @@ def schema_keys() -> frozenset[str]:
 
 
 def did_you_mean(key: str) -> str | None:
-    """The config key (:func:`schema_keys`, or a group: ``optimizer``) closest to a misspelled ``key``
-    (:func:`difflib.get_close_matches`), or None when none is close."""
+    """The config key or group (:func:`schema_keys`) closest to a misspelled ``key``, or None."""
     import difflib
 
     known = schema_keys() | {k.split(".", 1)[0] for k in schema_keys()}
@@ -266,9 +263,9 @@ def literal(data: Any) -> Any:
 
 
 def resolve(cfg: DictConfig) -> dict:
-    """``cfg`` as plain resolved data (enums as strings, a null ``train.snapshot_steps`` filled with
-    the steps taken unless ``snapshot_every`` is set). ConfigError naming the key for a key the schema
-    lacks (``+key=value``) or an interpolation that cannot be resolved (missing, recursive, unset env)."""
+    """``cfg`` as plain resolved data (enums as strings, a null ``train.snapshot_steps`` filled in unless
+    ``snapshot_every`` is set). ConfigError naming the key the schema lacks (``+key=value``) or an
+    interpolation that cannot be resolved (missing, recursive, unset env)."""
     from omegaconf.errors import OmegaConfBaseException
 
     raw = OmegaConf.to_container(cfg, resolve=False, enum_to_str=True)
@@ -303,9 +300,9 @@ GROUP_HINT = ("is a section of keys, not a value: a config group option such as 
 
 
 def apply_schema(cfg: Any) -> DictConfig:
-    """``cfg`` (composed, or a saved ``.hydra/config.yaml`` as data) merged onto :class:`Config`,
-    ``optimizer`` onto the shipped schema its ``_target_`` names; nothing instantiated. Raises
-    ConfigError for a section given a value, another ``_target_``, an unknown key or a wrong type."""
+    """``cfg`` (composed, or a saved ``.hydra/config.yaml``) typed by :class:`Config`, ``optimizer`` by the
+    schema its ``_target_`` names. ConfigError for a section given a value, another ``_target_``, an unknown
+    key or a wrong type."""
     from omegaconf.errors import OmegaConfBaseException
 
     if not isinstance(cfg, DictConfig):

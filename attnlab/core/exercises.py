@@ -1,5 +1,5 @@
 """Measured answers to the tutorial's exercises (§8) for summary.json: :func:`observe`. Exercise 4
-(lr x steps) reads ``final_loss`` and ``steps_to_threshold``; :mod:`attnlab.saved.exercise_columns`
+(lr x steps) reads ``final_loss`` and ``steps_to_threshold``; :func:`attnlab.saved.columns.observed_cells`
 turns them into table cells."""
 from __future__ import annotations
 
@@ -27,9 +27,9 @@ def max_abs_weight_minus_uniform(weights: np.ndarray) -> float:
 
 
 def row_matching(ids_a: Sequence[int], ids_b: Sequence[int]) -> list[int] | None:
-    """A permutation ``perm`` with ``ids_b[i] == ids_a[perm[i]]`` for every i (repeated ids are
-    matched in order), or None when ``ids_b`` is not a reordering of ``ids_a``."""
-    if len(ids_a) != len(ids_b) or sorted(ids_a) != sorted(ids_b):
+    """``perm`` with ``ids_b[i] == ids_a[perm[i]]`` (repeated ids matched in order), or None when ``ids_b``
+    is not a reordering of ``ids_a``."""
+    if sorted(ids_a) != sorted(ids_b):
         return None
     free: dict[int, list[int]] = {}
     for pos, t in enumerate(ids_a):
@@ -38,12 +38,10 @@ def row_matching(ids_a: Sequence[int], ids_b: Sequence[int]) -> list[int] | None
 
 
 def permutation_check(cfg: DictConfig, tokens: Tokens | None = None) -> dict[str, Any]:
-    """Exercise 5: the job's initial parameters on ``sentence`` (A) and ``analysis.compare_sentence``
-    (B): are B's context vectors A's rows permuted? ``permutation``: row i of Z_B is row
-    ``permutation[i]`` of Z_A; ``z_max_abs_diff`` = max |Z_B - Z_A[permutation]| (~1e-7 without
-    positions: self-attention is permutation-equivariant), ``x_max_abs_diff`` the same for X
-    (None when B does not reorder A's ids); ``tokens``: A's, when the caller has them. ConfigError /
-    TokenizerError when B cannot be tokenized."""
+    """Exercise 5: the job's initial parameters on ``sentence`` (A, its ``tokens``) and
+    ``analysis.compare_sentence`` (B): row i of Z_B is row ``permutation[i]`` of Z_A?
+    ``z_max_abs_diff`` = max |Z_B - Z_A[permutation]| (~1e-7 without positions: self-attention is
+    permutation-equivariant), ``x_max_abs_diff`` the same for X; None when B does not reorder A's ids."""
     import torch
 
     from attnlab.core import tokenizer
@@ -77,10 +75,9 @@ def permutation_check(cfg: DictConfig, tokens: Tokens | None = None) -> dict[str
 
 def observe(cfg: DictConfig, token_ids: Sequence[int], labels: Sequence[str],
             arrays: dict[str, np.ndarray] | None = None, tokens: Tokens | None = None) -> dict[str, Any]:
-    """For a job on ``token_ids`` (T,): ``n_tokens`` and ``token_table`` (exercise 2); with the
-    walkthrough's ``arrays`` (None: training) ``shapes`` (exercise 1) and ``max_abs_weight_minus_uniform``
-    (exercise 3, 0 = uniform); with ``analysis.compare_sentence`` ``permutation_check`` (exercise 5) on the
-    job's ``tokens``."""
+    """For a job on ``token_ids`` (T,): ``n_tokens``, ``token_table`` (exercise 2); with the walkthrough's
+    ``arrays`` ``shapes`` (exercise 1) and ``max_abs_weight_minus_uniform`` (exercise 3, 0 = uniform); with
+    ``analysis.compare_sentence`` ``permutation_check`` (exercise 5) on the job's ``tokens``."""
     out: dict[str, Any] = {"n_tokens": len(token_ids), "token_table": token_table(token_ids, labels)}
     if arrays is not None:
         out["shapes"] = {k: list(arrays[k].shape) for k in STAGES if k in arrays}

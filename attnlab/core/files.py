@@ -6,6 +6,7 @@ Errors: :class:`RunFileError` (one line ``<file>: <reason>``), :class:`MissingRu
 from __future__ import annotations
 
 import io
+import itertools
 import os
 import re
 import stat
@@ -47,8 +48,7 @@ def counters() -> dict[str, int]:
 
 
 def reset_counters() -> None:
-    for k in _counters:
-        _counters[k] = 0
+    _counters.update(dict.fromkeys(_counters, 0))
 
 
 class RunFileError(RunDirError):
@@ -72,25 +72,18 @@ def printable(text: Any, limit: int = TEXT_LIMIT) -> str:
     line separators, BOM and lone surrogates as ``\\x1b``-style escapes; cut to ``limit`` characters,
     ending ``…[+N chars]`` (N not shown)."""
     text = str(text)
-    out: list[str] = []  # one piece per character shown
-    width = 0
-    for ch in text[: limit + 1]:
-        piece = ch.encode("unicode_escape").decode("ascii") if _UNSAFE.match(ch) else ch
-        if width + len(piece) > limit:
-            break
-        out.append(piece)
-        width += len(piece)
-    if len(out) == len(text):
-        return "".join(out)
-    return "".join(out) + f"…[+{len(text) - len(out)} chars]"
+    pieces = [ch.encode("unicode_escape").decode("ascii") if _UNSAFE.match(ch) else ch for ch in text[: limit + 1]]
+    shown = sum(1 for width in itertools.accumulate(map(len, pieces)) if width <= limit)  # characters shown
+    cut = "" if shown == len(text) else f"…[+{len(text) - shown} chars]"
+    return "".join(pieces[:shown]) + cut
 
 
-_KINDS = [(stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
-          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISLNK, "a symbolic link")]
+_KINDS = {"d": "a directory", "p": "a FIFO (named pipe)", "s": "a socket", "c": "a character device",
+          "b": "a block device", "l": "a symbolic link"}  # by stat.filemode's first letter
 
 
 def _kind(mode: int) -> str:
-    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+    return _KINDS.get(stat.filemode(mode)[0], "not a regular file")
 
 
 class _BoundedFile(io.FileIO):
@@ -109,52 +102,44 @@ class _BoundedFile(io.FileIO):
         _counters["bytes_read"] += len(data)
         return data
 
-    def readall(self) -> bytes:
-        return self.read(-1)
-
-    def readinto(self, b) -> int:
-        data = self.read(len(memoryview(b)))
-        memoryview(b).cast("B")[: len(data)] = data
-        return len(data)
-
 
 _BINARY = getattr(os, "O_BINARY", 0)  # (Windows) no newline translation
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # (POSIX) a FIFO never blocks the open
-# openat: each component opened relative to its folder's descriptor, no link followed (POSIX); else
-# (Windows) each component lstat-ed, the file's real path checked, the descriptor matched to the lstat
-_OPENAT = (os.open in os.supports_dir_fd and os.stat in os.supports_dir_fd
-           and all(hasattr(os, f) for f in ("O_NOFOLLOW", "O_DIRECTORY")))
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+# (POSIX) each component opened relative to its folder's descriptor: no race can slip a link in
+_OPENAT = bool(os.open in os.supports_dir_fd and _NOFOLLOW and hasattr(os, "O_DIRECTORY"))
 
 
 def open_run_file(path: Path, limit: int, *, root: Path | None = None) -> _BoundedFile:
-    """``path`` (inside the run dir ``root``, default its folder) open for binary reading, never
-    past the size checked here. No link is followed: on POSIX the path is opened component by
-    component with ``openat`` (``O_NOFOLLOW``); elsewhere (Windows) every component is ``lstat``-ed,
-    the file's real path must lie inside the run dir's and the opened descriptor must be the file
-    ``lstat`` saw. RunFileError, before a byte is read, for a link (or junction) on the way, anything
-    but a regular file, more than one hard link or more than ``limit`` bytes; MissingRunFile."""
+    """``path`` (inside the run dir ``root``, default its folder) open for binary reading, never past the
+    size checked here: every component ``lstat``-ed (on POSIX relative to its folder's descriptor, opened
+    ``O_NOFOLLOW``), the opened file the one ``lstat`` saw, elsewhere its real path inside the run dir's.
+    RunFileError, before a byte is read, for a link (or junction) on the way, anything but a regular file,
+    more than one hard link or more than ``limit`` bytes; MissingRunFile."""
     shown = Path(path)
     root = shown.parent if root is None else Path(root)
     try:
-        parts = list(shown.relative_to(root).parts)
+        parts = shown.relative_to(root).parts
     except ValueError:
         raise RunFileError(shown, f"not inside the run dir {printable(str(root), 300)}") from None
     if not parts or any(p in ("..", ".", "") for p in parts):
         raise RunFileError(shown, "not a file path inside the run dir")
+    fd = None  # (POSIX) the folder reached, then the file
     try:
-        dir_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY) if _OPENAT else -1
-        if not _OPENAT and not stat.S_ISDIR(os.stat(root).st_mode):
-            raise NotADirectoryError(20, "Not a directory")
-    except FileNotFoundError:
-        raise MissingRunFile(shown, f"missing (no folder {printable(str(root), 300)})") from None
-    except OSError as err:
-        raise RunFileError(shown, f"run dir cannot be opened ({type(err).__name__}: {err.strerror})") from None
-    try:
+        try:
+            if _OPENAT:
+                fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+            elif not stat.S_ISDIR(os.stat(root).st_mode):
+                raise NotADirectoryError(20, "Not a directory")
+        except FileNotFoundError:
+            raise MissingRunFile(shown, f"missing (no folder {printable(str(root), 300)})") from None
+        except OSError as err:
+            raise RunFileError(shown, f"run dir cannot be opened ({type(err).__name__}: {err.strerror})") from None
         for i, part in enumerate(parts):
             last = i == len(parts) - 1
-            here = root.joinpath(*parts[: i + 1])
+            name = part if _OPENAT else root.joinpath(*parts[: i + 1])
             try:
-                st = os.stat(part, dir_fd=dir_fd, follow_symlinks=False) if _OPENAT else os.lstat(here)
+                st = os.lstat(name, dir_fd=fd)
             except FileNotFoundError:
                 raise MissingRunFile(shown, "missing" if last else f"missing (no folder {printable(part)})") from None
             except OSError as err:
@@ -166,37 +151,24 @@ def open_run_file(path: Path, limit: int, *, root: Path | None = None) -> _Bound
                 raise RunFileError(shown, f"{printable(part)} is {_kind(st.st_mode)}, not a folder")
             if last and not stat.S_ISREG(st.st_mode):
                 raise RunFileError(shown, f"is {_kind(st.st_mode)}, not a regular file (refused)")
-            if not _OPENAT:
-                continue
-            flags = os.O_RDONLY | os.O_NOFOLLOW | _NONBLOCK | (0 if last else os.O_DIRECTORY)
-            try:
-                fd = os.open(part, flags, dir_fd=dir_fd)
-            except OSError as err:  # ELOOP: swapped for a link since the stat
-                raise RunFileError(shown, f"cannot be opened ({type(err).__name__}: {err.strerror})") from None
-            os.close(dir_fd)
-            dir_fd = fd
-        if not _OPENAT:
-            dir_fd = _open_checked(shown, root, here, st)
-        fd, dir_fd = dir_fd, -1
-    finally:
-        if dir_fd >= 0:
-            os.close(dir_fd)
+            if _OPENAT or last:
+                flags = os.O_RDONLY | _BINARY | _NONBLOCK | _NOFOLLOW | (0 if last else os.O_DIRECTORY)
+                try:
+                    opened = os.open(name, flags, dir_fd=fd)
+                except OSError as err:  # ELOOP: swapped for a link since the lstat
+                    raise RunFileError(shown, f"cannot be opened ({type(err).__name__}: {err.strerror})") from None
+                if fd is not None:
+                    os.close(fd)
+                fd = opened
+        if not os.path.samestat(os.fstat(fd), st):
+            raise RunFileError(shown, "was replaced while it was opened (refused)")
+        if not _OPENAT and not Path(os.path.realpath(shown)).is_relative_to(os.path.realpath(root)):
+            raise RunFileError(shown, "leads outside the run dir (refused: a run dir holds no links)")
+    except BaseException:
+        if fd is not None:
+            os.close(fd)
+        raise
     return _checked(fd, shown, limit)
-
-
-def _open_checked(shown: Path, root: Path, path: Path, seen: os.stat_result) -> int:
-    """(Windows) ``path``, whose components were just ``lstat``-ed, opened: its real path inside
-    ``root``'s and the descriptor's file the one ``lstat`` saw (``seen``), else RunFileError."""
-    if not Path(os.path.realpath(path)).is_relative_to(os.path.realpath(root)):
-        raise RunFileError(shown, "leads outside the run dir (refused: a run dir holds no links)")
-    try:
-        fd = os.open(path, os.O_RDONLY | _BINARY | _NONBLOCK)
-    except OSError as err:
-        raise RunFileError(shown, f"cannot be opened ({type(err).__name__}: {err.strerror})") from None
-    if not os.path.samestat(os.fstat(fd), seen):
-        os.close(fd)
-        raise RunFileError(shown, "was replaced while it was opened (refused)")
-    return fd
 
 
 def _checked(fd: int, shown: Path, limit: int, own: bool = False) -> _BoundedFile:

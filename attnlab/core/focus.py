@@ -9,8 +9,7 @@ import numpy as np
 from attnlab.core.records import RunInfo, Sink, Snapshot
 from attnlab.core.tokenizer import show
 
-# uniform: max − min of a row below half the third decimal tables print, so every key shows 1/T
-# there (tutorial §4: 0.167 each) and naming the argmax of that tie would claim a focus not shown
+# a row is uniform when max − min is below half the third decimal tables print: every key shows 1/T
 UNIFORM_SPREAD = 5e-4
 FOCUS_THRESHOLD = 0.9  # "focused": the focus token gives its strongest key more than this weight
 
@@ -32,21 +31,14 @@ def _as_weights(weights: np.ndarray, dtype: type | None = np.float64) -> np.ndar
 def _query_row(weights: np.ndarray, query: int) -> np.ndarray:
     """Row ``query`` of ``weights`` (..., T, T) as float64 (..., T), converting only that row."""
     w = _as_weights(weights, dtype=None)
-    T = w.shape[-1]
-    if not 0 <= query < T:
-        raise ValueError(f"query={query}: must be a position in [0, {T})")
+    if not 0 <= query < w.shape[-1]:
+        raise ValueError(f"query={query}: must be a position in [0, {w.shape[-1]})")
     return np.asarray(w[..., query, :], dtype=np.float64)
-
-
-def _strongest(row: np.ndarray) -> Focus:
-    key = row.argmax(axis=-1)
-    return Focus(key.astype(np.int64), np.take_along_axis(row, key[..., None], axis=-1)[..., 0])
 
 
 def is_uniform(rows: np.ndarray) -> np.ndarray:
     """(..., T) → bool (...): each row's max − min below :data:`UNIFORM_SPREAD` (NaN: not uniform)."""
-    r = np.asarray(rows, dtype=np.float64)
-    return (r.max(axis=-1) - r.min(axis=-1)) < UNIFORM_SPREAD
+    return np.ptp(np.asarray(rows, dtype=np.float64), axis=-1) < UNIFORM_SPREAD
 
 
 class Uniform(str):
@@ -67,7 +59,9 @@ def shown(label: str) -> str:
 def focus(weights: np.ndarray, query: int) -> Focus:
     """Where ``query`` (``train.focus_token``) attends most: (..., H, T, T) → :class:`Focus` (..., H).
     Raises ValueError when ``weights`` is not (..., T, T) or ``query`` not in [0, T)."""
-    return _strongest(_query_row(weights, query))
+    row = _query_row(weights, query)  # (..., H, T)
+    key = row.argmax(axis=-1)
+    return Focus(key.astype(np.int64), np.take_along_axis(row, key[..., None], axis=-1)[..., 0])
 
 
 def focus_weights(weights: np.ndarray, query: int) -> np.ndarray:
@@ -77,18 +71,16 @@ def focus_weights(weights: np.ndarray, query: int) -> np.ndarray:
 
 
 def row_entropy(weights: np.ndarray) -> np.ndarray:
-    """-Σ_j w_ij ln w_ij in nats (0 ln 0 = 0): (..., T, T) → (..., T); ln T for uniform rows, 0
-    for all weight on one key. Raises ValueError when ``weights`` is not (..., T, T)."""
+    """-Σ_j w_ij ln w_ij in nats (0 ln 0 = 0): (..., T, T) → (..., T); ln T for uniform rows. ValueError
+    when ``weights`` is not (..., T, T)."""
     w = _as_weights(weights)
-    logw = np.log(np.where(w > 0, w, 1.0))
-    return -(w * logw).sum(axis=-1)
+    return -(w * np.log(np.where(w > 0, w, 1.0))).sum(axis=-1)
 
 
 def first_step_above(steps: Sequence[int], values: Sequence[float], threshold: float = FOCUS_THRESHOLD) -> int | None:
     """The first of ``steps`` (S,) whose ``values`` (S,) is > ``threshold``, or None (§5's run: 100).
     Raises ValueError unless both are 1-D of one length."""
-    s = np.asarray(steps)
-    v = np.asarray(values, dtype=np.float64)
+    s, v = np.asarray(steps), np.asarray(values, dtype=np.float64)
     if v.ndim != 1 or s.shape != v.shape:
         raise ValueError(f"steps {s.shape} and values {v.shape} must be two 1-D arrays of the same length")
     above = np.flatnonzero(v > threshold)
@@ -101,10 +93,8 @@ def _with_mean(w: np.ndarray) -> np.ndarray:
 
 
 class FocusSink(Sink):
-    """The focus metrics for summary.json: per head and for the head mean, the focus token's
-    strongest key at the last snapshot, its weight and the first step above the threshold; row
-    entropies; the largest weight above the diagonal. Keeps H + 1 numbers per snapshot. With
-    ``layer``: of that GPT block's weights (``Snapshot.layers[layer]``)."""
+    """summary.json's focus metrics (:meth:`summary`), keeping H + 1 numbers per snapshot; with ``layer``:
+    of that GPT block's weights (``Snapshot.layers[layer]``)."""
 
     def __init__(self, layer: int | None = None) -> None:
         self.layer = layer
@@ -123,7 +113,7 @@ class FocusSink(Sink):
         if w.ndim != 3:
             raise ValueError(f"snapshot weights must be (H, T, T), got shape {w.shape}")
         row = _query_row(w, self.query)  # (H, T): the focus token's row of each head
-        self.series.append(_strongest(_with_mean(row)).weight)  # (H + 1,)
+        self.series.append(_with_mean(row).max(axis=-1))  # (H + 1,)
         self.steps.append(snapshot.step)
         self.last = np.array(w)  # a copy: the summary is of the snapshot as taken, whatever its owner does later
 
@@ -136,12 +126,9 @@ class FocusSink(Sink):
         last = focus(heads_and_mean, self.query)  # (H + 1,)
         series = np.stack(self.series)  # (S, H + 1)
         uniform = is_uniform(heads_and_mean[:, self.query])
-        entries = []
-        for h in range(heads_and_mean.shape[0]):
-            key = int(last.key[h])
-            entries.append({"key": key, "token": self._label(key), "weight": float(last.weight[h]),
-                            "uniform": bool(uniform[h]),
-                            "first_step_above": first_step_above(self.steps, series[:, h])})
+        entries = [{"key": int(key), "token": self._label(int(key)), "weight": float(weight), "uniform": bool(flat),
+                    "first_step_above": first_step_above(self.steps, series[:, h])}
+                   for h, (key, weight, flat) in enumerate(zip(last.key, last.weight, uniform))]
         heads = heads_and_mean[:-1]
         above = np.triu(np.ones(heads.shape[-2:], dtype=bool), k=1)
         return {"focus": {

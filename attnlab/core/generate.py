@@ -14,25 +14,21 @@ from attnlab.core.config import plain
 from attnlab.core.model import GPT, AttentionModel
 
 
-def next_token_logits(model: AttentionModel | GPT, token_ids: torch.Tensor) -> torch.Tensor:
-    """(vocab_size,) logits of the token after ``token_ids`` (T,), of which the last ones that fit
-    the position table are read (a GPT's context; the tutorial model's sentence length)."""
-    ids = token_ids[-model.embedding.position_embedding.num_embeddings:]
-    if isinstance(model, GPT):
-        return model(ids)[0][-1]
-    return model.next_token_head(model.attention(model.embedding(ids), need_weights=False).Z)[-1]
-
-
 @torch.no_grad()
 def generate(model: AttentionModel | GPT, prompt_ids: list[int], max_new_tokens: int, temperature: float = 0.0,
              top_k: int | None = None, seed: int = 0) -> list[tuple[int, float]]:
     """``max_new_tokens`` new tokens after ``prompt_ids``, each ``(id, probability)``: the model's
     softmax probability of that token (temperature 1, every token), whatever picked it."""
-    device = next(model.parameters()).device
+    device, window = next(model.parameters()).device, model.embedding.position_embedding.num_embeddings
     generator = torch.Generator().manual_seed(seed)
     ids, new = list(prompt_ids), []
     for _ in range(max_new_tokens):
-        logits = next_token_logits(model, torch.tensor(ids, device=device)).double().cpu()  # (vocab_size,)
+        x = torch.tensor(ids[-window:], device=device)  # (T,): the last tokens that fit the position table
+        if isinstance(model, GPT):
+            logits = model(x)[0][-1]  # (vocab_size,)
+        else:
+            logits = model.next_token_head(model.attention(model.embedding(x), need_weights=False).Z)[-1]
+        logits = logits.double().cpu()
         if temperature == 0:
             token = int(logits.argmax())
         else:
@@ -46,10 +42,9 @@ def generate(model: AttentionModel | GPT, prompt_ids: list[int], max_new_tokens:
 
 
 def whole_characters(data: bytes) -> tuple[str, int]:
-    """``data`` (UTF-8 bytes of new tokens) as ``(text, unfinished)``: its whole characters, and how many
-    bytes at its end begin a character the tokens did not finish (GPT-2's byte-level tokens cut a 汉字's
-    3 bytes into 2 tokens: one token alone is half a character). A byte that is no character anywhere
-    is ``\\xNN``, as :func:`attnlab.core.tokenizer.piece_labels` shows it; never U+FFFD."""
+    """UTF-8 bytes of new tokens as ``(text, unfinished)``: the whole characters, and the bytes at the end of
+    a character the tokens did not finish (GPT-2 cuts a 汉字's 3 bytes into 2 tokens). A byte that is no
+    character is ``\\xNN`` (as :func:`attnlab.core.tokenizer.piece_labels` shows it), never U+FFFD."""
     decoder = codecs.getincrementaldecoder("utf-8")("surrogateescape")
     text = decoder.decode(data, final=False)
     unfinished = len(decoder.getstate()[0])
@@ -57,9 +52,8 @@ def whole_characters(data: bytes) -> tuple[str, int]:
 
 
 def continuation(model: AttentionModel | GPT, cfg: Any) -> dict[str, Any]:
-    """``analysis.prompt`` continued as ``analysis`` says, as summary.json records it: ``prompt``,
-    ``text`` (the new tokens' whole characters, :func:`whole_characters`), ``unfinished_bytes`` (of a
-    character the last tokens began, 0: none), ``tokens`` [[id, label, probability], ...], the settings."""
+    """``analysis.prompt`` continued, as summary.json records it: ``prompt``, ``text`` and
+    ``unfinished_bytes`` (:func:`whole_characters`), ``tokens`` [[id, label, probability], ...], the settings."""
     a, enc = cfg.analysis, cfg.tokenizer
     prompt_ids = tokenizer.encode(a.prompt, enc.encoding, plain(enc.special_tokens))
     model.eval()

@@ -1,8 +1,6 @@
-"""The learner's language (config key ``lang``: ``zh`` or ``en``). ``_(message)`` returns ``message``
-translated by the stdlib ``gettext`` catalog ``attnlab/locale/zh_CN/LC_MESSAGES/attnlab.mo`` when
-the language is ``zh``; every sentence attnlab says goes through it, an English template with
-named placeholders formatted after translation: ``_("step {step} of {steps}").format(...)``.
-Keys, values, file names and numbers stay as typed. ``make i18n`` extracts and compiles the catalog."""
+"""The learner's language (``lang``: ``zh`` or ``en``): ``_(message)`` translates through the stdlib gettext
+catalog ``attnlab/locale/zh_CN/LC_MESSAGES/attnlab.mo``; templates are formatted after translation
+(``_("step {step} of {steps}").format(...)``); keys, values, file names and numbers stay as typed."""
 from __future__ import annotations
 
 import gettext
@@ -16,10 +14,8 @@ _translation: gettext.NullTranslations = gettext.NullTranslations()
 
 
 def default_language() -> str:
-    """``zh`` when the locale gettext reads (the first set of LANGUAGE, LC_ALL, LC_MESSAGES, LANG)
-    is Chinese (``zh_CN.UTF-8``, ``zh``); with none set (Windows, a macOS app), when the OS locale
-    Python started with is (``locale.getlocale()``: ``zh_CN``, Windows' ``Chinese (Simplified)_China``);
-    else ``en``."""
+    """``zh`` when the first set of LANGUAGE, LC_ALL, LC_MESSAGES, LANG is Chinese (``zh_CN.UTF-8``); with none
+    set (Windows, a macOS app), when ``locale.getlocale()`` is (``zh_CN``, ``Chinese (Simplified)_China``)."""
     for var in ("LANGUAGE", "LC_ALL", "LC_MESSAGES", "LANG"):
         if value := os.environ.get(var):
             return "zh" if value.split(":")[0].lower().startswith("zh") else "en"
@@ -31,8 +27,8 @@ def default_language() -> str:
 
 
 def set_language(lang: str | None = None) -> str:
-    """Make ``_()`` speak ``lang`` (one of :data:`LANGUAGES`; None: :func:`default_language`)
-    from now on in this process; returns the language set. ValueError for another value."""
+    """Make ``_()`` speak ``lang`` (None: :func:`default_language`) in this process; returns it. ValueError
+    for a value not in :data:`LANGUAGES`."""
     lang = default_language() if lang is None else lang
     if lang not in LANGUAGES:
         raise ValueError(f"lang={lang!r}: must be one of {', '.join(LANGUAGES)}")

@@ -1,8 +1,6 @@
-"""Stopping at a safe point: :func:`check` (between steps) raises ``KeyboardInterrupt`` once a
-signal was recorded. Inside :func:`deferred` (or after :func:`install`) the first of :data:`SIGNALS`
-(Ctrl-C's SIGINT, SIGTERM, and where the platform has them SIGHUP and Windows' Ctrl-Break SIGBREAK)
-is only recorded; a second raises at once, except inside :func:`shielded`;
-:func:`interruptible` lets it raise even there (the innermost block decides). Main thread only.
+"""Stopping at a safe point: inside :func:`deferred` (or after :func:`install`) the first of :data:`SIGNALS`
+is only recorded, and :func:`check` (between steps) raises ``KeyboardInterrupt``; a second raises at once,
+except inside :func:`shielded` (:func:`interruptible`: even there; the innermost block decides). Main thread only.
 """
 from __future__ import annotations
 
@@ -11,7 +9,7 @@ import functools
 import signal
 from typing import Iterator
 
-# SIGHUP: the terminal closed (POSIX); SIGBREAK: Ctrl-Break (Windows)
+# Ctrl-C, SIGTERM, and where the platform has them SIGHUP (the terminal closed) and Ctrl-Break (Windows)
 SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGBREAK") if hasattr(signal, name))
 _received: list[int] | None = None  # signals recorded while deferring; None when not deferring
 _modes: list[bool] = []  # the stack of shielded() (True) / interruptible() (False) blocks

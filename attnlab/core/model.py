@@ -15,7 +15,6 @@ from torch import nn
 from attnlab.core.checks import resolve_out_proj
 from attnlab.core.tokenizer import GPT2_VOCAB_SIZE  # noqa: F401  (tutorial §2; imported from here too)
 
-ATTENTION_PATHS = ("explicit", "sdpa")
 NEXT_TOKEN_HEAD_STD = 0.02  # GPT-2's init std for its weights (as nanoGPT's _init_weights)
 
 
@@ -73,29 +72,22 @@ class MultiHeadSelfAttention(nn.Module):
     Made in this order (it decides the random numbers): W_query, W_key (d_model → H·d_k), W_value
     (d_model → H·d_v), bias-free; with ``qkv_bias`` their biases U(±1/√d_model); W_out (H·d_v →
     d_model). ``attention="explicit"``: §4's 2-D matmuls one head at a time; ``"sdpa"``:
-    F.scaled_dot_product_attention, weights recomputed without gradient when asked. Asserts its
-    arguments (AssertionError ``n_heads=0: must be a positive integer``): a config's are checked before.
+    F.scaled_dot_product_attention, weights recomputed without gradient when asked.
     """
 
     def __init__(self, d_model: int, d_k: int, d_v: int, n_heads: int = 1, *, causal: bool = False,
                  dropout: float = 0.0, qkv_bias: bool = False, attention: str = "explicit",
                  out_proj: bool = False) -> None:
         super().__init__()
-        # the config's values were checked (core/checks.py's RULES): these only guard a direct call
-        for name, value in (("d_model", d_model), ("d_k", d_k), ("d_v", d_v), ("n_heads", n_heads)):
-            assert isinstance(value, int) and not isinstance(value, bool) and value > 0, \
-                f"{name}={value!r}: must be a positive integer"
-        assert isinstance(dropout, (int, float)) and 0 <= dropout < 1, f"dropout={dropout!r}: must be in [0, 1)"
-        assert attention in ATTENTION_PATHS, f"attention={attention!r}: must be one of {', '.join(ATTENTION_PATHS)}"
-        assert isinstance(out_proj, bool), f"out_proj={out_proj!r}: must be true or false (resolve_out_proj: auto)"
         self.d_model, self.d_k, self.d_v, self.n_heads = d_model, d_k, d_v, n_heads
         self.causal, self.dropout, self.attention = causal, float(dropout), attention
         self.W_query = nn.Linear(d_model, n_heads * d_k, bias=False)
         self.W_key = nn.Linear(d_model, n_heads * d_k, bias=False)
         self.W_value = nn.Linear(d_model, n_heads * d_v, bias=False)
-        if qkv_bias:
+        if qkv_bias:  # drawn like nn.Linear's own bias, U(-1/√d_model, 1/√d_model)
             for linear in (self.W_query, self.W_key, self.W_value):
-                _add_bias(linear)
+                linear.bias = nn.Parameter(torch.empty(linear.out_features))
+                nn.init.uniform_(linear.bias, -1 / math.sqrt(d_model), 1 / math.sqrt(d_model))
         self.W_out = nn.Linear(n_heads * d_v, d_model, bias=False) if out_proj else None
 
     @property
@@ -139,16 +131,9 @@ def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
     return x.unsqueeze(-3) if n_heads == 1 else x.view(*x.shape[:-1], n_heads, -1).transpose(-3, -2)
 
 
-def _add_bias(linear: nn.Linear) -> None:
-    """A bias for ``linear`` drawn like nn.Linear's own, U(-1/√in, 1/√in)."""
-    bound = 1 / math.sqrt(linear.in_features)
-    linear.bias = nn.Parameter(torch.empty(linear.out_features))
-    nn.init.uniform_(linear.bias, -bound, bound)
-
-
 @dataclass(frozen=True)
 class ModelSpec:
-    """The ``model.*`` keys as plain values (``out_proj`` "auto" | True | False); defaults the tutorial's."""
+    """The ``model.*`` keys as plain values (``out_proj`` "auto" | True | False)."""
 
     d_model: int
     d_k: int
@@ -177,10 +162,8 @@ class AttentionModel(nn.Module):
 
     def trained_parameters(self) -> list[nn.Parameter]:
         """What §5 trains, in creation order (the embeddings are not: X is computed once)."""
-        params = list(self.attention.parameters())
-        if self.next_token_head is not None:
-            params += list(self.next_token_head.parameters())
-        return params
+        head = self.next_token_head
+        return [*self.attention.parameters(), *(head.parameters() if head is not None else ())]
 
 
 def _attention(spec: ModelSpec, z_in_d_model: bool) -> MultiHeadSelfAttention:
@@ -225,10 +208,8 @@ def build_walkthrough(spec: ModelSpec, vocab_size: int, seq_len: int) -> Attenti
 
 class Block(nn.Module):
     """One GPT block, pre-LayerNorm (GPT-2; nanoGPT's Block): x + attention(ln_1(x)), then
-    x + W_proj(GELU(W_fc(ln_2(x)))); x (..., T, d_model). The attention is §4's, always causal,
-    with W_out (H·d_v → d_model). Made in this order: ln_1, attention (W_query, W_key, W_value,
-    their biases, W_out), ln_2, W_fc (d_model → d_ff, bias), W_proj (d_ff → d_model, bias),
-    each with PyTorch's default init."""
+    x + W_proj(GELU(W_fc(ln_2(x)))); x (..., T, d_model). The attention is §4's, causal, with W_out.
+    Made in this order, PyTorch's default init: ln_1, attention, ln_2, W_fc (d_model → d_ff), W_proj."""
 
     def __init__(self, spec: ModelSpec, d_ff: int) -> None:
         super().__init__()
@@ -302,10 +283,7 @@ def build_gpt(spec: ModelSpec, vocab_size: int, context: int) -> GPT:
 
 def next_token_targets(X: torch.Tensor) -> torch.Tensor:
     """The tutorial §5 target (T, d_model): row i is X[i+1]; the last row is X[-1] itself."""
-    target = torch.zeros_like(X)
-    target[:-1] = X[1:]
-    target[-1] = X[-1]
-    return target
+    return torch.cat([X[1:], X[-1:]])
 
 
 def mse(Z: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

@@ -48,9 +48,8 @@ def head_mean(weights: np.ndarray) -> np.ndarray:
 
 @dataclass
 class RunResult:
-    """How a run ended: ``status`` completed, diverged, interrupted or failed; ``error`` one line
-    unless completed; ``steps_to_threshold`` the first step with loss < ``train.loss_threshold``;
-    ``wall_time_s`` seconds; ``losses`` (steps_run,) float64 and ``snapshots`` when kept."""
+    """How a run ended: ``status`` completed, diverged, interrupted or failed (``error`` one line); the first
+    step with loss < ``train.loss_threshold``; seconds; ``losses`` (steps_run,) float64, ``snapshots`` if kept."""
 
     status: str
     steps_run: int

@@ -1,13 +1,12 @@
-"""Tutorial §1, text → token ids, offline for GPT-2, with readable token labels.
-
-``gpt2`` (alias ``r50k_base``) is built with tiktoken's public API from the shipped ranks file
-``attnlab/data/gpt2.tiktoken`` (MIT, OpenAI; see ``attnlab/data/README.md``), sha256 checked.
-No other encoding is loaded: tiktoken would download it, and nothing a shared config says may make
-attnlab open a connection (:data:`SHIPPED_ENCODINGS`; :func:`get_encoding` refuses the others in one line).
+"""Tutorial §1, text → token ids with readable labels. ``gpt2`` (alias ``r50k_base``) is built with
+tiktoken's public API from the shipped, sha256-checked ``attnlab/data/gpt2.tiktoken`` (MIT, OpenAI); no
+other encoding is loaded: tiktoken would download it, and no config may make attnlab open a connection.
 """
 from __future__ import annotations
 
+import bisect
 import functools
+import itertools
 from dataclasses import dataclass
 from importlib import resources
 
@@ -44,9 +43,8 @@ class Tokens:
 
 @functools.lru_cache(maxsize=None)
 def get_encoding(name: str = "gpt2") -> tiktoken.Encoding:
-    """The tiktoken ``Encoding`` ``name`` (:data:`SHIPPED_ENCODINGS`), once per process, built from the
-    shipped ranks file. TokenizerError (one line) for another name (nothing is downloaded: no
-    connection is opened whatever a config says) or a corrupted packaged file."""
+    """The tiktoken ``Encoding`` ``name`` (:data:`SHIPPED_ENCODINGS`), once per process. TokenizerError
+    (one line) for another name (nothing is downloaded) or a corrupted packaged file."""
     if name not in SHIPPED_ENCODINGS:
         raise TokenizerError(f"tokenizer.encoding={printable(repr(name), 120)}: {_(ALLOWED_ENCODINGS)}")
     from tiktoken.load import load_tiktoken_bpe
@@ -75,9 +73,8 @@ def token_labels(token_ids: list[int], name: str = "gpt2") -> list[str]:
 
 
 def piece_labels(pieces: list[bytes]) -> list[str]:
-    """Labels for consecutive byte strings ``pieces``, one per token: the whole text is decoded
-    once as UTF-8, and each character goes to every piece its bytes overlap, whole (``的``) in
-    one piece, ``ch(k/n)`` in the k-th of n (旅 over two tokens: ``旅(1/2)``, ``旅(2/2)``; a tail
+    """One label per token's bytes in ``pieces``: the text decoded once as UTF-8, each character in every
+    piece its bytes overlap, whole (``的``) or ``ch(k/n)`` in the k-th of n (``旅(1/2)``, ``旅(2/2)``; a tail
     and a head: ``你(2/2)的(1/2)``). Bytes that are no character even in context: ``\\xNN``."""
     text = b"".join(pieces).decode("utf-8", errors="surrogateescape")
     owner = [i for i, piece in enumerate(pieces) for _ in piece]  # the piece each byte of the text is in
@@ -102,9 +99,8 @@ def show(label: str) -> str:
 
 
 def read_text(cfg: DictConfig) -> str:
-    """``text_file`` when set (UTF-8, without a leading BOM and its final line break), else
-    ``sentence``. ConfigError when the file is not a regular UTF-8 file of at most
-    :data:`attnlab.core.files.TEXT_FILE_LIMIT` bytes (a FIFO or a device is never read)."""
+    """``text_file`` when set (UTF-8, without a leading BOM and its final line break), else ``sentence``.
+    ConfigError unless a regular UTF-8 file of at most :data:`attnlab.core.files.TEXT_FILE_LIMIT` bytes."""
     if not cfg.get("text_file"):
         return cfg.sentence
     try:
@@ -120,7 +116,20 @@ def tokenize(cfg: DictConfig) -> Tokens:
     than ``tokenizer.max_tokens``, one token for training, or ``train.focus_token`` not in [0, T)."""
     name, text = cfg.tokenizer.encoding, read_text(cfg)
     ids = encode(text, name, plain(cfg.tokenizer.special_tokens))
-    _check_length(cfg, len(ids))
+    key = "text_file" if cfg.get("text_file") else "sentence"
+    shown, n_tokens = cfg[key], len(ids)
+    if n_tokens == 0:
+        raise ConfigError(key, shown, N_("is empty: give at least 2 tokens of text"))
+    if n_tokens > cfg.tokenizer.max_tokens:
+        short = shown if len(shown) <= 40 else shown[:40] + "…"
+        raise ConfigError(key, short, _("has {n} tokens, more than tokenizer.max_tokens={max} (raise it to allow "
+                          "longer text)").format(n=n_tokens, max=cfg.tokenizer.max_tokens))
+    if plain(cfg.task) == "train" and n_tokens < 2:
+        raise ConfigError(key, shown, N_("has 1 token: training predicts the next token, give at least 2"))
+    focus = cfg.train.focus_token
+    if isinstance(focus, int) and not 0 <= focus < n_tokens:
+        raise ConfigError("train.focus_token", focus, _("must be a token position in [0, {T}) (the text has {T} "
+                                                        "tokens), or a text in it").format(T=n_tokens))
     enc = get_encoding(name)
     pieces = [enc.decode_single_token_bytes(t) for t in ids]
     labels = piece_labels(pieces)
@@ -129,21 +138,16 @@ def tokenize(cfg: DictConfig) -> Tokens:
 
 
 def focus_position(spec: int | str | None, text: str, pieces: list[bytes], labels: list[str]) -> int:
-    """The token position ``train.focus_token`` names in ``text`` (tokens ``pieces``, bytes each):
-    a position as given; a text (``旅``, ``journey``, ``' journey'``): the token its first byte is
-    in; None: the token where the text's second word starts, or its second character when it has
-    no spaces (``' journey'`` in the tutorial's sentence, ``的`` in 你的旅程从一步开始), never a
-    byte inside a character. ConfigError for a text that is absent or in more than one token,
-    naming the candidates (positions and labels)."""
+    """The token position ``train.focus_token`` names in ``text`` (tokens ``pieces``): a position as given;
+    a text (``旅``, ``' journey'``): the token its first byte is in; None: the token where the second word,
+    or without spaces the second character, starts (``' journey'``; ``的`` in 你的旅程从一步开始).
+    ConfigError for a text absent or in more than one token, naming the candidates."""
     if isinstance(spec, int):
         return spec
-    starts = [0]
-    for piece in pieces:
-        starts.append(starts[-1] + len(piece))  # byte offset of each token, then the end
+    starts = [0, *itertools.accumulate(len(piece) for piece in pieces)]  # byte offset of each token, then the end
 
     def token_at(char: int) -> int:  # the token holding the first byte of text[char]
-        byte = len(text[:char].encode("utf-8"))
-        return max(i for i in range(len(pieces)) if starts[i] <= byte)
+        return bisect.bisect_right(starts, len(text[:char].encode("utf-8"))) - 1
 
     if spec is None:
         words = text.split()
@@ -158,20 +162,3 @@ def focus_position(spec: int | str | None, text: str, pieces: list[bytes], label
         raise ConfigError("train.focus_token", spec, _("is in the text {n} times, at tokens {tokens}: give the "
                                                        "position").format(n=len(found), tokens=listed))
     return found[0]
-
-
-def _check_length(cfg: DictConfig, n_tokens: int) -> None:
-    key = "text_file" if cfg.get("text_file") else "sentence"
-    shown = cfg[key]
-    if n_tokens == 0:
-        raise ConfigError(key, shown, N_("is empty: give at least 2 tokens of text"))
-    if n_tokens > cfg.tokenizer.max_tokens:
-        short = shown if len(shown) <= 40 else shown[:40] + "…"
-        raise ConfigError(key, short, _("has {n} tokens, more than tokenizer.max_tokens={max} (raise it to allow "
-                          "longer text)").format(n=n_tokens, max=cfg.tokenizer.max_tokens))
-    if plain(cfg.task) == "train" and n_tokens < 2:
-        raise ConfigError(key, shown, N_("has 1 token: training predicts the next token, give at least 2"))
-    focus = cfg.train.focus_token
-    if isinstance(focus, int) and not 0 <= focus < n_tokens:
-        raise ConfigError("train.focus_token", focus, _("must be a token position in [0, {T}) (the text has {T} "
-                                                        "tokens), or a text in it").format(T=n_tokens))

@@ -3,6 +3,7 @@
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import sys
@@ -49,8 +50,8 @@ def one_at_a_time(function):
 
 
 def deterministic_algorithms() -> None:
-    """Deterministic algorithms on. The public function imports ``torch._inductor.config`` (seconds
-    of CPU), so the setter it calls is used when this torch has it and the compiler is not loaded."""
+    """Deterministic algorithms on, through the setter the public function calls when this torch has it:
+    the public function imports ``torch._inductor.config`` (seconds of CPU)."""
     setter = getattr(torch._C, DETERMINISTIC_SETTER, None)
     if setter is None or "torch._inductor.config" in sys.modules:
         torch.use_deterministic_algorithms(True)
@@ -80,15 +81,13 @@ def build_model(cfg: DictConfig, tokens: tokenizer.Tokens, order: str = "trainin
     elif order == "walkthrough":
         model = build_walkthrough(spec, tokens.vocab_size, tokens.seq_len)
     else:
-        next_token = plain(cfg.train.objective) == "next_token"
-        model = build_section5(spec, tokens.vocab_size, tokens.seq_len, next_token_head=next_token)
+        model = build_section5(spec, tokens.vocab_size, tokens.seq_len, next_token_head=head)
     return model.to(torch.device(cfg.device))
 
 
 class Windows:
-    """A GPT's data (model.n_layers >= 1): ``train`` ids (N,) and ``val`` ids (M,) of the text, cut
-    into windows of ``context`` tokens; ``probe`` (context,) the first window, whose attention the
-    snapshots record."""
+    """A GPT's data: ``train`` ids (N,) and held-out ``val`` ids (M,) of the text, cut into windows of
+    ``context`` tokens; ``probe`` (context,), the first window, is the one snapshots record."""
 
     def __init__(self, cfg: DictConfig, ids: torch.Tensor) -> None:
         n_train, self.context = checks.corpus_split(cfg, ids.shape[0])
@@ -122,10 +121,9 @@ def build_optimizer(opt_cfg: DictConfig, params: Iterable[torch.nn.Parameter]):
 
 
 class LossRecorder:
-    """Each step's loss kept as a tensor (no ``.item()`` sync per step), sent to the sinks in
-    batches of consecutive steps up to the first non-finite loss (``diverged_at``, ``bad_value``).
-    ``recorded`` steps were sent (a batch a later sink fails on counts: the first sink took it);
-    ``steps_to_threshold`` the first with loss < ``threshold``; ``losses`` (recorded,) float64."""
+    """Each step's loss kept as a tensor (no ``.item()`` sync per step), sent to the sinks in batches up
+    to the first non-finite loss (``diverged_at``, ``bad_value``). ``recorded`` steps were sent (a batch a
+    later sink fails on counts: the first sink took it); ``losses`` (recorded,) float64."""
 
     def __init__(self, sinks: list[Sink], threshold: float, keep: bool = True) -> None:
         self.sinks, self.threshold = sinks, threshold
@@ -179,13 +177,11 @@ class LossRecorder:
 @one_at_a_time
 def train(cfg: DictConfig, sinks: Iterable[Sink] = (), run_dir: Path | None = None,
           keep_snapshots: bool = True, keep_losses: bool = True, tokens: tokenizer.Tokens | None = None) -> RunResult:
-    """Run tutorial §5's training as ``cfg`` says, sending records to ``sinks`` in order. ``tokens``: the
-    caller's :func:`checks.validated_tokens` of ``cfg`` (None: made here).
-
-    ``status``: completed; diverged (a non-finite loss or update, kept up to the step before);
-    interrupted (KeyboardInterrupt between steps); failed (re-raised, an OSError as WriteError,
-    after every sink ended). ConfigError / TokenizerError before any sink starts.
-    """
+    """Tutorial §5's training as ``cfg`` says, records sent to ``sinks`` in order; ``tokens``: the caller's
+    :func:`checks.validated_tokens` of ``cfg`` (None: made here). ``status``: completed; diverged (a
+    non-finite loss or update, kept up to the step before); interrupted (KeyboardInterrupt between steps);
+    failed (re-raised, an OSError as WriteError, after every sink ended). ConfigError / TokenizerError
+    before any sink starts."""
     sinks = list(sinks)
     # build: text → ids (§1), parameters in §5's order (§2–4), the optimizer
     tokens = tokens or checks.validated_tokens(cfg)
@@ -245,10 +241,8 @@ def train(cfg: DictConfig, sinks: Iterable[Sink] = (), run_dir: Path | None = No
             status, error = "interrupted", f"interrupted at step {step}; {n} step{'s' if n != 1 else ''} recorded"
         except Exception as err:
             failure = as_write_error(err, recorder.recorded)
-            try:
+            with contextlib.suppress(Exception):  # a sink failing again as it ends: the first failure is the run's
                 _finish(sinks, _result(recorder, info, kept, t0, "failed", describe(failure)))
-            except Exception:  # a sink failing again as it ends: the first failure is the run's
-                pass
             if failure is err:
                 raise
             raise failure from err
@@ -322,8 +316,8 @@ def _result(recorder: LossRecorder, info: RunInfo, kept: list[Snapshot], t0: flo
 
 
 def _finish(sinks: list[Sink], result: RunResult) -> None:
-    """``flush`` on every sink, then ``on_end`` and ``close`` on each, shielded; a failing sink
-    does not stop the others (those after it see ``failed``). Re-raises the first failure."""
+    """``flush`` on every sink, then ``on_end`` and ``close`` on each, shielded; a failing sink does not stop
+    the others (those after it see ``failed``). Re-raises the first failure."""
     errors = []
 
     def call(method, *args) -> None:

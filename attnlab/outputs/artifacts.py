@@ -1,9 +1,9 @@
 """The run-dir files attnlab writes (docs/reference.md), each atomically: ``metrics.csv`` (``step,loss``,
-losses as ``repr``), ``attention.npz`` (``steps`` (S,) int64, ``weights`` (S, H, T, T) float32, ``tokens``
-(T,) str, ``token_ids`` (T,) int64; a GPT's also ``layers`` (S, L, H, T, T) and a ``val_loss`` column in
-metrics.csv), ``model.npz`` (a GPT's weights by state_dict name, float32), ``summary.json`` and
-``walkthrough.npz``. While a run goes its records reach the OS at every batch and snapshot (``kill -9``
-keeps them) in ``.metrics.csv.partial`` and ``.attention.npy.partial``."""
+losses as ``repr``; a GPT's also ``val_loss``), ``attention.npz`` (``steps`` (S,) int64, ``weights`` (S, H, T, T)
+float32, ``tokens`` (T,) str, ``token_ids`` (T,) int64; a GPT's ``layers`` (S, L, H, T, T)), ``model.npz`` (a
+GPT's float32 weights by state_dict name), ``summary.json`` and ``walkthrough.npz``. A running run's records
+reach the OS at every batch and snapshot (``kill -9`` keeps them) in ``.metrics.csv.partial`` and
+``.attention.npy.partial``."""
 from __future__ import annotations
 
 import contextlib
@@ -32,8 +32,7 @@ MODEL = "model.npz"
 
 
 def _replace_from_temp(path: Path, write) -> None:
-    """``write(tmp_path)`` beside ``path`` (same suffix), then rename it to ``path``; raises WriteError
-    naming the file (``path`` untouched, no temporary file left)."""
+    """``write(tmp_path)`` beside ``path``, then renamed to it; WriteError (``path`` untouched, no temporary left)."""
     path = Path(path)
     tmp = path.with_name(f".{os.getpid()}.{path.name}")
     try:
@@ -53,34 +52,29 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    """:func:`atomic_write_bytes` for UTF-8 text."""
+    """``text`` as UTF-8 into ``path``, atomically; raises WriteError."""
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def atomic_savez(path: Path, **arrays: Any) -> None:
-    """``np.savez(path, **arrays)`` atomically (a memmap is copied in chunks); raises WriteError."""
+    """``np.savez(path, **arrays)``, atomically; raises WriteError."""
     _replace_from_temp(path, lambda tmp: np.savez(tmp, **arrays))
 
 
 def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
-    """``summary`` as ``run_dir``'s ``summary.json`` (atomically); raises WriteError."""
+    """``summary`` as ``run_dir``'s ``summary.json``, atomically; raises WriteError."""
     atomic_write_text(Path(run_dir) / SUMMARY, json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
 
 
-def update_summary(run_dir: Path, **fields: Any) -> dict[str, Any]:
-    """This process's ``summary.json`` updated with ``fields`` (:func:`write_summary`); returns it."""
-    try:
-        summary = json.loads((Path(run_dir) / SUMMARY).read_bytes())  # attnlab's own file
-    except FileNotFoundError:
-        summary = {}
-    summary.update(fields)
-    write_summary(run_dir, summary)
-    return summary
+def update_summary(run_dir: Path, **fields: Any) -> None:
+    """Update this process's own ``summary.json`` (new when missing) with ``fields``; raises WriteError."""
+    path = Path(run_dir) / SUMMARY
+    write_summary(run_dir, {**(json.loads(path.read_bytes()) if path.exists() else {}), **fields})
 
 
 def environment(device: str = "cpu") -> dict[str, Any]:
     """What a reproduction depends on: library versions, platform, device, torch's threads and kernels
-    (``cpu_capability``: ``DEFAULT``, ``AVX2``, ...) and ``blas``, attnlab's git commit (or None)."""
+    (``cpu_capability``, ``blas``), attnlab's git commit (or None)."""
     import torch
 
     return {**_static_environment(), "device": device, "torch_threads": torch.get_num_threads()}
@@ -109,12 +103,11 @@ def _static_environment() -> dict[str, Any]:
 
 
 class RunDirSink(Sink):
-    """Writes ``metrics.csv``, ``attention.npz`` and ``summary.json`` into ``run_dir``; ``on_end`` keeps
-    ``steps_run`` rows and their snapshots whatever the status. A refused write raises WriteError
-    (``no space left on device while writing metrics.csv at step 57``), which summary.json records.
-    At the end :attr:`summary` holds the run's fields (status, final_loss, steps_run, ...) as the files
-    written have them; ``writes_summary=False`` (a job): the job writes them into summary.json, with the
-    status, once every other file is written, so a run killed while drawing reads as killed."""
+    """Writes ``metrics.csv``, ``attention.npz`` (a GPT's ``model.npz``) and ``summary.json`` into ``run_dir``;
+    ``on_end`` keeps ``steps_run`` rows and their snapshots whatever the status. A refused write raises
+    WriteError (``no space left on device while writing metrics.csv at step 57``), which the status records.
+    :attr:`summary`: the run's fields as the files have them; with ``writes_summary=False`` the job writes
+    them, once every other file is written (a run killed while drawing reads as killed)."""
 
     def __init__(self, run_dir: Path, writes_summary: bool = True) -> None:
         self.run_dir = Path(run_dir)
@@ -243,12 +236,11 @@ class RunDirSink(Sink):
 
     def _add_val_column(self) -> None:
         """metrics.csv's rows with a third column, ``val_loss`` (empty between snapshots)."""
-        lines = self._metrics_tmp.read_text(encoding="ascii").splitlines()
-        rows = []
-        for line in lines[1:]:
-            step = int(line.split(",", 1)[0])
-            rows.append(f"{line},{self._val[step]!r}" if step in self._val else f"{line},")
-        self._metrics_tmp.write_text("\n".join(["step,loss,val_loss", *rows, ""]), encoding="ascii")
+        rows = ["step,loss,val_loss"]
+        for line in self._metrics_tmp.read_text(encoding="ascii").splitlines()[1:]:
+            val = self._val.get(int(line.split(",", 1)[0]))
+            rows.append(f"{line},{'' if val is None else repr(val)}")
+        self._metrics_tmp.write_text("\n".join([*rows, ""]), encoding="ascii")
 
     def close(self) -> None:
         if self._metrics is not None:
@@ -259,8 +251,7 @@ class RunDirSink(Sink):
 
 
 def _room(folder: Path) -> int:
-    """Bytes a new file in ``folder`` may take: the free space, at most the file-size limit (POSIX's
-    ``RLIMIT_FSIZE``; Windows has none)."""
+    """Bytes a new file in ``folder`` may take: the free space, at most POSIX's ``RLIMIT_FSIZE``."""
     room = shutil.disk_usage(folder).free
     try:
         import resource
@@ -271,8 +262,8 @@ def _room(folder: Path) -> int:
 
 
 def close_orphans(error: str) -> list[Path]:
-    """The job folders below this process's claims whose process died mid-run (summary.json says
-    running, no process holds its lock), each now ``failed`` with ``error`` and unlocked; by name."""
+    """The job folders below this process's claims whose process died mid-run (summary.json running, lock
+    free), each now ``failed`` with ``error`` and unlocked; by name."""
     closed = []
     for held in rundir.claims():
         with contextlib.suppress(OSError), os.scandir(held.path) as it:

@@ -31,8 +31,7 @@ def duration(seconds: float) -> str:
 
 
 def job_prefix() -> str:
-    """``"[job N] "`` for a sweep job whose launcher may run jobs side by side (any ``hydra/launcher``
-    but ``basic``); ``""`` for a single run, a sequential sweep, or outside Hydra."""
+    """``"[job N] "`` for a sweep job whose launcher may run jobs side by side (not ``basic``), else ``""``."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
@@ -58,9 +57,9 @@ def display_path(path) -> str:
 
 
 def snapshot_line(step: int, loss: float, row: np.ndarray, tokens: list[str], focus: int) -> str:
-    """The tutorial §5 line for one snapshot, ``step   0  loss=2.3566  |  ' journey' attends: 'Your'=0.22
-    'journey'=0.12 ...``: ``row`` (T,) is the focus token's weights; over 12 tokens the 12 strongest (the
-    line says so); a token the text holds more than once is named with its position, ``'the'@7=0.12``."""
+    """The tutorial §5 line for one snapshot, ``step   0  loss=2.3566  |  ' journey' attends: 'Your'=0.22 ...``:
+    ``row`` (T,) is the focus token's weights; over 12 tokens the 12 strongest; a token the text holds more
+    than once is named with its position, ``'the'@7=0.12``."""
     shown, more = range(len(tokens)), ""
     if len(tokens) > MAX_TARGETS_SHOWN:
         shown = sorted(np.argsort(-row, kind="stable")[:MAX_TARGETS_SHOWN].tolist())
@@ -90,24 +89,10 @@ def generation_lines(generation: dict) -> list[str]:
     return lines
 
 
-def notebook_bar():
-    """``tqdm.auto``'s bar class when it can draw a widget here (ipywidgets installed), else None."""
-    import importlib.util
-
-    if importlib.util.find_spec("ipywidgets") is None:
-        return None
-    from tqdm.auto import tqdm
-
-    return tqdm
-
-
 class ConsoleSink(Sink):
-    """One :func:`snapshot_line` per snapshot and a closing line with the status; a tqdm bar (on a
-    terminal) when ``progress`` and ≥ 1000 steps, else one line with the time to go when, after
-    :data:`ETA_AFTER_S` of training, more than :data:`ETA_MIN_S` is left. ``prefix``
-    (:func:`job_prefix`) starts every line and names the bar. ``notebook``: in a Jupyter cell, whose
-    output is no terminal: the bar shown all the same (``tqdm.auto``'s widget when ipywidgets is there).
-    ``where``: the closing line names the run dir."""
+    """One :func:`snapshot_line` per snapshot and a closing line with the status (naming the run dir with
+    ``where``); with ``progress`` and ≥ 1000 steps a tqdm bar on a terminal (``notebook``: in a Jupyter cell
+    too), else a line with the time to go. ``prefix`` (:func:`job_prefix`) starts every line, names the bar."""
 
     def __init__(self, progress: bool = True, file=None, prefix: str = "", notebook: bool = False,
                  where: bool = True) -> None:
@@ -124,8 +109,11 @@ class ConsoleSink(Sink):
         self._info = info
         self._t0 = time.monotonic()
         if self.progress and info.steps >= PROGRESS_MIN_STEPS:
-            bar = notebook_bar() if self.notebook else None
-            if bar is None:
+            import importlib.util
+
+            if self.notebook and importlib.util.find_spec("ipywidgets") is not None:  # a widget in the cell
+                from tqdm.auto import tqdm as bar
+            else:
                 from tqdm import tqdm as bar
 
             self._bar = bar(total=info.steps, unit="step", leave=False, disable=False if self.notebook else None,

@@ -1,17 +1,9 @@
-"""Every file a command writes where the user points it: ``attnlab-report [-o FILE]``, ``--csv`` of
-attnlab-compare and attnlab-reproduce, ``attnlab-compare --plot``, ``attnlab-check --template``.
-One rule (:func:`refusal`, checked before any work; :func:`write`, checked again as it writes):
-
-- attnlab writes a **regular file**; a symbolic link, a device (``/dev/null``), a FIFO, a socket or a
-  folder there is refused in one line, ``--force`` or not (the write would replace the entry itself);
-- a file that exists is replaced only when **attnlab wrote it**: its first bytes carry attnlab's
-  mark (:data:`MARKS`: the report page's opening comment, a PNG figure's ``Software: attnlab`` text, the
-  CSV's ``job,`` header), or the user passes ``--force``; a file attnlab must never replace (the
-  learner's code of ``--template``) has no mark;
-- nothing is written inside a run dir the command reads (``reads``), apart from the names in ``allow``.
-
-The file is written to a temporary file beside it and renamed over it (:mod:`attnlab.outputs.artifacts`).
-"""
+"""Every file a command writes where the user points it (``attnlab-report -o``, ``--csv``, ``--plot``,
+``attnlab-check --template``), under one rule, checked before any work (:func:`refusal`) and as it writes
+(:func:`write`): attnlab writes a **regular file** only (a link, device, FIFO, socket or folder is refused,
+``--force`` or not); a file that exists is replaced only when **attnlab wrote it** (its first bytes carry a
+mark of :data:`MARKS`) or with ``--force``, a file of no ``kind`` (the learner's ``--template`` code) never;
+nothing is written inside a run dir the command ``reads``, but the names in ``allow``."""
 from __future__ import annotations
 
 import os
@@ -36,17 +28,9 @@ class OutputRefused(AttnlabError):
     """An output path attnlab does not write (one line naming the option and the path)."""
 
 
-def marked(head: bytes, kind: str | None) -> bool:
-    """Whether ``head``, the first bytes of a file, carry the mark attnlab writes in files of ``kind``."""
-    mark = MARKS.get(kind) if kind else None
-    if mark is None:
-        return False
-    return head.lstrip(b"\xef\xbb\xbf").startswith(mark) if kind != "figure" else mark in head
-
-
 def refusal(path: Path | str, *, key: str, kind: str | None, force: bool = False, reads: Iterable[Path] = (),
             allow: Sequence[str] = ()) -> str | None:
-    """Why attnlab must not write ``path`` (the module's rule), as one line naming ``key``, or None."""
+    """Why attnlab must not write ``path``, one line naming ``key``, or None."""
     path = Path(path)
     shown = printable(str(path), 300)
     target = Path(os.path.realpath(path))
@@ -75,7 +59,8 @@ def refusal(path: Path | str, *, key: str, kind: str | None, force: bool = False
             head = f.read(HEAD)
     except OSError:
         head = b""
-    if marked(head, kind):
+    mark = MARKS.get(kind)
+    if mark is not None and (mark in head if kind == "figure" else head.lstrip(b"\xef\xbb\xbf").startswith(mark)):
         return None
     if kind is None:
         return _("{key} {path}: exists; attnlab writes a new file only").format(key=key, path=shown)
@@ -85,8 +70,8 @@ def refusal(path: Path | str, *, key: str, kind: str | None, force: bool = False
 
 def write(path: Path | str, data: bytes, *, key: str, kind: str | None, force: bool = False,
           reads: Iterable[Path] = (), allow: Sequence[str] = ()) -> Path:
-    """``data`` into ``path`` under the module's rule; OutputRefused (one line), WriteError. A ``kind``
-    of None creates a new file only (``open(path, "x")``: an existing entry of any kind is refused)."""
+    """``data`` into ``path`` under the module's rule (atomically; a new file only without ``kind``);
+    OutputRefused (one line), WriteError."""
     path = Path(path)
     if (problem := refusal(path, key=key, kind=kind, force=force, reads=reads, allow=allow)) is not None:
         raise OutputRefused(problem)

@@ -8,8 +8,6 @@ import logging
 import re
 from importlib import resources
 
-from attnlab.core.i18n import _
-
 SHIPPED_FONT = resources.files("attnlab.data") / "fonts" / "NotoSansCJKsc-Regular-GB2312.otf"
 # fontTools logs each table it cuts at INFO (matplotlib's PDF/SVG fonts, the report's @font-face)
 logging.getLogger("fontTools").setLevel(logging.WARNING)
@@ -36,25 +34,19 @@ def _drawable() -> frozenset[int]:
     from matplotlib.ft2font import FT2Font
 
     points: set[int] = set()
-    for family in rc()["font.family"]:
+    for family in ("DejaVu Sans", cjk_font()):
         path = font_manager.findfont(font_manager.FontProperties(family=family))
         points.update(FT2Font(path).get_charmap())
     return frozenset(points)
 
 
-# rcParams that are not a figure's style (what matplotlib.style.use("default") leaves alone too)
-_NOT_STYLE = frozenset({"backend", "backend_fallback", "interactive", "toolbar", "timezone", "figure.max_open_warning",
-                        "figure.raise_window", "savefig.directory", "tk.window_focus", "docstring.hardcopy",
-                        "date.epoch"})
+def style():
+    """``matplotlib.style.context``: matplotlib's own defaults (no ``matplotlibrc`` changes what a run
+    reproduces) and attnlab's fonts, a list for per-glyph fallback. Draw every figure inside it."""
+    import matplotlib.style
 
-
-def rc() -> dict:
-    """rcParams for every figure (``matplotlib.rc_context(rc())``): matplotlib's own defaults (no
-    ``matplotlibrc`` changes what a run reproduces) and attnlab's fonts, a list for per-glyph fallback."""
-    import matplotlib
-
-    style = {k: v for k, v in matplotlib.rcParamsDefault.items() if k not in _NOT_STYLE and not k.startswith("webagg.")}
-    return {**style, "font.family": ["DejaVu Sans", cjk_font()], "axes.unicode_minus": False}
+    return matplotlib.style.context(["default", {"font.family": ["DejaVu Sans", cjk_font()],
+                                                 "axes.unicode_minus": False}])
 
 
 def drawable(text: str) -> str:
@@ -68,7 +60,3 @@ def label(token: str) -> str:
     """A tick label: the token stripped as in the tutorial (only whitespace: its ``repr``), :func:`drawable`."""
     return drawable(token.strip() or repr(token))
 
-
-def default_title() -> str:
-    """The evolution figure's title in the learner's language (zh: tutorial §5's own)."""
-    return _("Attention weights during training")

@@ -16,7 +16,7 @@ from attnlab.core.i18n import _
 from attnlab.core.records import RunInfo, RunResult, Sink, Snapshot, head_mean
 from attnlab.outputs.artifacts import atomic_write_bytes
 from attnlab.outputs.drawing import Drawing
-from attnlab.outputs.fonts import default_title, label, rc
+from attnlab.outputs.fonts import label, style
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
@@ -42,15 +42,8 @@ def warm_up() -> None:
         fig.canvas.draw()
 
 
-def style():
-    """``matplotlib.rc_context(fonts.rc())``: draw every figure inside it."""
-    import matplotlib
-
-    return matplotlib.rc_context(rc())
-
-
 def new_figure(width_in: float, height_in: float) -> "Figure":
-    """An Agg figure of that size at :data:`DPI` with constrained layout (call inside :func:`style`)."""
+    """An Agg figure at :data:`DPI`, constrained layout (call inside :func:`style`)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -88,10 +81,9 @@ def pick_snapshots(snapshots: Sequence, max_panels: int = MAX_PANELS) -> list:
 
 
 def evolution_figure(snapshots: Sequence[Snapshot], tokens: Sequence[str], total: int | None = None) -> "Figure":
-    """Tutorial §5's figure (call inside :func:`style`): one heatmap per snapshot, titled ``step=N\\nloss=X.XXX``,
-    a shared colour bar; at most :data:`MAX_PANELS` snapshots in rows of :data:`MAX_COLS`, or with H > 1 heads
-    (weights (H, T, T)) a row of heads per snapshot (at most :data:`MAX_HEAD_ROWS`). The suptitle says
-    ``(k of n snapshots)`` when it shows k of the run's ``total`` (default ``len(snapshots)``)."""
+    """Tutorial §5's figure (call inside :func:`style`): a heatmap per snapshot (weights (H, T, T)), in rows
+    of :data:`MAX_COLS`, or with H > 1 a row of heads per snapshot; ``(k of n snapshots)`` in the suptitle
+    when it shows k of the run's ``total`` (default ``len(snapshots)``)."""
     heads = len(snapshots[0].weights)  # weights (H, T, T)
     shown = pick_snapshots(snapshots, MAX_HEAD_ROWS if heads > 1 else MAX_PANELS)
     grow = TICK_IN * max(0, min(len(tokens), MAX_TOKEN_LABELS) - MAX_CELL_VALUES)  # inches a panel grows by
@@ -105,7 +97,7 @@ def evolution_figure(snapshots: Sequence[Snapshot], tokens: Sequence[str], total
         cols = min(len(shown), MAX_COLS, max(1, int(MAX_FIGURE_IN // panel_w)))
         rows = -(-len(shown) // cols)
         panels = [(head_mean(s.weights), f"step={s.step}\nloss={s.loss:.3f}") for s in shown]
-    suptitle = default_title()
+    suptitle = _("Attention weights during training")
     total = len(snapshots) if total is None else total
     if len(shown) < total:
         suptitle += _("  ({k} of {n} snapshots)").format(k=len(shown), n=total)
@@ -123,9 +115,8 @@ def evolution_figure(snapshots: Sequence[Snapshot], tokens: Sequence[str], total
 
 
 def plot_loss(ax, steps: np.ndarray, losses: np.ndarray, ylabel: str = MSE_LABEL, **line_kw) -> bool:
-    """One loss curve (``steps`` (n,), ``losses`` (n,)) on ``ax``: log y axis labelled ``ylabel``,
-    grid; non-finite losses (a diverged run) left out, zeros clipped to the smallest positive loss
-    (1e-12 if none) so the log axis stays finite. False when there was nothing to draw."""
+    """One loss curve (``steps`` (n,), ``losses`` (n,)) on a log y axis: non-finite losses left out, zeros
+    clipped to the smallest positive loss (1e-12 if none). False when there was nothing to draw."""
     y = np.asarray(losses, dtype=np.float64)
     ok = np.isfinite(y)
     positive = y[ok & (y > 0)]
@@ -150,8 +141,7 @@ def loss_figure(losses: np.ndarray, ylabel: str = MSE_LABEL) -> "Figure | None":
 
 
 def figure_bytes(fig: "Figure", fmt: str = "png") -> bytes:
-    """``fig`` rendered as a ``fmt`` file (``png``, ``pdf``, ``svg``), in memory, marked as attnlab's
-    (:data:`attnlab.outputs.destination.MARKS`: a PNG's ``Software``, a vector file's ``Creator``)."""
+    """``fig`` as the bytes of a ``fmt`` file, marked as attnlab's (:data:`attnlab.outputs.destination.MARKS`)."""
     buf = io.BytesIO()
     key = {"png": "Software", "svg": "Creator", "pdf": "Creator", "ps": "Creator", "eps": "Creator"}.get(fmt)
     fig.savefig(buf, format=fmt, **({"metadata": {key: "attnlab"}} if key else {}))
@@ -173,9 +163,8 @@ def loss_png(losses: np.ndarray, ylabel: str = MSE_LABEL) -> bytes | None:
 
 class FigureSink(Sink):
     """Writes ``attention_evolution.png`` (a GPT's also one per block) and ``loss.png`` into ``run_dir``
-    at the end of a run (whatever its status), each unless there is nothing to draw. Memory stays flat:
-    only the snapshots the figure will show (:func:`pick_snapshots` of ``RunInfo.snapshot_steps``) and
-    the latest one (for a run that stops early) are kept."""
+    at the end of a run, each unless there is nothing to draw. Memory stays flat: only the snapshots
+    the figure will show and the latest one (for a run that stops early) are kept."""
 
     EVOLUTION = "attention_evolution.png"
     LAYER_EVOLUTION = "attention_evolution_layer{layer}.png"

@@ -1,9 +1,7 @@
 """Claiming a run dir (``hydra.run.dir``, a sweep's folders, ``attnlab-reproduce --out``) before anything
 is written into it: one live attnlab process per folder, never someone else's files. The lock file
-``.attnlab.lock`` is created with ``O_EXCL`` and locked with filelock's descriptor lock (``flock`` on
-POSIX, ``LockFileEx`` on byte 0 on Windows) until the process ends: a lock file whose lock is free is a
-killed run's. It holds the pid (from byte 1: Windows refuses reads of a locked byte) and a disk reserve
-for the run's last writes."""
+``.attnlab.lock`` (``O_EXCL``) is held with filelock's descriptor lock (on byte 0 on Windows) until the
+process ends: a free lock is a killed run's. It holds the pid (from byte 1) and a disk reserve."""
 from __future__ import annotations
 
 import contextlib
@@ -42,7 +40,6 @@ _claims: dict[str, Claim] = {}
 
 
 def claimed(path: Path) -> Claim | None:
-    """This process's claim on ``path``, or None."""
     return _claims.get(os.path.realpath(path))
 
 
@@ -52,7 +49,7 @@ def claims() -> list[Claim]:
 
 
 def _holder(path: Path) -> str:
-    """`` (pid N)`` from the line after byte 0 of ``path``'s lock file (at most 32 bytes read), else ``""``."""
+    """`` (pid N)`` from ``path``'s lock file, else ``""``."""
     with contextlib.suppress(RunFileError, OSError), open_run_file(path / LOCK, LOCK_LIMIT) as f:
         f.seek(1)
         pid = f.read(32).split(b"\n", 1)[0]
@@ -61,27 +58,27 @@ def _holder(path: Path) -> str:
 
 
 def claim(path: Path, key: str = "hydra.run.dir", value: str | None = None) -> Claim:
-    """Claim ``path`` (created when missing) for this process and return the claim (the one it
-    holds already, if any); ``value``: the folder as the user gave it. Raises RunDirError, one line
-    naming ``key`` (the folders it made removed): the folder cannot be written, another process
-    holds it, or it holds anything else."""
+    """Claim ``path`` (created when missing; ``value``: as the user gave it) for this process, or return
+    its claim. RunDirError naming ``key`` (the folders made removed): the folder cannot be written, another
+    process holds it, or it holds anything else."""
     path = Path(path)
     if (held := claimed(path)) is not None:
         return held
     shown = f"{key}={printable(str(path if value is None else value), 300)!r}"
     choose = f"choose another {key}"
     created = next((p for p in reversed([path.absolute(), *path.absolute().parents]) if not os.path.lexists(p)), None)
-    held = None
     try:
         path.mkdir(parents=True, exist_ok=True)
         # O_EXCL: never a file that exists (nor a link's target); a reader's probe may hold the lock a moment
         fd = os.open(path / LOCK, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o644)
-        held = Claim(path, fd, created)
+        held = _claims[os.path.realpath(path)] = Claim(path, fd, created)
         lock_descriptor(held.fd, blocking=True, poll_interval=0.01)
         problem = _contents_problem(path, choose)
         if problem is None:
             os.write(held.fd, _pid_line())
-            held.reserve = _reserve(held)
+            # zeros (at most 1/8 of the free space): a full disk keeps room for the run's last writes
+            with contextlib.suppress(OSError):  # no room, a file-size limit: no reserve
+                held.reserve = os.write(held.fd, bytes(min(RESERVE_BYTES, shutil.disk_usage(path).free // 8))) > 0
     except FileExistsError:  # another process's lock, live or left by a killed run
         if not path.is_dir():
             problem = f"not a folder; {choose}"
@@ -92,30 +89,19 @@ def claim(path: Path, key: str = "hydra.run.dir", value: str | None = None) -> C
     except OSError as err:
         problem = f"cannot write there ({os_reason(err)}); {choose}"
     if problem is not None:
-        if held is not None:
-            _drop(held)
+        release(path)
         _remove_created(path, created)
         raise RunDirError(f"{shown}: {problem}") from None
-    _claims[os.path.realpath(path)] = held
     return held
 
 
 def _pid_line() -> bytes:
-    """The lock file's text: a newline (byte 0, the locked one), this process's pid and a newline."""
+    """The lock file's text: byte 0 (the locked one), this process's pid."""
     return f"\n{os.getpid()}\n".encode()
 
 
-def _reserve(held: Claim) -> bool:
-    """Write :data:`RESERVE_BYTES` of zeros (at most 1/8 of the free space) into the lock file: a full
-    disk then still has room for the run's last writes (summary.json), given back by :func:`release_reserve`."""
-    try:
-        return os.write(held.fd, bytes(min(RESERVE_BYTES, shutil.disk_usage(held.path).free // 8))) > 0
-    except OSError:  # no room, a file-size limit: no reserve
-        return False
-
-
 def _contents_problem(path: Path, choose: str, stale_lock: bool = False) -> str | None:
-    """None when ``path`` holds nothing but the lock, else the refusal (after ``KEY='value': ``)."""
+    """None when ``path`` holds nothing but the lock, else the refusal."""
     never = f"{choose} (runs are never overwritten)"
     with os.scandir(path) as it:
         names = {e.name for _, e in zip(range(MAX_SCANNED), it)} - {LOCK}
@@ -158,9 +144,10 @@ def _remove_created(path: Path, top: Path | None) -> None:
         folder = folder.parent
 
 
-def _drop(held: Claim) -> None:
-    """Close the lock file this claim created, releasing its lock, and delete it (only that one; closed
-    first: Windows deletes no open file)."""
+def release(path: Path) -> None:
+    """Release this process's claim on ``path``, if any: its lock file closed, then deleted if still that file."""
+    if (held := _claims.pop(os.path.realpath(path), None)) is None:
+        return
     try:
         ours = os.path.samestat(os.stat(held.path / LOCK, follow_symlinks=False), os.fstat(held.fd))
     except OSError:
@@ -180,15 +167,8 @@ def release_reserve(path: Path) -> None:
             os.ftruncate(held.fd, len(_pid_line()))
 
 
-def release(path: Path) -> None:
-    """Delete ``path``'s lock file and release the claim; a no-op without one."""
-    if (held := _claims.pop(os.path.realpath(path), None)) is not None:
-        _drop(held)
-
-
 def abandon(path: Path) -> None:
-    """Undo this process's claim on ``path``; when no job started there, a sweep's ``multirun.yaml``
-    and the folders the claim created are removed too."""
+    """:func:`release`; when no job started there, a sweep's ``multirun.yaml`` and the folders made go too."""
     held = claimed(path)
     if held is None:
         return
@@ -211,8 +191,7 @@ def abandon_all() -> None:
 
 
 def run_is_live(run_dir: Path) -> bool:
-    """True when a process holds ``run_dir``'s lock (its run is being written right now), else False.
-    Read it before summary.json: ``running`` with a free lock is a killed run."""
+    """Whether a process holds ``run_dir``'s lock; read before summary.json (``running``, lock free: killed)."""
     try:
         with open_run_file(Path(run_dir) / LOCK, LOCK_LIMIT) as f:
             free = lock_descriptor(f.fileno(), blocking=False)  # released when f closes

@@ -1,6 +1,5 @@
-"""Console output that never stops a run: text the console cannot encode (Chinese on a ``cp1252``
-console) is written with backslash escapes (``\\u4f60``); a closed pipe (``attnlab | head -2``)
-or a gone terminal silences the stream. :func:`install` does this for the whole process."""
+"""Console output that never stops a run: what the console cannot encode (Chinese on ``cp1252``) is
+escaped (``\\u4f60``); a closed pipe (``attnlab | head -2``) or a gone terminal silences the stream."""
 from __future__ import annotations
 
 import contextlib
@@ -10,10 +9,9 @@ import threading
 
 
 class SafeStream:
-    """A text stream whose ``write`` / ``flush`` never raise (escapes for what it cannot encode); after
-    a broken pipe or I/O error it is silent (:attr:`broken`) and its descriptor points at ``os.devnull``
-    (the interpreter's final flush stays quiet too). Whole lines go out in one write, so lines of jobs
-    that share a terminal never merge; the rest of a line waits for its ``\n`` or a flush."""
+    """A text stream whose ``write`` / ``flush`` never raise; after a broken pipe or I/O error it is silent
+    (:attr:`broken`), its descriptor on ``os.devnull`` (the interpreter's last flush too). Whole lines go
+    out in one write, so lines of jobs that share a terminal never merge."""
 
     def __init__(self, stream) -> None:
         self.stream = stream
@@ -71,9 +69,8 @@ def _quiet_tensorboard_thread(args) -> None:
 
 
 def install() -> None:
-    """For attnlab's commands: a closed standard descriptor (``attnlab >&-``) reopened on ``os.devnull``
-    (a run's first file never becomes descriptor 1 or 2), ``sys.stdout`` and ``sys.stderr`` as
-    :class:`SafeStream`, TensorBoard's writer thread kept quiet."""
+    """For attnlab's commands: a closed standard descriptor (``attnlab >&-``) reopened on ``os.devnull`` (no
+    run's file becomes descriptor 1 or 2), ``sys.stdout``/``sys.stderr`` :class:`SafeStream`, TensorBoard quiet."""
     for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
         try:
             os.fstat(fd)

@@ -13,13 +13,13 @@ import numpy as np
 from attnlab.core.focus import FOCUS_THRESHOLD, focus, row_entropy
 from attnlab.core.records import RunInfo, RunResult, Sink, Snapshot, head_mean
 from attnlab.outputs.drawing import Drawing
-from attnlab.outputs.fonts import drawable, label
-from attnlab.outputs.plots import draw_heatmap, new_figure, style
+from attnlab.outputs.fonts import drawable, label, style
+from attnlab.outputs.plots import draw_heatmap, new_figure
 
 
 def tag_names(tokens: list[str]) -> list[str]:
-    """Tag-safe, unique suffixes ``<pos>_<token>``: letters, digits, ``_.-`` and symbols such as emoji
-    kept, each run of anything else -> ``_``: ``[" with", "$", "旅(1/2)"]`` -> ``["0_with", "1__", "2_旅_1_2"]``."""
+    """Tag-safe, unique suffixes ``<pos>_<token>`` (letters, digits, ``_.-`` and symbols kept, other runs ``_``):
+    ``[" with", "$", "旅(1/2)"]`` -> ``["0_with", "1__", "2_旅_1_2"]``."""
     out = []
     for pos, tok in enumerate(tokens):
         marked = "".join(ch if ch.isalnum() or ch in "_.-" or unicodedata.category(ch) == "So" else "\0"
@@ -30,8 +30,8 @@ def tag_names(tokens: list[str]) -> list[str]:
 
 
 def flatten_config(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested config -> ``{"model.d_model": 6, ...}``: numbers and strings kept, bools as ``"true"``/``"false"``,
-    None as ``"none"``, lists as strings (``"[0, 20]"``)."""
+    """Nested config -> ``{"model.d_model": 6, ...}``: numbers and strings kept, anything else a string
+    (``"true"``, ``"none"``, ``"[0, 20]"``)."""
     flat: dict[str, Any] = {}
     for key, value in config.items():
         name = f"{prefix}{key}"
@@ -45,8 +45,8 @@ def flatten_config(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 class TensorBoardSink(Sink):
-    """Writes one run's TensorBoard events into ``run_dir``; ``images=False`` skips the heatmaps. ``on_end``
-    without ``on_start`` still writes the hparams session; the event file is created at the first record."""
+    """Writes one run's TensorBoard events into ``run_dir`` (the event file at the first record); ``images=False``
+    skips the heatmaps. ``on_end`` without ``on_start`` still writes the hparams session."""
 
     def __init__(self, run_dir: Path, images: bool = True):
         from torch.utils.tensorboard import SummaryWriter  # fails here if tensorboard is missing
@@ -63,7 +63,6 @@ class TensorBoardSink(Sink):
 
     @property
     def writer(self):
-        """The ``SummaryWriter``, created on first use (a sink closed unused writes no file)."""
         if self._writer is None:
             self._writer = self._writer_class(log_dir=str(self.run_dir))
         return self._writer
@@ -100,26 +99,21 @@ class TensorBoardSink(Sink):
         add("focus/weight", strongest[-1], step)
         if self._focus_step is None and strongest[-1] > FOCUS_THRESHOLD:
             self._focus_step = step
-        many = len(heads) > 1
+        title, many = f"step={step}  loss={snapshot.loss:.4f}", len(heads) > 1
+        images = [("attention/weights", w, title + ("  (mean of heads)" if many else ""))]  # (tag, (T, T), title)
         for h, head in enumerate(heads if many else []):
             add(f"focus/weight/head_{h}", strongest[h], step)
             for name, value in zip(self._names, row_entropy(head)):
                 add(f"attention/entropy/head_{h}/{name}", value, step)
-        title = f"step={step}  loss={snapshot.loss:.4f}"
+            images.append((f"attention/weights/head_{h}", head, f"{title}  head {h}"))
         if snapshot.val_loss is not None:
             add("val_loss", snapshot.val_loss, step)
         for layer, weights in enumerate(snapshot.layers if snapshot.layers is not None else []):  # a GPT's blocks
             mean = head_mean(weights)  # (T, T)
             add(f"focus/weight/layer_{layer}", mean[query].max(), step)
-            if self.images:
-                self._images.append((f"attention/weights/layer_{layer}", step, Drawing(
-                    heatmap_pixels, self.info.tokens, mean, f"{title}  layer {layer} (mean of heads)")))
-        if self.images:  # drawn in a worker when outputs.drawing runs; added in step order
-            self._images.append(("attention/weights", step, Drawing(
-                heatmap_pixels, self.info.tokens, w, title + ("  (mean of heads)" if many else ""))))
-            for h, head in enumerate(heads if many else []):
-                self._images.append((f"attention/weights/head_{h}", step,
-                                     Drawing(heatmap_pixels, self.info.tokens, head, f"{title}  head {h}")))
+            images.append((f"attention/weights/layer_{layer}", mean, f"{title}  layer {layer} (mean of heads)"))
+        for tag, picture, caption in images if self.images else []:  # drawn in a worker when there is one
+            self._images.append((tag, step, Drawing(heatmap_pixels, self.info.tokens, picture, caption)))
         self._add_images(wait=False)
 
     def _add_images(self, wait: bool) -> None:
@@ -128,7 +122,6 @@ class TensorBoardSink(Sink):
             self.writer.add_image(tag, drawing.result(), step, dataformats="HWC")
 
     def flush(self) -> None:
-        """Add every heatmap image, then write every queued event to the event file."""
         self._add_images(wait=True)
         if self._writer is not None:
             self._writer.flush()
@@ -162,8 +155,8 @@ class TensorBoardSink(Sink):
 
 
 def heatmap_pixels(tokens: Sequence[str], weights: np.ndarray, title: str = "") -> np.ndarray:
-    """The heatmap TensorBoard shows for ``weights`` ((T, T) or (H, T, T), heads averaged) over ``tokens``:
-    ``(400, 460, 3)`` uint8 RGB (HWC), colour scale fixed to [0, 1] so steps compare."""
+    """TensorBoard's heatmap of ``weights`` ((T, T) or (H, T, T), heads averaged): ``(400, 460, 3)`` uint8 RGB,
+    colour scale fixed to [0, 1] so steps compare."""
     with style():
         fig = new_figure(4.6, 4.0)
         ax = fig.add_subplot()

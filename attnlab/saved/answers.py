@@ -1,8 +1,6 @@
-"""The answer to a tutorial exercise (§8) in one paragraph, computed from its sweep's rows
-(:func:`attnlab.saved.runs.collect_rows`) in the learner's language: :func:`answer`. Every number in
-it is the table's cell (:func:`attnlab.saved.table.cell_text`), and every "because" is said only when
-the rows show what it explains. The sweep's end (console, ``answer.txt``), its report page and
-``attnlab.exercise(n)`` all show this one text."""
+"""The answer to a tutorial exercise (§8) in one paragraph, from its sweep's rows, in the learner's language
+(:func:`answer`: the sweep's end, its report page, ``attnlab.exercise(n)``). Every number in it is a table
+cell (:func:`attnlab.saved.table.cell_text`); every "because" is said only when the rows show it."""
 from __future__ import annotations
 
 import re
@@ -63,15 +61,11 @@ def _by(rows: Rows, key: str) -> list[tuple[str, dict[str, Any]]]:
     return [(printable(str(_value(r, key)), 60), r) for r in rows]
 
 
-def _shapes(row: dict[str, Any]) -> dict[str, str]:
-    return dict(part.split("=", 1) for part in str(row["shapes"]).split())
-
-
 def _exercise1(rows: Rows) -> str | None:
     values = _by(rows, "model.d_model")
     if len(rows) < 2:
         return None
-    shapes = [_shapes(r) for r in rows]
+    shapes = [dict(part.split("=", 1) for part in str(r["shapes"]).split()) for r in rows]
     changed = [k for k in shapes[0] if len({s[k] for s in shapes}) > 1]
     same = [k for k in shapes[0] if k not in changed]
     text = _("with d_model {values}: {changed} change; {same} stay.").format(

@@ -1,20 +1,22 @@
 """The one spec of the runs table's columns (the sweep's end table, ``attnlab-compare``, summary.csv,
-the report's runs table): per column its key (the row's and the CSV header's), the header a beginner
-reads (an English ``N_()`` message, its Chinese in the catalog), the printed width, a number's format,
-and when the printed table hides it. CSV order is :data:`SPEC`'s; the printed table puts ``error`` last."""
+the report's runs table), and the exercises' observations as its cells (:func:`observed_cells`).
+CSV order is :data:`SPEC`'s; the printed table puts ``error`` last."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
+from attnlab.core.config import select
 from attnlab.core.i18n import N_
+from attnlab.core.tokenizer import show
 
 MAX_CELL = 48  # display columns of a printed cell (the CSV keeps everything)
 
 
 @dataclass(frozen=True)
 class Column:
-    """``key``: the row's key and the CSV header; ``header``: what the printed table and the report show
-    (English, translated where shown); ``width``: display columns of a printed cell; ``fmt``: a float's
+    """``key``: the row's key and the CSV header; ``header``: what a beginner reads (English ``N_()``,
+    translated where shown); ``width``: display columns of a printed cell; ``fmt``: a float's
     format (None: 4 decimals, or ``.2e`` below 1e-3 and from 1e5); ``hide``: ``never`` (always printed),
     ``empty`` (printed when some row has a value), ``same`` (printed when the rows' values differ),
     ``csv`` (CSV only); ``observed``: in the CSV only when some row has it (an exercise's observation)."""
@@ -44,7 +46,7 @@ SPEC: tuple[Column, ...] = (
     Column("wall_time_s", N_("seconds"), fmt=".2f"),
     Column("notes", N_("notes")),
     Column("error", N_("error")),
-    # the exercises' observations (attnlab.saved.exercise_columns)
+    # the exercises' observations (observed_cells)
     Column("focus_step", N_("first >0.9 at step"), observed=True),
     Column("heads_focus", N_("each head looks at"), width=100, observed=True),
     Column("upper_max", N_("largest weight above diagonal"), observed=True),
@@ -66,3 +68,33 @@ OBSERVED = [c.key for c in SPEC if c.observed]
 def column(key: str) -> Column:
     """The spec of ``key`` (an unknown key: a text column headed by the key itself)."""
     return BY_KEY.get(key) or Column(key, key)
+
+
+def observed_cells(summary: dict[str, Any]) -> dict[str, Any]:
+    """The observations a job's ``summary.json`` holds as table cells (those of :data:`OBSERVED` present);
+    ``focus`` is :class:`attnlab.core.focus.FocusSink`'s (or None), never a summary's."""
+    out: dict[str, Any] = {}
+    focus = summary.get("focus")
+    if focus:  # FocusSink's (training runs)
+        out["focus_step"] = focus["mean"]["first_step_above"]
+        if len(focus["heads"]) > 1:
+            out["heads_focus"] = " ".join(f"{h}:{'uniform' if e.get('uniform') else show(e['token'].strip())}"
+                                          f"={e['weight']:.2f}" for h, e in enumerate(focus["heads"]))
+        if select(summary.get("config"), "model.causal") is True:
+            out["upper_max"] = focus.get("upper_triangle_max")
+    if summary.get("n_tokens") is not None:
+        out["n_tokens"] = summary["n_tokens"]
+    table = summary.get("token_table")
+    if isinstance(table, list) and table:
+        out["tokens"] = " ".join(show(str(t[1])) for t in table if isinstance(t, list) and len(t) == 2)
+    shapes = summary.get("shapes")
+    if isinstance(shapes, dict) and shapes:
+        out["shapes"] = " ".join(f"{k}={'x'.join(str(d) for d in v)}" for k, v in shapes.items()
+                                 if k in ("X", "Q", "K", "V", "weights", "Z") and isinstance(v, list))
+    if summary.get("max_abs_weight_minus_uniform") is not None:
+        out["max_abs_weight_minus_uniform"] = summary["max_abs_weight_minus_uniform"]
+    perm = summary.get("permutation_check")
+    if isinstance(perm, dict):
+        out["perm_tokens_match"] = perm.get("tokens_are_permutation")
+        out["perm_z_max_abs_diff"] = perm.get("z_max_abs_diff")
+    return out

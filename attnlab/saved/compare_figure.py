@@ -12,13 +12,13 @@ from attnlab.core.errors import RunDirError
 from attnlab.core.focus import FOCUS_THRESHOLD, focus_weights
 from attnlab.core.i18n import _
 from attnlab.core.records import head_mean
-from attnlab.outputs import destination
-from attnlab.outputs.fonts import drawable, label, rc
+from attnlab.outputs import destination, fonts
+from attnlab.outputs.fonts import drawable, label
 from attnlab.outputs.plots import DPI, draw_heatmap, figure_bytes, plot_loss
 from attnlab.saved import safe_read
 from attnlab.saved.runs import saved_attention
 from attnlab.saved.safe_read import METRICS
-from attnlab.saved.swept import LINESTYLES, run_labels, run_styles, short_names, wrap
+from attnlab.saved.swept import LINESTYLES, PALETTE, run_labels, run_styles, short_names, wrap
 
 MAX_HEATMAPS = 8  # at most this many heatmap panels
 HEATMAP_COLS = 4  # ... per row
@@ -29,7 +29,6 @@ def comparison_figure(rows: Sequence[dict[str, Any]], path: Path, force: bool = 
     each run's focus weight at every snapshot (top right, :func:`attnlab.core.focus.focus_weights`) and up
     to :data:`MAX_HEATMAPS` last-snapshot heatmaps (colour scale [0, 1]), titled by job number and
     swept values wrapped to the panel; constrained layout, written atomically."""
-    import matplotlib
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.cm import ScalarMappable
     from matplotlib.colors import Normalize
@@ -76,10 +75,10 @@ def comparison_figure(rows: Sequence[dict[str, Any]], path: Path, force: bool = 
     more = f" ({len(shown)} of {len(maps)})" if len(maps) > len(shown) else ""
     width = max(9.0, 3.4 * cols + 0.9)
     # the key below both axes, in columns (a name per style); more runs than styles: a colour scale by row
-    keyed = list(drawn.values()) if len(rows) <= len(distinct_styles()) else []
+    keyed = list(drawn.values()) if len(rows) <= len(STYLES) else []
     key_cols = max(1, min(len(keyed), int((width - 0.4) // (0.6 + 0.055 * max((len(n) for n, _ in keyed), default=1)))))
     key_in = 0.15 * -(-len(keyed) // key_cols) + 0.1 if keyed else 0.0
-    with matplotlib.rc_context(rc()):
+    with fonts.style():
         fig = Figure(figsize=(width, 4.6 + key_in + row_in * grid_rows), dpi=DPI, layout="constrained")
         FigureCanvasAgg(fig)
         # one grid: the loss axes, the key and a heading row (empty axes whose legend and title the
@@ -121,31 +120,20 @@ def comparison_figure(rows: Sequence[dict[str, Any]], path: Path, force: bool = 
             a.set_axis_off()
         if im is not None:
             fig.colorbar(im, ax=axes, shrink=0.8, label=_("attention weight"))
-        path = Path(path)
-        if not path.parent.exists():
-            raise RunDirError(f"--plot {path}: folder {path.parent} does not exist")
         return destination.write(path, figure_bytes(fig, Path(path).suffix.lstrip(".").lower() or "png"),
                                  key="--plot", kind="figure", force=force)
 
 
 RUN_COLORMAP = "turbo"  # more runs than distinct styles: the colour of a run's row
-
-
-def distinct_styles() -> list[dict[str, str]]:
-    """The (colour, line style) pairs the report uses too: 10 colours solid, then dashed, dotted, dash-dotted."""
-    import matplotlib
-
-    colors = matplotlib.rcParamsDefault["axes.prop_cycle"].by_key()["color"]  # not a caller's rcParams
-    return [{"color": matplotlib.colors.to_hex(c), "linestyle": ls} for ls in LINESTYLES for c in colors]
+STYLES = [{"color": c, "linestyle": ls} for ls in LINESTYLES for c in PALETTE]  # the report's 40 too
 
 
 def curve_styles(n: int) -> list[dict[str, str]]:
-    """The style of each of ``n`` curves: :func:`distinct_styles` in turn, or with more curves than
-    those, :data:`RUN_COLORMAP` over the curves' order, solid."""
+    """The style of each of ``n`` curves: :data:`STYLES` in turn, or with more curves than those,
+    :data:`RUN_COLORMAP` over the curves' order, solid."""
+    if n <= len(STYLES):
+        return STYLES[:n]
     import matplotlib
 
-    pairs = distinct_styles()
-    if n <= len(pairs):
-        return pairs[:n]
     cmap = matplotlib.colormaps[RUN_COLORMAP]
     return [{"color": matplotlib.colors.to_hex(cmap(i / (n - 1))), "linestyle": "-"} for i in range(n)]

@@ -1,10 +1,7 @@
-"""One offline HTML page (``attnlab-report``, :mod:`attnlab.commands.report`) that shows attention learning. One
-run: a step scrubber, the heatmap (tutorial §4.3, §5) with a head selector and row highlight,
-the loss curve, the focus token's attention, config and versions. Several runs: a sortable table
-(attnlab-compare's), small multiples on one step slider, the differing config keys, the losses.
-Plain JavaScript (``report_template.html``), no network; the data is embedded as
-``<script type="application/json" id="attnlab-data">`` escaped so no run text ends the element,
-and the page inserts text with ``textContent`` only."""
+"""One offline HTML page (``attnlab-report``) that shows attention learning: one run's heatmap over the steps
+(tutorial §4.3, §5), loss and focus, or several runs' table (attnlab-compare's), small multiples and losses.
+Plain JavaScript (``report_template.html``), no network; the data is embedded as ``<script
+type="application/json" id="attnlab-data">``, escaped so no run text ends it, and put in as text only."""
 from __future__ import annotations
 
 import base64
@@ -18,14 +15,14 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from attnlab import __version__
-from attnlab.core.errors import RunDirError
+from attnlab.core.files import PAGE_BYTES_PER_WEIGHT
 from attnlab.core.focus import FOCUS_THRESHOLD, UNIFORM_SPREAD, Uniform
 from attnlab.core.i18n import _, language, translations
 from attnlab.outputs.artifacts import atomic_write_text
 from attnlab.outputs.fonts import SHIPPED_FONT
 from attnlab.saved import safe_read
 from attnlab.saved.answers import answer
-from attnlab.saved.report_data import BYTES_PER_WEIGHT, DECIMALS, MAX_STR, WEIGHT_BUDGET, collect_records, load_run
+from attnlab.saved.report_data import DECIMALS, MAX_STR, WEIGHT_BUDGET, collect_records, load_run
 from attnlab.saved.safe_read import printable
 from attnlab.saved.table import distribution, page_table
 
@@ -38,10 +35,8 @@ class _PageTemplate(string.Template):
 
 def script_json(data: Any) -> str:
     r"""``data`` as JSON safe inside ``<script>``: ``< > &`` U+2028/9 as ``\uXXXX``."""
-    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    for ch, esc in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
-        text = text.replace(ch, esc)
-    return text
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False).translate(
+        {ord(ch): f"\\u{ord(ch):04x}" for ch in "<>&\u2028\u2029"})
 
 
 def cjk_font_face(text: str) -> str:
@@ -53,7 +48,7 @@ def cjk_font_face(text: str) -> str:
     from fontTools import subset
     from fontTools.ttLib import TTFont
 
-    font = TTFont(str(SHIPPED_FONT))
+    font = TTFont(str(SHIPPED_FONT), recalcTimestamp=False)  # the same page at any time
     chars = "".join(sorted(ch for ch in wide if ord(ch) in font.getBestCmap()))
     if not chars:
         return ""
@@ -81,12 +76,10 @@ def shareable(data: Any, run_dirs: Sequence[Path]) -> Any:
     """``data`` with every absolute path of this machine made relative: below the runs' common folder
     (a run dir becomes its name), attnlab's own folder (``attnlab/data/...``), the working folder, else
     the home folder (``~/...``); a page a learner shares names no folder of the author's machine."""
-    runs = [p.absolute() for p in run_dirs]
-    common = Path(os.path.commonpath([str(p) for p in runs])) if runs else None
-    if common is not None and len(runs) == 1:
-        common = common.parent
-    roots = [(str(common), ""), (str(Path(__file__).resolve().parent.parent.parent), ""),
-             (str(Path.cwd()), ""), (str(Path.home()), "~")] if common is not None else []
+    runs = [str(p.absolute()) for p in run_dirs]
+    common = os.path.commonpath(runs) if len(runs) > 1 else str(Path(runs[0]).parent)
+    roots = [(common, ""), (str(Path(__file__).resolve().parent.parent.parent), ""), (str(Path.cwd()), ""),
+             (str(Path.home()), "~")]
     roots = sorted({r for r in roots if r[0] not in ("", os.sep)}, key=lambda r: -len(r[0]))
 
     def clean(value: Any) -> Any:
@@ -126,8 +119,8 @@ def render(records: Sequence[dict[str, Any]]) -> str:
             "lang": language(), "tr": translations(page_messages(page)),
             "table_columns": columns, "distribution": distribution(focus), "answer": answer(rows),
             "generator": {"attnlab": __version__, "weight_budget_bytes": WEIGHT_BUDGET,
-                          "bytes_per_weight": BYTES_PER_WEIGHT, "decimals": DECIMALS, "uniform_spread": UNIFORM_SPREAD,
-                          "focus_threshold": FOCUS_THRESHOLD}}
+                          "bytes_per_weight": PAGE_BYTES_PER_WEIGHT, "decimals": DECIMALS,
+                          "uniform_spread": UNIFORM_SPREAD, "focus_threshold": FOCUS_THRESHOLD}}
     data = shareable(data, [Path(str(r["run_dir"])) for r in records])
     template = _PageTemplate(page)
     page_data = script_json(data)  # every text the page shows: the runs' and the translations
@@ -136,10 +129,8 @@ def render(records: Sequence[dict[str, Any]]) -> str:
 
 
 def write_page(records: Sequence[dict[str, Any]], out: Path | str) -> Path:
-    """Write :func:`render` to ``out`` atomically. RunDirError when its folder does not exist."""
+    """Write :func:`render` to ``out`` atomically; raises WriteError."""
     out = Path(out)
-    if not out.parent.is_dir():
-        raise RunDirError(f"{out}: folder {out.parent} does not exist")
     atomic_write_text(out, render(records))
     return out
 

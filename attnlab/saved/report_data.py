@@ -1,9 +1,7 @@
-"""The data of ``attnlab-report``'s page: one record per run (:func:`load_run`) built from
-attnlab-compare's row, text ``printable`` (:data:`MAX_STR`), configs cut at :data:`MAX_NODES` values.
-The runs share :data:`WEIGHT_BUDGET` bytes of weights JSON; a run whose snapshots do not fit keeps
-``share // frame_bytes`` (:func:`pick_frames`), evenly spaced, first and last kept (only the last when one
-fits, none when none does). Loss curves are thinned to
-:data:`MAX_LOSS_POINTS`, keeping every shown snapshot's step."""
+"""The data of ``attnlab-report``'s page: one record per run, from its files (:func:`load_run`) or from what
+the run just made holds (:func:`run_record`), with attnlab-compare's row, text ``printable`` (:data:`MAX_STR`),
+configs cut at :data:`MAX_NODES` values. The runs share :data:`WEIGHT_BUDGET` bytes of weights JSON
+(:func:`pick_frames`); loss curves are thinned to :data:`MAX_LOSS_POINTS`, keeping every shown snapshot's step."""
 from __future__ import annotations
 
 import contextlib
@@ -15,7 +13,8 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from attnlab.core.config import loss_name
-from attnlab.core.files import PAGE_BYTES_PER_WEIGHT, PAGE_WEIGHT_BUDGET, page_frame_bytes
+from attnlab.core.files import PAGE_WEIGHT_BUDGET as WEIGHT_BUDGET  # bytes of weights JSON on a page, for all runs
+from attnlab.core.files import page_frame_bytes as frame_bytes  # JSON bytes of one (H, T, T) snapshot, at most
 from attnlab.core.focus import FocusSink, Uniform
 from attnlab.core.i18n import _
 from attnlab.core.records import RunInfo, Sink, Snapshot
@@ -26,27 +25,20 @@ from attnlab.saved.safe_read import ATTENTION, METRICS, WALKTHROUGH, RunFileErro
 from attnlab.saved.swept import LINESTYLES, run_labels, run_styles, short_names
 from attnlab.saved.verdict import verdict_text
 
-WEIGHT_BUDGET = PAGE_WEIGHT_BUDGET  # bytes of weights JSON on one page, shared by its runs (the run's estimate too)
-BYTES_PER_WEIGHT = PAGE_BYTES_PER_WEIGHT  # upper bound of one weight in JSON: "0.1234," (rounded to 4 decimals)
-DECIMALS = 4
+DECIMALS = 4  # of a weight on the page (core.files.PAGE_BYTES_PER_WEIGHT)
 MAX_LOSS_POINTS = 2000  # loss curve points per run on the page
 NPZ_LIMIT = safe_read.NPZ_LIMIT  # bytes: an archive read for a report, and its members' declared data
 MAX_STR = 2000  # characters of any one string put on the page (config values, errors), escapes included
 MAX_NODES = 20_000  # values of one config/summary put on the page
 MAX_DEPTH = 32
-
 # summary.json fields a record has its own place for; the others go to ``recorded``
 _KNOWN_SUMMARY = {"status", "task", "started_at", "final_loss", "steps_run", "wall_time_s", "error",
                   "versions", "steps_to_threshold", "token_table", "config", "overrides"}
 
 
-frame_bytes = page_frame_bytes  # upper bound of the JSON bytes of one (H, T, T) snapshot
-
-
 def pick_frames(n: int, budget: int, fbytes: int) -> list[int]:
-    """Indices of the snapshots of ``fbytes`` each to show out of ``n`` within ``budget`` bytes: evenly
-    spaced, the first and the last kept; only the last when one fits; none when none fits (the page
-    stays within its budget and says it shows 0 of ``n``)."""
+    """Indices of the snapshots of ``fbytes`` each to show out of ``n`` within ``budget`` bytes: evenly spaced,
+    first and last kept; only the last when one fits, none when none does (the page says it shows 0 of ``n``)."""
     k = budget // max(fbytes, 1)
     return _thin(n, k).tolist() if k >= 2 else [n - 1] if k == 1 and n else []
 
@@ -133,57 +125,51 @@ def _record(run_dir: Path, name: str | None) -> dict[str, Any]:
 
 def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int = WEIGHT_BUDGET, *,
              root: Path | None = None) -> dict[str, Any]:
-    """One run dir as the page's record (docs/reference.md's contract): name, status, error, problems, kind,
-    tokens [T], token_ids [T], steps [k], snapshots_total, weights k x H x T x T, heads,
-    snapshot_loss [k], loss {steps, values, total}, loss_name, loss_threshold, steps_to_threshold,
-    final_loss, steps_run, wall_time_s, focus_token, focus, focus_series {steps, weights}, config,
-    overrides, versions, recorded (other summary fields), table (:func:`attnlab.saved.table.page_cells`).
-    Read through :mod:`attnlab.saved.safe_read` (someone else's run); never raises."""
+    """One run dir as the page's record (:func:`_record`'s fields, docs/reference.md), read as attnlab-compare
+    reads it, through :mod:`attnlab.saved.safe_read` (someone else's run); never raises."""
     run_dir = Path(run_dir)
     rec = _record(run_dir, name)
     files = runs.read_run(run_dir, root)  # as attnlab-compare reads it: the row below is its row
     if files.linked:  # nothing read through a link
-        row = runs.row_from(files, name)
         return {**rec, "status": "unreadable", "error": files.problems[0], "problems": files.problems,
-                "table": table.page_cells(row), "observations": []}
-    used = files.config
-    focus = runs.setting(used, "train.focus_token", int, 1)
+                "table": table.page_cells(runs.row_from(files, name))}
     metrics = (files.attempt(safe_read.read_run_metrics, run_dir, root=files.root)
                if safe_read.exists(run_dir, METRICS) else None)
-    seen = None  # the snapshots as attnlab-compare reads them, from the arrays read here
+    attention = sink = None  # the snapshots as attnlab-compare reads them, from the arrays read here
     if safe_read.exists(run_dir, ATTENTION):
-        seen = files.attempt(_load_attention, rec, run_dir, files.root, max_weight_bytes, focus)
+        sink = files.attempt(_load_attention, rec, run_dir, files.root, max_weight_bytes,
+                             runs.setting(files.config, "train.focus_token", int, 1))
     elif safe_read.exists(run_dir, WALKTHROUGH):
-        seen = files.attempt(_load_walkthrough, rec, run_dir, files.root,
-                             runs.setting(used, "tokenizer.encoding", str, "gpt2"))
-    return _fill(rec, files, name, metrics, seen)
+        walk = files.attempt(safe_read.read_walkthrough, run_dir, NPZ_LIMIT, root=files.root,
+                             keys=("weights", "token_ids"))
+        attention = walk and _walkthrough(rec, walk, runs.setting(files.config, "tokenizer.encoding", str, "gpt2"))
+    return _fill(rec, files, name, metrics, attention, sink)
 
 
 def run_record(run_dir: Path, summary: dict[str, Any], losses: np.ndarray | None = None,
                page: PageSink | None = None, focus: FocusSink | None = None,
                walkthrough: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
-    """:func:`load_run`'s record of the run attnlab has just written into ``run_dir``, made from what the run
-    holds: its ``summary`` (as written into summary.json), its ``losses`` (steps,), the snapshots ``page`` kept
-    and ``focus`` saw, or the ``walkthrough``'s arrays. Nothing is read back."""
+    """:func:`load_run`'s record of the run attnlab has just written into ``run_dir``, from what it holds: its
+    ``summary``, ``losses`` (steps,), the snapshots ``page`` kept and ``focus`` saw, or the ``walkthrough``'s
+    arrays. Nothing is read back."""
     summary = json.loads(json.dumps(summary, ensure_ascii=False))  # as summary.json holds it
     files = runs.RunFiles(Path(run_dir), Path(run_dir), summary=summary, status=summary.get("status"),
                           config=summary.get("config") or {}, overrides=summary.get("overrides") or [])
     rec = _record(files.run_dir, None)
     metrics = None if losses is None else (np.arange(len(losses), dtype=np.int64), np.asarray(losses, np.float64))
+    attention = sink = None
     if walkthrough is not None:
-        encoding = runs.setting(files.config, "tokenizer.encoding", str, "gpt2")
-        seen = _walkthrough(rec, walkthrough["weights"], walkthrough["token_ids"], encoding)
+        attention = _walkthrough(rec, walkthrough, runs.setting(files.config, "tokenizer.encoding", str, "gpt2"))
     else:
-        seen = _snapshots(rec, np.asarray(page.steps, dtype=np.int64), list(page.info.tokens), page.info.token_ids,
+        sink = _snapshots(rec, np.asarray(page.steps, dtype=np.int64), list(page.info.tokens), page.info.token_ids,
                           page.heads, page.indices, np.stack(page.frames) if page.frames else None,
                           np.stack(page.layer_frames) if page.layer_frames else None, focus)
-    return _fill(rec, files, None, metrics, seen)
+    return _fill(rec, files, None, metrics, attention, sink)
 
 
 class PageSink(Sink):
     """What the run's own page shows of its snapshots (:func:`run_record`), kept as the run goes: every
-    snapshot's step and the frames :func:`pick_frames` picks within :data:`WEIGHT_BUDGET` (a GPT's every block
-    too), copied; the run's other records stay where they are."""
+    snapshot's step and copies of the frames :func:`pick_frames` picks (a GPT's every block too)."""
 
     def on_start(self, info: RunInfo) -> None:
         model = info.config.get("model") or {}
@@ -203,9 +189,9 @@ class PageSink(Sink):
 
 
 def _fill(rec: dict[str, Any], files: runs.RunFiles, name: str | None, metrics: tuple[np.ndarray, np.ndarray] | None,
-          seen: tuple[Any, FocusSink | None] | None) -> dict[str, Any]:
-    """``rec`` completed from the run's files as read (or held): its summary and config, the losses
-    ``metrics``, and ``seen`` (:func:`_snapshots`, :func:`_walkthrough`), with attnlab-compare's row."""
+          attention: Any, sink: FocusSink | None) -> dict[str, Any]:
+    """``rec`` completed from the run's files as read (or held): its summary and config, the losses ``metrics``
+    and attnlab-compare's row (from the ``attention`` or the focus ``sink`` read: :func:`runs.row_from`)."""
     summary, used = files.summary, files.config
     rec["status"] = _jsonable(files.status)
     shown = used
@@ -221,8 +207,6 @@ def _fill(rec: dict[str, Any], files: runs.RunFiles, name: str | None, metrics: 
     kind = summary.get("task") or safe_read.select(used, "task")
     rec["kind"] = rec["kind"] or (kind if kind in ("train", "walkthrough") else None)  # walkthrough.npz: its kind
     focus = runs.setting(used, "train.focus_token", int, 1)
-    # attnlab-compare's row from the files read above (it adds the expected files that are missing)
-    attention, sink = seen if seen is not None else (None, None)
     row = runs.row_from(files, name, metrics=metrics, attention=attention, focus=sink)
     rec["table"] = table.page_cells(row)
     rec["observations"] = observations(rec["table"], summary)
@@ -270,7 +254,7 @@ def observations(cells: dict[str, dict[str, Any]], summary: dict[str, Any]) -> l
 
 
 def _load_attention(rec: dict[str, Any], run_dir: Path, root: Path, max_weight_bytes: int,
-                    query: int) -> tuple[None, FocusSink] | None:
+                    query: int) -> FocusSink | None:
     """:func:`_snapshots` of attention.npz (the frames that fit ``max_weight_bytes``), the focus of ``query``."""
     with safe_read.open_attention(run_dir, NPZ_LIMIT, root=root) as npz:
         steps = npz.read("steps")
@@ -292,10 +276,10 @@ def _load_attention(rec: dict[str, Any], run_dir: Path, root: Path, max_weight_b
 
 def _snapshots(rec: dict[str, Any], steps: np.ndarray, labels: list[str], token_ids: Any, heads: int,
                idx: list[int], frames: np.ndarray | None, layers: np.ndarray | None,
-               sink: FocusSink | None) -> tuple[None, FocusSink] | None:
+               sink: FocusSink | None) -> FocusSink | None:
     """Fill ``rec``'s tokens and snapshots: ``steps`` (S,) of all, ``frames`` (k, H, T, T) and a GPT's ``layers``
     (k, L, H, T, T) at ``idx``; the focus weight at every snapshot from ``sink`` (which saw them all).
-    Returns the focus for attnlab-compare's row (None without a snapshot)."""
+    Returns ``sink`` for attnlab-compare's row (None without a frame)."""
     rec["tokens"] = [printable(t, MAX_STR) for t in labels]
     rec["token_ids"] = [int(i) for i in np.asarray(token_ids).tolist()]
     rec["snapshots_total"], rec["heads"] = int(steps.size), heads
@@ -307,27 +291,16 @@ def _snapshots(rec: dict[str, Any], steps: np.ndarray, labels: list[str], token_
     if layers is not None:  # a GPT: every block's, for the layer selector and grid
         rec["layers"] = _rounded(layers)
     rec["steps"] = [int(steps[i]) for i in idx]
-    return (None, sink) if sink is not None else None
+    return sink
 
 
-def _load_walkthrough(rec: dict[str, Any], run_dir: Path, root: Path,
-                      encoding: Any) -> tuple[tuple[None, np.ndarray, list[str]], None]:
-    """:func:`_walkthrough` of walkthrough.npz."""
-    walk = safe_read.read_walkthrough(run_dir, NPZ_LIMIT, root=root, keys=("weights", "token_ids"))
-    return _walkthrough(rec, walk["weights"], walk["token_ids"], encoding)
-
-
-def _walkthrough(rec: dict[str, Any], weights: np.ndarray, token_ids: Any,
-                 encoding: Any) -> tuple[tuple[None, np.ndarray, list[str]], None]:
+def _walkthrough(rec: dict[str, Any], walk: dict[str, np.ndarray], encoding: Any) -> tuple[None, np.ndarray, list[str]]:
     """Fill ``rec`` from the walkthrough's (T, T) ``weights``; returns them as :func:`runs.saved_attention`."""
     rec["kind"] = "walkthrough"
-    rec["token_ids"] = [int(i) for i in np.asarray(token_ids).tolist()]
-    labels = runs.token_labels_for(rec["token_ids"], encoding)
-    rec["tokens"] = [printable(t, MAX_STR) for t in labels]
-    rec["snapshots_total"], rec["heads"] = 1, 1
-    rec["steps"] = [0]
-    rec["weights"] = _rounded(weights[None, None])
-    return (None, weights[None, None], labels), None
+    labels = runs.token_labels_for(walk["token_ids"], encoding)
+    weights = walk["weights"][None, None]
+    _snapshots(rec, np.zeros(1, dtype=np.int64), labels, walk["token_ids"], 1, [0], weights, None, None)
+    return None, weights, labels
 
 
 def collect_records(paths: Iterable[Path | str], *, found: list[tuple[Path, str, Path]] | None = None,

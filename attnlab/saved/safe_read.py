@@ -1,42 +1,33 @@
 """The one reader of run dirs someone else made (docs/security.md). A run dir is data, never code:
-every file is opened by :func:`attnlab.core.files.open_run_file`; YAML is pre-scanned (nodes after
-alias expansion, depth, core tags only, no merge or duplicate keys) then loaded with CSafeLoader;
-JSON, metrics.csv and .npz (:mod:`attnlab.saved.npz`) are bounded and checked. Every error is one
-line, :class:`RunFileError` ``<file>: <what is wrong>`` (:class:`MissingRunFile` when absent)."""
+every file is opened by :func:`attnlab.core.files.open_run_file`; YAML is composed, checked on its
+node graph (nodes after alias expansion, depth, core tags only, no merge or duplicate keys), then
+constructed by CSafeLoader; JSON, metrics.csv and .npz (the zip directory, each member's .npy header,
+then ``np.load(allow_pickle=False)``) are bounded and checked. Every error is one line,
+:class:`RunFileError` ``<file>: <what is wrong>`` (:class:`MissingRunFile` when absent)."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
+import math
 import os
 import re
+import struct
 import warnings
+import zipfile
+import zlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 import yaml
 
+from attnlab.core import files
 from attnlab.core.config import select, walk
 from attnlab.core.files import *  # noqa: F401,F403  (the limits, printable, the bounded reads, the errors)
-from attnlab.core.files import (
-    CONFIG_LIMIT,
-    JSON_MAX_DEPTH,
-    METRICS_LIMIT,
-    METRICS_LINE_LIMIT,
-    NPZ_LIMIT,
-    REFERENCE_CHAIN,
-    SUMMARY_LIMIT,
-    YAML_MAX_DEPTH,
-    YAML_MAX_NODES,
-    RunFileError,
-    decode_utf8,
-    printable,
-    read_bytes,
-    read_text,
-)
+from attnlab.core.files import RunFileError, decode_utf8, open_run_file, printable, read_bytes, read_text
 from attnlab.outputs.artifacts import ATTENTION, METRICS, SUMMARY, WALKTHROUGH  # the names the writer gives them
-from attnlab.saved import npz
-from attnlab.saved.npz import *  # noqa: F401,F403  (Member, NpzArchive, read_npz, ...)
 
 CONFIG = ".hydra/config.yaml"
 OVERRIDES = ".hydra/overrides.yaml"
@@ -44,7 +35,7 @@ HYDRA = ".hydra/hydra.yaml"
 
 
 _CORE = "tag:yaml.org,2002:"
-_TAGS = {None, "!", *(_CORE + t for t in ("null", "bool", "int", "float", "str", "seq", "map"))}
+_TAGS = {_CORE + t for t in ("null", "bool", "int", "float", "str", "seq", "map")}
 MAX_NUMBER_CHARS = 4300  # Python's limit on the digits of an int converted from text
 MAX_INT_BITS = 14_284  # 2**14284 < 10**4300: an int this size prints within Python's limit
 _NUMERIC = re.compile(r"[-+]?[0-9.][0-9_:.eE+-]*")
@@ -67,65 +58,57 @@ def _loader() -> type:
     return Loader
 
 
-def _prescan(text: str) -> None:
-    """Walk ``yaml.parse`` events (no tree built); ValueError past the bounds (see the module docstring),
-    for a recursive alias or a number longer than :data:`MAX_NUMBER_CHARS` (the loader refuses a second document)."""
-    anchored: dict[str, tuple[int, int]] = {}  # anchor -> (expanded nodes, depth)
-    stack: list[list] = []  # open collections: [anchor, total at start, depth below, keys or None, next is key]
-    total = 0
-    for ev in yaml.parse(text, Loader=_loader()):
-        if not isinstance(ev, (yaml.NodeEvent, yaml.CollectionEndEvent)):
-            continue
-        if isinstance(ev, yaml.NodeEvent) and stack and stack[-1][3] is not None:  # inside a mapping
-            frame = stack[-1]
-            if frame[4]:
-                if not isinstance(ev, yaml.ScalarEvent):
-                    raise ValueError(f"a mapping key that is not a string (line {ev.start_mark.line + 1})")
-                if ev.value == "<<" and ev.implicit[0]:
-                    raise ValueError(f"merge key '<<' (line {ev.start_mark.line + 1})")
-                if ev.value in frame[3]:
-                    raise ValueError(f"duplicate key {printable(ev.value, 60)} (line {ev.start_mark.line + 1})")
-                frame[3].add(ev.value)
-            frame[4] = not frame[4]
-        if getattr(ev, "tag", None) not in _TAGS:
-            raise ValueError(f"tag {printable(ev.tag, 60)} (line {ev.start_mark.line + 1}); "
-                             "allowed: null, bool, int, float, str, seq, map")
-        if isinstance(ev, yaml.CollectionStartEvent):
-            total += 1
-            stack.append([ev.anchor, total, 1, set() if isinstance(ev, yaml.MappingStartEvent) else None, True])
-            if len(stack) > YAML_MAX_DEPTH:
-                raise ValueError(f"nested deeper than {YAML_MAX_DEPTH} levels")
-            continue
-        if isinstance(ev, yaml.AliasEvent):
-            if ev.anchor not in anchored:
-                raise ValueError("an alias of a node it is inside (recursive) or of no anchor")
-            size, depth = anchored[ev.anchor]
-            anchor = None
-        elif isinstance(ev, yaml.ScalarEvent):
-            if ev.implicit[0] and len(ev.value) > MAX_NUMBER_CHARS and _NUMERIC.fullmatch(ev.value):
-                raise ValueError(f"a number of {len(ev.value)} characters (at most {MAX_NUMBER_CHARS})")
-            size, depth, anchor = 1, 1, ev.anchor
-        else:  # the end of a collection
-            anchor, start, depth, _, _ = stack.pop()
-            size = total - start + 1
-            total -= size
-        total += size
-        if anchor is not None:
-            anchored[anchor] = (size, depth)
-        if stack:
-            stack[-1][2] = max(stack[-1][2], depth + 1)
-        if total > YAML_MAX_NODES:
-            raise ValueError(f"more than {YAML_MAX_NODES} YAML nodes (aliases expanded)")
-        if len(stack) + depth > YAML_MAX_DEPTH:
-            raise ValueError(f"nested deeper than {YAML_MAX_DEPTH} levels (aliases expanded)")
+def _measure(node: yaml.Node, memo: dict[int, Any], level: int = 1) -> tuple[int, int]:
+    """(nodes with aliases expanded, depth) of a composed ``node`` at nesting ``level``; an alias is its
+    anchor's node again, measured once (``memo``: id -> result, None while inside it), never expanded.
+    ValueError for a recursive alias, a tag but the core schema's, a number longer than
+    :data:`MAX_NUMBER_CHARS`, a key not a string, a merge or duplicate key, or past the bounds."""
+    if id(node) in memo:
+        if memo[id(node)] is None:
+            raise ValueError("an alias of a node it is inside (recursive) or of no anchor")
+        return memo[id(node)]
+    if node.tag not in _TAGS:
+        raise ValueError(f"tag {printable(node.tag, 60)} (line {node.start_mark.line + 1}); "
+                         "allowed: null, bool, int, float, str, seq, map")
+    if isinstance(node, yaml.ScalarNode):
+        if not node.style and len(node.value) > MAX_NUMBER_CHARS and _NUMERIC.fullmatch(node.value):
+            raise ValueError(f"a number of {len(node.value)} characters (at most {MAX_NUMBER_CHARS})")
+        return 1, 1
+    if level > files.YAML_MAX_DEPTH:
+        raise ValueError(f"nested deeper than {files.YAML_MAX_DEPTH} levels")
+    mapping = isinstance(node, yaml.MappingNode)
+    keys: set[str] = set()
+    for key, _ in node.value if mapping else ():
+        line = f"(line {key.start_mark.line + 1})"
+        if not isinstance(key, yaml.ScalarNode):
+            raise ValueError(f"a mapping key that is not a string {line}")
+        if key.tag == _CORE + "merge":
+            raise ValueError(f"merge key '<<' {line}")
+        if key.value in keys:
+            raise ValueError(f"duplicate key {printable(key.value, 60)} {line}")
+        keys.add(key.value)
+    memo[id(node)] = None
+    size, depth = 1, 1
+    for child in [n for pair in node.value for n in pair] if mapping else node.value:
+        n, d = _measure(child, memo, level + 1)
+        size, depth = size + n, max(depth, d + 1)
+    if size > files.YAML_MAX_NODES:
+        raise ValueError(f"more than {files.YAML_MAX_NODES} YAML nodes (aliases expanded)")
+    if level - 1 + depth > files.YAML_MAX_DEPTH:
+        raise ValueError(f"nested deeper than {files.YAML_MAX_DEPTH} levels (aliases expanded)")
+    memo[id(node)] = size, depth
+    return size, depth
 
 
 def parse_yaml_data(text: str, label: Any = "<yaml>") -> Any:
-    """YAML ``text`` as plain data, :func:`_prescan` first. Raises RunFileError naming ``label``:
-    ``not valid YAML (line N: ...)`` or ``refused YAML: ...``."""
+    """YAML ``text`` as plain data: composed, :func:`_measure`-d, then constructed (one document).
+    Raises RunFileError naming ``label``: ``not valid YAML (line N: ...)`` or ``refused YAML: ...``."""
+    loader = _loader()(text)
     try:
-        _prescan(text)
-        data = yaml.load(text, Loader=_loader())  # noqa: S506 (a SafeLoader subclass)
+        node, data = loader.get_single_node(), None  # node None: no document
+        if node is not None:
+            _measure(node, {})
+            data = loader.construct_document(node)
         for _, value in walk(data):
             if isinstance(value, dict) and not all(isinstance(k, str) for k in value):
                 bad = next(k for k in value if not isinstance(k, str))
@@ -134,10 +117,10 @@ def parse_yaml_data(text: str, label: Any = "<yaml>") -> Any:
                 raise ValueError("a lone surrogate in a string")
             if isinstance(value, int) and value.bit_length() > MAX_INT_BITS:
                 raise ValueError(f"an integer of {value.bit_length()} bits (more than Python prints)")
-    except yaml.YAMLError as err:
+    except (yaml.YAMLError, RecursionError) as err:
         problem, mark = getattr(err, "problem", None), getattr(err, "problem_mark", None)
-        if problem == "exceeded maximum nesting depth":  # libyaml's own bound, before ours is reached
-            raise RunFileError(label, f"refused YAML: nested deeper than {YAML_MAX_DEPTH} levels") from None
+        if problem == "exceeded maximum nesting depth" or isinstance(err, RecursionError):  # the parser's own bound
+            raise RunFileError(label, f"refused YAML: nested deeper than {files.YAML_MAX_DEPTH} levels") from None
         why = printable(problem or str(err).splitlines()[0], 120)
         raise RunFileError(label, f"not valid YAML ({f'line {mark.line + 1}: ' if mark else ''}{why})") from None
     except ValueError as err:
@@ -145,18 +128,20 @@ def parse_yaml_data(text: str, label: Any = "<yaml>") -> Any:
     except (LookupError, TypeError, ArithmeticError) as err:  # !!bool maybe, !!int ''
         raise RunFileError(label, f"refused YAML: a value its tag does not allow ({type(err).__name__}: "
                            f"{printable(err, 100)})") from None
+    finally:
+        loader.dispose()
     return data
 
 
-def read_yaml_data(path: Path, limit: int = CONFIG_LIMIT, *, root: Path | None = None) -> Any:
+def read_yaml_data(path: Path, limit: int = files.CONFIG_LIMIT, *, root: Path | None = None) -> Any:
     return parse_yaml_data(read_text(path, limit, root=root), Path(path))
 
 
-def read_json_data(path: Path, limit: int = SUMMARY_LIMIT, *, root: Path | None = None) -> Any:
+def read_json_data(path: Path, limit: int = files.SUMMARY_LIMIT, *, root: Path | None = None) -> Any:
     """``path`` as JSON (NaN/Infinity allowed), nested at most :data:`JSON_MAX_DEPTH` levels."""
     path = Path(path)
     text = read_text(path, limit, root=root)
-    deep = f"nested deeper than {JSON_MAX_DEPTH} levels"
+    deep = f"nested deeper than {files.JSON_MAX_DEPTH} levels"
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:
@@ -169,7 +154,7 @@ def read_json_data(path: Path, limit: int = SUMMARY_LIMIT, *, root: Path | None 
     while stack:
         value, depth = stack.pop()
         if isinstance(value, (dict, list)):
-            if depth > JSON_MAX_DEPTH:
+            if depth > files.JSON_MAX_DEPTH:
                 raise RunFileError(path, deep)
             stack.extend((v, depth + 1) for v in (value.values() if isinstance(value, dict) else value))
     return data
@@ -178,16 +163,16 @@ def read_json_data(path: Path, limit: int = SUMMARY_LIMIT, *, root: Path | None 
 _INT = re.compile(r"\s*\+?[0-9]+\s*")
 
 
-def read_run_metrics(run_dir: Path, limit: int = METRICS_LIMIT, *,
+def read_run_metrics(run_dir: Path, limit: int = files.METRICS_LIMIT, *,
                      root: Path | None = None) -> tuple[np.ndarray, np.ndarray]:
     """``RUN_DIR/metrics.csv`` as ``(steps (N,) int64, losses (N,) float64)``: header ``step,loss``,
     steps non-negative and increasing. Raises RunFileError naming the line."""
     path = Path(run_dir) / METRICS
     raw = read_bytes(path, limit, root=root or run_dir)
     lengths = np.diff(np.concatenate(([-1], np.flatnonzero(np.frombuffer(raw, np.uint8) == 10), [len(raw)]))) - 1
-    if (lengths > METRICS_LINE_LIMIT).any():
-        raise RunFileError(path, f"line {int(np.argmax(lengths > METRICS_LINE_LIMIT)) + 1}: longer than "
-                           f"{METRICS_LINE_LIMIT} bytes")
+    if (lengths > files.METRICS_LINE_LIMIT).any():
+        raise RunFileError(path, f"line {int(np.argmax(lengths > files.METRICS_LINE_LIMIT)) + 1}: longer than "
+                           f"{files.METRICS_LINE_LIMIT} bytes")
     lines = decode_utf8(raw, path).split("\n")
     if not lines[0].strip():
         raise RunFileError(path, "empty (no step,loss header)")
@@ -247,7 +232,7 @@ def resolve_references(data: Any, label: Any = "config.yaml") -> Any:
     resolved: dict[str, Any] = {}
     for key, value in interpolations(data):
         seen, current = [key], value
-        for _ in range(REFERENCE_CHAIN + 1):
+        for _ in range(files.REFERENCE_CHAIN + 1):
             if all(len(m) == 1 for m in re.findall(r"(\\*)\$\{", current)):  # every ${ escaped once
                 resolved[key] = current.replace("\\${", "${")
                 break
@@ -270,7 +255,7 @@ def resolve_references(data: Any, label: Any = "config.yaml") -> Any:
                 break
             current = hit
         else:
-            raise RunFileError(label, f"{key}: a chain of more than {REFERENCE_CHAIN} references")
+            raise RunFileError(label, f"{key}: a chain of more than {files.REFERENCE_CHAIN} references")
     return _replace(data, "", resolved) if resolved else data
 
 
@@ -317,7 +302,7 @@ def type_problems(data: Any, types: Mapping[str, tuple], label: str = SUMMARY) -
 
 
 # ``root`` (default ``run_dir``): no link is followed below it (the sweep folder a job was found in)
-def read_config(run_dir: Path, limit: int = CONFIG_LIMIT, *, root: Path | None = None,
+def read_config(run_dir: Path, limit: int = files.CONFIG_LIMIT, *, root: Path | None = None,
                 resolve: bool = True) -> dict[str, Any]:
     """``.hydra/config.yaml`` as a mapping, plain references resolved unless ``resolve=False``."""
     path = Path(run_dir) / CONFIG
@@ -327,7 +312,7 @@ def read_config(run_dir: Path, limit: int = CONFIG_LIMIT, *, root: Path | None =
     return resolve_references(data, path) if resolve else data
 
 
-def read_overrides(run_dir: Path, limit: int = CONFIG_LIMIT, *, root: Path | None = None) -> list[str]:
+def read_overrides(run_dir: Path, limit: int = files.CONFIG_LIMIT, *, root: Path | None = None) -> list[str]:
     """``.hydra/overrides.yaml``: the command-line overrides (raw text)."""
     path = Path(run_dir) / OVERRIDES
     data = read_yaml_data(path, limit, root=root or run_dir)
@@ -336,13 +321,13 @@ def read_overrides(run_dir: Path, limit: int = CONFIG_LIMIT, *, root: Path | Non
     return data or []
 
 
-def read_job_num(run_dir: Path, limit: int = CONFIG_LIMIT, *, root: Path | None = None) -> int | None:
+def read_job_num(run_dir: Path, limit: int = files.CONFIG_LIMIT, *, root: Path | None = None) -> int | None:
     """``hydra.job.num`` of ``.hydra/hydra.yaml`` when an integer, else None."""
     num = select(read_yaml_data(Path(run_dir) / HYDRA, limit, root=root or run_dir), "hydra.job.num")
     return num if isinstance(num, int) and not isinstance(num, bool) else None
 
 
-def read_summary(run_dir: Path, limit: int = SUMMARY_LIMIT, *, root: Path | None = None) -> dict[str, Any]:
+def read_summary(run_dir: Path, limit: int = files.SUMMARY_LIMIT, *, root: Path | None = None) -> dict[str, Any]:
     """``summary.json`` with its fields (:data:`SUMMARY_TYPES`) type-checked; MissingRunFile when absent."""
     path = Path(run_dir) / SUMMARY
     data = read_json_data(path, limit, root=root or run_dir)
@@ -356,18 +341,202 @@ def read_summary(run_dir: Path, limit: int = SUMMARY_LIMIT, *, root: Path | None
     return data
 
 
-def open_attention(run_dir: Path, limit: int = NPZ_LIMIT, *, root: Path | None = None) -> npz.NpzArchive:
+@dataclass(frozen=True)
+class Member:
+    """What a member must be: ``dims`` names each axis (one length per name across members), ``kinds``
+    the dtype kinds: ``f`` float32/64, ``i`` int32/64, ``U`` strings of at most :data:`TOKEN_CHARS`."""
+
+    dims: tuple[str, ...]
+    kinds: str
+    required: bool = True
+
+
+@dataclass(frozen=True)
+class MemberInfo:
+    shape: tuple[int, ...]
+    info: zipfile.ZipInfo
+
+
+ATTENTION_MEMBERS = {"steps": Member(("S",), "i"), "weights": Member(("S", "H", "T", "T"), "f"),
+                     "tokens": Member(("T",), "U"), "token_ids": Member(("T",), "i"),
+                     "layers": Member(("S", "L", "H", "T", "T"), "f", required=False)}  # a GPT's every block
+WALKTHROUGH_MEMBERS = {"token_ids": Member(("T",), "i"), "token_embeddings": Member(("T", "d_model"), "f"),
+                       "pos_embeddings": Member(("T", "d_model"), "f"), "X": Member(("T", "d_model"), "f"),
+                       "Q": Member(("T", "d_k"), "f"), "K": Member(("T", "d_k"), "f"), "V": Member(("T", "d_v"), "f"),
+                       "scores": Member(("T", "T"), "f"), "weights": Member(("T", "T"), "f"),
+                       "Z": Member(("T", "d_v"), "f")}
+_ALLOWED = {"f": "float32, float64", "i": "int32, int64", "U": f"strings of at most {files.TOKEN_CHARS} characters"}
+# what zipfile, zlib and numpy raise on a damaged archive (CRC errors, truncation, bad headers)
+_DAMAGE = (zipfile.BadZipFile, zlib.error, EOFError, struct.error, OSError, ValueError, NotImplementedError,
+           RuntimeError, UnicodeDecodeError, SyntaxError, TypeError)
+
+
+def _dtype_ok(dtype: np.dtype, kinds: str) -> bool:
+    if dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None or dtype.kind not in kinds:
+        return False
+    return dtype.itemsize in (4, 8) if dtype.kind in "fi" else 0 < dtype.itemsize <= 4 * files.TOKEN_CHARS
+
+
+class NpzArchive(contextlib.AbstractContextManager):
+    """An .npz of a run dir, checked as the module docstring says (declared sizes within ``limit``);
+    ``infos``: name -> :class:`MemberInfo`; ``strict``: a member not in ``members`` is refused too.
+    Every problem is one RunFileError naming the file."""
+
+    def __init__(self, path: Path, members: Mapping[str, Member], limit: int = files.NPZ_LIMIT, *,
+                 root: Path | None = None, strict: bool = False) -> None:
+        self.path = Path(path)
+        self._file = open_run_file(self.path, limit, root=root)
+        self._zip = None
+        try:
+            self._check_directory()
+            self._zip = zipfile.ZipFile(self._file)
+            self.infos = self._check_members(members, limit)
+            if strict and (unknown := sorted(set(self._zip.namelist()) - {f"{n}.npy" for n in members})):
+                raise RunFileError(self.path, f"member {printable(unknown[0], 60)} is not one attnlab writes")
+        except BaseException as err:
+            self.close()
+            raise (self._damaged(err) if isinstance(err, _DAMAGE) else err) from None
+
+    def _damaged(self, err: BaseException) -> RunFileError:
+        msg = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        why = type(err).__name__ + (f": {printable(msg, 120)}" if msg else "")
+        return RunFileError(self.path, f"damaged archive ({why})")
+
+    def _check_directory(self) -> None:
+        """The end record's directory size, before zipfile reads the directory (bounding its entries)."""
+        tail = b""
+        for n in (22, 22 + 65535):  # the end record, then room for a zip comment before it
+            n = min(n, self._file.size)
+            self._file.seek(self._file.size - n)
+            tail = self._file.read(n)
+            at = tail.rfind(b"PK\x05\x06")
+            if at >= 0 and len(tail) - at >= 22:
+                break
+        else:
+            raise RunFileError(self.path, "not a zip archive (an .npz is one; empty or truncated?)")
+        size = struct.unpack("<I", tail[at + 12:at + 16])[0]
+        if size > files.NPZ_DIRECTORY_LIMIT:
+            raise RunFileError(self.path, f"zip directory of {size} bytes, more than the limit of "
+                               f"{files.NPZ_DIRECTORY_LIMIT}")
+        self._file.seek(0)
+
+    def _check_members(self, members: Mapping[str, Member], limit: int) -> dict[str, MemberInfo]:
+        entries = self._zip.infolist()
+        names = [i.filename for i in entries]
+        if len(entries) > files.NPZ_MAX_MEMBERS:
+            raise RunFileError(self.path, f"{len(entries)} members, more than the limit of {files.NPZ_MAX_MEMBERS}")
+        if len(set(names)) != len(names):
+            raise RunFileError(self.path, f"member {printable(next(n for n in names if names.count(n) > 1), 60)} "
+                               "appears twice")
+        out: dict[str, MemberInfo] = {}
+        dims: dict[str, tuple[int, str]] = {}
+        total = 0
+        for name, spec in members.items():
+            if f"{name}.npy" not in names:
+                if spec.required:
+                    raise RunFileError(self.path, f"no member {name}.npy")
+                continue
+            info = self._zip.getinfo(f"{name}.npy")
+            where = f"member {name}.npy"
+            if info.flag_bits & 0x1:
+                raise RunFileError(self.path, f"{where} is encrypted")
+            if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+                raise RunFileError(self.path, f"{where}: compression method {info.compress_type} "
+                                   "(allowed: stored, deflate)")
+            total += info.file_size
+            if total > limit:
+                raise RunFileError(self.path, f"members declare {total} bytes uncompressed, more than the limit "
+                                   f"of {limit}")
+            try:
+                with self._zip.open(info) as f:  # numpy's .npy header reader: a few hundred bytes decompressed
+                    version = np.lib.format.read_magic(f)
+                    if version not in ((1, 0), (2, 0)):
+                        raise RunFileError(self.path, f"{where}: .npy format version {version} (allowed: 1.0, 2.0)")
+                    read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                            else np.lib.format.read_array_header_2_0)
+                    shape, fortran, dtype = read(f, max_header_size=files.NPY_HEADER_LIMIT)
+                    header = f.tell()
+            except (ValueError, SyntaxError, TypeError) as err:  # numpy's words for a header that is not one
+                why = re.sub(r" at 0x[0-9a-fA-F]+", "", str(err))  # an object's address differs every run
+                raise RunFileError(self.path, f"{where}: bad .npy header ({printable(why, 100)})") from None
+            if not _dtype_ok(dtype, spec.kinds):
+                allowed = "; ".join(_ALLOWED[k] for k in spec.kinds)
+                raise RunFileError(self.path, f"{name} has dtype {printable(str(dtype), 60)}, allowed: {allowed}")
+            if any(n < 0 for n in shape):
+                raise RunFileError(self.path, f"{where}: negative length in shape {shape}")
+            if fortran:
+                raise RunFileError(self.path, f"{where} is in Fortran order (attnlab writes C order)")
+            if len(shape) != len(spec.dims):
+                raise RunFileError(self.path, f"{name} has shape {shape}, expected {len(spec.dims)} dimension"
+                                   f"{'s' if len(spec.dims) > 1 else ''} ({', '.join(spec.dims)})")
+            nbytes = math.prod(shape) * dtype.itemsize
+            if header + nbytes != info.file_size:
+                raise RunFileError(self.path, f"{where}: its header declares shape {shape} {dtype.str} "
+                                   f"({nbytes} bytes) but the member holds {info.file_size - header}")
+            for axis, (dim, n) in enumerate(zip(spec.dims, shape)):
+                if dims.setdefault(dim, (n, name))[0] != n:
+                    raise RunFileError(self.path, f"{name} has {dim}={n} (axis {axis}) but {dims[dim][1]} has "
+                                       f"{dim}={dims[dim][0]}")
+            out[name] = MemberInfo(tuple(shape), info)
+        return out
+
+    def read(self, name: str) -> np.ndarray:
+        """Member ``name``, its CRC verified."""
+        if name not in self.infos:
+            raise RunFileError(self.path, f"no member {name}.npy")
+        try:
+            with self._zip.open(self.infos[name].info) as f:
+                arr = np.load(f, allow_pickle=False, max_header_size=files.NPY_HEADER_LIMIT)
+                f.read(1)  # at the end: zipfile checks the CRC
+        except _DAMAGE as err:
+            raise self._damaged(err) from None
+        files._counters["bytes_decompressed"] += arr.nbytes
+        codes = np.dtype(np.uint32).newbyteorder(arr.dtype.byteorder if arr.dtype.byteorder in "<>" else "=")
+        if arr.dtype.kind == "U" and arr.size and int(arr.view(codes).max()) > 0x10FFFF:
+            raise RunFileError(self.path, f"{name} holds a character code outside Unicode")
+        return arr
+
+    def read_frame(self, name: str, index: int) -> np.ndarray:
+        """Axis-0 slice ``index`` of member ``name``. Raises RunFileError when out of range."""
+        n = self.infos[name].shape[0] if name in self.infos else 0
+        if not -n <= index < n:
+            raise RunFileError(self.path, f"{name} has {n} frames; no frame {index}")
+        return self.read(name)[index]
+
+    def verify(self) -> None:
+        """Read every member, so a CRC error or truncation is found now."""
+        for name in self.infos:
+            self.read(name)
+
+    def close(self) -> None:
+        if self._zip is not None:
+            self._zip.close()
+        self._file.close()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def read_npz(path: Path, members: Mapping[str, Member], limit: int = files.NPZ_LIMIT, *,
+             root: Path | None = None, load: Iterable[str] | None = None,
+             strict: bool = False) -> dict[str, np.ndarray]:
+    """The arrays ``load`` (default all present) of a checked .npz (``strict``: :class:`NpzArchive`)."""
+    with NpzArchive(path, members, limit, root=root, strict=strict) as npz:
+        return {k: npz.read(k) for k in (list(npz.infos) if load is None else load)}
+
+
+def open_attention(run_dir: Path, limit: int = files.NPZ_LIMIT, *, root: Path | None = None) -> NpzArchive:
     """``attention.npz`` as a checked :class:`NpzArchive`."""
-    return npz.NpzArchive(Path(run_dir) / ATTENTION, npz.ATTENTION_MEMBERS, limit, root=root or run_dir)
+    return NpzArchive(Path(run_dir) / ATTENTION, ATTENTION_MEMBERS, limit, root=root or run_dir)
 
 
-def read_attention(run_dir: Path, keys: Sequence[str] | None = None, limit: int = NPZ_LIMIT, *,
+def read_attention(run_dir: Path, keys: Sequence[str] | None = None, limit: int = files.NPZ_LIMIT, *,
                    root: Path | None = None) -> dict[str, np.ndarray]:
     """``attention.npz`` members ``keys`` (default all: steps (S,), weights (S, H, T, T), tokens, token_ids)."""
-    return npz.read_npz(Path(run_dir) / ATTENTION, npz.ATTENTION_MEMBERS, limit, root=root or run_dir, load=keys)
+    return read_npz(Path(run_dir) / ATTENTION, ATTENTION_MEMBERS, limit, root=root or run_dir, load=keys)
 
 
-def read_last_snapshot(run_dir: Path, limit: int = NPZ_LIMIT, *,
+def read_last_snapshot(run_dir: Path, limit: int = files.NPZ_LIMIT, *,
                        root: Path | None = None) -> tuple[int, np.ndarray] | None:
     """``(step, weights (H, T, T))`` of attention.npz's last snapshot, None without one."""
     with open_attention(run_dir, limit, root=root) as archive:
@@ -375,10 +544,10 @@ def read_last_snapshot(run_dir: Path, limit: int = NPZ_LIMIT, *,
         return (int(steps[-1]), archive.read_frame("weights", -1)) if steps.size else None
 
 
-def read_walkthrough(run_dir: Path, limit: int = NPZ_LIMIT, *, root: Path | None = None,
+def read_walkthrough(run_dir: Path, limit: int = files.NPZ_LIMIT, *, root: Path | None = None,
                      keys: Sequence[str] | None = None) -> dict[str, np.ndarray]:
     """``walkthrough.npz`` members ``keys`` (default all, :data:`WALKTHROUGH_MEMBERS`)."""
-    return npz.read_npz(Path(run_dir) / WALKTHROUGH, npz.WALKTHROUGH_MEMBERS, limit, root=root or run_dir, load=keys)
+    return read_npz(Path(run_dir) / WALKTHROUGH, WALKTHROUGH_MEMBERS, limit, root=root or run_dir, load=keys)
 
 
 def exists(run_dir: Path, name: str) -> bool:

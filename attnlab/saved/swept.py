@@ -1,5 +1,5 @@
-"""The swept keys (overrides whose values differ) with short names, for the titles and legends of
-``attnlab-compare --plot`` and the report."""
+"""The swept keys (overrides whose values differ) with short names: the titles, legends and curve
+styles of ``attnlab-compare --plot`` and the report."""
 from __future__ import annotations
 
 from typing import Any, Callable, Sequence
@@ -54,23 +54,18 @@ def run_labels(rows: Sequence[dict[str, Any]], names: dict[str, str]) -> list[tu
 def wrap(text: str, width: int, max_lines: int, measure: Callable[[str], int] = len) -> list[str]:
     """``text`` in at most ``max_lines`` lines of at most ``width`` by ``measure``, broken at spaces,
     a long word between characters; a cut text ends with ``…``."""
-    lines: list[str] = []
-    line = ""
+    lines = [""]  # the last one is being filled
     for word in text.split():
-        candidate = f"{line} {word}" if line else word
-        if measure(candidate) <= width:
-            line = candidate
+        if measure(f"{lines[-1]} {word}".lstrip()) <= width:
+            lines[-1] = f"{lines[-1]} {word}".lstrip()
             continue
-        if line:
-            lines.append(line)
-        line = ""
+        if lines[-1]:
+            lines.append("")
         for ch in word:  # a word wider than a line: split it between characters
-            if measure(line + ch) > width and line:
-                lines.append(line)
-                line = ""
-            line += ch
-    if line:
-        lines.append(line)
+            if measure(lines[-1] + ch) > width and lines[-1]:
+                lines.append("")
+            lines[-1] += ch
+    lines = [line for line in lines if line]
     if len(lines) > max_lines:
         last = lines[max_lines - 1]
         while last and measure(last + "…") > width:
@@ -90,9 +85,9 @@ def short_names(jobs: Sequence[str]) -> dict[str, str]:
 
 
 def run_styles(rows: Sequence[dict[str, Any]]) -> list[dict[str, str]] | None:
-    """Each row's curve style when two keys are swept (exercise 4's lr x steps): a colour (:data:`PALETTE`)
-    per value of the key with more values and a line style (:data:`LINESTYLES`) per value of the other, so
-    runs that share a prefix (the same seed, fewer steps) stay apart; None otherwise (a style per run)."""
+    """Each row's curve style when two keys are swept (exercise 4's lr x steps): a colour per value of the
+    key with more values, a line style per value of the other, so runs that share a prefix (the same seed,
+    fewer steps) stay apart; None otherwise (a style per run)."""
     values = swept([r.get("override_list") or [] for r in rows])
     keys = list(dict.fromkeys(k for v in values for k in v))
     if len(keys) != 2 or any(len(v) != 2 for v in values) or len({tuple(v.items()) for v in values}) < len(values):

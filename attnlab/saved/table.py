@@ -1,8 +1,7 @@
-"""Rows of saved runs as a printed table and as CSV, and sorting them, by the one column spec
-:mod:`attnlab.saved.columns`. The CSV keeps every column (floats as ``repr``, text ``printable``, ``'``
-before a formula start ``= + - @``); the printed table drops CSV-only, empty and (where the spec says)
-shared columns, cuts wide cells, counts Chinese and emoji as two columns, and speaks the learner's
-language (headers, statuses, yes/no, ``uniform (1/T)``)."""
+"""Rows of saved runs as a printed table, the report's table and CSV, by the one column spec
+:mod:`attnlab.saved.columns`. The CSV keeps every column (floats as ``repr``, text ``printable``, ``'`` before
+a formula); the printed table drops columns by the spec's ``hide``, cuts wide cells, counts Chinese and emoji
+as two columns, and speaks the learner's language (headers, statuses, yes/no, ``uniform (1/T)``)."""
 from __future__ import annotations
 
 import csv
@@ -24,9 +23,8 @@ from attnlab.saved.safe_read import printable
 
 CSV_TEXT_LIMIT = 10_000  # characters of one CSV text cell, escapes included (a summary.json holds at most 1 MiB)
 FORMULA_START = ("=", "+", "-", "@")  # a spreadsheet reads a cell starting with one of these as a formula
-STATUSES = {"completed": N_("completed"), "diverged": N_("diverged"), "interrupted": N_("interrupted"),
-            "failed": N_("failed"), "running": N_("running"), "killed": N_("killed"), "missing": N_("missing"),
-            "unreadable": N_("unreadable")}  # a status cell as shown (the CSV keeps summary.json's word)
+STATUSES = (N_("completed"), N_("diverged"), N_("interrupted"), N_("failed"), N_("running"), N_("killed"),
+            N_("missing"), N_("unreadable"))  # translated in a status cell (the CSV keeps summary.json's word)
 
 
 def header(col: str) -> str:
@@ -100,12 +98,13 @@ def _cell(col: str, v: Any, limit: int | None = None) -> str:
     limit = limit or spec.width + 1
     if v is None or v == "":
         return "-"
-    if isinstance(v, Uniform):
-        return printable(uniform_text(v), limit)
+    if isinstance(v, Uniform):  # uniform (1/6): 均匀 (1/6)
+        n = str(v).rpartition("/")[2].rstrip(")")
+        return printable(_("uniform (1/{T})").format(T=n) if n.isdigit() else str(v), limit)
     if col in ("focus_token", "focus_target"):
         return printable(shown(str(v)), limit)
     if col == "status" and v in STATUSES:
-        return _(STATUSES[v])
+        return _(v)
     if isinstance(v, bool):
         return _("yes") if v else _("no")
     if isinstance(v, float):
@@ -115,12 +114,6 @@ def _cell(col: str, v: Any, limit: int | None = None) -> str:
     if col == "heads_focus":
         v = str(v).replace(":uniform=", f":{_('uniform')}=")
     return printable(v, limit)
-
-
-def uniform_text(v: Uniform) -> str:
-    """``uniform (1/6)`` in the learner's language (``均匀 (1/6)``)."""
-    n = str(v).rpartition("/")[2].rstrip(")")
-    return _("uniform (1/{T})").format(T=n) if n.isdigit() else str(v)
 
 
 def _right_aligned(v: Any) -> bool:
@@ -134,13 +127,13 @@ def cell_text(col: str, v: Any) -> str:
 
 
 def page_cells(row: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """One row's cells for attnlab-report's runs table: per column ``text`` (:func:`cell_text`), ``full``
-    (when ``text`` is cut) and ``value``, which :func:`page_table` sorts by and leaves off the page."""
+    """One row's cells for attnlab-report's runs table (:func:`page_cell`)."""
     return {c: page_cell(c, row.get(c)) for c in columns_of([row]) if column(c).hide != "csv"}
 
 
 def page_cell(col: str, v: Any) -> dict[str, Any]:
-    """One cell of :func:`page_cells`."""
+    """``text`` (:func:`cell_text`), ``full`` when ``text`` is cut, and ``value``, which :func:`page_table`
+    sorts by and leaves off the page."""
     cell = {"text": cell_text(col, v), "value": v}
     full = _cell(col, v, CSV_TEXT_LIMIT)  # a cut cell (clip's … or printable's …[+N chars]): whole on hover
     if cell["text"].endswith(("…", " chars]")) and full != cell["text"]:
@@ -178,13 +171,9 @@ def clip(text: str, n: int = MAX_CELL) -> str:
     text = " ".join(text.split())  # one line
     if _width(text) <= n:
         return text
-    out, w = "", 0
-    for ch in text:
-        w += _width(ch)
-        if w > n - 1:
-            break
-        out += ch
-    return out + "…"
+    while _width(text) > n - 1:  # a cell is at most a few hundred characters
+        text = text[:-1]
+    return text + "…"
 
 
 def distribution(rows: Sequence[dict[str, Any]]) -> str | None:

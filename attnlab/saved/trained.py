@@ -1,5 +1,5 @@
 """A finished GPT run's trained model (model.npz), read as data: ``.hydra/config.yaml`` onto the
-schema (nothing resolved or instantiated), model.npz through :mod:`attnlab.saved.npz`'s checks
+schema (nothing resolved or instantiated), model.npz through :class:`attnlab.saved.safe_read.NpzArchive`
 (float32/64 members, ``allow_pickle=False``), every shape checked against the config's model."""
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from attnlab.core.files import RunFileError
 from attnlab.core.i18n import _
 from attnlab.core.model import GPT, build_gpt
 from attnlab.core.training import model_spec
-from attnlab.saved import npz, safe_read
+from attnlab.saved import safe_read
 
 MODEL = "model.npz"
 POSITIONS = "embedding.position_embedding.weight"
@@ -35,8 +35,8 @@ def load_model(run_dir: Path) -> tuple[GPT, DictConfig]:
     with torch.device("meta"):  # one block's names and shapes, no memory, whatever n_layers the config says
         one = {k: tuple(v.shape) for k, v in build_gpt(dataclasses.replace(spec, n_layers=1), vocab_size,
                                                        2).stacked_state().items()}
-    members = {k: npz.Member(tuple(f"{k}.{axis}" for axis in range(len(shape))), "f") for k, shape in one.items()}
-    with npz.NpzArchive(path, members, root=run_dir) as archive:
+    members = {k: safe_read.Member(tuple(f"{k}.{axis}" for axis in range(len(shape))), "f") for k, shape in one.items()}
+    with safe_read.NpzArchive(path, members, root=run_dir) as archive:
         context = archive.infos[POSITIONS].shape[0]
         for name, shape in one.items():  # the config's model, before one byte of it is allocated
             want = ((cfg.model.n_layers, *shape[1:]) if name.startswith("blocks.") else

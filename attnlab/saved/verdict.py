@@ -14,6 +14,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from attnlab.core.errors import AttnlabError
 from attnlab.core.i18n import N_, _
 from attnlab.saved import safe_read
 from attnlab.saved.safe_read import printable
@@ -33,6 +34,7 @@ NOT_ROUNDING = {"step", "snapshot steps", "tokens", "token_ids", "metrics.csv co
 VERDICTS = (N_("reproduced exactly"), N_("within rounding"), N_("not reproduced"), N_("undecided"),
             N_("interrupted"), N_("cannot be reproduced"))
 EXACT, ROUNDING, DIFFERENT, UNDECIDED, INTERRUPTED, CANNOT = VERDICTS
+REPRODUCED = (EXACT, ROUNDING)  # exit status 0
 STOPPED = N_("the reproduction was stopped before its end (Ctrl-C or a signal): nothing decided")
 _ABSENT = object()
 
@@ -57,10 +59,9 @@ class Difference:
 
 @dataclass
 class Rerun:
-    """One reproduction of a run, made in a worker process: its folder, the kernels torch used there
-    (``kernels``), that process's :data:`BITS` (``environment``), the reproduction's ``status``
-    (``interrupted``: a signal stopped it), what differs from the original, and ``story``: what differs
-    between the original's ``.hydra/config.yaml`` and its recorded config (:func:`config_story`)."""
+    """One reproduction of a run: its folder, the kernels torch used, that process's :data:`BITS`, its
+    ``status`` (``interrupted``: a signal stopped it), what differs from the original, and ``story``: its
+    ``.hydra/config.yaml`` against its recorded config (:func:`config_story`)."""
 
     out: str
     kernels: str
@@ -68,6 +69,10 @@ class Rerun:
     status: str
     diffs: list[Difference] = field(default_factory=list)
     story: list[Difference] = field(default_factory=list)
+
+    def made_like(self, versions: dict[str, Any]) -> bool:
+        """Whether it ran where the recorded ``versions`` were made (every one of :data:`BITS`)."""
+        return all(versions.get(k) == self.environment.get(k) for k in BITS)
 
 
 @dataclass
@@ -110,7 +115,7 @@ def _compare(name: str, a: np.ndarray, b: np.ndarray, steps: np.ndarray | None =
 
 
 def _leaves(value: Any, name: str = "") -> Iterator[tuple[str, Any]]:
-    """``(dotted name, value)`` of every value in a summary: dicts and lists holding dicts are entered."""
+    """``(dotted name, value)`` of every value in a config or summary: dicts and lists of dicts are entered."""
     if isinstance(value, dict):
         for key, item in value.items():
             yield from _leaves(item, f"{name}.{key}" if name else str(key))
@@ -144,8 +149,8 @@ def _claims(original: dict[str, Any], reproduction: dict[str, Any]) -> list[Diff
 
 
 def metric_columns(run_dir: Path) -> dict[str, np.ndarray]:
-    """Every column of ``metrics.csv`` (``step``, ``loss``, a GPT's ``val_loss``; an empty field is NaN)
-    as float64. RunFileError for a column attnlab does not write or a field that is not a number."""
+    """Every column of ``metrics.csv`` (``step``, ``loss``, a GPT's ``val_loss``; an empty field is NaN) as
+    float64. RunFileError for a column attnlab does not write or a field that is not a number."""
     path = Path(run_dir) / safe_read.METRICS
     lines = [ln.rstrip("\r") for ln in safe_read.decode_utf8(safe_read.read_bytes(
         path, safe_read.METRICS_LIMIT, root=run_dir), path).split("\n") if ln.strip()]
@@ -162,44 +167,32 @@ def metric_columns(run_dir: Path) -> dict[str, np.ndarray]:
     return {name: columns[:, j] for j, name in enumerate(header)}
 
 
-def _archive(path: Path, members: dict[str, Any], root: Path) -> dict[str, np.ndarray]:
-    """Every member of the archive at ``path`` ({} when there is none); RunFileError for a member
+def _archives(runs: tuple[Path, Path], name: str, members: dict[str, Any]) -> list[dict[str, np.ndarray]]:
+    """Every member of each run's archive ``name`` ({} where there is none); RunFileError for a member
     attnlab does not write there."""
-    if not os.path.lexists(path):
-        return {}
-    return safe_read.read_npz(path, members, root=root, strict=True)
-
-
-def _model_members(reproduction: Path) -> dict[str, Any]:
-    """model.npz's members as the reproduction (attnlab itself) wrote them: name -> Member of that rank."""
-    path = Path(reproduction) / MODEL
-    if not path.is_file():
-        return {}
-    with np.load(path, allow_pickle=False) as arrays:  # attnlab's own file, just written
-        return {n: safe_read.Member(tuple(f"{n}.{i}" for i in range(arrays[n].ndim)), "f") for n in arrays.files}
+    return [safe_read.read_npz(Path(r) / name, members, root=r, strict=True) if os.path.lexists(Path(r) / name)
+            else {} for r in runs]
 
 
 def compare_runs(original: Path, reproduction: Path) -> list[Difference]:
-    """What differs between two run dirs, in every file attnlab writes into a run: every column of
-    metrics.csv, every array of attention.npz (a GPT's ``layers`` too), model.npz or walkthrough.npz,
-    then every value summary.json records; empty when bitwise identical. An archive member attnlab
-    does not write is refused (RunFileError). An interrupted ``original`` is compared over its own
-    steps (its records only). Raises RunDirError."""
+    """What differs between two run dirs in every file attnlab writes into a run: every column of
+    metrics.csv, every array of attention.npz (a GPT's ``layers`` too), model.npz or walkthrough.npz, then
+    every value summary.json records; empty when bitwise identical. An interrupted ``original`` is compared
+    over its own steps (its records only). Raises RunDirError (a member attnlab does not write too)."""
+    pair = (original, reproduction)
     s_a, s_b = safe_read.read_summary(original), safe_read.read_summary(reproduction)
     prefix_only = s_a.get("status") == "interrupted"
     quantities: list[tuple[str, Any, Any, Any]] = []  # (name, original's, reproduction's, steps of axis 0)
     none = np.zeros(0)
     if s_a.get("task") == "walkthrough" or os.path.lexists(Path(original) / safe_read.WALKTHROUGH):
-        fa, fb = (_archive(Path(r) / safe_read.WALKTHROUGH, safe_read.WALKTHROUGH_MEMBERS, r)
-                  for r in (original, reproduction))
+        fa, fb = _archives(pair, safe_read.WALKTHROUGH, safe_read.WALKTHROUGH_MEMBERS)
         quantities += [(key, fa.get(key, none), fb.get(key, none), None)
                        for key in safe_read.WALKTHROUGH_MEMBERS if key in fa or key in fb]
     else:
         ma, mb = metric_columns(original), metric_columns(reproduction)
         if list(ma) != list(mb):
             quantities.append(("metrics.csv columns", np.array(list(ma)), np.array(list(mb)), None))
-        aa, ab = (_archive(Path(r) / safe_read.ATTENTION, safe_read.ATTENTION_MEMBERS, r)
-                  for r in (original, reproduction))
+        aa, ab = _archives(pair, safe_read.ATTENTION, safe_read.ATTENTION_MEMBERS)
         s = len(ma.get("step", none)) if prefix_only else None
         w = len(aa.get("steps", none)) if prefix_only else None
         steps = max(ma.get("step", none), mb.get("step", none), key=len).astype(np.int64)
@@ -208,10 +201,13 @@ def compare_runs(original: Path, reproduction: Path) -> list[Difference]:
         quantities += [(ATTENTION_NAMES.get(key, key), aa.get(key, none), ab.get(key, none)[:w],
                         aa.get("steps") if key in ("weights", "layers") else None)
                        for key in safe_read.ATTENTION_MEMBERS if key in aa or key in ab]
-        model = _model_members(reproduction)
+        model = {}  # model.npz's members as the reproduction (attnlab itself) wrote them: name -> Member of that rank
+        if (Path(reproduction) / MODEL).is_file():
+            with np.load(Path(reproduction) / MODEL, allow_pickle=False) as arrays:  # attnlab's own, just written
+                model = {n: safe_read.Member(tuple(f"{n}.{i}" for i in range(arrays[n].ndim)), "f")
+                         for n in arrays.files}
         if model or os.path.lexists(Path(original) / MODEL):
-            fa, fb = _archive(Path(original) / MODEL, model, original), _archive(Path(reproduction) / MODEL, model,
-                                                                                reproduction)
+            fa, fb = _archives(pair, MODEL, model)
             quantities += [(f"model {printable(key, 60)}", fa.get(key, none), fb.get(key, none), None)
                            for key in sorted(set(fa) | set(fb))]
     diffs = [d for name, a, b, steps in quantities if (d := _compare(name, a, b, steps)) is not None]
@@ -222,13 +218,12 @@ RESOLVED_AT_START = ("train.snapshot_steps", "train.focus_token")  # null in Hyd
 
 
 def config_story(run_dir: Path, recorded: dict[str, Any]) -> list[Difference]:
-    """The run's ``.hydra/config.yaml`` (Hydra's copy, what ``--config-path`` re-runs; plain references
-    resolved) against the config summary.json ``recorded``, value by value (a key Hydra's copy leaves
-    null that the run resolves at its start, :data:`RESOLVED_AT_START`, and a focus token given as
-    text, are taken as the run resolved them; a value left to a resolver is not compared): one
-    Difference naming the keys that disagree, or why Hydra's copy cannot be read; [] when they agree
-    or the run has no ``.hydra/config.yaml``."""
-    from attnlab.core.errors import AttnlabError
+    """The run's ``.hydra/config.yaml`` (what ``--config-path`` re-runs) against the config summary.json
+    ``recorded``, value by value (a :data:`RESOLVED_AT_START` key left null and a focus token given as text
+    taken as the run resolved them; a resolver's value not compared): one Difference naming the keys that
+    disagree, or why Hydra's copy cannot be read; [] when they agree or there is no ``.hydra/config.yaml``."""
+    from attnlab.core import tokenizer
+    from attnlab.core.config import apply_schema, literal
 
     try:
         hydra = safe_read.read_config(run_dir, resolve=False)
@@ -246,8 +241,10 @@ def config_story(run_dir: Path, recorded: dict[str, Any]) -> list[Difference]:
         if isinstance(value, str) and "${" in value:  # a resolver Hydra ran (attnlab.per_head): its value is recorded
             a.pop(key), b.pop(key, None)
     if isinstance(a.get("train.focus_token"), str) and a.get("text_file") is None:
-        a["train.focus_token"] = _focus_position(hydra, a["train.focus_token"])
-    keys = [k for k in sorted(set(a) | set(b), key=str) if not _same(a.get(k, _ABSENT), b.get(k, _ABSENT))]
+        with contextlib.suppress(AttnlabError):  # the position that text is in the run's sentence
+            a["train.focus_token"] = tokenizer.tokenize(apply_schema(literal(hydra))).focus
+    keys = [k for k in sorted(set(a) | set(b), key=str) if (x := a.get(k, _ABSENT)) != (y := b.get(k, _ABSENT))
+            or isinstance(x, bool) != isinstance(y, bool)]
     if not keys:
         return []
     said = ", ".join(f"{k}={printable(a.get(k), 30)}" for k in keys[:3])
@@ -257,51 +254,23 @@ def config_story(run_dir: Path, recorded: dict[str, Any]) -> list[Difference]:
                                                         NOTE_LIMIT * 2))]
 
 
-def _same(a: Any, b: Any) -> bool:
-    """Equal as config values (an int and the float of the same value too, not a bool and a number)."""
-    return a == b and isinstance(a, bool) == isinstance(b, bool)
-
-
-def _focus_position(hydra: dict[str, Any], text: str) -> Any:
-    """The position a focus token given as ``text`` resolves to in the run's sentence (the text when
-    that cannot be told)."""
-    from attnlab.core import tokenizer
-    from attnlab.core.config import apply_schema, literal
-    from attnlab.core.errors import AttnlabError
-
-    with contextlib.suppress(AttnlabError):
-        return tokenizer.tokenize(apply_schema(literal(hydra))).focus
-    return text
-
-
-def _made(versions: dict[str, Any]) -> str:
-    return _("{kernels} kernels, {machine}, torch {torch}").format(
-        kernels=printable(versions.get("cpu_capability") or _("unrecorded"), 40),
-        machine=printable(versions.get("machine") or "?", 40), torch=printable(versions.get("torch") or "?", 40))
-
-
-def decide(recorded: Any, reruns: list[Rerun], extra: list[Difference] = ()) -> Verdict:
-    """The verdict on a run whose summary.json recorded the environment ``recorded`` (``versions``),
-    from its reproductions here (``reruns``, the first on the recorded kernels or else this machine's)
-    and differences found in the original alone (``extra``: Hydra's copy of the config).
-
-    - a reproduction in the recorded environment (:data:`BITS`): bit for bit: identical is
-      ``reproduced exactly``, anything else ``not reproduced``;
-    - else (kernels, BLAS, torch or machine this machine cannot run): identical to one of the kernel
-      paths here is ``within rounding``; a difference no rounding makes is ``not reproduced``; any
-      other is ``undecided``: rounding of that machine or an edit, and what would decide."""
-    recorded = recorded if isinstance(recorded, dict) else {}
+def decide(recorded: dict[str, Any], reruns: list[Rerun], extra: list[Difference] = ()) -> Verdict:
+    """The verdict on a run that recorded the environment ``recorded`` (``versions``), from its reproductions
+    here (``reruns``, the first on the recorded kernels or else this CPU's) and differences in the original
+    alone (``extra``: Hydra's copy of the config). A reproduction in the recorded environment (:data:`BITS`)
+    decides bit for bit; else identical to a kernel path here is ``within rounding``, a difference no rounding
+    makes ``not reproduced``, any other ``undecided`` (that machine's rounding or an edit)."""
     if any(r.status == "interrupted" for r in reruns):
         return Verdict(INTERRUPTED, _(STOPPED), [], reruns[0].out)
     extra = list(extra)
-    same = next((r for r in reruns if all(recorded.get(k) == r.environment.get(k) for k in BITS)), None)
-    if same is not None:
+    if (same := next((r for r in reruns if r.made_like(recorded)), None)) is not None:
         return Verdict(EXACT if not same.diffs and not extra else DIFFERENT, "", extra + same.diffs, same.out)
     first = reruns[0]
-    cannot = extra + [d for d in first.diffs if d.rounding_cannot]
-    if cannot:
+    if cannot := extra + [d for d in first.diffs if d.rounding_cannot]:
         return Verdict(DIFFERENT, "", cannot + [d for d in first.diffs if not d.rounding_cannot], first.out)
-    made = _("made with {what}").format(what=_made(recorded))
+    made = _("made with {what}").format(what=_("{kernels} kernels, {machine}, torch {torch}").format(
+        kernels=printable(recorded.get("cpu_capability") or _("unrecorded"), 40),
+        machine=printable(recorded.get("machine") or "?", 40), torch=printable(recorded.get("torch") or "?", 40)))
     if (identical := next((r for r in reruns if not r.diffs), None)) is not None:
         return Verdict(ROUNDING, _("{made}; identical with {kernels} kernels here").format(
             made=made, kernels=identical.kernels), [], identical.out)
@@ -314,25 +283,22 @@ def decide(recorded: Any, reruns: list[Rerun], extra: list[Difference] = ()) -> 
         torch=printable(recorded.get("torch") or "?", 40)), closest.diffs, closest.out)
 
 
-def format_verdict(verdict: Verdict) -> str:
-    """The verdict's header (``reproduced exactly``, ``reproduced within floating-point rounding: WHY``,
-    ``not reproduced: N quantities differ``, ``cannot be decided here: WHY``, ``interrupted: ...``) and a
+def format_verdict(judged: Verdict) -> str:
+    """The verdict's header (``reproduced exactly``, ``not reproduced: N quantities differ``, ...) and a
     table of the differences, those no rounding makes first."""
-    diffs = verdict.diffs
-    n = len(diffs)
+    n = len(judged.diffs)
     differ = (_("1 quantity differs") if n == 1 else _("{n} quantities differ")).format(n=n)
     header = {EXACT: _("reproduced exactly"),
-              ROUNDING: _("reproduced within floating-point rounding: {why}").format(why=verdict.why),
+              ROUNDING: _("reproduced within floating-point rounding: {why}").format(why=judged.why),
               DIFFERENT: _("not reproduced: {differ}").format(differ=differ),
-              UNDECIDED: _("cannot be decided here: {why}").format(why=verdict.why),
-              INTERRUPTED: _("interrupted: {why}").format(why=verdict.why or _(STOPPED)),
-              CANNOT: _("cannot be reproduced: {why}").format(why=verdict.why)}[verdict.key]
-    if not diffs:
+              UNDECIDED: _("cannot be decided here: {why}").format(why=judged.why),
+              INTERRUPTED: _("interrupted: {why}").format(why=judged.why or _(STOPPED)),
+              CANNOT: _("cannot be reproduced: {why}").format(why=judged.why)}[judged.key]
+    if not n:
         return header
-    rows = [("quantity", "first differing step", "max abs diff", "note")]
-    for d in diffs[:MAX_ROWS]:
-        rows.append((d.quantity, "-" if d.step is None else str(d.step),
-                     "-" if d.max_abs_diff is None else f"{d.max_abs_diff:.6g}", d.note))
+    rows = [("quantity", "first differing step", "max abs diff", "note"), *(
+        (d.quantity, "-" if d.step is None else str(d.step), "-" if d.max_abs_diff is None else f"{d.max_abs_diff:.6g}",
+         d.note) for d in judged.diffs[:MAX_ROWS])]
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     return "\n".join([header, *("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)])
 
