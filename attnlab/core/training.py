@@ -25,8 +25,7 @@ from attnlab.core.model import (
     AttentionModel,
     ModelSpec,
     build_gpt,
-    build_section5,
-    build_walkthrough,
+    build_tutorial,
     mse,
     next_token_cross_entropy,
     next_token_targets,
@@ -78,10 +77,8 @@ def build_model(cfg: DictConfig, tokens: tokenizer.Tokens, order: str = "trainin
     deterministic_algorithms()
     if spec.n_layers:
         model = build_gpt(spec, tokens.vocab_size, seq_len)
-    elif order == "walkthrough":
-        model = build_walkthrough(spec, tokens.vocab_size, tokens.seq_len)
     else:
-        model = build_section5(spec, tokens.vocab_size, tokens.seq_len, next_token_head=head)
+        model = build_tutorial(spec, tokens.vocab_size, tokens.seq_len, order, next_token_head=head)
     return model.to(torch.device(cfg.device))
 
 
