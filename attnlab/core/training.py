@@ -3,6 +3,7 @@
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import sys
@@ -240,10 +241,8 @@ def train(cfg: DictConfig, sinks: Iterable[Sink] = (), run_dir: Path | None = No
             status, error = "interrupted", f"interrupted at step {step}; {n} step{'s' if n != 1 else ''} recorded"
         except Exception as err:
             failure = as_write_error(err, recorder.recorded)
-            try:
+            with contextlib.suppress(Exception):  # a sink failing again as it ends: the first failure is the run's
                 _finish(sinks, _result(recorder, info, kept, t0, "failed", describe(failure)))
-            except Exception:  # a sink failing again as it ends: the first failure is the run's
-                pass
             if failure is err:
                 raise
             raise failure from err
