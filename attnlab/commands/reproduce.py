@@ -245,7 +245,6 @@ def verify(jobs_: Sequence[tuple[Path, Path]], text_file: Path | None = None, jo
     reruns: list[list[Rerun]] = [[] for _ in jobs_]
     errors: dict[int, str] = {}
     futures: dict[Future, int] = {}
-    native = ""
 
     def submit(i: int, kernels: str, out: Path) -> None:
         futures[pools.submit(kernels, rerun, jobs_[i][0], out, text_file, draw)] = i

@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from attnlab.core.config import objective_of, walk
+from attnlab.core.config import select, walk
 from attnlab.core.errors import RunDirError
 from attnlab.core.focus import FocusSink, target
 from attnlab.core.records import RunInfo, Snapshot, head_mean
@@ -242,7 +242,7 @@ def _fill_row(row: dict[str, Any], files: RunFiles, sweep_end: bool, metrics: An
     row["override_list"] = files.overrides  # not a column: the swept values of a figure's titles
     threshold = setting(config, "train.loss_threshold", (int, float), None)
     row["loss_threshold"] = threshold
-    row["objective"] = objective_of(config)  # names the loss axes (not a column)
+    row["objective"] = select(config, "train.objective")  # names the loss axes (not a column)
     for key in ("final_loss", "steps_run", "steps_to_threshold", "wall_time_s"):  # the numbers of a run without data
         row[key] = summary.get(key)
     if metrics is UNREAD:
