@@ -32,6 +32,32 @@ from attnlab.commands.hydra_config import register_configs  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def _memoize_interpolation_parsing() -> None:
+    """OmegaConf parses a ``${...}`` string with its ANTLR grammar each time a config holding it is made
+    or read: ~15 % of composing a config, which a test process does hundreds of times (Hydra's own
+    configs are full of them). A string's parse tree is always the same, so the test process keeps
+    each (``omegaconf.grammar_parser.parse`` memoized where OmegaConf looks it up; left as it is when
+    those names are not there). Errors are not kept: a bad string raises each time."""
+    import functools
+    import importlib
+
+    try:
+        from omegaconf import grammar_parser
+        modules = [grammar_parser, *map(importlib.import_module, ("omegaconf._utils", "omegaconf.base",
+                                                                  "omegaconf.resolvers.oc"))]
+    except ImportError:
+        return
+    parse = getattr(grammar_parser, "parse", None)
+    if parse is None or not all(getattr(m, "parse", None) is parse for m in modules):
+        return
+    memoized = functools.lru_cache(maxsize=None)(parse)
+    for module in modules:
+        module.parse = memoized
+
+
+_memoize_interpolation_parsing()
+
+
 def _installed(module: str) -> bool:
     try:
         return importlib.util.find_spec(module) is not None
