@@ -26,12 +26,12 @@ def final_losses(sweep) -> dict[str, float]:
 def test_a_job_returns_its_final_loss_and_what_the_command_needs():
     """The task function's return value is a float, the final loss (NaN when the run has none), and
     keeps the status and exit code the command reads, through a launcher worker's pickle too."""
-    callbacks.worker_exit_status()
+    callbacks.exit_status()
     done, refused = callbacks.JobEnd("completed", loss=0.25), callbacks.JobEnd("failed", 2)
     assert isinstance(done, float) and float(done) == 0.25 and done < 0.5 and math.isnan(refused)
     again = pickle.loads(pickle.dumps(done))
     assert (again.status, again.code, float(again)) == ("completed", 0, 0.25)
-    assert callbacks.worker_exit_status() == 2
+    assert callbacks.exit_status() == 2
 
 
 def test_submitit_local_runs_a_two_job_sweep(tmp_path):

@@ -261,11 +261,11 @@ def test_a_jobs_end_reaches_the_command_as_hydra_hands_back_its_return_value():
 
     from attnlab.commands import callbacks
 
-    callbacks.worker_exit_status()
+    callbacks.exit_status()
     sent = [pickle.dumps(callbacks.JobEnd("completed")), pickle.dumps(callbacks.JobEnd("failed", 2)),
             pickle.dumps(callbacks.JobEnd("interrupted", 1))]
-    assert callbacks.worker_exit_status() == 2  # made here too (the basic launcher: in this process)
+    assert callbacks.exit_status() == 2  # made here too (the basic launcher: in this process)
     received = [pickle.loads(data) for data in sent]  # what Hydra's sweeper gets from a joblib worker
     assert [(end.status, end.code) for end in received] == [("completed", 0), ("failed", 2), ("interrupted", 1)]
-    assert callbacks.worker_exit_status() == 2
-    assert callbacks.worker_exit_status() == 0  # read once
+    assert callbacks.exit_status() == 2
+    assert callbacks.exit_status() == 0  # read once

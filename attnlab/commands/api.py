@@ -29,6 +29,7 @@ from attnlab.commands.cli import error_line
 from attnlab.commands.display import Run, SweepTable
 from attnlab.commands.hydra_config import VERSION_BASE, register_configs
 from attnlab.commands.job import run_job
+from attnlab.commands.learner import stage_outcomes
 from attnlab.commands.sweep import job_dirname
 from attnlab.core import i18n, training
 from attnlab.core.config import apply_schema, plain
@@ -37,6 +38,7 @@ from attnlab.core.exercises import observe
 from attnlab.core.focus import FocusSink
 from attnlab.core.i18n import LANGUAGES, _
 from attnlab.core.records import RunInfo, RunResult, Sink, Snapshot
+from attnlab.core.walkthrough import walkthrough as narrate
 from attnlab.outputs import rundir
 from attnlab.outputs.console import ConsoleSink
 from attnlab.outputs.fonts import cjk_font
@@ -169,8 +171,6 @@ def train(*args: Any, sinks: Iterable[Sink] = (), run_dir: Path | None = None, k
 def walkthrough(*args: Any, print_line: Callable[[str], object] = print, **options: Any) -> dict:
     """Tutorial §1–4 narrated through ``print_line`` (default ``experiment=tutorial_walkthrough``); returns
     head 0's arrays (:func:`attnlab.core.walkthrough.walkthrough`). Writes nothing."""
-    from attnlab.core.walkthrough import walkthrough as narrate
-
     cfg = _config(args or ("experiment=tutorial_walkthrough",), options, "walkthrough")
     _speak(cfg)
     return narrate(cfg, print_line=print_line)
@@ -259,7 +259,9 @@ def check(*functions: Callable | dict, **named: Callable) -> bool:
             learner[given.__name__] = given
         else:
             raise AttnlabError(_("check({arg!r}): give your functions, or globals()").format(arg=given))
-    return checker.check_functions({**learner, **named}, _("your notebook")) == checker.EXIT_PASSED
+    stages = checker.stages()
+    outcomes = stage_outcomes({**learner, **named}, _("your notebook"), checker.specs(stages))
+    return checker.report(outcomes, stages) == checker.EXIT_PASSED
 
 
 def use_chinese_font() -> str:

@@ -1,11 +1,8 @@
 """The helper commands' command line (``attnlab-check``, ``-compare``, ``-generate``, ``-report``,
-``-reproduce``): the language they speak and an argparse parser that speaks it.
-
-One rule for every tool (docs/i18n.md): the language is the command line's (``--lang zh``, or
-``lang=zh`` as the ``attnlab`` command takes it), else the locale's; never a run's recorded ``lang``.
-:func:`speak` applies it before the parser is built, so ``--help``, errors and output are all in it.
-argparse's own words (``usage:``, section titles, its error messages) are said through the catalog too.
-"""
+``-reproduce``) in the learner's language. One rule for every tool (docs/i18n.md): the command line's
+language (``--lang zh``, or ``lang=zh`` as ``attnlab`` takes it), else the locale's; never a run's recorded
+``lang``. :func:`speak` applies it before the parser is built: ``--help``, errors (argparse's words too) and
+output all speak it."""
 from __future__ import annotations
 
 import argparse
@@ -45,16 +42,12 @@ def _translated_error(message: str) -> str:
     for template in ARGPARSE_ERRORS:
         parts = _PLACEHOLDER.split(template)  # text, placeholder name (None: positional), text, ...
         pattern = "".join(re.escape(p) if i % 2 == 0 else "(.*)" for i, p in enumerate(parts))
-        m = re.fullmatch(pattern, message, re.S)
-        if not m:
-            continue
-        names, said = parts[1::2], _PLACEHOLDER.sub(lambda p: f"%({p.group(1)})s" if p.group(1) else "%s", _(template))
-        if not all(names):
-            return said % m.groups()
-        values = dict(zip(names, m.groups()))
-        if "message" in values:
-            values["message"] = _translated_error(values["message"])
-        return said % values
+        if m := re.fullmatch(pattern, message, re.S):
+            names = parts[1::2]
+            said = _PLACEHOLDER.sub(lambda p: f"%({p.group(1)})s" if p.group(1) else "%s", _(template))
+            if not all(names):
+                return said % m.groups()
+            return said % {n: _translated_error(v) if n == "message" else v for n, v in zip(names, m.groups())}
     return message
 
 

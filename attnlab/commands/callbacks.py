@@ -24,19 +24,17 @@ from attnlab.core.i18n import N_, _
 from attnlab.outputs import rundir
 from attnlab.saved.report import write_sweep_report
 
-sweep_exit_status: int | None = None  # of the last sweep that ended in this process (None: none did)
 _open_sweep: DictConfig | None = None  # a sweep that started and has not ended (its config)
 # in a launcher's worker: the (command's pid, sweep dir) of each sweep one of its jobs stopped; kept here, not in
 # commands.cli, whose job function a worker gets pickled by value with copied globals
 stopped_sweeps: set[tuple[str, str]] = set()
-_codes: list[int] = []  # the codes of the JobEnds made in this process
+_codes: list[int] = []  # the exit statuses asked of the command in this process: by JobEnds, by a sweep's table
 
 
 class JobEnd(float):
     """What a job returns: the run's final loss (NaN: none), which Hydra's optimising sweepers (Optuna,
     Nevergrad) minimise, its ``status`` and the exit status ``code`` it asks of the command. A launcher's
-    worker pickles it; made again in the command's process, it notes its code there for
-    :func:`worker_exit_status`."""
+    worker pickles it; made again in the command's process, it notes its code there for :func:`exit_status`."""
 
     def __new__(cls, status: str, code: int = 0, loss: float | None = None) -> JobEnd:
         end = super().__new__(cls, math.nan if loss is None else loss)
@@ -48,8 +46,8 @@ class JobEnd(float):
         return JobEnd, (self.status, self.code, float(self))
 
 
-def worker_exit_status() -> int:
-    """The highest exit status a :class:`JobEnd` asked for since the last call (0: none)."""
+def exit_status() -> int:
+    """The highest exit status asked for (:class:`JobEnd`, :class:`SweepSummary`) since the last call (0: none)."""
     code = max(_codes, default=0)
     _codes.clear()
     return code
@@ -143,7 +141,7 @@ class NeverOverwrite(Callback):
 
 class SweepSummary(Callback):
     """Job folders named by the keys that vary; at the end :func:`attnlab.commands.sweep.summarize` (its
-    exit status in :data:`sweep_exit_status`) and with ``logging.report`` the sweep's ``report.html``."""
+    exit status noted for :func:`exit_status`) and with ``logging.report`` the sweep's ``report.html``."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         for name in LAUNCHER_LOGGERS:
@@ -151,14 +149,14 @@ class SweepSummary(Callback):
         sweep.name_by_swept_keys(config)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        global sweep_exit_status
-        sweep_exit_status = sweep.EXIT_SOME_JOBS_FAILED  # until the table says every job completed
         sweep_dir = Path(str(config.hydra.sweep.dir))
         interrupts.pause_point("sweep_end")
+        code = sweep.EXIT_SOME_JOBS_FAILED  # unless the table says every job completed
         try:
-            sweep_exit_status = sweep.summarize(sweep_dir)
+            code = sweep.summarize(sweep_dir)
         except Exception as err:  # the table is a view: its failure never hides the jobs' status
             print(f"error: the sweep summary was not written: {describe(err)}", file=sys.stderr)
+        _codes.append(code)
         if config.logging.get("report", False):
             try:
                 print(_("report: {path}").format(path=write_sweep_report(sweep_dir)))

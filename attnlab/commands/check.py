@@ -139,7 +139,7 @@ def stage_problem(stage: Stage, values: list[np.ndarray]) -> list[str]:
     return []
 
 
-def _specs(all_stages: list[Stage]) -> list[tuple[str, tuple, list[str]]]:
+def specs(all_stages: list[Stage]) -> list[tuple[str, tuple, list[str]]]:
     """What :mod:`attnlab.commands.learner` runs: each stage's function name, fresh inputs, output names."""
     return [(s.function, s.inputs(), [name for name, _want, _m in s.outputs]) for s in all_stages]
 
@@ -150,18 +150,12 @@ def check_source(source: str, filename: str, *, time_limit: float = learner.TIME
     """The exit status of the learner's ``source`` checked in a child process (:func:`learner.run_stages`:
     ``time_limit`` s to load and per stage, ``memory_limit`` bytes more); the lines to ``out``, ``err``."""
     all_stages = stages()
-    with contextlib.closing(learner.run_stages(source, filename, _specs(all_stages), time_limit=time_limit,
+    with contextlib.closing(learner.run_stages(source, filename, specs(all_stages), time_limit=time_limit,
                                                memory_limit=memory_limit)) as outcomes:
         if (loading := next(outcomes)).error is not None:
             print(_("attnlab-check: error: {message}").format(message=loading.error), file=err or sys.stderr)
             return EXIT_NOT_LOADED
         return report(outcomes, all_stages, out)
-
-
-def check_functions(functions: dict[str, Any], where: str) -> int:
-    """:func:`check_source` of a notebook's ``functions`` (name -> function; ``where`` names them), in this process."""
-    all_stages = stages()
-    return report(learner.stage_outcomes(functions, where, _specs(all_stages)), all_stages)
 
 
 # an error a learner's code raised, and what it usually means (tutorial §2's 新手常见报错 first)

@@ -35,9 +35,8 @@ MAIN_PID = "ATTNLAB_MAIN_PID"  # the command's process (a job in a launcher's wo
 
 
 def _end_command(code: int, status: str, sweep: tuple[str, str] | None) -> callbacks.JobEnd:
-    """``sys.exit(code)`` in the command's process. In a launcher's worker (``sweep``: its command's pid
-    and sweep dir; a SystemExit there makes joblib kill the other workers mid-write) no further job of
-    that sweep runs, and the job's return value carries ``code`` to the command."""
+    """``sys.exit(code)`` in the command's process; in a launcher's worker (``sweep``), where joblib would kill
+    the other workers mid-write, no further job of that sweep runs and the return value carries ``code``."""
     if sweep is None:
         sys.exit(code)
     callbacks.stopped_sweeps.add(sweep)
@@ -174,7 +173,7 @@ def main() -> None:
         print(refused, file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
     os.environ[MAIN_PID] = str(os.getpid())
-    callbacks.worker_exit_status()  # none left by an earlier command in this process
+    callbacks.exit_status()  # none left by an earlier command in this process
     os.environ.setdefault(FULL_ERROR, os.environ.get("HYDRA_FULL_ERROR", "0"))
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises its errors here instead of printing its report
     # a launcher whose worker was killed leaves its semaphores to multiprocessing's tracker: no warning for that
@@ -183,8 +182,7 @@ def main() -> None:
     try:
         with interrupts.deferred():
             _hydra_main()
-        # a sweep with a job that did not complete: 1; a job a launcher's worker refused: 2
-        code = max(callbacks.sweep_exit_status or 0, callbacks.worker_exit_status())
+        code = callbacks.exit_status()  # a sweep with a job that did not complete: 1; a job's folder refused: 2
     except SystemExit as end:  # a job that stopped the command (interrupted, or its folder refused: 2)
         code = end.code
         raise

@@ -5,8 +5,7 @@ composes the same configs with Hydra's compose API (for a sweep, one per combina
 groups it sweeps) and compares their ``hydra`` section with attnlab's own and Hydra's own. A folder may
 set only :data:`ALLOWED` and output folders inside this one; any other difference (``hydra.callbacks``,
 a log handler, a launcher or sweeper ``_target_``, ``hydra.job.env_set``, ...) is one line, exit 2,
-before anything is instantiated, opened or written.
-"""
+before anything is instantiated, opened or written."""
 from __future__ import annotations
 
 import argparse

@@ -23,8 +23,6 @@ from attnlab.saved.report import render, write_run_report
 from attnlab.saved.report_data import load_run
 from attnlab.saved.table import STATUSES, cell_text, columns_of, csv_text, distribution, format_table, header
 
-FRAME_HEIGHT_PX = 860  # the report page's detail view (heatmap, slider, loss) without scrolling
-
 
 @dataclass(eq=False)  # a run is itself (its arrays have no one truth value)
 class Run(RunResult):
@@ -39,8 +37,9 @@ class Run(RunResult):
     def __repr__(self) -> str:
         """A few lines: status and loss, where the focus token attends at the last snapshot, what to call."""
         final = "n/a" if self.final_loss is None else f"{self.final_loss:.6g}"
+        status = _(self.status) if self.status in STATUSES else self.status
         out = [_("attnlab run: {status}, {n} steps, final loss {final}, {time:.2f} s").format(
-            status=_(STATUSES.get(self.status, self.status)), n=self.steps_run, final=final, time=self.wall_time_s)]
+            status=status, n=self.steps_run, final=final, time=self.wall_time_s)]
         if self.error:
             out.append(f"  {self.error}")
         if focus := self.recorded.get("focus"):
@@ -70,15 +69,15 @@ class Run(RunResult):
         return self._page
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
-        """The §5 figure, then the report page in an ``<iframe srcdoc>`` whose ``sandbox`` allows its scripts
-        only: another origin, so its styles and script cannot reach the notebook (nor it theirs)."""
+        """The §5 figure, then the report page (860 px: its detail view unscrolled) in an ``<iframe srcdoc>`` whose
+        ``sandbox`` allows its scripts only: another origin, so its styles and script cannot reach the notebook."""
         if self.info is None or not self.snapshots:  # nothing to draw (a run that failed before its first step)
             return {"text/plain": repr(self)}
         png = base64.b64encode(self.png()).decode("ascii")
         image = (f'<img alt="{html.escape(_("Attention weights during training"))}" '
                  f'src="data:image/png;base64,{png}" style="max-width: 100%;">')
         frame = (f'<iframe srcdoc="{html.escape(self.page(), quote=True)}" sandbox="allow-scripts" '
-                 f'title="{html.escape(_("attnlab report"))}" style="width: 100%; height: {FRAME_HEIGHT_PX}px; '
+                 f'title="{html.escape(_("attnlab report"))}" style="width: 100%; height: 860px; '
                  'border: 1px solid #ccc; border-radius: 4px;"></iframe>')
         return {"text/plain": repr(self), "text/html": f'<div class="attnlab-run">{image}{frame}</div>',
                 "image/png": png}
