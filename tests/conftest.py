@@ -32,6 +32,32 @@ from attnlab.commands.hydra_config import register_configs  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def _memoize_interpolation_parsing() -> None:
+    """OmegaConf parses a ``${...}`` string with its ANTLR grammar each time a config holding it is made
+    or read: ~15 % of composing a config, which a test process does hundreds of times (Hydra's own
+    configs are full of them). A string's parse tree is always the same, so the test process keeps
+    each (``omegaconf.grammar_parser.parse`` memoized where OmegaConf looks it up; left as it is when
+    those names are not there). Errors are not kept: a bad string raises each time."""
+    import functools
+    import importlib
+
+    try:
+        from omegaconf import grammar_parser
+        modules = [grammar_parser, *map(importlib.import_module, ("omegaconf._utils", "omegaconf.base",
+                                                                  "omegaconf.resolvers.oc"))]
+    except ImportError:
+        return
+    parse = getattr(grammar_parser, "parse", None)
+    if parse is None or not all(getattr(m, "parse", None) is parse for m in modules):
+        return
+    memoized = functools.lru_cache(maxsize=None)(parse)
+    for module in modules:
+        module.parse = memoized
+
+
+_memoize_interpolation_parsing()
+
+
 def _installed(module: str) -> bool:
     try:
         return importlib.util.find_spec(module) is not None
@@ -111,7 +137,8 @@ def run_here(*args: str, cwd: Path | None = None, stdout=None) -> subprocess.Com
     a CompletedProcess with its exit status and what it printed (``stdout``: a text stream that
     gets the output instead). Hydra's singletons, the signal handlers, the environment and the
     working folder are restored afterwards; the handlers the command installs for the rest of its
-    process are not installed (the real command's signals are tested in a subprocess)."""
+    process are not installed (the real command's signals are tested in a subprocess); the language
+    is set back too."""
     import contextlib
     import io
     import signal
@@ -119,10 +146,11 @@ def run_here(*args: str, cwd: Path | None = None, stdout=None) -> subprocess.Com
     from hydra.core.singleton import Singleton
 
     from attnlab.commands import cli
-    from attnlab.core import interrupts
+    from attnlab.core import i18n, interrupts
 
     handlers = {sig: signal.getsignal(sig) for sig in interrupts.SIGNALS}
     saved = (Singleton.get_state(), os.getcwd(), dict(os.environ), sys.argv, cli.install_signal_handlers)
+    lang = i18n.language()
     out, err, code = io.StringIO(), io.StringIO(), 0
     os.environ.pop("HYDRA_FULL_ERROR", None)
     os.environ["MPLBACKEND"] = "Agg"
@@ -142,6 +170,7 @@ def run_here(*args: str, cwd: Path | None = None, stdout=None) -> subprocess.Com
         os.environ.update(environ)
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
+        i18n.set_language(lang)
     return subprocess.CompletedProcess(["attnlab", *args], code, out.getvalue(), err.getvalue())
 
 
@@ -243,6 +272,23 @@ def outside(tmp_path_factory):
     import hostile_runs
 
     return hostile_runs.outside_folder(tmp_path_factory)
+
+
+@pytest.fixture
+def figure_worker():
+    """The figure worker starts as in the real command (see :func:`draw_in_this_process`)."""
+
+
+@pytest.fixture(autouse=True)
+def draw_in_this_process(request, monkeypatch):
+    """An ``attnlab`` run in the test process draws its figures itself, without the spawned figure worker
+    (attnlab.outputs.drawing; the same functions, the same bytes): a worker costs a new Python of ~1 s
+    CPU per run. A test that names the fixture :func:`figure_worker` keeps it (tests/test_plots.py tests
+    the worker itself); every run a test starts in a process of its own has it."""
+    if "figure_worker" not in request.fixturenames:
+        from attnlab.outputs import drawing
+
+        monkeypatch.setattr(drawing, "start", lambda cfg, warm_up=None: None)
 
 
 @pytest.fixture(autouse=True)

@@ -8,7 +8,7 @@ import re
 import sys
 from pathlib import Path
 
-from conftest import ROOT, run_cli
+from conftest import ROOT, run_here
 
 # (document, the command line its block shows after "$ ", the arguments run, what masks a varying part)
 SWEEP = ("docs/reference.md", "attnlab -m model.d_model=6,0 logging=off", ("-m", "model.d_model=6,0", "logging=off"))
@@ -39,14 +39,14 @@ def block_after(doc: str, command: str) -> str:
 
 def sweep_output(sweep_dir: Path) -> str:
     """What ``attnlab -m model.d_model=6,0 logging=off`` prints (Hydra's launch lines as ``...``)."""
-    proc = run_cli(*SWEEP[2], f"hydra.sweep.dir={sweep_dir}", env={"LANGUAGE": "en"})
+    proc = run_here(*SWEEP[2], f"hydra.sweep.dir={sweep_dir}")  # (conftest: LANGUAGE=en)
     assert proc.returncode == 1, proc.stderr  # one job refused: the sweep says so
     table = proc.stdout[proc.stdout.index("\njob "):].strip("\n")
     return "...\n" + table.replace(str(sweep_dir), "outputs/multirun/...") + "\n"
 
 
 def quick_start(lang: str, run_dir: Path) -> str:
-    proc = run_cli(f"lang={lang}", "logging=off", f"hydra.run.dir={run_dir}")
+    proc = run_here(f"lang={lang}", "logging=off", f"hydra.run.dir={run_dir}")
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.replace(str(run_dir), "outputs/2026-12-01/10-00-00.123456")
 

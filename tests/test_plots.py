@@ -170,7 +170,7 @@ def _pid_after(seconds: float) -> int:
     return os.getpid()
 
 
-def test_workers_draw_the_same_bytes_and_a_dead_or_missing_pool_draws_here(monkeypatch):
+def test_workers_draw_the_same_bytes_and_a_dead_or_missing_pool_draws_here(monkeypatch, figure_worker):
     from types import SimpleNamespace
 
     from attnlab.outputs import drawing

@@ -18,7 +18,7 @@ from attnlab.commands import report as report_command
 from attnlab.core import i18n
 from attnlab.core.config import walk
 
-from conftest import ROOT, run_cli
+from conftest import ROOT, run_cli, run_here
 
 HELPERS = {"attnlab-check": check.main, "attnlab-compare": compare.main, "attnlab-generate": generate.main,
            "attnlab-report": report_command.main, "attnlab-reproduce": reproduce.main}
@@ -94,7 +94,7 @@ def test_a_sweep_its_page_and_a_run_page_speak_chinese(tmp_path, chinese_locale)
     if why := browser._missing():
         pytest.skip(why)
     sweep = tmp_path / "ex5"
-    proc = run_cli("experiment=exercise5", f"hydra.sweep.dir={sweep}", env=ZH_ENV)
+    proc = run_here("experiment=exercise5", f"hydra.sweep.dir={sweep}")  # (the locale: chinese_locale)
     assert proc.returncode == 0, proc.stderr
     summaries = [json.loads(job.read_text(encoding="utf-8")) for job in sweep.glob("*/summary.json")]
     allowed = {word for s in summaries for word in config_words(s["config"]) | config_words(s["versions"])}

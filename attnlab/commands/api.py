@@ -38,6 +38,7 @@ from attnlab.core.exercises import observe
 from attnlab.core.focus import FocusSink
 from attnlab.core.i18n import LANGUAGES, _
 from attnlab.core.records import RunInfo, RunResult, Sink, Snapshot
+from attnlab.core.walkthrough import walkthrough as narrate
 from attnlab.outputs import rundir
 from attnlab.outputs.console import ConsoleSink
 from attnlab.outputs.fonts import cjk_font
@@ -170,8 +171,6 @@ def train(*args: Any, sinks: Iterable[Sink] = (), run_dir: Path | None = None, k
 def walkthrough(*args: Any, print_line: Callable[[str], object] = print, **options: Any) -> dict:
     """Tutorial §1–4 narrated through ``print_line`` (default ``experiment=tutorial_walkthrough``); returns
     head 0's arrays (:func:`attnlab.core.walkthrough.walkthrough`). Writes nothing."""
-    from attnlab.core.walkthrough import walkthrough as narrate
-
     cfg = _config(args or ("experiment=tutorial_walkthrough",), options, "walkthrough")
     _speak(cfg)
     return narrate(cfg, print_line=print_line)

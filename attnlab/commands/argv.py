@@ -70,10 +70,9 @@ def prepare(argv: Iterable[str]) -> list[str]:
 
 
 def multirun_flag(argv: list[str]) -> list[str]:
-    """``["-m"]`` when an ``experiment=NAME`` in ``argv`` (or one of ``NAME,NAME``) is a preset attnlab ships
-    whose ``hydra.mode`` is MULTIRUN (the exercises, heads, seeds, ...) and ``-m``/``--multirun``/``hydra.mode``
-    is not given, else ``[]``: Hydra >= 1.4 decides between a run and a sweep before it composes the config
-    and refuses a preset that changes the mode (Hydra 1.3 reads the preset's, the same mode)."""
+    """``["-m"]`` when an ``experiment=NAME`` in ``argv`` (or ``NAME,NAME``) is a shipped preset whose ``hydra.mode``
+    is MULTIRUN and no ``-m``/``--multirun``/``hydra.mode`` is given, else ``[]``: Hydra >= 1.4 chooses run or
+    sweep before it composes the config and refuses a preset that changes the mode (1.3 reads the preset's)."""
     import yaml
 
     if any(a in ("-m", "--multirun") or a.lstrip("+").startswith("hydra.mode=") for a in argv):

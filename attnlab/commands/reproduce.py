@@ -224,12 +224,10 @@ def _rank(kernels: str) -> int:
 
 def verify(jobs_: Sequence[tuple[Path, Path]], text_file: Path | None = None, jobs: int = 1,
            draw: bool = False) -> list[Verdict]:
-    """The verdict on each ``(run dir, out)``, in order (:func:`attnlab.saved.verdict.decide`): each run
-    re-run on the kernels it recorded when this machine has them (DEFAULT, AVX2, AVX512 up to this CPU's
-    own), else on this machine's own, then on each other kernel path here when that differs. At most ``jobs``
-    processes: this one (this machine's kernels), a worker per other kernel setting, then more workers of
-    this machine's kernels. Never raises but KeyboardInterrupt before it starts (a run not finished then is
-    ``interrupted``)."""
+    """The verdict on each ``(run dir, out)`` (:func:`attnlab.saved.verdict.decide`): re-run on the kernels it
+    recorded when this CPU has them, else on its own, then on each other kernel path here if that differs. At
+    most ``jobs`` processes: this one, a worker per other kernel setting, then more workers of this CPU's
+    kernels. Never raises but KeyboardInterrupt before it starts (a run not finished then is ``interrupted``)."""
     recorded: list[dict[str, Any]] = []
     for run_dir, _out in jobs_:
         try:
@@ -247,7 +245,6 @@ def verify(jobs_: Sequence[tuple[Path, Path]], text_file: Path | None = None, jo
     reruns: list[list[Rerun]] = [[] for _ in jobs_]
     errors: dict[int, str] = {}
     futures: dict[Future, int] = {}
-    native = ""
 
     def submit(i: int, kernels: str, out: Path) -> None:
         futures[pools.submit(kernels, rerun, jobs_[i][0], out, text_file, draw)] = i
@@ -336,11 +333,10 @@ def verdict_table(rows: Sequence[dict[str, Any]], out: Path) -> str:
 
 def reproduce_many(paths: Sequence[Path], out: Path | None, csv: Path | None, jobs: int, draw: bool = False,
                    force: bool = False, report: Path | None = None, against: Path | None = None) -> int:
-    """Every run under ``paths`` verified (:func:`verify`) into ``OUT/NAME`` (default ``PATH-repro-<time>``
-    for one PATH, else ``repro-<time>``); one verdict table sorted by student (the run's ``name``, then its
-    folder); ``report``: the class's page too (attnlab-report's, with a verdict column and the keys that
-    differ from the preset ``against``, else from most runs). Exit status 1 when a run is not verified,
-    else 0. Raises RunDirError / ConfigError (before any run)."""
+    """Every run under ``paths`` verified (:func:`verify`) into ``OUT/NAME`` (default ``PATH-repro-<time>``, or
+    ``repro-<time>`` for several PATHs); one verdict table sorted by student (``name``, then folder);
+    ``report``: the class's page too (keys differing from ``against``, else from most runs). Exit status 1 when
+    a run is not verified, else 0. Raises RunDirError / ConfigError before any run."""
     found = runs.named_runs(paths)
     out = out or stamped(f"{str(paths[0]).rstrip('/')}-repro" if len(paths) == 1 else "repro")
     read = [r for r, _, _ in found]

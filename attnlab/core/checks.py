@@ -140,10 +140,9 @@ def validate(cfg: DictConfig) -> None:
 
 
 def validated_tokens(cfg: DictConfig) -> Tokens:
-    """Tutorial §1 on a checked config: :func:`validate`, then the text tokenized (with its own checks:
-    length, ``train.focus_token`` in the text), and a GPT's windows in it (:func:`corpus_split`), all
-    before torch loads. ConfigError / TokenizerError naming the key. A job does it
-    once and passes the :class:`Tokens` down (training, the walkthrough, exercise 5)."""
+    """Tutorial §1 on a checked config, before torch loads: :func:`validate`, the text tokenized (its length,
+    ``train.focus_token`` in it) and a GPT's windows (:func:`corpus_split`). ConfigError / TokenizerError.
+    A job does it once and passes the :class:`Tokens` down (training, the walkthrough, exercise 5)."""
     validate(cfg)
     tokens = tokenize(cfg)
     window = recorded_window(cfg, tokens.seq_len)

@@ -45,11 +45,6 @@ class Objective(str, Enum):
 LOSS_NAMES = {Objective.mse.value: "MSE", Objective.next_token.value: "cross-entropy, nats"}
 
 
-def objective_of(config: Any) -> Any:
-    """``train.objective`` of plain config data; None when absent (= ``mse``)."""
-    return select(config, "train.objective")
-
-
 def loss_name(objectives: Any) -> str | None:
     """"MSE" or "cross-entropy, nats" for these ``train.objective`` values (None: mse); None when they differ."""
     names = {LOSS_NAMES.get(Objective.mse.value if o is None else o) if isinstance(o, (str, type(None))) else None

@@ -6,6 +6,7 @@ Errors: :class:`RunFileError` (one line ``<file>: <reason>``), :class:`MissingRu
 from __future__ import annotations
 
 import io
+import itertools
 import os
 import re
 import stat
@@ -47,8 +48,7 @@ def counters() -> dict[str, int]:
 
 
 def reset_counters() -> None:
-    for k in _counters:
-        _counters[k] = 0
+    _counters.update(dict.fromkeys(_counters, 0))
 
 
 class RunFileError(RunDirError):
@@ -72,25 +72,18 @@ def printable(text: Any, limit: int = TEXT_LIMIT) -> str:
     line separators, BOM and lone surrogates as ``\\x1b``-style escapes; cut to ``limit`` characters,
     ending ``…[+N chars]`` (N not shown)."""
     text = str(text)
-    out: list[str] = []  # one piece per character shown
-    width = 0
-    for ch in text[: limit + 1]:
-        piece = ch.encode("unicode_escape").decode("ascii") if _UNSAFE.match(ch) else ch
-        if width + len(piece) > limit:
-            break
-        out.append(piece)
-        width += len(piece)
-    if len(out) == len(text):
-        return "".join(out)
-    return "".join(out) + f"…[+{len(text) - len(out)} chars]"
+    pieces = [ch.encode("unicode_escape").decode("ascii") if _UNSAFE.match(ch) else ch for ch in text[: limit + 1]]
+    shown = sum(1 for width in itertools.accumulate(map(len, pieces)) if width <= limit)  # characters shown
+    cut = "" if shown == len(text) else f"…[+{len(text) - shown} chars]"
+    return "".join(pieces[:shown]) + cut
 
 
-_KINDS = [(stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
-          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISLNK, "a symbolic link")]
+_KINDS = {"d": "a directory", "p": "a FIFO (named pipe)", "s": "a socket", "c": "a character device",
+          "b": "a block device", "l": "a symbolic link"}  # by stat.filemode's first letter
 
 
 def _kind(mode: int) -> str:
-    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+    return _KINDS.get(stat.filemode(mode)[0], "not a regular file")
 
 
 class _BoundedFile(io.FileIO):
@@ -109,14 +102,6 @@ class _BoundedFile(io.FileIO):
         _counters["bytes_read"] += len(data)
         return data
 
-    def readall(self) -> bytes:
-        return self.read(-1)
-
-    def readinto(self, b) -> int:
-        data = self.read(len(memoryview(b)))
-        memoryview(b).cast("B")[: len(data)] = data
-        return len(data)
-
 
 _BINARY = getattr(os, "O_BINARY", 0)  # (Windows) no newline translation
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # (POSIX) a FIFO never blocks the open
@@ -126,12 +111,11 @@ _OPENAT = bool(os.open in os.supports_dir_fd and _NOFOLLOW and hasattr(os, "O_DI
 
 
 def open_run_file(path: Path, limit: int, *, root: Path | None = None) -> _BoundedFile:
-    """``path`` (inside the run dir ``root``, default its folder) open for binary reading, never
-    past the size checked here. One walk: every component ``lstat``-ed (on POSIX relative to its
-    folder's descriptor, opened ``O_NOFOLLOW``), the opened file the one ``lstat`` saw, and (elsewhere)
-    its real path inside the run dir's. RunFileError, before a byte is read, for a link (or junction)
-    on the way, anything but a regular file, more than one hard link or more than ``limit`` bytes;
-    MissingRunFile."""
+    """``path`` (inside the run dir ``root``, default its folder) open for binary reading, never past the
+    size checked here: every component ``lstat``-ed (on POSIX relative to its folder's descriptor, opened
+    ``O_NOFOLLOW``), the opened file the one ``lstat`` saw, elsewhere its real path inside the run dir's.
+    RunFileError, before a byte is read, for a link (or junction) on the way, anything but a regular file,
+    more than one hard link or more than ``limit`` bytes; MissingRunFile."""
     shown = Path(path)
     root = shown.parent if root is None else Path(root)
     try:

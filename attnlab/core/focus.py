@@ -36,11 +36,6 @@ def _query_row(weights: np.ndarray, query: int) -> np.ndarray:
     return np.asarray(w[..., query, :], dtype=np.float64)
 
 
-def _strongest(row: np.ndarray) -> Focus:
-    key = row.argmax(axis=-1)
-    return Focus(key.astype(np.int64), np.take_along_axis(row, key[..., None], axis=-1)[..., 0])
-
-
 def is_uniform(rows: np.ndarray) -> np.ndarray:
     """(..., T) → bool (...): each row's max − min below :data:`UNIFORM_SPREAD` (NaN: not uniform)."""
     return np.ptp(np.asarray(rows, dtype=np.float64), axis=-1) < UNIFORM_SPREAD
@@ -64,7 +59,9 @@ def shown(label: str) -> str:
 def focus(weights: np.ndarray, query: int) -> Focus:
     """Where ``query`` (``train.focus_token``) attends most: (..., H, T, T) → :class:`Focus` (..., H).
     Raises ValueError when ``weights`` is not (..., T, T) or ``query`` not in [0, T)."""
-    return _strongest(_query_row(weights, query))
+    row = _query_row(weights, query)  # (..., H, T)
+    key = row.argmax(axis=-1)
+    return Focus(key.astype(np.int64), np.take_along_axis(row, key[..., None], axis=-1)[..., 0])
 
 
 def focus_weights(weights: np.ndarray, query: int) -> np.ndarray:
@@ -116,7 +113,7 @@ class FocusSink(Sink):
         if w.ndim != 3:
             raise ValueError(f"snapshot weights must be (H, T, T), got shape {w.shape}")
         row = _query_row(w, self.query)  # (H, T): the focus token's row of each head
-        self.series.append(_strongest(_with_mean(row)).weight)  # (H + 1,)
+        self.series.append(_with_mean(row).max(axis=-1))  # (H + 1,)
         self.steps.append(snapshot.step)
         self.last = np.array(w)  # a copy: the summary is of the snapshot as taken, whatever its owner does later
 

@@ -166,13 +166,6 @@ class AttentionModel(nn.Module):
         return [*self.attention.parameters(), *(head.parameters() if head is not None else ())]
 
 
-def _attention(spec: ModelSpec, z_in_d_model: bool) -> MultiHeadSelfAttention:
-    out_proj = resolve_out_proj(spec.out_proj, spec.n_heads, spec.d_v, spec.d_model, z_in_d_model=z_in_d_model)
-    return MultiHeadSelfAttention(spec.d_model, spec.d_k, spec.d_v, spec.n_heads, causal=spec.causal,
-                                  dropout=spec.dropout, qkv_bias=spec.qkv_bias, attention=spec.attention,
-                                  out_proj=out_proj)
-
-
 def _embedding(spec: ModelSpec, vocab_size: int, rows: int, text_order: bool = False) -> InputEmbedding:
     """Token (vocab_size, d_model) and position (rows, d_model) tables, both re-drawn N(0, init_std²):
     made, then drawn (§5); with ``text_order`` each drawn when made, as §2–3's text runs."""
@@ -192,18 +185,18 @@ def _next_token_head(spec: ModelSpec, vocab_size: int) -> nn.Linear:
     return head
 
 
-def build_section5(spec: ModelSpec, vocab_size: int, seq_len: int, next_token_head: bool = False) -> AttentionModel:
-    """Tutorial §5's model in §5's order: the tables (seq_len positions), the attention (Z in
-    d_model), with ``next_token_head`` the head, drawn last."""
-    embedding = _embedding(spec, vocab_size, seq_len)
-    attention = _attention(spec, z_in_d_model=True)
+def build_tutorial(spec: ModelSpec, vocab_size: int, seq_len: int, order: str = "training",
+                   next_token_head: bool = False) -> AttentionModel:
+    """The tutorial's model: the tables (seq_len positions), the attention, with ``next_token_head`` the head,
+    drawn last. ``order="training"``: §5's (the tables made, then drawn; Z in d_model for the loss);
+    ``"walkthrough"``: §2–4's text order (each table drawn when made; no loss: "auto" gives W_out for H > 1)."""
+    walkthrough = order == "walkthrough"
+    embedding = _embedding(spec, vocab_size, seq_len, text_order=walkthrough)
+    out_proj = resolve_out_proj(spec.out_proj, spec.n_heads, spec.d_v, spec.d_model, z_in_d_model=not walkthrough)
+    attention = MultiHeadSelfAttention(spec.d_model, spec.d_k, spec.d_v, spec.n_heads, causal=spec.causal,
+                                       dropout=spec.dropout, qkv_bias=spec.qkv_bias, attention=spec.attention,
+                                       out_proj=out_proj)
     return AttentionModel(embedding, attention, _next_token_head(spec, vocab_size) if next_token_head else None)
-
-
-def build_walkthrough(spec: ModelSpec, vocab_size: int, seq_len: int) -> AttentionModel:
-    """Tutorial §2–4's model in the order its text runs: the tables, then the attention (no loss:
-    "auto" gives W_out only for H > 1)."""
-    return AttentionModel(_embedding(spec, vocab_size, seq_len, text_order=True), _attention(spec, z_in_d_model=False))
 
 
 class Block(nn.Module):

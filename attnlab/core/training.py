@@ -3,6 +3,7 @@
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import sys
@@ -24,8 +25,7 @@ from attnlab.core.model import (
     AttentionModel,
     ModelSpec,
     build_gpt,
-    build_section5,
-    build_walkthrough,
+    build_tutorial,
     mse,
     next_token_cross_entropy,
     next_token_targets,
@@ -77,37 +77,9 @@ def build_model(cfg: DictConfig, tokens: tokenizer.Tokens, order: str = "trainin
     deterministic_algorithms()
     if spec.n_layers:
         model = build_gpt(spec, tokens.vocab_size, seq_len)
-    elif order == "walkthrough":
-        model = build_walkthrough(spec, tokens.vocab_size, tokens.seq_len)
     else:
-        model = build_section5(spec, tokens.vocab_size, tokens.seq_len, next_token_head=head)
+        model = build_tutorial(spec, tokens.vocab_size, tokens.seq_len, order, next_token_head=head)
     return model.to(torch.device(cfg.device))
-
-
-class Windows:
-    """A GPT's data: ``train`` ids (N,) and held-out ``val`` ids (M,) of the text, cut into windows of
-    ``context`` tokens; ``probe`` (context,), the first window, is the one snapshots record."""
-
-    def __init__(self, cfg: DictConfig, ids: torch.Tensor) -> None:
-        n_train, self.context = checks.corpus_split(cfg, ids.shape[0])
-        self.train, self.val, self.batch_size = ids[:n_train], ids[n_train:], cfg.train.batch_size
-        self.probe = self.train[: self.context]
-        self._offsets = torch.arange(self.context, device=ids.device)  # (context,)
-
-    def batch(self) -> torch.Tensor:
-        """(batch_size, context) windows at offsets drawn uniformly from torch's generator."""
-        starts = torch.randint(0, self.train.shape[0] - self.context + 1, (self.batch_size,))
-        return self.train[starts.to(self.train.device)[:, None] + self._offsets]
-
-    @torch.no_grad()
-    def val_loss(self, model: GPT) -> float | None:
-        """Next-token cross-entropy (nats) over the held-out tail in consecutive windows of at most
-        ``context`` tokens (a shorter remainder left out); None without a tail."""
-        n = min(self.context, self.val.shape[0])
-        if n < 2:
-            return None
-        windows = self.val[: self.val.shape[0] // n * n].view(-1, n)  # (W, n)
-        return next_token_cross_entropy(model(windows)[0], windows).item()
 
 
 def build_optimizer(opt_cfg: DictConfig, params: Iterable[torch.nn.Parameter]):
@@ -240,10 +212,8 @@ def train(cfg: DictConfig, sinks: Iterable[Sink] = (), run_dir: Path | None = No
             status, error = "interrupted", f"interrupted at step {step}; {n} step{'s' if n != 1 else ''} recorded"
         except Exception as err:
             failure = as_write_error(err, recorder.recorded)
-            try:
+            with contextlib.suppress(Exception):  # a sink failing again as it ends: the first failure is the run's
                 _finish(sinks, _result(recorder, info, kept, t0, "failed", describe(failure)))
-            except Exception:  # a sink failing again as it ends: the first failure is the run's
-                pass
             if failure is err:
                 raise
             raise failure from err
@@ -281,22 +251,32 @@ def _tutorial_forward(model: AttentionModel, ids: torch.Tensor, cfg: DictConfig)
 
 
 def _gpt_forward(model: GPT, ids: torch.Tensor, cfg: DictConfig):
-    """A GPT's step on a batch of windows, (forward(need_weights) → (loss, Snapshot fields), context)."""
-    data = Windows(cfg, ids)
+    """A GPT's step on ``train.batch_size`` windows of ``context`` tokens of the text's head at offsets drawn
+    from torch's generator (nanoGPT's get_batch), (forward(need_weights) → (loss, Snapshot fields), context).
+    Snapshots record the first window and the loss over the held-out tail in windows of at most ``context``."""
+    n_train, context = checks.corpus_split(cfg, ids.shape[0])
+    train_ids, val_ids = ids[:n_train], ids[n_train:]  # (N,), (M,)
+    offsets = torch.arange(context, device=ids.device)  # (context,)
+    n = min(context, val_ids.shape[0])
+    val_windows = val_ids[: val_ids.shape[0] // n * n].view(-1, n) if n >= 2 else None  # (W, n); no tail: None
 
     def forward(need_weights: bool):
         record = None
         if need_weights:  # every block's weights on the first window and the validation loss, before the update
             model.eval()
             with torch.no_grad():
-                layers = _numpy(torch.stack(model(data.probe, need_weights=True)[1]))  # (L, H, T, T)
-            record = {"weights": layers[-1], "layers": layers, "val_loss": data.val_loss(model)}
+                layers = _numpy(torch.stack(model(train_ids[:context], need_weights=True)[1]))  # (L, H, T, T)
+                val_loss = None
+                if val_windows is not None:
+                    val_loss = next_token_cross_entropy(model(val_windows)[0], val_windows).item()
+            record = {"weights": layers[-1], "layers": layers, "val_loss": val_loss}
             model.train()
-        batch = data.batch()  # (B, context)
+        starts = torch.randint(0, n_train - context + 1, (cfg.train.batch_size,))
+        batch = train_ids[starts.to(ids.device)[:, None] + offsets]  # (B, context)
         logits, _ = model(batch)  # (B, context, vocab_size)
         return next_token_cross_entropy(logits, batch), record
 
-    return forward, data.context
+    return forward, context
 
 
 def divergence_message(cfg: DictConfig, step: int, value: float | None) -> str:

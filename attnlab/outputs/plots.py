@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from attnlab.core import interrupts
-from attnlab.core.config import loss_axis_label, objective_of
+from attnlab.core.config import loss_axis_label, select
 from attnlab.core.i18n import _
 from attnlab.core.records import RunInfo, RunResult, Sink, Snapshot, head_mean
 from attnlab.outputs.artifacts import atomic_write
@@ -184,7 +184,7 @@ class FigureSink(Sink):
     def on_start(self, info: RunInfo) -> None:
         self.tokens = list(info.tokens)
         self._shown = set(pick_snapshots(list(info.snapshot_steps)))
-        self._ylabel = loss_axis_label([objective_of(info.config)])
+        self._ylabel = loss_axis_label([select(info.config, "train.objective")])
 
     def on_losses(self, steps: np.ndarray, losses: np.ndarray) -> None:
         self._losses.append(np.asarray(losses, dtype=np.float64))

@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from attnlab.core.config import objective_of, walk
+from attnlab.core.config import select, walk
 from attnlab.core.errors import RunDirError
 from attnlab.core.focus import FocusSink, target
 from attnlab.core.records import RunInfo, Snapshot, head_mean
@@ -87,19 +87,14 @@ class RunFiles:
                 self.problems.append(safe_read.file_problem(err, self.run_dir))
         return None
 
-    def expected_files(self) -> list[str]:
-        """The artifacts this run must have (by task and status)."""
-        if (self.summary.get("task") or safe_read.select(self.config, "task")) == "walkthrough":
-            return [WALKTHROUGH] if self.status == "completed" else []
-        steps = self.summary.get("steps_run")
-        return [METRICS, ATTENTION] if self.status in RAN and isinstance(steps, int) and steps > 0 else []
-
 
 def read_run(run_dir: Path, root: Path | None = None) -> RunFiles:
     """summary.json, the config and the overrides of ``run_dir``; never raises."""
     run_dir = Path(run_dir)
     files = RunFiles(run_dir, Path(root) if root is not None else run_dir)
-    link = _link_below(files.root, run_dir)
+    parts = run_dir.relative_to(files.root).parts
+    link = next(("/".join(parts[:i]) for i in range(1, len(parts) + 1) if files.root.joinpath(*parts[:i]).is_symlink()),
+                None)  # the first folder below root that is a link
     if link is not None:
         files.status, files.linked = "unreadable", True
         files.problems.append(f"{safe_read.printable(link, 300)}: is a symbolic link (refused: nothing in a "
@@ -129,13 +124,6 @@ def read_run(run_dir: Path, root: Path | None = None) -> RunFiles:
         overrides = files.attempt(safe_read.read_overrides, run_dir, root=files.root, missing_ok=True)
     files.overrides = overrides or []
     return files
-
-
-def _link_below(root: Path, run_dir: Path) -> str | None:
-    """The first folder from ``root`` down to ``run_dir`` that is a link, or None."""
-    parts = run_dir.relative_to(root).parts
-    return next(("/".join(parts[:i]) for i in range(1, len(parts) + 1) if root.joinpath(*parts[:i]).is_symlink()),
-                None)
 
 
 def _job_num(run_dir: Path, root: Path | None = None) -> int | float:
@@ -254,7 +242,7 @@ def _fill_row(row: dict[str, Any], files: RunFiles, sweep_end: bool, metrics: An
     row["override_list"] = files.overrides  # not a column: the swept values of a figure's titles
     threshold = setting(config, "train.loss_threshold", (int, float), None)
     row["loss_threshold"] = threshold
-    row["objective"] = objective_of(config)  # names the loss axes (not a column)
+    row["objective"] = select(config, "train.objective")  # names the loss axes (not a column)
     for key in ("final_loss", "steps_run", "steps_to_threshold", "wall_time_s"):  # the numbers of a run without data
         row[key] = summary.get(key)
     if metrics is UNREAD:
@@ -273,8 +261,12 @@ def _fill_row(row: dict[str, Any], files: RunFiles, sweep_end: bool, metrics: An
              _focus(attention, row["focus_query"]) if attention is not None and attention is not UNREAD else {})
     recorded = cells.pop("focus", None)
     row.update(cells)
-    files.problems.extend(f"{name}: missing" for name in files.expected_files()
-                          if not safe_read.exists(run_dir, name))
+    if (summary.get("task") or safe_read.select(config, "task")) == "walkthrough":  # the artifacts it must have
+        expected = [WALKTHROUGH] if files.status == "completed" else []
+    else:
+        n = summary.get("steps_run")
+        expected = [METRICS, ATTENTION] if files.status in RAN and isinstance(n, int) and n > 0 else []
+    files.problems.extend(f"{name}: missing" for name in expected if not safe_read.exists(run_dir, name))
     row.update(observed_cells({**summary, "focus": recorded}))
     own = DIED if files.status == "killed" or (sweep_end and files.status == "running") else summary.get("error")
     row["error"] = "; ".join(x for x in [own, *files.problems] if x) or None

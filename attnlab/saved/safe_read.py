@@ -23,30 +23,10 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 import yaml
 
+from attnlab.core import files
 from attnlab.core.config import select, walk
 from attnlab.core.files import *  # noqa: F401,F403  (the limits, printable, the bounded reads, the errors)
-from attnlab.core.files import (
-    CONFIG_LIMIT,
-    JSON_MAX_DEPTH,
-    METRICS_LIMIT,
-    METRICS_LINE_LIMIT,
-    NPY_HEADER_LIMIT,
-    NPZ_DIRECTORY_LIMIT,
-    NPZ_LIMIT,
-    NPZ_MAX_MEMBERS,
-    REFERENCE_CHAIN,
-    SUMMARY_LIMIT,
-    TOKEN_CHARS,
-    YAML_MAX_DEPTH,
-    YAML_MAX_NODES,
-    RunFileError,
-    _counters,
-    decode_utf8,
-    open_run_file,
-    printable,
-    read_bytes,
-    read_text,
-)
+from attnlab.core.files import RunFileError, decode_utf8, open_run_file, printable, read_bytes, read_text
 from attnlab.outputs.artifacts import ATTENTION, METRICS, SUMMARY, WALKTHROUGH  # the names the writer gives them
 
 CONFIG = ".hydra/config.yaml"
@@ -94,8 +74,8 @@ def _measure(node: yaml.Node, memo: dict[int, Any], level: int = 1) -> tuple[int
         if not node.style and len(node.value) > MAX_NUMBER_CHARS and _NUMERIC.fullmatch(node.value):
             raise ValueError(f"a number of {len(node.value)} characters (at most {MAX_NUMBER_CHARS})")
         return 1, 1
-    if level > YAML_MAX_DEPTH:
-        raise ValueError(f"nested deeper than {YAML_MAX_DEPTH} levels")
+    if level > files.YAML_MAX_DEPTH:
+        raise ValueError(f"nested deeper than {files.YAML_MAX_DEPTH} levels")
     mapping = isinstance(node, yaml.MappingNode)
     keys: set[str] = set()
     for key, _ in node.value if mapping else ():
@@ -112,10 +92,10 @@ def _measure(node: yaml.Node, memo: dict[int, Any], level: int = 1) -> tuple[int
     for child in [n for pair in node.value for n in pair] if mapping else node.value:
         n, d = _measure(child, memo, level + 1)
         size, depth = size + n, max(depth, d + 1)
-    if size > YAML_MAX_NODES:
-        raise ValueError(f"more than {YAML_MAX_NODES} YAML nodes (aliases expanded)")
-    if level - 1 + depth > YAML_MAX_DEPTH:
-        raise ValueError(f"nested deeper than {YAML_MAX_DEPTH} levels (aliases expanded)")
+    if size > files.YAML_MAX_NODES:
+        raise ValueError(f"more than {files.YAML_MAX_NODES} YAML nodes (aliases expanded)")
+    if level - 1 + depth > files.YAML_MAX_DEPTH:
+        raise ValueError(f"nested deeper than {files.YAML_MAX_DEPTH} levels (aliases expanded)")
     memo[id(node)] = size, depth
     return size, depth
 
@@ -140,7 +120,7 @@ def parse_yaml_data(text: str, label: Any = "<yaml>") -> Any:
     except (yaml.YAMLError, RecursionError) as err:
         problem, mark = getattr(err, "problem", None), getattr(err, "problem_mark", None)
         if problem == "exceeded maximum nesting depth" or isinstance(err, RecursionError):  # the parser's own bound
-            raise RunFileError(label, f"refused YAML: nested deeper than {YAML_MAX_DEPTH} levels") from None
+            raise RunFileError(label, f"refused YAML: nested deeper than {files.YAML_MAX_DEPTH} levels") from None
         why = printable(problem or str(err).splitlines()[0], 120)
         raise RunFileError(label, f"not valid YAML ({f'line {mark.line + 1}: ' if mark else ''}{why})") from None
     except ValueError as err:
@@ -153,15 +133,15 @@ def parse_yaml_data(text: str, label: Any = "<yaml>") -> Any:
     return data
 
 
-def read_yaml_data(path: Path, limit: int = CONFIG_LIMIT, *, root: Path | None = None) -> Any:
+def read_yaml_data(path: Path, limit: int = files.CONFIG_LIMIT, *, root: Path | None = None) -> Any:
     return parse_yaml_data(read_text(path, limit, root=root), Path(path))
 
 
-def read_json_data(path: Path, limit: int = SUMMARY_LIMIT, *, root: Path | None = None) -> Any:
+def read_json_data(path: Path, limit: int = files.SUMMARY_LIMIT, *, root: Path | None = None) -> Any:
     """``path`` as JSON (NaN/Infinity allowed), nested at most :data:`JSON_MAX_DEPTH` levels."""
     path = Path(path)
     text = read_text(path, limit, root=root)
-    deep = f"nested deeper than {JSON_MAX_DEPTH} levels"
+    deep = f"nested deeper than {files.JSON_MAX_DEPTH} levels"
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:
@@ -174,7 +154,7 @@ def read_json_data(path: Path, limit: int = SUMMARY_LIMIT, *, root: Path | None 
     while stack:
         value, depth = stack.pop()
         if isinstance(value, (dict, list)):
-            if depth > JSON_MAX_DEPTH:
+            if depth > files.JSON_MAX_DEPTH:
                 raise RunFileError(path, deep)
             stack.extend((v, depth + 1) for v in (value.values() if isinstance(value, dict) else value))
     return data
@@ -183,16 +163,16 @@ def read_json_data(path: Path, limit: int = SUMMARY_LIMIT, *, root: Path | None 
 _INT = re.compile(r"\s*\+?[0-9]+\s*")
 
 
-def read_run_metrics(run_dir: Path, limit: int = METRICS_LIMIT, *,
+def read_run_metrics(run_dir: Path, limit: int = files.METRICS_LIMIT, *,
                      root: Path | None = None) -> tuple[np.ndarray, np.ndarray]:
     """``RUN_DIR/metrics.csv`` as ``(steps (N,) int64, losses (N,) float64)``: header ``step,loss``,
     steps non-negative and increasing. Raises RunFileError naming the line."""
     path = Path(run_dir) / METRICS
     raw = read_bytes(path, limit, root=root or run_dir)
     lengths = np.diff(np.concatenate(([-1], np.flatnonzero(np.frombuffer(raw, np.uint8) == 10), [len(raw)]))) - 1
-    if (lengths > METRICS_LINE_LIMIT).any():
-        raise RunFileError(path, f"line {int(np.argmax(lengths > METRICS_LINE_LIMIT)) + 1}: longer than "
-                           f"{METRICS_LINE_LIMIT} bytes")
+    if (lengths > files.METRICS_LINE_LIMIT).any():
+        raise RunFileError(path, f"line {int(np.argmax(lengths > files.METRICS_LINE_LIMIT)) + 1}: longer than "
+                           f"{files.METRICS_LINE_LIMIT} bytes")
     lines = decode_utf8(raw, path).split("\n")
     if not lines[0].strip():
         raise RunFileError(path, "empty (no step,loss header)")
@@ -252,7 +232,7 @@ def resolve_references(data: Any, label: Any = "config.yaml") -> Any:
     resolved: dict[str, Any] = {}
     for key, value in interpolations(data):
         seen, current = [key], value
-        for _ in range(REFERENCE_CHAIN + 1):
+        for _ in range(files.REFERENCE_CHAIN + 1):
             if all(len(m) == 1 for m in re.findall(r"(\\*)\$\{", current)):  # every ${ escaped once
                 resolved[key] = current.replace("\\${", "${")
                 break
@@ -275,7 +255,7 @@ def resolve_references(data: Any, label: Any = "config.yaml") -> Any:
                 break
             current = hit
         else:
-            raise RunFileError(label, f"{key}: a chain of more than {REFERENCE_CHAIN} references")
+            raise RunFileError(label, f"{key}: a chain of more than {files.REFERENCE_CHAIN} references")
     return _replace(data, "", resolved) if resolved else data
 
 
@@ -322,7 +302,7 @@ def type_problems(data: Any, types: Mapping[str, tuple], label: str = SUMMARY) -
 
 
 # ``root`` (default ``run_dir``): no link is followed below it (the sweep folder a job was found in)
-def read_config(run_dir: Path, limit: int = CONFIG_LIMIT, *, root: Path | None = None,
+def read_config(run_dir: Path, limit: int = files.CONFIG_LIMIT, *, root: Path | None = None,
                 resolve: bool = True) -> dict[str, Any]:
     """``.hydra/config.yaml`` as a mapping, plain references resolved unless ``resolve=False``."""
     path = Path(run_dir) / CONFIG
@@ -332,7 +312,7 @@ def read_config(run_dir: Path, limit: int = CONFIG_LIMIT, *, root: Path | None =
     return resolve_references(data, path) if resolve else data
 
 
-def read_overrides(run_dir: Path, limit: int = CONFIG_LIMIT, *, root: Path | None = None) -> list[str]:
+def read_overrides(run_dir: Path, limit: int = files.CONFIG_LIMIT, *, root: Path | None = None) -> list[str]:
     """``.hydra/overrides.yaml``: the command-line overrides (raw text)."""
     path = Path(run_dir) / OVERRIDES
     data = read_yaml_data(path, limit, root=root or run_dir)
@@ -341,13 +321,13 @@ def read_overrides(run_dir: Path, limit: int = CONFIG_LIMIT, *, root: Path | Non
     return data or []
 
 
-def read_job_num(run_dir: Path, limit: int = CONFIG_LIMIT, *, root: Path | None = None) -> int | None:
+def read_job_num(run_dir: Path, limit: int = files.CONFIG_LIMIT, *, root: Path | None = None) -> int | None:
     """``hydra.job.num`` of ``.hydra/hydra.yaml`` when an integer, else None."""
     num = select(read_yaml_data(Path(run_dir) / HYDRA, limit, root=root or run_dir), "hydra.job.num")
     return num if isinstance(num, int) and not isinstance(num, bool) else None
 
 
-def read_summary(run_dir: Path, limit: int = SUMMARY_LIMIT, *, root: Path | None = None) -> dict[str, Any]:
+def read_summary(run_dir: Path, limit: int = files.SUMMARY_LIMIT, *, root: Path | None = None) -> dict[str, Any]:
     """``summary.json`` with its fields (:data:`SUMMARY_TYPES`) type-checked; MissingRunFile when absent."""
     path = Path(run_dir) / SUMMARY
     data = read_json_data(path, limit, root=root or run_dir)
@@ -385,7 +365,7 @@ WALKTHROUGH_MEMBERS = {"token_ids": Member(("T",), "i"), "token_embeddings": Mem
                        "Q": Member(("T", "d_k"), "f"), "K": Member(("T", "d_k"), "f"), "V": Member(("T", "d_v"), "f"),
                        "scores": Member(("T", "T"), "f"), "weights": Member(("T", "T"), "f"),
                        "Z": Member(("T", "d_v"), "f")}
-_ALLOWED = {"f": "float32, float64", "i": "int32, int64", "U": f"strings of at most {TOKEN_CHARS} characters"}
+_ALLOWED = {"f": "float32, float64", "i": "int32, int64", "U": f"strings of at most {files.TOKEN_CHARS} characters"}
 # what zipfile, zlib and numpy raise on a damaged archive (CRC errors, truncation, bad headers)
 _DAMAGE = (zipfile.BadZipFile, zlib.error, EOFError, struct.error, OSError, ValueError, NotImplementedError,
            RuntimeError, UnicodeDecodeError, SyntaxError, TypeError)
@@ -394,7 +374,7 @@ _DAMAGE = (zipfile.BadZipFile, zlib.error, EOFError, struct.error, OSError, Valu
 def _dtype_ok(dtype: np.dtype, kinds: str) -> bool:
     if dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None or dtype.kind not in kinds:
         return False
-    return dtype.itemsize in (4, 8) if dtype.kind in "fi" else 0 < dtype.itemsize <= 4 * TOKEN_CHARS
+    return dtype.itemsize in (4, 8) if dtype.kind in "fi" else 0 < dtype.itemsize <= 4 * files.TOKEN_CHARS
 
 
 class NpzArchive(contextlib.AbstractContextManager):
@@ -402,7 +382,7 @@ class NpzArchive(contextlib.AbstractContextManager):
     ``infos``: name -> :class:`MemberInfo`; ``strict``: a member not in ``members`` is refused too.
     Every problem is one RunFileError naming the file."""
 
-    def __init__(self, path: Path, members: Mapping[str, Member], limit: int = NPZ_LIMIT, *,
+    def __init__(self, path: Path, members: Mapping[str, Member], limit: int = files.NPZ_LIMIT, *,
                  root: Path | None = None, strict: bool = False) -> None:
         self.path = Path(path)
         self._file = open_run_file(self.path, limit, root=root)
@@ -435,16 +415,16 @@ class NpzArchive(contextlib.AbstractContextManager):
         else:
             raise RunFileError(self.path, "not a zip archive (an .npz is one; empty or truncated?)")
         size = struct.unpack("<I", tail[at + 12:at + 16])[0]
-        if size > NPZ_DIRECTORY_LIMIT:
+        if size > files.NPZ_DIRECTORY_LIMIT:
             raise RunFileError(self.path, f"zip directory of {size} bytes, more than the limit of "
-                               f"{NPZ_DIRECTORY_LIMIT}")
+                               f"{files.NPZ_DIRECTORY_LIMIT}")
         self._file.seek(0)
 
     def _check_members(self, members: Mapping[str, Member], limit: int) -> dict[str, MemberInfo]:
         entries = self._zip.infolist()
         names = [i.filename for i in entries]
-        if len(entries) > NPZ_MAX_MEMBERS:
-            raise RunFileError(self.path, f"{len(entries)} members, more than the limit of {NPZ_MAX_MEMBERS}")
+        if len(entries) > files.NPZ_MAX_MEMBERS:
+            raise RunFileError(self.path, f"{len(entries)} members, more than the limit of {files.NPZ_MAX_MEMBERS}")
         if len(set(names)) != len(names):
             raise RunFileError(self.path, f"member {printable(next(n for n in names if names.count(n) > 1), 60)} "
                                "appears twice")
@@ -474,7 +454,7 @@ class NpzArchive(contextlib.AbstractContextManager):
                         raise RunFileError(self.path, f"{where}: .npy format version {version} (allowed: 1.0, 2.0)")
                     read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
                             else np.lib.format.read_array_header_2_0)
-                    shape, fortran, dtype = read(f, max_header_size=NPY_HEADER_LIMIT)
+                    shape, fortran, dtype = read(f, max_header_size=files.NPY_HEADER_LIMIT)
                     header = f.tell()
             except (ValueError, SyntaxError, TypeError) as err:  # numpy's words for a header that is not one
                 why = re.sub(r" at 0x[0-9a-fA-F]+", "", str(err))  # an object's address differs every run
@@ -506,11 +486,11 @@ class NpzArchive(contextlib.AbstractContextManager):
             raise RunFileError(self.path, f"no member {name}.npy")
         try:
             with self._zip.open(self.infos[name].info) as f:
-                arr = np.load(f, allow_pickle=False, max_header_size=NPY_HEADER_LIMIT)
+                arr = np.load(f, allow_pickle=False, max_header_size=files.NPY_HEADER_LIMIT)
                 f.read(1)  # at the end: zipfile checks the CRC
         except _DAMAGE as err:
             raise self._damaged(err) from None
-        _counters["bytes_decompressed"] += arr.nbytes
+        files._counters["bytes_decompressed"] += arr.nbytes
         codes = np.dtype(np.uint32).newbyteorder(arr.dtype.byteorder if arr.dtype.byteorder in "<>" else "=")
         if arr.dtype.kind == "U" and arr.size and int(arr.view(codes).max()) > 0x10FFFF:
             raise RunFileError(self.path, f"{name} holds a character code outside Unicode")
@@ -537,7 +517,7 @@ class NpzArchive(contextlib.AbstractContextManager):
         self.close()
 
 
-def read_npz(path: Path, members: Mapping[str, Member], limit: int = NPZ_LIMIT, *,
+def read_npz(path: Path, members: Mapping[str, Member], limit: int = files.NPZ_LIMIT, *,
              root: Path | None = None, load: Iterable[str] | None = None,
              strict: bool = False) -> dict[str, np.ndarray]:
     """The arrays ``load`` (default all present) of a checked .npz (``strict``: :class:`NpzArchive`)."""
@@ -545,18 +525,18 @@ def read_npz(path: Path, members: Mapping[str, Member], limit: int = NPZ_LIMIT, 
         return {k: npz.read(k) for k in (list(npz.infos) if load is None else load)}
 
 
-def open_attention(run_dir: Path, limit: int = NPZ_LIMIT, *, root: Path | None = None) -> NpzArchive:
+def open_attention(run_dir: Path, limit: int = files.NPZ_LIMIT, *, root: Path | None = None) -> NpzArchive:
     """``attention.npz`` as a checked :class:`NpzArchive`."""
     return NpzArchive(Path(run_dir) / ATTENTION, ATTENTION_MEMBERS, limit, root=root or run_dir)
 
 
-def read_attention(run_dir: Path, keys: Sequence[str] | None = None, limit: int = NPZ_LIMIT, *,
+def read_attention(run_dir: Path, keys: Sequence[str] | None = None, limit: int = files.NPZ_LIMIT, *,
                    root: Path | None = None) -> dict[str, np.ndarray]:
     """``attention.npz`` members ``keys`` (default all: steps (S,), weights (S, H, T, T), tokens, token_ids)."""
     return read_npz(Path(run_dir) / ATTENTION, ATTENTION_MEMBERS, limit, root=root or run_dir, load=keys)
 
 
-def read_last_snapshot(run_dir: Path, limit: int = NPZ_LIMIT, *,
+def read_last_snapshot(run_dir: Path, limit: int = files.NPZ_LIMIT, *,
                        root: Path | None = None) -> tuple[int, np.ndarray] | None:
     """``(step, weights (H, T, T))`` of attention.npz's last snapshot, None without one."""
     with open_attention(run_dir, limit, root=root) as archive:
@@ -564,7 +544,7 @@ def read_last_snapshot(run_dir: Path, limit: int = NPZ_LIMIT, *,
         return (int(steps[-1]), archive.read_frame("weights", -1)) if steps.size else None
 
 
-def read_walkthrough(run_dir: Path, limit: int = NPZ_LIMIT, *, root: Path | None = None,
+def read_walkthrough(run_dir: Path, limit: int = files.NPZ_LIMIT, *, root: Path | None = None,
                      keys: Sequence[str] | None = None) -> dict[str, np.ndarray]:
     """``walkthrough.npz`` members ``keys`` (default all, :data:`WALKTHROUGH_MEMBERS`)."""
     return read_npz(Path(run_dir) / WALKTHROUGH, WALKTHROUGH_MEMBERS, limit, root=root or run_dir, load=keys)

@@ -218,12 +218,10 @@ RESOLVED_AT_START = ("train.snapshot_steps", "train.focus_token")  # null in Hyd
 
 
 def config_story(run_dir: Path, recorded: dict[str, Any]) -> list[Difference]:
-    """The run's ``.hydra/config.yaml`` (Hydra's copy, what ``--config-path`` re-runs; plain references
-    resolved) against the config summary.json ``recorded``, value by value (a key of
-    :data:`RESOLVED_AT_START` Hydra leaves null and a focus token given as text are taken as the run
-    resolved them; a resolver's value is not compared; an int equals its float, not a bool): one
-    Difference naming the keys that disagree, or why Hydra's copy cannot be read; [] when they agree or
-    the run has no ``.hydra/config.yaml``."""
+    """The run's ``.hydra/config.yaml`` (what ``--config-path`` re-runs) against the config summary.json
+    ``recorded``, value by value (a :data:`RESOLVED_AT_START` key left null and a focus token given as text
+    taken as the run resolved them; a resolver's value not compared): one Difference naming the keys that
+    disagree, or why Hydra's copy cannot be read; [] when they agree or there is no ``.hydra/config.yaml``."""
     from attnlab.core import tokenizer
     from attnlab.core.config import apply_schema, literal
 
@@ -257,14 +255,11 @@ def config_story(run_dir: Path, recorded: dict[str, Any]) -> list[Difference]:
 
 
 def decide(recorded: dict[str, Any], reruns: list[Rerun], extra: list[Difference] = ()) -> Verdict:
-    """The verdict on a run whose summary.json recorded the environment ``recorded`` (``versions``), from
-    its reproductions here (``reruns``, the first on the recorded kernels or else this machine's) and
-    differences found in the original alone (``extra``: Hydra's copy of the config).
-
-    - a reproduction in the recorded environment (:data:`BITS`): identical is ``reproduced exactly``,
-      anything else ``not reproduced``;
-    - else: identical to one of the kernel paths here is ``within rounding``; a difference no rounding
-      makes is ``not reproduced``; any other is ``undecided`` (that machine's rounding or an edit)."""
+    """The verdict on a run that recorded the environment ``recorded`` (``versions``), from its reproductions
+    here (``reruns``, the first on the recorded kernels or else this CPU's) and differences in the original
+    alone (``extra``: Hydra's copy of the config). A reproduction in the recorded environment (:data:`BITS`)
+    decides bit for bit; else identical to a kernel path here is ``within rounding``, a difference no rounding
+    makes ``not reproduced``, any other ``undecided`` (that machine's rounding or an edit)."""
     if any(r.status == "interrupted" for r in reruns):
         return Verdict(INTERRUPTED, _(STOPPED), [], reruns[0].out)
     extra = list(extra)
