@@ -18,7 +18,7 @@ from attnlab.commands import report as report_command
 from attnlab.core import i18n
 from attnlab.core.config import walk
 
-from conftest import ROOT, run_cli, run_here
+from conftest import ROOT, run_here
 
 HELPERS = {"attnlab-check": check.main, "attnlab-compare": compare.main, "attnlab-generate": generate.main,
            "attnlab-report": report_command.main, "attnlab-reproduce": reproduce.main}
@@ -67,10 +67,10 @@ def config_words(config) -> set[str]:
     return {part for k, v in walk(config) for part in [*k.split("."), *re.findall(r"[A-Za-z]+", str(v))]}
 
 
-def test_attnlab_help_is_chinese_under_a_chinese_locale(cfg_of):
+def test_attnlab_help_is_chinese_under_a_chinese_locale(cfg_of, chinese_locale):
     from omegaconf import OmegaConf
 
-    proc = run_cli("--help", env=ZH_ENV)
+    proc = run_here("--help")
     assert proc.returncode == 0 and "attnlab" in proc.stdout
     options = {p.stem for folder in ("conf", "experiments") for p in (ROOT / folder).rglob("*.yaml")}
     allowed = config_words(OmegaConf.to_container(cfg_of())) | options | {
