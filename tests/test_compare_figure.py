@@ -173,8 +173,7 @@ def test_run_labels_are_the_rows_swept_values():
     assert swept.clip_value("z" * 70) == "z" * 59 + "…"
     rows = [{"job": "0_seed=1", "override_list": ["seed=1", "sentence=a b"]},
             {"job": "1_seed=2", "override_list": ["seed=2", "sentence=a b"]}, {"job": "elsewhere"}]
-    assert swept.run_labels(rows, swept.short_names([r["job"] for r in rows])) == [
-        ("0", "seed=1 sentence=a b"), ("1", "seed=2 sentence=a b"), ("elsewhere", "")]  # some runs set no sentence
+    assert swept.run_labels(rows) == ["0: seed=1 sentence=a b", "1: seed=2 sentence=a b", "elsewhere"]  # no sentence set
 
 
 def key(fig):

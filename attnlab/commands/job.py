@@ -98,7 +98,7 @@ def _job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None, hc: DictCo
         if hc is not None:  # .hydra/ as Hydra saves it (Hydra writes nothing: hydra.output_subdir=null)
             (run_dir / ".hydra").mkdir(exist_ok=True)
             for name, node in {"config": cfg, "hydra": {"hydra": hc}, "overrides": hc.overrides.task}.items():
-                artifacts.atomic_write_text(run_dir / ".hydra" / f"{name}.yaml", OmegaConf.to_yaml(node))
+                artifacts.atomic_write(run_dir / ".hydra" / f"{name}.yaml", OmegaConf.to_yaml(node))
         interrupts.pause_point("before_training")
         interrupts.check()
         typed = apply_schema(cfg)  # the config checked and the text tokenized once, before torch loads

@@ -37,7 +37,7 @@ def answer(rows: Rows, exercise: int | None = None) -> str | None:
     None when the rows do not answer it (not that exercise, or too few jobs completed)."""
     n = exercise if exercise is not None else exercise_of(rows)
     done = [r for r in rows if r.get("status") == "completed"]
-    make = ANSWERS.get(n) if n is not None else None
+    make = ANSWERS.get(n)
     if make is None or not done:
         return None
     try:

@@ -15,18 +15,12 @@ MAX_CELL = 48  # display columns of a printed cell (the CSV keeps everything)
 
 @dataclass(frozen=True)
 class Column:
-    """``key``: the row's key and the CSV header; ``header``: what a beginner reads (English ``N_()``,
-    translated where shown); ``width``: display columns of a printed cell; ``fmt``: a float's
-    format (None: 4 decimals, or ``.2e`` below 1e-3 and from 1e5); ``hide``: ``never`` (always printed),
-    ``empty`` (printed when some row has a value), ``same`` (printed when the rows' values differ),
-    ``csv`` (CSV only); ``observed``: in the CSV only when some row has it (an exercise's observation)."""
-
-    key: str
-    header: str
-    width: int = MAX_CELL
-    fmt: str | None = None
-    hide: str = "empty"
-    observed: bool = False
+    key: str  # the row's key and the CSV header
+    header: str  # what a beginner reads (English N_(), translated where shown)
+    width: int = MAX_CELL  # display columns of a printed cell
+    fmt: str | None = None  # a float's format (None: 4 decimals, or .2e below 1e-3 and from 1e5)
+    hide: str = "empty"  # never; empty: printed when some row has a value; same: when their values differ; csv
+    observed: bool = False  # an exercise's observation: in the CSV only when some row has it
 
 
 SPEC: tuple[Column, ...] = (

@@ -18,7 +18,7 @@ from attnlab.outputs.plots import DPI, draw_heatmap, figure_bytes, plot_loss
 from attnlab.saved import safe_read
 from attnlab.saved.runs import saved_attention
 from attnlab.saved.safe_read import METRICS
-from attnlab.saved.swept import LINESTYLES, PALETTE, run_labels, run_styles, short_names, wrap
+from attnlab.saved.swept import LINESTYLES, PALETTE, run_labels, run_styles, wrap
 
 MAX_HEATMAPS = 8  # at most this many heatmap panels
 HEATMAP_COLS = 4  # ... per row
@@ -36,16 +36,14 @@ def comparison_figure(rows: Sequence[dict[str, Any]], path: Path, force: bool = 
     from matplotlib.lines import Line2D
 
     TITLE_CHARS, MAX_TITLE_LINES = 34, 3  # heatmap titles: name and swept values wrapped at 34 characters
-    names = short_names([r["job"] for r in rows])
-    legend = [f"{name}: {values}" if values else name for name, values in run_labels(rows, names)]  # "3: lr=0.05"
+    legend = run_labels(rows)  # "3: lr=0.05"
 
     def panel_title(name: str, what: str) -> str:  # "3: lr=0.05 steps=120" wrapped to the panel, then "step=29"
         lines = wrap(name, TITLE_CHARS, MAX_TITLE_LINES, measure=lambda s: len(drawable(s)))
         return "\n".join(drawable(line) for line in [*lines, what])
 
     curves, maps, objectives, focus, drawn = [], [], [], [], {}
-    swept_styles = run_styles(rows)  # by row: a run has one style in both axes
-    styles = swept_styles or curve_styles(len(rows))
+    styles = run_styles(rows) or curve_styles(len(rows))  # by row: a run has one style in both axes
     for i, (r, name, style) in enumerate(zip(rows, legend, styles)):
         run_dir = Path(r["path"])
         root = Path(r.get("root") or run_dir)  # no link below the PATH the run was found under is followed
@@ -111,14 +109,13 @@ def comparison_figure(rows: Sequence[dict[str, Any]], path: Path, force: bool = 
         heading.set_axis_off()
         heading.set_title(_("attention at the last snapshot") + more, fontsize=11)
         axes = [fig.add_subplot(grid[3 + i // cols, i % cols]) for i in range(grid_rows * cols)]
-        im = None
         for a, (title, w, labels) in zip(axes, shown):
             im = draw_heatmap(a, w, [label(t) for t in labels], title)  # title: made drawable line by line
             if w.shape[0] > 12:  # smaller token labels, so long texts' ticks do not run into each other
                 a.tick_params(labelsize=6 if w.shape[0] <= 24 else 5)
         for a in axes[len(shown):]:
             a.set_axis_off()
-        if im is not None:
+        if shown:
             fig.colorbar(im, ax=axes, shrink=0.8, label=_("attention weight"))
         return destination.write(path, figure_bytes(fig, Path(path).suffix.lstrip(".").lower() or "png"),
                                  key="--plot", kind="figure", force=force)

@@ -16,9 +16,9 @@ from typing import Any, Iterable, Sequence
 
 from attnlab import __version__
 from attnlab.core.files import PAGE_BYTES_PER_WEIGHT
-from attnlab.core.focus import FOCUS_THRESHOLD, UNIFORM_SPREAD, Uniform
+from attnlab.core.focus import FOCUS_THRESHOLD, UNIFORM_SPREAD
 from attnlab.core.i18n import _, language, translations
-from attnlab.outputs.artifacts import atomic_write_text
+from attnlab.outputs.artifacts import atomic_write
 from attnlab.outputs.fonts import SHIPPED_FONT
 from attnlab.saved import safe_read
 from attnlab.saved.answers import answer
@@ -107,17 +107,13 @@ def render(records: Sequence[dict[str, Any]]) -> str:
     title += f" · {sentences[0]}" if len(sentences) == 1 and sentences[0] and len(records) > 1 else ""
     title += _(" · differ in {keys}").format(keys=", ".join(keys)) if keys else ""
     # attnlab-compare's printed table: its columns for these runs, each run's cells with its place in each order
-    columns, tables = page_table([rec.get("table") or {} for rec in records])
-    focus = [{"status": r["status"], "final_loss": r["final_loss"], "focus_token": f["token"],
-              "snapshot_step": f["step"], "focus_weight": f["weight"],
-              "focus_target": Uniform(f["target"]) if f["uniform"] else f["target"]}
-             for r in records if (f := r.get("focus"))]  # the rows' focus cells, for the line under the table
-    rows = [{**{c: cell["value"] for c, cell in (r.get("table") or {}).items()}, "config": r.get("config"),
-             "override_list": r.get("overrides"), "loss_threshold": r.get("loss_threshold")} for r in records]
+    columns, tables = page_table([rec["table"] for rec in records])
+    rows = [{**{c: cell["value"] for c, cell in r["table"].items()}, "config": r["config"],
+             "override_list": r["overrides"], "loss_threshold": r["loss_threshold"]} for r in records]
     page = TEMPLATE.read_text(encoding="utf-8")
     data = {"runs": [{**rec, "table": t} for rec, t in zip(records, tables)], "title": printable(title, MAX_STR),
             "lang": language(), "tr": translations(page_messages(page)),
-            "table_columns": columns, "distribution": distribution(focus), "answer": answer(rows),
+            "table_columns": columns, "distribution": distribution(rows), "answer": answer(rows),
             "generator": {"attnlab": __version__, "weight_budget_bytes": WEIGHT_BUDGET,
                           "bytes_per_weight": PAGE_BYTES_PER_WEIGHT, "decimals": DECIMALS,
                           "uniform_spread": UNIFORM_SPREAD, "focus_threshold": FOCUS_THRESHOLD}}
@@ -131,7 +127,7 @@ def render(records: Sequence[dict[str, Any]]) -> str:
 def write_page(records: Sequence[dict[str, Any]], out: Path | str) -> Path:
     """Write :func:`render` to ``out`` atomically; raises WriteError."""
     out = Path(out)
-    atomic_write_text(out, render(records))
+    atomic_write(out, render(records))
     return out
 
 

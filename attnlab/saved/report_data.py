@@ -22,7 +22,7 @@ from attnlab.outputs.console import generation_lines
 from attnlab.saved import runs, safe_read, table
 from attnlab.saved.columns import OBSERVED
 from attnlab.saved.safe_read import ATTENTION, METRICS, WALKTHROUGH, RunFileError, printable
-from attnlab.saved.swept import LINESTYLES, run_labels, run_styles, short_names
+from attnlab.saved.swept import LINESTYLES, run_labels, run_styles
 from attnlab.saved.verdict import verdict_text
 
 DECIMALS = 4  # of a weight on the page (core.files.PAGE_BYTES_PER_WEIGHT)
@@ -305,21 +305,18 @@ def _walkthrough(rec: dict[str, Any], walk: dict[str, np.ndarray], encoding: Any
 
 def collect_records(paths: Iterable[Path | str], *, found: list[tuple[Path, str, Path]] | None = None,
                     against: Any = None, verdicts: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
-    """:func:`load_run` of every run under ``paths`` (or ``found``), named as attnlab-compare names
-    them, with a legend ``label`` and ``differs``, the keys whose values differ from ``against`` (a whole
-    config: the assignment) or else from most runs. ``verdicts`` (job -> attnlab-reproduce's row): each
-    run's verdict in the table, the runs sorted by student (the run's ``name``, then its job). Raises
-    RunDirError."""
+    """:func:`load_run` of every run under ``paths`` (or ``found``), named as attnlab-compare names them, with a
+    legend ``label`` and ``differs``, the keys whose values differ from ``against`` (a whole config) or else from
+    most runs; with ``verdicts`` (job -> attnlab-reproduce's row) each run's verdict, the runs sorted by student
+    (``name``, then job). Raises RunDirError."""
     found = runs.named_runs(Path(p) for p in paths) if found is None else found
     shares = share_budget([weight_need(r, root) for r, _, root in found])
     records = [load_run(r, name=name, max_weight_bytes=share, root=root)
                for (r, name, root), share in zip(found, shares)]
-    # the legend names of attnlab-compare --plot: job number and swept values, "3: lr=0.05"
     names = [name for _, name, _ in found]
-    labelled = run_labels([{"job": name, "override_list": rec["overrides"]} for rec, name in zip(records, names)],
-                          short_names(names))
-    for rec, (short, values) in zip(records, labelled):
-        rec["label"] = printable(f"{short}: {values}" if values else short, MAX_STR)
+    labels = run_labels([{"job": name, "override_list": rec["overrides"]} for rec, name in zip(records, names)])
+    for rec, label in zip(records, labels):  # attnlab-compare --plot's legends: "3: lr=0.05"
+        rec["label"] = printable(label, MAX_STR)
     dashes = dict(zip(LINESTYLES, ("", "6.7 2.9", "1.8 3", "11.5 2.9 1.8 2.9")))  # the page's DASHES
     for rec, style in zip(records, run_styles([{"override_list": rec["overrides"]} for rec in records]) or []):
         rec["style"] = {"color": style["color"], "dash": dashes[style["linestyle"]]}

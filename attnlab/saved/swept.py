@@ -16,9 +16,7 @@ def swept(override_lists: Sequence[Sequence[str]]) -> list[dict[str, str]]:
     ``optimizer.lr``, value ``0.05`` (without ``=``: value "")."""
     parsed = [{key.lstrip("+~"): value for key, _, value in (o.partition("=") for o in overrides)}
               for overrides in override_lists]
-    keys: list[str] = []
-    for p in parsed:
-        keys.extend(k for k in p if k not in keys)
+    keys = list(dict.fromkeys(k for p in parsed for k in p))
     if len(parsed) > 1:
         keys = [k for k in keys if len({p.get(k) for p in parsed}) > 1]
     return [{k: p[k] for k in keys if k in p} for p in parsed]
@@ -43,12 +41,19 @@ def clip_value(value: str, n: int = MAX_VALUE_CHARS) -> str:
     return value if len(value) <= n else value[: n - 1] + "…"
 
 
-def run_labels(rows: Sequence[dict[str, Any]], names: dict[str, str]) -> list[tuple[str, str]]:
-    """``(name, values)`` per row: its short name and its swept keys, e.g. ``("3", "lr=0.05 steps=30")``."""
+def run_labels(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """Each row's legend: a sweep job ``[folder/]N_overrides`` as ``[folder/]N`` (another run by its whole
+    ``job``) and its swept keys, e.g. ``3: lr=0.05 steps=30``."""
     values = swept([r.get("override_list") or [] for r in rows])
     short = short_keys(list(dict.fromkeys(k for v in values for k in v)))
-    return [(names.get(r["job"], r["job"]), " ".join(f"{short[k]}={clip_value(x)}" for k, x in v.items()))
-            for r, v in zip(rows, values)]
+    labels = []
+    for r, v in zip(rows, values):
+        head, _, tail = r["job"].rpartition("/")
+        num, sep, _ = tail.partition("_")
+        name = (f"{head}/" if head else "") + num if sep and num.isdigit() else r["job"]
+        swept_values = " ".join(f"{short[k]}={clip_value(x)}" for k, x in v.items())
+        labels.append(f"{name}: {swept_values}" if swept_values else name)
+    return labels
 
 
 def wrap(text: str, width: int, max_lines: int, measure: Callable[[str], int] = len) -> list[str]:
@@ -72,16 +77,6 @@ def wrap(text: str, width: int, max_lines: int, measure: Callable[[str], int] = 
             last = last[:-1]
         lines = lines[:max_lines - 1] + [last + "…"]
     return lines
-
-
-def short_names(jobs: Sequence[str]) -> dict[str, str]:
-    """A sweep job ``[folder/]N_overrides`` as ``[folder/]N``, any other run by its whole name."""
-    out = {}
-    for job in jobs:
-        head, _, tail = job.rpartition("/")
-        num, sep, _ = tail.partition("_")
-        out[job] = (f"{head}/" if head else "") + num if sep and num.isdigit() else job
-    return out
 
 
 def run_styles(rows: Sequence[dict[str, Any]]) -> list[dict[str, str]] | None:
