@@ -141,7 +141,7 @@ def test_atomic_savez_is_what_np_savez_writes(tmp_path):
 
 def test_a_write_the_filesystem_refuses_names_the_file_and_leaves_nothing(tmp_path):
     with pytest.raises(OSError, match="summary.json"):
-        artifacts.atomic_write_text(tmp_path / "missing" / "summary.json", "{}")
+        artifacts.atomic_write(tmp_path / "missing" / "summary.json", "{}")
     assert list(tmp_path.iterdir()) == []
 
 

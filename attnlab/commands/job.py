@@ -98,7 +98,7 @@ def _job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None, hc: DictCo
         if hc is not None:  # .hydra/ as Hydra saves it (Hydra writes nothing: hydra.output_subdir=null)
             (run_dir / ".hydra").mkdir(exist_ok=True)
             for name, node in {"config": cfg, "hydra": {"hydra": hc}, "overrides": hc.overrides.task}.items():
-                artifacts.atomic_write_text(run_dir / ".hydra" / f"{name}.yaml", OmegaConf.to_yaml(node))
+                artifacts.atomic_write(run_dir / ".hydra" / f"{name}.yaml", OmegaConf.to_yaml(node))
         interrupts.pause_point("before_training")
         interrupts.check()
         typed = apply_schema(cfg)  # the config checked and the text tokenized once, before torch loads
@@ -127,7 +127,7 @@ def _job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None, hc: DictCo
         try:  # from what the run holds: the page attnlab-report RUN_DIR makes of its files
             write_page([run_record(run_dir, summary, **held)], run_dir / REPORT)
         except (OSError, AttnlabError) as err:  # a view: never the run's status
-            print(f"warning: report.html not written: {err}", file=sys.stderr)
+            print(_("warning: {path} not written: {reason}").format(path="report.html", reason=err), file=sys.stderr)
     return result._replace(final_loss=summary["final_loss"])
 
 

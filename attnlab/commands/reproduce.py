@@ -156,8 +156,8 @@ def rerun(run_dir: Path, out: Path, text_file: Path | None = None, draw: bool = 
             rundir.claim(out, key="--out")  # new or empty, ours alone; the config it runs saved beside it
             try:
                 (out / ".hydra").mkdir(parents=True, exist_ok=True)
-                artifacts.atomic_write_text(out / safe_read.CONFIG, yaml.safe_dump(data, sort_keys=False,
-                                                                                   allow_unicode=True))
+                artifacts.atomic_write(out / safe_read.CONFIG, yaml.safe_dump(data, sort_keys=False,
+                                                                              allow_unicode=True))
             except BaseException:
                 rundir.abandon(out)
                 raise

@@ -46,14 +46,9 @@ def _replace_from_temp(path: Path, write) -> None:
         raise
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file and a rename; raises WriteError."""
-    _replace_from_temp(path, lambda tmp: tmp.write_bytes(data))
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """``text`` as UTF-8 into ``path``, atomically; raises WriteError."""
-    atomic_write_bytes(path, text.encode("utf-8"))
+def atomic_write(path: Path, data: bytes | str) -> None:
+    """``data`` (a str as UTF-8) into ``path`` through a temporary file and a rename; raises WriteError."""
+    _replace_from_temp(path, lambda tmp: tmp.write_bytes(data.encode("utf-8") if isinstance(data, str) else data))
 
 
 def atomic_savez(path: Path, **arrays: Any) -> None:
@@ -63,7 +58,7 @@ def atomic_savez(path: Path, **arrays: Any) -> None:
 
 def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
     """``summary`` as ``run_dir``'s ``summary.json``, atomically; raises WriteError."""
-    atomic_write_text(Path(run_dir) / SUMMARY, json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
+    atomic_write(Path(run_dir) / SUMMARY, json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
 
 
 def update_summary(run_dir: Path, **fields: Any) -> None:

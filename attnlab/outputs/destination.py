@@ -14,14 +14,13 @@ from typing import Iterable, Sequence
 from attnlab.core.errors import AttnlabError, WriteError
 from attnlab.core.files import printable
 from attnlab.core.i18n import N_, _
-from attnlab.outputs.artifacts import atomic_write_bytes
+from attnlab.outputs.artifacts import atomic_write
 
 HEAD = 4096  # bytes of an existing file looked at for the mark
 # the first bytes of the files attnlab writes (a PNG figure: its text chunk, before the image data)
 MARKS = {"page": b"<!doctype html>\n<!-- attnlab report", "figure": b"tEXtSoftware\x00attnlab", "csv": b"job,"}
-_KINDS = [(stat.S_ISDIR, N_("a folder")), (stat.S_ISLNK, N_("a symbolic link")),
-          (stat.S_ISFIFO, N_("a FIFO (named pipe)")), (stat.S_ISSOCK, N_("a socket")), (stat.S_ISCHR, N_("a device")),
-          (stat.S_ISBLK, N_("a device"))]
+_KINDS = {stat.S_IFDIR: N_("a folder"), stat.S_IFLNK: N_("a symbolic link"), stat.S_IFIFO: N_("a FIFO (named pipe)"),
+          stat.S_IFSOCK: N_("a socket"), stat.S_IFCHR: N_("a device"), stat.S_IFBLK: N_("a device")}
 
 
 class OutputRefused(AttnlabError):
@@ -49,7 +48,7 @@ def refusal(path: Path | str, *, key: str, kind: str | None, force: bool = False
     except OSError as err:
         return f"{key} {shown}: {printable(err.strerror or type(err).__name__, 200)}"
     if not stat.S_ISREG(st.st_mode):
-        what = next((name for test, name in _KINDS if test(st.st_mode)), N_("not a regular file"))
+        what = _KINDS.get(stat.S_IFMT(st.st_mode), N_("not a regular file"))
         return _("{key} {path}: is {what}; attnlab writes a regular file only: choose a file path").format(
             key=key, path=shown, what=_(what))
     if force and kind is not None:
@@ -85,5 +84,5 @@ def write(path: Path | str, data: bytes, *, key: str, kind: str | None, force: b
         except OSError as err:
             raise WriteError.from_os_error(err, printable(str(path), 300)) from err
     else:
-        atomic_write_bytes(path, data)
+        atomic_write(path, data)
     return path

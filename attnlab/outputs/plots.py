@@ -14,7 +14,7 @@ from attnlab.core import interrupts
 from attnlab.core.config import loss_axis_label, select
 from attnlab.core.i18n import _
 from attnlab.core.records import RunInfo, RunResult, Sink, Snapshot, head_mean
-from attnlab.outputs.artifacts import atomic_write_bytes
+from attnlab.outputs.artifacts import atomic_write
 from attnlab.outputs.drawing import Drawing
 from attnlab.outputs.fonts import label, style
 
@@ -209,14 +209,12 @@ class FigureSink(Sink):
         snapshots = self.snapshots
         if self._latest is not None and (not snapshots or self._latest.step > snapshots[-1].step):
             snapshots = pick_snapshots(snapshots + [self._latest])  # an early stop: its last snapshot too
-        loss = Drawing(loss_png, losses, self._ylabel)  # sent first: a run waiting for the worker draws the newest
-        self._drawings = []
-        if snapshots:
-            self._drawings.append((self.EVOLUTION, Drawing(evolution_png, snapshots, self.tokens, self._received)))
+        figures = [(self.EVOLUTION, snapshots)] if snapshots else []
         for layer in range(0 if not snapshots or snapshots[0].layers is None else len(snapshots[0].layers)):
-            per_block = [dataclasses.replace(s, weights=s.layers[layer]) for s in snapshots]  # a GPT's blocks
-            self._drawings.append((self.LAYER_EVOLUTION.format(layer=layer),
-                                   Drawing(evolution_png, per_block, self.tokens, self._received)))
+            figures.append((self.LAYER_EVOLUTION.format(layer=layer),  # a GPT's blocks
+                            [dataclasses.replace(s, weights=s.layers[layer]) for s in snapshots]))
+        loss = Drawing(loss_png, losses, self._ylabel)  # sent first: a run waiting for the worker draws the newest
+        self._drawings = [(name, Drawing(evolution_png, shown, self.tokens, self._received)) for name, shown in figures]
         self._drawings.append((self.LOSS, loss))
 
     def on_end(self, result: RunResult) -> None:
@@ -226,4 +224,4 @@ class FigureSink(Sink):
         for name, drawing in self._drawings:
             png = drawing.result()
             if png is not None:  # (no loss.png when no loss is finite)
-                atomic_write_bytes(self.run_dir / name, png)
+                atomic_write(self.run_dir / name, png)

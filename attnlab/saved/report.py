@@ -18,7 +18,7 @@ from attnlab import __version__
 from attnlab.core.files import PAGE_BYTES_PER_WEIGHT
 from attnlab.core.focus import FOCUS_THRESHOLD, UNIFORM_SPREAD
 from attnlab.core.i18n import _, language, translations
-from attnlab.outputs.artifacts import atomic_write_text
+from attnlab.outputs.artifacts import atomic_write
 from attnlab.outputs.fonts import SHIPPED_FONT
 from attnlab.saved import safe_read
 from attnlab.saved.answers import answer
@@ -126,7 +126,7 @@ def render(records: Sequence[dict[str, Any]]) -> str:
 def write_page(records: Sequence[dict[str, Any]], out: Path | str) -> Path:
     """Write :func:`render` to ``out`` atomically; raises WriteError."""
     out = Path(out)
-    atomic_write_text(out, render(records))
+    atomic_write(out, render(records))
     return out
 
 

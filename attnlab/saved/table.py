@@ -88,7 +88,7 @@ def csv_text(rows: Sequence[dict[str, Any]], cols: Sequence[str] | None = None) 
 
 def write_csv(rows: Sequence[dict[str, Any]], path: Path, cols: Sequence[str] | None = None) -> Path:
     """Write :func:`csv_text` to ``path`` atomically; returns ``path``."""
-    artifacts.atomic_write_text(Path(path), csv_text(rows, cols))
+    artifacts.atomic_write(Path(path), csv_text(rows, cols))
     return Path(path)
 
 
