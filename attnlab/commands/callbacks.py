@@ -62,7 +62,8 @@ def _claim(config: DictConfig, kind: str) -> None:
             value = str(config.hydra[kind].dir)
         except OmegaConfBaseException as err:  # e.g. an unset environment variable
             raw = OmegaConf.to_container(config.hydra[kind], resolve=False).get("dir")
-            raise ConfigError(f"hydra.{kind}.dir", raw, f"cannot be resolved: {str(err).splitlines()[0]}") from None
+            raise ConfigError(f"hydra.{kind}.dir", raw, _("cannot be resolved: {reason}").format(
+                reason=str(err).splitlines()[0])) from None
         rundir.claim(Path(value), key=f"hydra.{kind}.dir", value=value)
     except AttnlabError as err:
         print(_("error: {message}").format(message=err), file=sys.stderr)
