@@ -160,6 +160,12 @@ def test_help_shows_the_config_with_the_overrides():
     assert "  momentum: 0.0\n" in config
 
 
+def test_options_may_come_between_overrides():
+    proc = run_here("model.d_model=16", "--cfg", "job", "optimizer=sgd")
+    assert proc.returncode == 0, proc.stderr
+    assert "  d_model: 16\n" in proc.stdout and "_target_: torch.optim.SGD" in proc.stdout
+
+
 def test_hydra_help_still_works():
     proc = run_here("--hydra-help")
     assert proc.returncode == 0, proc.stderr

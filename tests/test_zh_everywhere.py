@@ -92,7 +92,8 @@ def test_the_command_lines_lang_beats_the_locale(lang, said, chinese_locale, mon
 
 
 @pytest.mark.parametrize("args,start,end", [
-    (("--config-name", "nosuch"), "错误: nosuch: ", "配置搜索路径（attnlab 自带的、--config-dir 给的）里没有这个配置文件"),
+    (("seed=1", "--config-name", "nosuch"), "错误: nosuch: ", "配置搜索路径（attnlab 自带的、--config-dir 给的）里没有这个配置文件"),
+    (("--config-dir", "nosuch"), "错误: --config-dir ", "nosuch: 没有这个文件夹"),
     (("train.loss_threshold=1" + "0" * 400,), "错误: train.loss_threshold=1000", ": 数值太大，浮点数放不下（最大 1.8e308）"),
     (("hydra.run.dir=afile/run",), "错误: hydra.run.dir='afile/run': ", "无法写入那里（不是文件夹）；请换一个 hydra.run.dir"),
 ])

@@ -88,6 +88,18 @@ def multirun_flag(argv: list[str]) -> list[str]:
     return []
 
 
+def overrides_first(argv: list[str]) -> list[str]:
+    """``argv`` with the overrides (``key=value``, ``~key``) before Hydra's options and their values, each in
+    the order typed: argparse takes the overrides in one piece (else ``name=x -m seed=1,2`` is refused)."""
+    overrides, options, value_next = [], [], False
+    for arg in argv:
+        is_option = value_next or arg.startswith("-") or not ("=" in arg or arg.startswith("~"))
+        (options if is_option else overrides).append(arg)
+        value_next = not value_next and arg.startswith("-") and "=" not in arg and any(
+            f == arg or (arg.startswith("--") and len(arg) > 2 and f.startswith(arg)) for f in FLAGS_WITH_VALUE)
+    return [*overrides, *options]
+
+
 def unknown_option(argv: list[str]) -> str | None:
     """The first option-like argument that is none of Hydra's (a long option may be cut short, as
     argparse allows: ``--multi``), or None."""

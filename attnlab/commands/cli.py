@@ -13,7 +13,7 @@ from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from hydra.errors import MissingConfigException, OverrideParseException
+from hydra.errors import MissingConfigException, OverrideParseException, SearchPathException
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError
@@ -103,6 +103,8 @@ def error_line(err: BaseException, typed: list[str]) -> str:
         return _("error: {name}: no such config file in the config search path (attnlab's, --config-dir)").format(
             name=printable(err.missing_cfg_file or first, 120)) + (
             _("; the defaults list of {config} names it").format(config=where[1]) if where else "")
+    if isinstance(err, SearchPathException) and (folder := re.search(r"directory '(.+)' not found", first)):
+        return _("error: --config-dir {path}: no such folder").format(path=printable(folder[1], 300))
     if isinstance(err, OSError):
         return _("error: cannot write {path}: {reason}").format(
             path=printable(err.filename or _("the output folder"), 300), reason=os_reason(err))
@@ -167,10 +169,9 @@ def main() -> None:
     lang = i18n.set_language(argv.language(typed))
     register_configs()
     prepared = argv.prepare(typed)
-    first = next((i for i, a in enumerate(prepared) if "=" in a and not a.startswith("-")), 0)
     help_page = ["hydra/help=attnlab_zh"] if lang == "zh" else []  # `attnlab --help` in the learner's language
-    sys.argv[1:] = [*prepared[:first], *argv.multirun_flag(prepared), *HYDRA_WRITES_NOTHING, *help_page,
-                    *prepared[first:]]  # beside the user's
+    sys.argv[1:] = [*argv.multirun_flag(prepared), *HYDRA_WRITES_NOTHING, *help_page,
+                    *argv.overrides_first(prepared)]  # before the user's
     try:  # a config folder someone else made is held to the command line's rules before Hydra reads it
         refused = refusal(typed) or config_folder.refusal(sys.argv[1:])
     except Exception as err:
