@@ -304,6 +304,9 @@ def test_read_only_folder_is_refused_in_one_line(tmp_path, finished_run, attnlab
         run = attnlab_here(f"hydra.run.dir={ro / 'run'}", *QUIET)
         assert (run.returncode, run.stderr) == (2, f"error: hydra.run.dir='{ro / 'run'}': cannot write there "
                                                    "(read-only file system); choose another hydra.run.dir\n")
+        zh = attnlab_here("lang=zh", f"hydra.run.dir={ro / 'run'}", *QUIET)
+        assert (zh.returncode, zh.stderr) == (2, f"错误: hydra.run.dir='{ro / 'run'}': 无法写入那里（只读文件系统）；"
+                                                 "请换一个 hydra.run.dir\n")
         sweep = attnlab_here("-m", f"hydra.sweep.dir={ro / 'sweep'}", *QUIET, "seed=1,2")
         assert (sweep.returncode, sweep.stderr) == (2, f"error: hydra.sweep.dir='{ro / 'sweep'}': cannot write "
                                                        "there (read-only file system); choose another hydra.sweep.dir\n")

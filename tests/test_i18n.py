@@ -5,6 +5,7 @@ the locale as gettext reads it; with lang=zh the run prints tutorial §5's lines
 character, and the README.zh-CN commands are README's."""
 from __future__ import annotations
 
+import ast
 import gettext
 import locale
 import re
@@ -55,6 +56,23 @@ def test_every_sentence_has_a_zh_translation_with_its_placeholders(catalog):
     assert missing == [], f"untranslated (run `make i18n`, fill msgstr): {missing}"
     for m in ids:  # a translation uses only fields the English formats with (zh may name {bare} for the focus)
         assert fields(catalog[m].string) <= fields(m) | {"bare"}, m
+
+
+def test_every_error_and_warning_line_goes_through_the_catalog():
+    """A literal or f-string of attnlab/ that starts ``error:`` / ``warning:`` (more than the bare prefix) is
+    the argument of ``_()`` / ``N_()``: else a zh learner reads an English line."""
+    english = []
+    for path in sorted((ROOT / "attnlab").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        marked = {id(arg) for node in ast.walk(tree) if isinstance(node, ast.Call)
+                  and getattr(node.func, "id", None) in ("_", "N_") for arg in ast.walk(node)}
+        for node in ast.walk(tree):
+            first = node.values[0] if isinstance(node, ast.JoinedStr) and node.values else node
+            if (isinstance(first, ast.Constant) and isinstance(first.value, str) and id(node) not in marked
+                    and first.value.startswith(("error:", "warning:"))
+                    and (node is not first or first.value.rstrip() not in ("error:", "warning:"))):  # a bare prefix
+                english.append(f"{path.relative_to(ROOT)}:{node.lineno}: {first.value[:50]!r}")
+    assert english == [], "wrap in _() and run `make i18n`: " + "; ".join(english)
 
 
 def test_the_mo_is_compiled_from_the_po(catalog):

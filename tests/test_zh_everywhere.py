@@ -5,6 +5,7 @@ config keys and values, tokens, file names and the field's terms; the helpers ta
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import json
 import os
@@ -88,6 +89,29 @@ def test_the_command_lines_lang_beats_the_locale(lang, said, chinese_locale, mon
         compare.main([lang, "--help"])
     assert capsys.readouterr().out.startswith(said)
 
+
+
+@pytest.mark.parametrize("args,start,end", [
+    (("--config-name", "nosuch"), "错误: nosuch: ", "配置搜索路径（attnlab 自带的、--config-dir 给的）里没有这个配置文件"),
+    (("train.loss_threshold=1" + "0" * 400,), "错误: train.loss_threshold=1000", ": 数值太大，浮点数放不下（最大 1.8e308）"),
+    (("hydra.run.dir=afile/run",), "错误: hydra.run.dir='afile/run': ", "无法写入那里（不是文件夹）；请换一个 hydra.run.dir"),
+])
+def test_a_bad_input_is_one_chinese_line_under_a_chinese_locale(args, start, end, tmp_path, chinese_locale):
+    (tmp_path / "afile").write_text("")
+    proc = run_here(*args, cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.startswith(start) and proc.stderr.endswith(end + "\n"), proc.stderr
+    assert proc.stderr.count("\n") == 1 and english_words(proc.stderr, {"nosuch", "afile", "chars"}) == set()  # printable()'s cut
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]  # nothing written
+
+
+def test_the_common_os_reasons_are_chinese(chinese_locale):
+    from attnlab.core.errors import OS_REASONS, WriteError, os_reason
+
+    i18n.set_language()
+    assert os_reason(OSError(errno.ENOSPC, "x")) == "磁盘空间已满"
+    assert all(english_words(os_reason(OSError(number, "x"))) == set() for number in OS_REASONS)
+    assert str(WriteError.from_os_error(OSError(errno.EROFS, "x"), "metrics.csv", 57)) == "写 metrics.csv 时只读文件系统（第 57 步）"
+    assert os_reason(OSError(errno.ENOEXEC, "x")) == os.strerror(errno.ENOEXEC).lower()  # not in the catalog: the OS's
 
 def test_a_sweep_its_page_and_a_run_page_speak_chinese(tmp_path, chinese_locale):
     browser = pytest.importorskip("test_report_browser")

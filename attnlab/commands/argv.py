@@ -113,23 +113,25 @@ def refusal(typed: list[str]) -> str | None:
     Hydra's log handlers, ``+key`` / ``~key`` outside the schema."""
     if (bad := next((a for a in typed if re.search("[\ud800-\udfff]", a)), None)) is not None:
         shown = "".join(f"\\x{ord(c) - 0xDC00:02x}" if "\udc80" <= c <= "\udcff" else c for c in bad)  # the byte
-        return (f"error: '{printable(shown, 120)}': not UTF-8 text (the terminal's encoding is another); set a "
-                "UTF-8 locale (e.g. LANG=C.UTF-8) or put the text in a UTF-8 file: text_file=FILE")
+        return _("error: '{arg}': not UTF-8 text (the terminal's encoding is another); set a UTF-8 locale "
+                 "(e.g. LANG=C.UTF-8) or put the text in a UTF-8 file: text_file=FILE").format(
+            arg=printable(shown, 120))
     if any(a == "--experimental-rerun" or a.startswith("--experimental-rerun=") for a in typed):
-        return ("error: --experimental-rerun: refused: it unpickles .hydra/config.pickle, and a pickle from a "
-                "run dir runs code; use attnlab-reproduce RUN_DIR (it reads the config as data)")
+        return _("error: --experimental-rerun: refused: it unpickles .hydra/config.pickle, and a pickle from a "
+                 "run dir runs code; use attnlab-reproduce RUN_DIR (it reads the config as data)")
     if (option := unknown_option(typed)) is not None:
-        return f"error: {printable(option, 120)}: no such option (`attnlab --help` lists the options)"
+        return _("error: {option}: no such option (`attnlab --help` lists the options)").format(
+            option=printable(option, 120))
     for arg in typed:
         key = arg.split("=", 1)[0].lstrip("+~").replace("/", ".") + "."
         for ours in (setting.split("=")[0] for setting in HYDRA_WRITES_NOTHING):
             if key.startswith(ours.replace("/", ".") + "."):
-                return (f"error: {printable(arg, 120)}: attnlab sets {ours} (Hydra writes nothing into a run dir; "
-                        "attnlab saves .hydra/ itself once it holds the folder)")
+                return _("error: {arg}: attnlab sets {ours} (Hydra writes nothing into a run dir; attnlab saves "
+                         ".hydra/ itself once it holds the folder)").format(arg=printable(arg, 120), ours=ours)
     for arg in typed:  # Hydra's own log: its options (hydra/hydra_logging=disabled) only, never a handler
         if (arg.split("=", 1)[0].lstrip("+~") + ".").startswith("hydra.hydra_logging."):
-            return (f"error: {printable(arg, 120)}: refused: a handler of Hydra's log could write a file before "
-                    "attnlab holds the folder; choose hydra/hydra_logging=default, disabled or none")
+            return _("error: {arg}: refused: a handler of Hydra's log could write a file before attnlab holds the "
+                     "folder; choose hydra/hydra_logging=default, disabled or none").format(arg=printable(arg, 120))
     for match in filter(None, (_OVERRIDE.match(arg) or _REMOVAL.match(arg) for arg in typed)):
         key = match["key"]  # +key, ++key, ~key: Hydra's own and the groups', else the schema's only
         if not match["prefix"] or key.startswith(("hydra.", "hydra/")) or key.split("@")[0] in CONFIG_GROUPS:

@@ -62,10 +62,11 @@ def _claim(config: DictConfig, kind: str) -> None:
             value = str(config.hydra[kind].dir)
         except OmegaConfBaseException as err:  # e.g. an unset environment variable
             raw = OmegaConf.to_container(config.hydra[kind], resolve=False).get("dir")
-            raise ConfigError(f"hydra.{kind}.dir", raw, f"cannot be resolved: {str(err).splitlines()[0]}") from None
+            raise ConfigError(f"hydra.{kind}.dir", raw, _("cannot be resolved: {reason}").format(
+                reason=str(err).splitlines()[0])) from None
         rundir.claim(Path(value), key=f"hydra.{kind}.dir", value=value)
     except AttnlabError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(_("error: {message}").format(message=err), file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
 
 
@@ -155,10 +156,11 @@ class SweepSummary(Callback):
         try:
             code = sweep.summarize(sweep_dir)
         except Exception as err:  # the table is a view: its failure never hides the jobs' status
-            print(f"error: the sweep summary was not written: {describe(err)}", file=sys.stderr)
+            print(_("error: the sweep summary was not written: {reason}").format(reason=describe(err)), file=sys.stderr)
         _codes.append(code)
         if config.logging.get("report", False):
             try:
                 print(_("report: {path}").format(path=write_sweep_report(sweep_dir)))
             except Exception as err:
-                print(f"warning: {sweep_dir / 'report.html'} not written: {describe(err)}", file=sys.stderr)
+                print(_("warning: {path} not written: {reason}").format(path=sweep_dir / "report.html",
+                                                                         reason=describe(err)), file=sys.stderr)

@@ -65,10 +65,9 @@ def _hydra_main(cfg: DictConfig) -> callbacks.JobEnd:
         raise result.exception
     reason = result.error if (result.error or "").startswith(result.status) else f"{result.status}: {result.error}"
     if result.unrecorded is not None:  # not even summary.json could be written: say it here
-        print(f"error: {result.unrecorded}; nothing recorded in {display_path(run_dir)}"
-              if result.unrecorded == result.error else
-              f"{reason}; summary.json does not say so ({result.unrecorded}); records kept in {display_path(run_dir)}",
-              file=sys.stderr)
+        print((_("error: {message}; nothing recorded in {run_dir}") if result.unrecorded == result.error else
+               _("{reason}; summary.json does not say so ({message}); records kept in {run_dir}")).format(
+            message=result.unrecorded, reason=reason, run_dir=display_path(run_dir)), file=sys.stderr)
         return _end_command(EXIT_FAILED_RUN, result.status, in_worker)
     elif result.status != "completed":
         print(_("error: {message}").format(message=result.error) if result.bad_input else
@@ -77,11 +76,12 @@ def _hydra_main(cfg: DictConfig) -> callbacks.JobEnd:
         if not in_sweep or result.status == "interrupted":  # Ctrl-C stops a sweep; a bad job does not
             return _end_command(EXIT_BAD_INPUT if result.bad_input else EXIT_FAILED_RUN, result.status, in_worker)
     elif result.late_signal is not None and in_sweep:  # after the last step: the run completed
-        print(f"interrupted: the sweep stops after {display_path(run_dir)}, which completed", file=sys.stderr)
+        print(_("interrupted: the sweep stops after {run_dir}, which completed").format(run_dir=display_path(run_dir)),
+              file=sys.stderr)
         return _end_command(EXIT_FAILED_RUN, result.status, in_worker)
     elif result.late_signal is not None:
-        print(f"note: interrupt received after the last step; the run completed ({display_path(run_dir)})",
-              file=sys.stderr)
+        print(_("note: interrupt received after the last step; the run completed ({run_dir})").format(
+            run_dir=display_path(run_dir)), file=sys.stderr)
     return callbacks.JobEnd(result.status, loss=result.final_loss if result.status == "completed" else None)
 
 
@@ -98,8 +98,14 @@ def error_line(err: BaseException, typed: list[str]) -> str:
     if isinstance(err, MissingConfigException) and err.missing_cfg_file and err.options:
         return _("error: {choice}: no such option; allowed: {options}").format(
             choice=err.missing_cfg_file.replace("/", "=", 1), options=", ".join(err.options))
+    if isinstance(err, MissingConfigException):  # an OSError too: a config file not in the search path
+        where = re.match(r"In '([^']+)'", first)
+        return _("error: {name}: no such config file in the config search path (attnlab's, --config-dir)").format(
+            name=printable(err.missing_cfg_file or first, 120)) + (
+            _("; the defaults list of {config} names it").format(config=where[1]) if where else "")
     if isinstance(err, OSError):
-        return f"error: cannot write {printable(err.filename or 'the output folder', 300)}: {os_reason(err)}"
+        return _("error: cannot write {path}: {reason}").format(
+            path=printable(err.filename or _("the output folder"), 300), reason=os_reason(err))
     if isinstance(err, OverrideParseException):
         return _syntax_line(text, err.override, typed)
     if first.startswith("Ambiguous value for argument"):
@@ -118,7 +124,7 @@ def error_line(err: BaseException, typed: list[str]) -> str:
             line += _("; did you mean {key}?").format(key=close)
         return line
     if isinstance(cause, OverflowError):
-        return f"error: {printable(given or key, 120)}: too large for a float (at most 1.8e308)"
+        return _("error: {key}: too large for a float (at most 1.8e308)").format(key=printable(given or key, 120))
     if given is not None and "=" in given:
         value = getattr(cause, "value", None)  # in a sweep, the one value of the list that was refused
         shown = value if isinstance(value, str) else given.split("=", 1)[1]
@@ -195,8 +201,8 @@ def main() -> None:
         what = f"{type(err).__name__}: {printable(str(err).strip().split(chr(10))[0], 300)}"
         # a launcher that lost a worker (the OOM killer, a signal): each job whose process died says failed
         closed = [display_path(p) for p in artifacts.close_orphans(f"its process ended before the run did ({what})")]
-        print(f"error: {what}; these jobs did not complete (summary.json says failed): {', '.join(closed)}"
-              if closed else error_line(err, typed), file=sys.stderr)
+        print(_("error: {message}; these jobs did not complete (summary.json says failed): {jobs}").format(
+            message=what, jobs=", ".join(closed)) if closed else error_line(err, typed), file=sys.stderr)
         code = EXIT_FAILED_RUN if closed else EXIT_BAD_INPUT
     finally:
         callbacks.end_stopped_sweep(table=code != EXIT_BAD_INPUT)  # a stopped sweep's table; a refusal: one line

@@ -146,8 +146,9 @@ def refusal(argv: list[str]) -> str | None:
     choices = combinations(overrides, OmegaConf.to_container(params, resolve=False) if params else None, True)
     for n, combination in enumerate(itertools.product(*choices)):
         if n >= MAX_COMPOSED:
-            return (f"error: {printable(where or 'hydra.searchpath', 300)}: a sweep over more than {MAX_COMPOSED} "
-                    "combinations of config groups from a config folder; sweep fewer presets at a time")
+            return _("error: {where}: a sweep over more than {most} combinations of config groups from a config "
+                     "folder; sweep fewer presets at a time").format(
+                where=printable(where or "hydra.searchpath", 300), most=MAX_COMPOSED)
         hydra = OmegaConf.to_container((first if n == 0 and not params else composed(list(combination))).hydra,
                                        resolve=False)
         theirs = dict(differences(hydra, hydras))  # a folder's difference is one from Hydra's own settings too

@@ -127,7 +127,7 @@ def _job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None, hc: DictCo
         try:  # from what the run holds: the page attnlab-report RUN_DIR makes of its files
             write_page([run_record(run_dir, summary, **held)], run_dir / REPORT)
         except (OSError, AttnlabError) as err:  # a view: never the run's status
-            print(f"warning: report.html not written: {err}", file=sys.stderr)
+            print(_("warning: {path} not written: {reason}").format(path="report.html", reason=err), file=sys.stderr)
     return result._replace(final_loss=summary["final_loss"])
 
 

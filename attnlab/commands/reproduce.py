@@ -65,21 +65,22 @@ def saved_config(run_dir: Path, text_file: Path | None = None) -> tuple[dict[str
     for key, value in safe_read.special_keys(data):
         if key != "optimizer._target_":  # the only instantiation key a saved config may hold
             shown = value if isinstance(value, (str, int, float, bool)) or value is None else type(value).__name__
-            raise ConfigError(key, shown, "a saved config may name a _target_ only at optimizer._target_ "
-                              f"(nothing else is ever instantiated; in {printable(str(path), 300)})")
+            raise ConfigError(key, shown, _("a saved config may name a _target_ only at optimizer._target_ (nothing "
+                                            "else is ever instantiated; in {path})").format(
+                path=printable(str(path), 300)))
     if path.name != safe_read.SUMMARY:
         data = safe_read.resolve_references(data, path)
     for key, value in safe_read.walk(data):
         if value == "???":  # OmegaConf's "missing": merged onto the schema it would silently become the default
-            raise ConfigError(key, value, "a missing value in a saved config (the run recorded no value)")
+            raise ConfigError(key, value, N_("a missing value in a saved config (the run recorded no value)"))
     if data.get("text_file") is not None:
         if text_file is None:
             raise ConfigError("text_file", data["text_file"],
-                              "a shared config does not choose which file of this machine is read; pass "
-                              "--text-file FILE (the run's text) to reproduce it")
+                              N_("a shared config does not choose which file of this machine is read; pass "
+                                 "--text-file FILE (the run's text) to reproduce it"))
         data["text_file"] = str(text_file)
     elif text_file is not None:
-        raise ConfigError("--text-file", str(text_file), "the saved config has no text_file (it uses sentence)")
+        raise ConfigError("--text-file", str(text_file), N_("the saved config has no text_file (it uses sentence)"))
     return data, path
 
 
@@ -119,13 +120,14 @@ def prepare(run_dir: Path, out: Path | None, text_file: Path | None = None) -> t
     that needs no torch; ``out`` defaults to ``RUN_DIR-repro-<time>`` beside the run, for a sweep's job
     ``SWEEP_DIR-repro-<time>/JOB``. Raises RunDirError / ConfigError / TokenizerError; writes nothing."""
     if not Path(run_dir).is_dir():
-        raise RunDirError(f"{printable(str(run_dir), 300)}: not a directory")
+        raise RunDirError(_("{path}: not a directory").format(path=printable(str(run_dir), 300)))
     run_dir = Path(run_dir).resolve()
     data, source = saved_config(run_dir, text_file)
     try:
         cfg = apply_schema(literal(data))  # a ${ left in the data is text, never interpolated
     except ConfigError as err:
-        raise ConfigError(err.key, err.value, f"{err.allowed} (in {printable(str(source), 300)})") from None
+        raise ConfigError(err.key, err.value, _("{allowed} (in {path})").format(
+            allowed=err.allowed, path=printable(str(source), 300))) from None
     summary = check_original(run_dir, plain(cfg.task))
     if out is None:
         sweep = run_dir.parent

@@ -65,7 +65,7 @@ def summarize(sweep_dir: Path) -> int:
     read, or there is no job, else 0."""
     rows = collect_rows([Path(sweep_dir)], sweep_end=True)
     if not rows:
-        print(f"sweep summary: no job folders under {sweep_dir}", file=sys.stderr)
+        print(_("sweep summary: no job folders under {path}").format(path=sweep_dir), file=sys.stderr)
         return EXIT_SOME_JOBS_FAILED
     csv_path = Path(sweep_dir) / "summary.csv"
     write_csv(rows, csv_path)

@@ -11,7 +11,7 @@ from typing import Any, Iterator, Optional
 from omegaconf import II, MISSING, DictConfig, OmegaConf
 
 from attnlab.core.errors import ConfigError
-from attnlab.core.i18n import _, default_language
+from attnlab.core.i18n import N_, _, default_language
 
 TUTORIAL_SENTENCE = "Your journey starts with one step"
 
@@ -267,15 +267,15 @@ def resolve(cfg: DictConfig) -> dict:
     extra = sorted(k for k, _ in walk(raw) if k and k.split("[")[0] not in schema_keys())
     if extra:
         raise ConfigError(extra[0], select(raw, extra[0]),
-                          "no such config key in attnlab's schema (see `attnlab --help`)")
+                          N_("no such config key in attnlab's schema (see `attnlab --help`)"))
     try:
         data = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     except RecursionError:
-        raise ConfigError("<config>", None, "an interpolation refers to itself (recursive ${...})") from None
+        raise ConfigError("<config>", None, N_("an interpolation refers to itself (recursive ${...})")) from None
     except OmegaConfBaseException as err:
         key = err.full_key or "<config>"
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ConfigError(key, select(raw, key), f"cannot be resolved: {reason}") from None
+        raise ConfigError(key, select(raw, key), _("cannot be resolved: {reason}").format(reason=reason)) from None
     train = data.get("train")
     if isinstance(train, dict) and train.get("snapshot_steps") is None and train.get("snapshot_every") is None:
         steps = train.get("steps")
@@ -324,7 +324,7 @@ def apply_schema(cfg: Any) -> DictConfig:
         value = OmegaConf.select(cfg, key, default=None, throw_on_missing=False) if key else None
         msg = getattr(err, "msg", str(err)).splitlines()[0]
         if "not in" in msg:  # ConfigKeyError: Key 'n_heads' not in 'ModelConfig'
-            msg = "is not a key of attnlab's config schema (a config from another attnlab version?)"
+            msg = N_("is not a key of attnlab's config schema (a config from another attnlab version?)")
         raise ConfigError(key or "<root>", value, msg) from None
     OmegaConf.set_struct(typed, True)
     return typed

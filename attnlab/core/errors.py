@@ -1,9 +1,10 @@
 """attnlab's own errors: each carries one line that names the key, the value and what is allowed."""
+import errno
 import os
 import traceback
 from pathlib import Path
 
-from attnlab.core.i18n import _
+from attnlab.core.i18n import N_, _
 
 
 class AttnlabError(Exception):
@@ -33,7 +34,8 @@ class WriteError(AttnlabError, OSError):
 
     def __init__(self, file: str, reason: str, step: int | None = None, errno: int | None = None) -> None:
         self.file, self.reason, self.step = file, reason, step
-        super().__init__(f"{reason} while writing {file}" + (f" at step {step}" if step is not None else ""))
+        super().__init__(_("{reason} while writing {file}").format(reason=reason, file=file)
+                         + (_(" at step {step}").format(step=step) if step is not None else ""))
         self.errno = errno
 
     @classmethod
@@ -43,10 +45,24 @@ class WriteError(AttnlabError, OSError):
         return cls(file, os_reason(err), step, err.errno)
 
 
+# the common errnos' reasons in the catalog (os.strerror's words, lower case); another errno: os.strerror's
+OS_REASONS = {
+    errno.ENOENT: N_("no such file or directory"), errno.EACCES: N_("permission denied"),
+    errno.EPERM: N_("operation not permitted"), errno.ENOSPC: N_("no space left on device"),
+    errno.EROFS: N_("read-only file system"), errno.EEXIST: N_("file exists"), errno.EISDIR: N_("is a directory"),
+    errno.ENOTDIR: N_("not a directory"), errno.ENAMETOOLONG: N_("file name too long"),
+    errno.EDQUOT: N_("disk quota exceeded"), errno.EMFILE: N_("too many open files"),
+    errno.ELOOP: N_("too many levels of symbolic links"), errno.EBUSY: N_("device or resource busy"),
+    errno.EFBIG: N_("file too large"), errno.EIO: N_("input/output error"), errno.ENOTEMPTY: N_("directory not empty"),
+}
+
+
 def os_reason(err: OSError) -> str:
-    """The OS's reason for ``err`` in words, lower case (``no space left on device``)."""
+    """The OS's reason for ``err`` in words, lower case (``no space left on device``), translated."""
     if err.errno is None:
         return str(err) or type(err).__name__
+    if err.errno in OS_REASONS:
+        return _(OS_REASONS[err.errno])
     text = os.strerror(err.errno)
     return text[:1].lower() + text[1:]
 

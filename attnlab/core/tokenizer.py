@@ -54,8 +54,8 @@ def get_encoding(name: str = "gpt2") -> tiktoken.Encoding:
     try:
         ranks = load_tiktoken_bpe(str(path), expected_hash=GPT2_RANKS_SHA256)
     except ValueError as err:  # tiktoken's hash mismatch
-        raise TokenizerError(f"tokenizer.encoding={name!r}: packaged ranks file {path} is corrupted "
-                             f"({err}); reinstall attnlab") from err
+        raise TokenizerError(_("tokenizer.encoding={name!r}: packaged ranks file {path} is corrupted ({reason}); "
+                               "reinstall attnlab").format(name=name, path=path, reason=err)) from err
     return tiktoken.Encoding(name=name, pat_str=r50k_pat_str, mergeable_ranks=ranks,
                              special_tokens={ENDOFTEXT: 50256}, explicit_n_vocab=GPT2_VOCAB_SIZE)
 

@@ -16,6 +16,7 @@ from filelock import lock_descriptor
 
 from attnlab.core.errors import RunDirError, os_reason
 from attnlab.core.files import SUMMARY_LIMIT, RunFileError, open_run_file, printable, read_text
+from attnlab.core.i18n import _
 
 LOCK = ".attnlab.lock"
 RESERVE_BYTES = 1 << 20  # disk space held in the lock file while a run goes
@@ -65,7 +66,7 @@ def claim(path: Path, key: str = "hydra.run.dir", value: str | None = None) -> C
     if (held := claimed(path)) is not None:
         return held
     shown = f"{key}={printable(str(path if value is None else value), 300)!r}"
-    choose = f"choose another {key}"
+    choose = _("choose another {key}").format(key=key)
     created = next((p for p in reversed([path.absolute(), *path.absolute().parents]) if not os.path.lexists(p)), None)
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -81,13 +82,14 @@ def claim(path: Path, key: str = "hydra.run.dir", value: str | None = None) -> C
                 held.reserve = os.write(held.fd, bytes(min(RESERVE_BYTES, shutil.disk_usage(path).free // 8))) > 0
     except FileExistsError:  # another process's lock, live or left by a killed run
         if not path.is_dir():
-            problem = f"not a folder; {choose}"
+            problem = _("not a folder; {choose}").format(choose=choose)
         elif run_is_live(path) or (time.sleep(0.05) or run_is_live(path)):  # (a claim flocks just after creating)
-            problem = f"another attnlab process{_holder(path)} is writing a run there; {choose}"
+            problem = _("another attnlab process{pid} is writing a run there; {choose}").format(
+                pid=_holder(path), choose=choose)
         else:
             problem = _contents_problem(path, choose, stale_lock=True)
     except OSError as err:
-        problem = f"cannot write there ({os_reason(err)}); {choose}"
+        problem = _("cannot write there ({reason}); {choose}").format(reason=os_reason(err), choose=choose)
     if problem is not None:
         release(path)
         _remove_created(path, created)
@@ -102,7 +104,7 @@ def _pid_line() -> bytes:
 
 def _contents_problem(path: Path, choose: str, stale_lock: bool = False) -> str | None:
     """None when ``path`` holds nothing but the lock, else the refusal."""
-    never = f"{choose} (runs are never overwritten)"
+    never = _("{choose} (runs are never overwritten)").format(choose=choose)
     with os.scandir(path) as it:
         names = {e.name for _, e in zip(range(MAX_SCANNED), it)} - {LOCK}
     if not stale_lock and not names:
@@ -110,18 +112,19 @@ def _contents_problem(path: Path, choose: str, stale_lock: bool = False) -> str 
     if "summary.json" in names:
         status = summary_status(path)
         if status in FINISHED:
-            return f"already holds a {status} run; {never}"
+            return _("already holds a {status} run; {never}").format(status=status, never=never)
         if status == "running":
-            return f"holds a run that was killed (its summary.json says running and no process holds its lock); {never}"
+            return _("holds a run that was killed (its summary.json says running and no process holds its lock); "
+                     "{never}").format(never=never)
     if "multirun.yaml" in names:
-        return (f"already holds a sweep (its multirun.yaml and job folders); {choose} "
-                "(runs are never overwritten; attnlab-compare reads the sweep)")
+        return _("already holds a sweep (its multirun.yaml and job folders); {choose} (runs are never overwritten; "
+                 "attnlab-compare reads the sweep)").format(choose=choose)
     if stale_lock and os.path.isfile(path / LOCK) and not os.path.islink(path / LOCK):
-        return f"holds a run that was killed before it wrote summary.json; {never}"
+        return _("holds a run that was killed before it wrote summary.json; {never}").format(never=never)
     listed = sorted(printable(n, 60) for n in names | ({LOCK} if stale_lock else set()))
-    more = f" and {len(listed) - MAX_LISTED} more" if len(listed) > MAX_LISTED else ""
-    return f"holds files attnlab did not write ({', '.join(listed[:MAX_LISTED])}{more}); a run dir must be " \
-           f"new or empty; {choose}"
+    more = _(" and {count} more").format(count=len(listed) - MAX_LISTED) if len(listed) > MAX_LISTED else ""
+    return _("holds files attnlab did not write ({files}{more}); a run dir must be new or empty; {choose}").format(
+        files=", ".join(listed[:MAX_LISTED]), more=more, choose=choose)
 
 
 def summary_status(path: Path) -> str | None:

@@ -118,10 +118,9 @@ def render(records: Sequence[dict[str, Any]]) -> str:
                           "bytes_per_weight": PAGE_BYTES_PER_WEIGHT, "decimals": DECIMALS,
                           "uniform_spread": UNIFORM_SPREAD, "focus_threshold": FOCUS_THRESHOLD}}
     data = shareable(data, [Path(str(r["run_dir"])) for r in records])
-    template = _PageTemplate(page)
     page_data = script_json(data)  # every text the page shows: the runs' and the translations
-    return template.substitute(title=html.escape(printable(title, MAX_STR)), data=page_data,
-                               font=cjk_font_face(page_data))
+    return _PageTemplate(page).substitute(title=html.escape(printable(title, MAX_STR)), data=page_data,
+                                          font=cjk_font_face(page_data))
 
 
 def write_page(records: Sequence[dict[str, Any]], out: Path | str) -> Path:

@@ -18,6 +18,7 @@ import numpy as np
 from attnlab.core.config import select, walk
 from attnlab.core.errors import RunDirError
 from attnlab.core.focus import FocusSink, target
+from attnlab.core.i18n import _
 from attnlab.core.records import RunInfo, Snapshot, head_mean
 from attnlab.core.tokenizer import SHIPPED_ENCODINGS, token_labels
 from attnlab.outputs import rundir
@@ -49,7 +50,7 @@ def find_runs(path: Path) -> list[Path]:
     if is_job_dir(path):
         return [path]
     found = []
-    for dirpath, dirnames, _ in os.walk(path):
+    for dirpath, dirnames, _files in os.walk(path):
         here = Path(dirpath)
         if len(here.relative_to(path).parts) > MAX_DEPTH:
             dirnames[:] = []
@@ -60,7 +61,8 @@ def find_runs(path: Path) -> list[Path]:
             dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
             found.extend(here / d for d in dirnames if (here / d).is_symlink() and is_job_dir(here / d))
     if not found:
-        raise RunDirError(f"{shown}: not a run dir or sweep dir (no .hydra/config.yaml in it or below it)")
+        raise RunDirError(_("{path}: not a run dir or sweep dir (no .hydra/config.yaml in it or below it)").format(
+            path=shown))
     return found
 
 
@@ -289,7 +291,7 @@ def named_runs(paths: Iterable[Path]) -> list[tuple[Path, str, Path]]:
             base = base.parent
     named = [(r, str(res.relative_to(base)), paths[i]) for (i, r), res in zip(found, resolved)]
     order = [(i, _job_num(r, root=paths[i]), r.name) for i, r in found]
-    return [run for _, run in sorted(zip(order, named), key=lambda pair: pair[0])]
+    return [run for _order, run in sorted(zip(order, named), key=lambda pair: pair[0])]
 
 
 def collect_rows(paths: Iterable[Path], sweep_end: bool = False, against: dict | None = None) -> list[dict[str, Any]]:
@@ -317,7 +319,7 @@ def differs(configs: Sequence[Any], against: Any = None) -> list[dict[str, str]]
     values = [config_values(c) for c in configs]
     have = [v for v in values if v]
     base = config_values(against) if against is not None else None
-    out: list[dict[str, str]] = [{} for _ in configs]
+    out: list[dict[str, str]] = [{} for _config in configs]
     for key in dict.fromkeys(k for v in [*have, base or {}] for k in v):
         shown = [_shown(v.get(key, UNSET)) if v else None for v in values]
         if base is not None:

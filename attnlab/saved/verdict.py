@@ -89,9 +89,9 @@ class Verdict:
 def environment_differences(recorded: dict[str, Any] | None, current: dict[str, Any]) -> list[str]:
     """A warning line per key of the recorded ``versions`` that differs from ``current``."""
     if not recorded:
-        return ["warning: summary.json records no environment (versions); cannot check it matches"]
-    return [f"warning: {printable(key, 60)} differs: {printable(recorded.get(key), 100)} when the run was made, "
-            f"{printable(current.get(key), 100)} now"
+        return [_("warning: summary.json records no environment (versions); cannot check it matches")]
+    return [_("warning: {key} differs: {then} when the run was made, {now} now").format(
+            key=printable(key, 60), then=printable(recorded.get(key), 100), now=printable(current.get(key), 100))
             for key in sorted(set(recorded) | set(current), key=str) if recorded.get(key) != current.get(key)]
 
 
