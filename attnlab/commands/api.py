@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import math
 import re
 import sys
 import tempfile
@@ -26,6 +27,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from attnlab.commands.argv import FREE_TEXT_KEYS, language, prepare, refusal
 from attnlab.commands.cli import error_line
+from attnlab.commands.config_folder import combinations
 from attnlab.commands.display import Run, SweepTable
 from attnlab.commands.hydra_config import VERSION_BASE, register_configs
 from attnlab.commands.job import run_job
@@ -134,7 +136,7 @@ def _config(args: tuple, options: dict[str, Any], what: str) -> DictConfig:
     how = f"attnlab.exercise({number[1]})" if number else "attnlab.sweep(" + ", ".join(map(repr, overrides)) + ")"
     raise AttnlabError(_("{preset} describes a sweep of {n} jobs ({keys}), not one run: run it with {how} "
                          "(on the command line: attnlab {args})").format(
-        preset=f"experiment={preset}" if preset else _("this config"), n=len(expand(params)),
+        preset=f"experiment={preset}" if preset else _("this config"), n=math.prod(map(len, combinations((), params))),
         keys=" × ".join(params), how=how, args=" ".join(overrides)))
 
 
@@ -182,17 +184,6 @@ def _speak(cfg: DictConfig) -> None:
         i18n.set_language(lang)
 
 
-def expand(params: dict[str, str], overrides: Iterable[str] = ()) -> list[list[str]]:
-    """The jobs (each its ``key=value`` list) of the preset's ``params``, then ``overrides`` (Hydra's syntax; a
-    later key replaces an earlier one), as Hydra's basic sweeper makes them."""
-    final: dict[str, list[str]] = {}
-    for override in OverridesParser.create().parse_overrides([*(f"{k}={v}" for k, v in params.items()), *overrides]):
-        key = override.get_key_element()
-        final[key] = ([f"{key}={v}" for v in override.sweep_string_iterator()] if override.is_sweep_override()
-                      else [f"{key}={override.get_value_element_as_str()}"])
-    return [list(job) for job in itertools.product(*final.values())]
-
-
 def sweep(*overrides: Any, dir: str | Path | None = None, **options: Any) -> SweepTable:
     """A sweep as ``attnlab -m OVERRIDES`` runs it, job by job: the table it ends with. ``dir``: the sweep folder
     to keep, as the command writes it; None: a temporary folder, no figures, removed at the end."""
@@ -208,7 +199,7 @@ def sweep(*overrides: Any, dir: str | Path | None = None, **options: Any) -> Swe
     base = compose(*fixed)  # a bad override refused here, in one line
     described = sweep_of(base)
     params = described[0] if described else {}
-    jobs = expand(params, prepared)
+    jobs = list(itertools.product(*combinations(prepared, params)))
     if len(jobs) < 2 and described is None:
         raise AttnlabError(_("no sweep: give a preset that describes one (experiment=exercise4) or values "
                              "separated by commas (optimizer.lr=0.005,0.05); attnlab.train runs one job"))

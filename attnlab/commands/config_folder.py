@@ -14,9 +14,10 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any, Iterator, NoReturn
+from typing import Any, Iterable, Iterator, NoReturn
 
 from hydra import compose, initialize_config_dir, initialize_config_module
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
 from attnlab.commands.argv import FLAGS, FLAGS_WITH_VALUE
@@ -66,21 +67,23 @@ def _initialize(config_path: str | None):
     return initialize_config_dir(path, **VERSION_BASE)
 
 
-def combinations(overrides: list[str], params: Any) -> list[list[str]]:
+def combinations(overrides: Iterable[str], params: Any = None, files_only: bool = False) -> list[list[str]]:
     """One list of ``key=value`` choices per key, as Hydra's basic sweeper makes them from ``params``
-    (``hydra.sweeper.params``) and then ``overrides``: every value of a swept config group (it
-    chooses files), only the first of a swept config key (the same files for each)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
+    (``hydra.sweeper.params``) and then ``overrides`` (a later key replaces an earlier one); their product is
+    the sweep's jobs. ``files_only`` (:func:`refusal`): every value of a swept config group (it chooses
+    files), only the first of a swept config key (the same files for each)."""
     final: dict[str, list[str]] = {}
     for o in OverridesParser.create().parse_overrides([*(f"{k}={v}" for k, v in (params or {}).items()), *overrides]):
         key = o.get_key_element()
         if not o.is_sweep_override():
-            final[key] = [f"{key}={o.get_value_element_as_str()}"]
-            continue
-        values = list(itertools.islice(o.sweep_string_iterator(), MAX_COMPOSED + 1)) if o.is_discrete_sweep() else []
-        group = o.key_or_group not in schema_keys() and "." not in o.key_or_group.removeprefix("hydra/")
-        final[key] = [f"{key}={v}" for v in (values if group else values[:1])]
+            values = [o.get_value_element_as_str()]
+        elif not files_only:
+            values = list(o.sweep_string_iterator())
+        else:
+            group = o.key_or_group not in schema_keys() and "." not in o.key_or_group.removeprefix("hydra/")
+            values = list(itertools.islice(o.sweep_string_iterator(), MAX_COMPOSED + 1 if group else 1)
+                          ) if o.is_discrete_sweep() else []
+        final[key] = [f"{key}={v}" for v in values]
     return [choices for choices in final.values() if choices]
 
 
@@ -138,9 +141,9 @@ def refusal(argv: list[str]) -> str | None:
         with _initialize(args.config_path):
             return compose(args.config_name or "config", overrides=overrides, return_hydra_config=True)
 
-    first = composed([c[0] for c in combinations(overrides, None)])
+    first = composed([c[0] for c in combinations(overrides, files_only=True)])
     params = first.hydra.sweeper.params
-    choices = combinations(overrides, OmegaConf.to_container(params, resolve=False) if params else None)
+    choices = combinations(overrides, OmegaConf.to_container(params, resolve=False) if params else None, True)
     for n, combination in enumerate(itertools.product(*choices)):
         if n >= MAX_COMPOSED:
             return _("error: {where}: a sweep over more than {most} combinations of config groups from a config "
