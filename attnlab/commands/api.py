@@ -71,13 +71,16 @@ def _hydra_value(value: Any) -> str:
 
 
 def overrides_of(overrides: Iterable[Any], options: dict[str, Any]) -> list[str]:
-    """``key=value`` strings of positional ``overrides`` and keyword ``options`` (``model__d_model=16``)."""
+    """``key=value`` strings of ``overrides`` and keyword ``options`` (``model__d_model=16``); AttnlabError: refused."""
     if (bad := next((arg for arg in overrides if not isinstance(arg, str)), None)) is not None:
         raise AttnlabError(_("{arg!r}: an override is a string 'key=value' (or a keyword argument key=value)")
                            .format(arg=bad))
     keys = {key: key.replace("__", ".") for key in options}
-    return [*overrides, *(f"{keys[k]}={v if keys[k] in FREE_TEXT_KEYS and isinstance(v, str) else _hydra_value(v)}"
-                          for k, v in options.items())]
+    typed = [*overrides, *(f"{keys[k]}={v if keys[k] in FREE_TEXT_KEYS and isinstance(v, str) else _hydra_value(v)}"
+                           for k, v in options.items())]
+    if (refused := refusal(typed)) is not None:
+        raise _one_line(refused)
+    return typed
 
 
 def _one_line(line: str) -> AttnlabError:
@@ -89,8 +92,6 @@ def compose(*overrides: str, config_name: str = "config", **options: Any) -> Dic
     """The config that ``attnlab OVERRIDES`` would run; a preset that describes a sweep (``experiment=exercise4``)
     is remembered as one (:func:`sweep` runs it, :func:`train` refuses it)."""
     typed = overrides_of(overrides, options)
-    if (refused := refusal(typed)) is not None:
-        raise _one_line(refused)
     return _compose(typed, prepare(typed), config_name)
 
 
@@ -188,8 +189,6 @@ def sweep(*overrides: Any, dir: str | Path | None = None, **options: Any) -> Swe
     """A sweep as ``attnlab -m OVERRIDES`` runs it, job by job: the table it ends with. ``dir``: the sweep folder
     to keep, as the command writes it; None: a temporary folder, no figures, removed at the end."""
     typed = overrides_of(overrides, options)
-    if (refused := refusal(typed)) is not None:
-        raise _one_line(refused)
     prepared = prepare(typed)
     try:
         parsed = OverridesParser.create().parse_overrides(prepared)

@@ -4,8 +4,8 @@ the command prints at a sweep's end. Nothing is written unless asked (:meth:`Run
 from __future__ import annotations
 
 import base64
+import dataclasses
 import html
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -13,14 +13,14 @@ from typing import Any, Iterator
 import numpy as np
 
 from attnlab.core.errors import AttnlabError
-from attnlab.core.focus import shown
+from attnlab.core.focus import FocusSink, shown
 from attnlab.core.i18n import _
 from attnlab.core.records import RunInfo, RunResult
 from attnlab.outputs import artifacts, destination, rundir
 from attnlab.outputs.plots import FigureSink, evolution_png
 from attnlab.saved.answers import answer, table_columns
 from attnlab.saved.report import render, write_run_report
-from attnlab.saved.report_data import load_run
+from attnlab.saved.report_data import PageSink, run_record
 from attnlab.saved.table import STATUSES, cell_text, columns_of, csv_text, distribution, format_table, header
 
 
@@ -58,13 +58,17 @@ class Run(RunResult):
         return self._png
 
     def page(self) -> str:
-        """The report page (``attnlab-report`` of this run) as HTML text, made through a temporary folder."""
+        """The report page (``attnlab-report`` of this run) as HTML text, made from what the run holds, as a
+        job makes its report.html."""
         if self._page is None:
-            with tempfile.TemporaryDirectory(prefix="attnlab-run-") as tmp:
-                self._write(Path(tmp) / "run")
-                name = (self.info.config.get("name") if self.info else None) or _("this run")
-                record = load_run(Path(tmp) / "run", name=str(name))
-            record["run_dir"] = _("in memory: run.save(DIR) writes it into a folder")  # (that one is gone)
+            summary, page, focus = self._summary(), PageSink(), FocusSink()
+            for sink in (page, focus):
+                sink.on_start(dataclasses.replace(self.info, snapshot_steps=[s.step for s in self.snapshots]))
+                for snapshot in self.snapshots:
+                    sink.on_snapshot(snapshot)
+            name = self.info.config.get("name") or _("this run")
+            record = run_record(Path("run"), summary, self.losses, page, focus, name=str(name))
+            record["run_dir"] = _("in memory: run.save(DIR) writes it into a folder")
             self._page = render([record])
         return self._page
 
@@ -82,16 +86,28 @@ class Run(RunResult):
         return {"text/plain": repr(self), "text/html": f'<div class="attnlab-run">{image}{frame}</div>',
                 "image/png": png}
 
-    def _write(self, run_dir: Path, figures: bool = False) -> None:
-        """metrics.csv, attention.npz, summary.json (and the figures), as the command writes them, into the
-        new ``run_dir``: the run's records replayed into the command's sinks."""
+    def _summary(self) -> dict[str, Any]:
+        """summary.json as the command writes it for this run; AttnlabError when the run kept too little."""
         if self.info is None:
             raise AttnlabError(_("this run stopped before its first step: nothing to save"))
         if len(self.losses) != self.steps_run or not self.snapshots and self.info.snapshot_steps:
             raise AttnlabError(_("this run kept no losses or snapshots (keep_losses/keep_snapshots=False): "
                                  "nothing to save"))
+        n, threshold, config = self.steps_run, self.steps_to_threshold, self.info.config
+        val = [s.val_loss for s in self.snapshots if s.val_loss is not None]
+        return {"status": self.status, "final_loss": float(self.losses[-1]) if n else None, "steps_run": n,
+                **({"val_loss": val[-1]} if val else {}),
+                **({"generation": self.generation} if self.generation else {}),
+                "steps_to_threshold": threshold if threshold is not None and threshold < n else None,
+                "wall_time_s": round(self.wall_time_s, 6), "error": self.error, "task": "train", "config": config,
+                "overrides": [], "versions": artifacts.environment(str(config.get("device", "cpu"))), **self.recorded}
+
+    def _write(self, run_dir: Path, figures: bool = False) -> None:
+        """metrics.csv, attention.npz, summary.json (and the figures), as the command writes them, into the
+        new ``run_dir``: the run's records replayed into the command's sinks."""
+        summary = self._summary()
         run_dir.mkdir(parents=True, exist_ok=True)
-        for sink in [artifacts.RunDirSink(run_dir), *([FigureSink(run_dir)] if figures else [])]:
+        for sink in [artifacts.RunDirSink(run_dir, writes_summary=False), *([FigureSink(run_dir)] if figures else [])]:
             sink.on_start(self.info)
             sink.on_losses(np.arange(len(self.losses), dtype=np.int64), np.asarray(self.losses, dtype=np.float64))
             for snapshot in self.snapshots:
@@ -99,9 +115,7 @@ class Run(RunResult):
             sink.flush()
             sink.on_end(self)
             sink.close()
-        config = self.info.config
-        artifacts.update_summary(run_dir, task="train", config=config, overrides=[],
-                                 versions=artifacts.environment(str(config.get("device", "cpu"))), **self.recorded)
+        artifacts.write_summary(run_dir, summary)
 
     def save(self, dir: str | Path) -> Path:
         """Write the run dir ``attnlab`` would have written into ``dir`` (new or empty): metrics.csv,

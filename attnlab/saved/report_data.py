@@ -148,14 +148,14 @@ def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int
 
 def run_record(run_dir: Path, summary: dict[str, Any], losses: np.ndarray | None = None,
                page: PageSink | None = None, focus: FocusSink | None = None,
-               walkthrough: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
-    """:func:`load_run`'s record of the run attnlab has just written into ``run_dir``, from what it holds: its
-    ``summary``, ``losses`` (steps,), the snapshots ``page`` kept and ``focus`` saw, or the ``walkthrough``'s
-    arrays. Nothing is read back."""
+               walkthrough: dict[str, np.ndarray] | None = None, name: str | None = None) -> dict[str, Any]:
+    """:func:`load_run`'s record of the run attnlab has just written into ``run_dir`` (or holds in memory), from
+    what it holds: its ``summary``, ``losses`` (steps,), the snapshots ``page`` kept and ``focus`` saw, or the
+    ``walkthrough``'s arrays. Nothing is read back."""
     summary = json.loads(json.dumps(summary, ensure_ascii=False))  # as summary.json holds it
     files = runs.RunFiles(Path(run_dir), Path(run_dir), summary=summary, status=summary.get("status"),
-                          config=summary.get("config") or {}, overrides=summary.get("overrides") or [])
-    rec = _record(files.run_dir, None)
+                          config=summary.get("config") or {}, overrides=summary.get("overrides") or [], held=True)
+    rec = _record(files.run_dir, name)
     metrics = None if losses is None else (np.arange(len(losses), dtype=np.int64), np.asarray(losses, np.float64))
     attention = sink = None
     if walkthrough is not None:
@@ -164,7 +164,7 @@ def run_record(run_dir: Path, summary: dict[str, Any], losses: np.ndarray | None
         sink = _snapshots(rec, np.asarray(page.steps, dtype=np.int64), list(page.info.tokens), page.info.token_ids,
                           page.heads, page.indices, np.stack(page.frames) if page.frames else None,
                           np.stack(page.layer_frames) if page.layer_frames else None, focus)
-    return _fill(rec, files, None, metrics, attention, sink)
+    return _fill(rec, files, name, metrics, attention, sink)
 
 
 class PageSink(Sink):

@@ -69,7 +69,8 @@ def find_runs(path: Path) -> list[Path]:
 @dataclass
 class RunFiles:
     """What a run dir says about itself (:func:`read_run`): ``config`` is summary.json's, else
-    ``.hydra/config.yaml`` (nothing resolved); ``root``: no link followed below it; ``linked``: nothing read."""
+    ``.hydra/config.yaml`` (nothing resolved); ``root``: no link followed below it; ``linked``: nothing read;
+    ``held``: a run's own records in memory (:func:`attnlab.saved.report_data.run_record`), no file looked at."""
 
     run_dir: Path
     root: Path
@@ -79,6 +80,7 @@ class RunFiles:
     overrides: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     linked: bool = False
+    held: bool = False
 
     def attempt(self, read: Callable[..., Any], *args: Any, missing_ok: bool = False, **kwargs: Any) -> Any:
         """``read(*args, **kwargs)``, or None with its RunFileError added to :attr:`problems`."""
@@ -268,7 +270,8 @@ def _fill_row(row: dict[str, Any], files: RunFiles, sweep_end: bool, metrics: An
     else:
         n = summary.get("steps_run")
         expected = [METRICS, ATTENTION] if files.status in RAN and isinstance(n, int) and n > 0 else []
-    files.problems.extend(f"{name}: missing" for name in expected if not safe_read.exists(run_dir, name))
+    missing = [] if files.held else [name for name in expected if not safe_read.exists(run_dir, name)]
+    files.problems.extend(f"{name}: missing" for name in missing)
     row.update(observed_cells({**summary, "focus": recorded}))
     own = DIED if files.status == "killed" or (sweep_end and files.status == "running") else summary.get("error")
     row["error"] = "; ".join(x for x in [own, *files.problems] if x) or None
