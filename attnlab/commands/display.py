@@ -58,8 +58,7 @@ class Run(RunResult):
         return self._png
 
     def page(self) -> str:
-        """The report page (``attnlab-report`` of this run) as HTML text, made from what the run holds, as a
-        job makes its report.html."""
+        """The report page (``attnlab-report`` of this run) as HTML text, made from what the run holds."""
         if self._page is None:
             summary, page, focus = self._summary(), PageSink(), FocusSink()
             for sink in (page, focus):
