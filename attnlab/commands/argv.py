@@ -95,9 +95,13 @@ def overrides_first(argv: list[str]) -> list[str]:
     for arg in argv:
         is_option = value_next or arg.startswith("-") or not ("=" in arg or arg.startswith("~"))
         (options if is_option else overrides).append(arg)
-        value_next = not value_next and arg.startswith("-") and "=" not in arg and any(
-            f == arg or (arg.startswith("--") and len(arg) > 2 and f.startswith(arg)) for f in FLAGS_WITH_VALUE)
+        value_next = not value_next and arg.startswith("-") and "=" not in arg and bool(_named(arg, FLAGS_WITH_VALUE))
     return [*overrides, *options]
+
+
+def _named(name: str, flags) -> set[str]:
+    """The ``flags`` an option ``name`` names: itself, or those it begins (argparse takes ``--multi``)."""
+    return {f for f in flags if f == name or (name.startswith("--") and len(name) > 2 and f.startswith(name))}
 
 
 def unknown_option(argv: list[str]) -> str | None:
@@ -109,8 +113,7 @@ def unknown_option(argv: list[str]) -> str | None:
             skip = False
             continue
         name = arg.split("=", 1)[0]
-        matches = {f for f in FLAGS | FLAGS_WITH_VALUE
-                   if f == name or (name.startswith("--") and len(name) > 2 and f.startswith(name))}
+        matches = _named(name, FLAGS | FLAGS_WITH_VALUE)
         if not matches:
             return arg
         skip = "=" not in arg and bool(matches & FLAGS_WITH_VALUE)
