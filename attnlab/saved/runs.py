@@ -280,12 +280,13 @@ def collect_rows(paths: Iterable[Path], sweep_end: bool = False, against: dict |
 
 
 LABELS = ("name", "notes", "lang")  # a run's label and language: never what differs
-UNSET: Any = object()  # a key a config does not have
 
 
-def config_values(config: Any) -> dict[str, Any]:
-    """``{dotted key: value}`` of a config's values (a list is one), not :data:`LABELS` nor ``logging.*``."""
-    return {k: v for k, v in walk(config) if k and "[" not in k and not isinstance(v, dict) and k not in LABELS
+def config_values(config: Any) -> dict[str, str]:
+    """``{dotted key: value as typed}`` of a config's values (a list is one; text as is, others as JSON: ``0.05``,
+    ``true``, ``[0,5]``), not :data:`LABELS` nor ``logging.*``."""
+    return {k: v if isinstance(v, str) else json.dumps(v, ensure_ascii=False, separators=(",", ":"))
+            for k, v in walk(config) if k and "[" not in k and not isinstance(v, dict) and k not in LABELS
             and not k.startswith("logging.")}
 
 
@@ -298,25 +299,17 @@ def differs(configs: Sequence[Any], against: Any = None) -> list[dict[str, str]]
     base = config_values(against) if against is not None else None
     out: list[dict[str, str]] = [{} for _config in configs]
     for key in dict.fromkeys(k for v in [*have, base or {}] for k in v):
-        shown = [_shown(v.get(key, UNSET)) if v else None for v in values]
         if base is not None:
-            usual = _shown(base.get(key, UNSET))
+            usual = base.get(key, "?")
         else:
-            (usual, n), *rest = Counter(_shown(v.get(key, UNSET)) for v in have).most_common()
+            (usual, n), *rest = Counter(v.get(key, "?") for v in have).most_common()
             usual = usual if n > 1 and (not rest or rest[0][1] < n) or not rest else None
-        for i, text in enumerate(shown):
-            if text is not None and text != usual:
-                out[i][key] = text
+        for i, v in enumerate(values):
+            if v and v.get(key, "?") != usual:
+                out[i][key] = v.get(key, "?")
     return out
 
 
 def differs_text(keys: dict[str, str]) -> str | None:
     """One run's :func:`differs` as ``key=value key=value``; None for none."""
     return " ".join(f"{k}={v}" for k, v in keys.items()) or None
-
-
-def _shown(value: Any) -> str:
-    """A config value as typed on the command line: text as is, others as JSON (``0.05``, ``true``, ``[0,5]``)."""
-    if value is UNSET:
-        return "?"
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
