@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from attnlab.core import interrupts
-from attnlab.core.errors import WriteError
+from attnlab.core.errors import WriteError, as_write_error
 from attnlab.core.records import RunInfo, RunResult, Sink, Snapshot
 from attnlab.outputs import rundir
 
@@ -42,7 +42,7 @@ def _replace_from_temp(path: Path, write) -> None:
         with contextlib.suppress(OSError):  # (a read-only file system refuses even a missing file's unlink)
             tmp.unlink(missing_ok=True)
         if isinstance(err, OSError):
-            raise WriteError.from_os_error(err, path.name) from err
+            raise as_write_error(err, file=path.name) from err
         raise
 
 
@@ -122,7 +122,7 @@ class RunDirSink(Sink):
     def _fail(self, err: OSError, file: str, step: int | None) -> WriteError:
         rundir.release_reserve(self.run_dir)  # room to record the failure
         if self.failure is None:
-            self.failure = WriteError.from_os_error(err, file, step)
+            self.failure = as_write_error(err, step, file)
         return self.failure
 
     def on_start(self, info: RunInfo) -> None:
