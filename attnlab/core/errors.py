@@ -69,8 +69,7 @@ def as_write_error(err: BaseException, step: int | None = None, file: str | None
     if file is None and err.filename:
         file = Path(str(err.filename)).name
     elif file is None:
-        writers = ("tensorboard.", "torch.utils.tensorboard", "attnlab.outputs.tensorboard")
-        in_writer = any(str(frame.f_globals.get("__name__", "")).startswith(writers)
+        in_writer = any("tensorboard" in str(frame.f_globals.get("__name__", ""))  # tensorboard's, torch's, ours
                         for frame, _ in traceback.walk_tb(err.__traceback__))
         file = "the TensorBoard event file" if in_writer else "the run's files"
     return WriteError(file, os_reason(err), step, err.errno)
