@@ -209,7 +209,7 @@ class RunDirSink(Sink):
             except WriteError as err:
                 failure = failure or err
         kept_val = [v for s, v in self._val.items() if s < n]
-        fields = {"status": result.status, "final_loss": final_loss if n else None, "steps_run": n,
+        fields = {"status": result.status, "final_loss": final_loss, "steps_run": n,
                   **({"val_loss": kept_val[-1]} if kept_val else {}),
                   **({"generation": result.generation} if result.generation else {}),
                   "steps_to_threshold": threshold if threshold is not None and threshold < n else None,
@@ -248,12 +248,12 @@ class RunDirSink(Sink):
 def _room(folder: Path) -> int:
     """Bytes a new file in ``folder`` may take: the free space, at most POSIX's ``RLIMIT_FSIZE``."""
     room = shutil.disk_usage(folder).free
-    try:
+    with contextlib.suppress(ImportError):  # (no resource module on Windows)
         import resource
-    except ImportError:
-        return room
-    soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
-    return room if soft == resource.RLIM_INFINITY else min(room, soft)
+
+        soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+        room = room if soft == resource.RLIM_INFINITY else min(room, soft)
+    return room
 
 
 def close_orphans(error: str) -> list[Path]:

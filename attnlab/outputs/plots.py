@@ -219,6 +219,5 @@ class FigureSink(Sink):
         if self._drawings is None:
             self._draw(self.losses if self._losses else np.asarray(result.losses, dtype=np.float64))
         for name, drawing in self._drawings:
-            png = drawing.result()
-            if png is not None:  # (no loss.png when no loss is finite)
-                atomic_write(self.run_dir / name, png)
+            if (data := drawing.result()) is not None:  # (no loss.png when no loss is finite)
+                atomic_write(self.run_dir / name, data)
