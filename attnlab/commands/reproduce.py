@@ -23,14 +23,14 @@ from typing import Any, Sequence
 import yaml
 from omegaconf import DictConfig
 
-from attnlab.commands.arguments import HelperParser, speak
+from attnlab.commands.arguments import HelperParser, console_script, speak
 from attnlab.commands.job import run_job
 from attnlab.core import checks, interrupts, threads
 from attnlab.core.config import apply_schema, literal, plain
 from attnlab.core.errors import AttnlabError, ConfigError, RunDirError, describe
 from attnlab.core.files import printable
 from attnlab.core.i18n import N_, _
-from attnlab.outputs import artifacts, destination, rundir, streams
+from attnlab.outputs import artifacts, destination, rundir
 from attnlab.outputs.console import display_path
 from attnlab.outputs.drawing import end_with_parent
 from attnlab.saved import runs, safe_read, verdict
@@ -445,9 +445,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_NOT_A_RUN
 
 
-def console_main() -> None:
-    streams.install()
-    sys.exit(main())
+console_main = console_script(main)
 
 
 if __name__ == "__main__":
