@@ -348,11 +348,11 @@ def reproduce_many(paths: Sequence[Path], out: Path | None, csv: Path | None, jo
 
         assignment = preset_config(against)
     try:  # each run is checked in its worker before it runs
-        verdicts, interrupted = verify([(r, out / name) for r, name, _root in found], jobs=jobs, draw=draw), False
+        verdicts, interrupted = verify([(r, out / name) for r, name, _files in found], jobs=jobs, draw=draw), False
     except KeyboardInterrupt:  # before any pool started
         verdicts, interrupted = [Verdict(INTERRUPTED, _(STOPPED))] * len(found), True
-    rows = sorted(({"job": name, "name": runs.setting(runs.read_run(r, root).config, "name", str, None),
-                    **verdict_row(judged)} for judged, (r, name, root) in zip(verdicts, found)),
+    rows = sorted(({"job": name, "name": runs.setting(files.config, "name", str, None),
+                    **verdict_row(judged)} for judged, (_r, name, files) in zip(verdicts, found)),
                   key=lambda row: (row["name"] is None, row["name"] or "", row["job"]))
     print(verdict_table(rows, out))
     if csv is not None:

@@ -1,23 +1,17 @@
 """The figure of ``attnlab-compare --plot``: the runs' loss curves, focus weights and last heatmaps."""
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
 from attnlab.core.config import loss_axis_label
-from attnlab.core.errors import RunDirError
-from attnlab.core.focus import FOCUS_THRESHOLD, focus_weights
+from attnlab.core.focus import FOCUS_THRESHOLD
 from attnlab.core.i18n import _
-from attnlab.core.records import head_mean
 from attnlab.outputs import destination, fonts
 from attnlab.outputs.fonts import drawable, label
 from attnlab.outputs.plots import DPI, draw_heatmap, figure_bytes, plot_loss
-from attnlab.saved import safe_read
-from attnlab.saved.runs import saved_attention
-from attnlab.saved.safe_read import METRICS
 from attnlab.saved.swept import LINESTYLES, PALETTE, run_labels, run_styles, wrap
 
 MAX_HEATMAPS = 8  # at most this many heatmap panels
@@ -26,7 +20,7 @@ HEATMAP_COLS = 4  # ... per row
 
 def comparison_figure(rows: Sequence[dict[str, Any]], path: Path, force: bool = False) -> Path:
     """Write one PNG to ``path``: loss curves on a log axis (top left; non-finite losses left out),
-    each run's focus weight at every snapshot (top right, :func:`attnlab.core.focus.focus_weights`) and up
+    each run's focus weight at every snapshot (top right, heads averaged) and up
     to :data:`MAX_HEATMAPS` last-snapshot heatmaps (colour scale [0, 1]), titled by job number and
     swept values wrapped to the panel; constrained layout, written atomically."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -44,26 +38,17 @@ def comparison_figure(rows: Sequence[dict[str, Any]], path: Path, force: bool = 
 
     curves, maps, objectives, focus, drawn = [], [], [], [], {}
     styles = run_styles(rows) or curve_styles(len(rows))  # by row: a run has one style in both axes
-    for i, (r, name, style) in enumerate(zip(rows, legend, styles)):
-        run_dir = Path(r["path"])
-        root = Path(r.get("root") or run_dir)  # no link below the PATH the run was found under is followed
-        metrics = attention = None
-        with contextlib.suppress(RunDirError):  # the row names a file that cannot be read
-            metrics = safe_read.read_run_metrics(run_dir, root=root) if safe_read.exists(run_dir, METRICS) else None
-        with contextlib.suppress(RunDirError):
-            attention = saved_attention(run_dir, root=root)
-        if metrics is not None and metrics[1].size:
-            curves.append((style, *metrics))
+    for i, (r, name, style) in enumerate(zip(rows, legend, styles)):  # what collect_rows read
+        if r.get("metrics") is not None and r["metrics"][1].size:
+            curves.append((style, *r["metrics"]))
             drawn[i] = (drawable(name), style)
             objectives.append(r.get("objective"))
-        if attention is not None:
-            steps, weights, labels = attention
-            with contextlib.suppress(ValueError):  # no such focus token
-                if steps is not None:
-                    focus.append((style, steps, focus_weights(weights, r["focus_query"])))
-                    drawn[i] = (drawable(name), style)
-            maps.append((panel_title(name, "walkthrough" if steps is None else f"step={steps[-1]}"),
-                         head_mean(weights[-1]), labels))
+        if r.get("focus_curve") is not None:
+            focus.append((style, *r["focus_curve"]))
+            drawn[i] = (drawable(name), style)
+        if r.get("heatmap") is not None:
+            step, w, labels = r["heatmap"]
+            maps.append((panel_title(name, "walkthrough" if step is None else f"step={step}"), w, labels))
     shown = maps[:MAX_HEATMAPS]
     n = max(len(shown), 1)
     cols = min(n, HEATMAP_COLS)

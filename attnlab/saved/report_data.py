@@ -43,17 +43,21 @@ def pick_frames(n: int, budget: int, fbytes: int) -> list[int]:
     return _thin(n, k).tolist() if k >= 2 else [n - 1] if k == 1 and n else []
 
 
+def _snapshot_bytes(npz: safe_read.NpzArchive) -> int:
+    """JSON bytes of one snapshot of attention.npz ``npz``: every head, and a GPT's every block's."""
+    _S, H, T, _ = npz.infos["weights"].shape
+    return frame_bytes(H * (1 + (npz.infos["layers"].shape[1] if "layers" in npz.infos else 0)), T)
+
+
 def weight_need(run_dir: Path, root: Path | None = None) -> int:
     """JSON bytes all of ``run_dir``'s snapshots would take (0 without any); reads only headers."""
     if not safe_read.exists(run_dir, ATTENTION):
         return 0
     try:
         with safe_read.open_attention(run_dir, NPZ_LIMIT, root=root) as npz:
-            S, H, T, _ = npz.infos["weights"].shape
-            L = npz.infos["layers"].shape[1] if "layers" in npz.infos else 0
+            return npz.infos["weights"].shape[0] * _snapshot_bytes(npz)
     except RunFileError:  # load_run says what is wrong
         return 0
-    return S * frame_bytes(H * (1 + L), T)
 
 
 def share_budget(needs: Sequence[int], budget: int = WEIGHT_BUDGET) -> list[int]:
@@ -127,23 +131,25 @@ def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int
              root: Path | None = None) -> dict[str, Any]:
     """One run dir as the page's record (:func:`_record`'s fields, docs/reference.md), read as attnlab-compare
     reads it, through :mod:`attnlab.saved.safe_read` (someone else's run); never raises."""
-    run_dir = Path(run_dir)
-    rec = _record(run_dir, name)
-    files = runs.read_run(run_dir, root)  # as attnlab-compare reads it: the row below is its row
+    return _load(runs.read_run(Path(run_dir), root), name, max_weight_bytes)
+
+
+def _load(files: runs.RunFiles, name: str | None, max_weight_bytes: int) -> dict[str, Any]:
+    """:func:`load_run` of a :func:`runs.read_run`: the row below is attnlab-compare's."""
+    run_dir, rec = files.run_dir, _record(files.run_dir, name)
     if files.linked:  # nothing read through a link
         return {**rec, "status": "unreadable", "error": files.problems[0], "problems": files.problems,
                 "table": table.page_cells(runs.row_from(files, name))}
     metrics = (files.attempt(safe_read.read_run_metrics, run_dir, root=files.root)
                if safe_read.exists(run_dir, METRICS) else None)
-    attention = sink = None  # the snapshots as attnlab-compare reads them, from the arrays read here
+    attention = None  # the snapshots as attnlab-compare reads them, from the arrays read here
     if safe_read.exists(run_dir, ATTENTION):
-        sink = files.attempt(_load_attention, rec, run_dir, files.root, max_weight_bytes,
-                             runs.setting(files.config, "train.focus_token", int, 1))
+        attention = files.attempt(_load_attention, rec, run_dir, files.root, max_weight_bytes)
     elif safe_read.exists(run_dir, WALKTHROUGH):
         walk = files.attempt(safe_read.read_walkthrough, run_dir, NPZ_LIMIT, root=files.root,
                              keys=("weights", "token_ids"))
         attention = walk and _walkthrough(rec, walk, runs.setting(files.config, "tokenizer.encoding", str, "gpt2"))
-    return _fill(rec, files, name, metrics, attention, sink)
+    return _fill(rec, files, name, metrics, attention)
 
 
 def run_record(run_dir: Path, summary: dict[str, Any], losses: np.ndarray | None = None,
@@ -157,14 +163,13 @@ def run_record(run_dir: Path, summary: dict[str, Any], losses: np.ndarray | None
                           config=summary.get("config") or {}, overrides=summary.get("overrides") or [], held=True)
     rec = _record(files.run_dir, name)
     metrics = None if losses is None else (np.arange(len(losses), dtype=np.int64), np.asarray(losses, np.float64))
-    attention = sink = None
     if walkthrough is not None:
-        attention = _walkthrough(rec, walkthrough, runs.setting(files.config, "tokenizer.encoding", str, "gpt2"))
-    else:
-        sink = _snapshots(rec, np.asarray(page.steps, dtype=np.int64), list(page.info.tokens), page.info.token_ids,
-                          page.heads, page.indices, np.stack(page.frames) if page.frames else None,
-                          np.stack(page.layer_frames) if page.layer_frames else None, focus)
-    return _fill(rec, files, name, metrics, attention, sink)
+        return _fill(rec, files, name, metrics,
+                     _walkthrough(rec, walkthrough, runs.setting(files.config, "tokenizer.encoding", str, "gpt2")))
+    _snapshots(rec, np.asarray(page.steps, dtype=np.int64), list(page.info.tokens), page.info.token_ids, page.heads,
+               page.indices, np.stack(page.frames) if page.frames else None,
+               np.stack(page.layer_frames) if page.layer_frames else None)
+    return _fill(rec, files, name, metrics, None, focus if page.frames else None)
 
 
 class PageSink(Sink):
@@ -189,7 +194,7 @@ class PageSink(Sink):
 
 
 def _fill(rec: dict[str, Any], files: runs.RunFiles, name: str | None, metrics: tuple[np.ndarray, np.ndarray] | None,
-          attention: Any, sink: FocusSink | None) -> dict[str, Any]:
+          attention: Any, sink: FocusSink | None = None) -> dict[str, Any]:
     """``rec`` completed from the run's files as read (or held): its summary and config, the losses ``metrics``
     and attnlab-compare's row (from the ``attention`` or the focus ``sink`` read: :func:`runs.row_from`)."""
     summary, used = files.summary, files.config
@@ -207,7 +212,7 @@ def _fill(rec: dict[str, Any], files: runs.RunFiles, name: str | None, metrics: 
     kind = summary.get("task") or safe_read.select(used, "task")
     rec["kind"] = rec["kind"] or (kind if kind in ("train", "walkthrough") else None)  # walkthrough.npz: its kind
     focus = runs.setting(used, "train.focus_token", int, 1)
-    row = runs.row_from(files, name, metrics=metrics, attention=attention, focus=sink)
+    row = runs.row_from(files, name, read=False, metrics=metrics, attention=attention, focus=sink)
     rec["table"] = table.page_cells(row)
     rec["observations"] = observations(rec["table"], summary)
     rec["loss_name"] = loss_name([row.get("objective")])
@@ -224,6 +229,8 @@ def _fill(rec: dict[str, Any], files: runs.RunFiles, name: str | None, metrics: 
         rec["loss"] = {"steps": steps[idx].tolist(), "values": _finite_or_none(losses[idx].tolist()),
                        "total": int(steps.size)}
 
+    if rec["steps"] and row.get("focus_curve"):  # the focus weight at every snapshot, beside the frames shown
+        rec["focus_series"] = {"steps": list(row["focus_curve"][0]), "weights": _finite_or_none(row["focus_curve"][1])}
     T = len(rec["tokens"])
     rec["focus_token"] = focus if 0 <= focus < T else None
     if row.get("focus_token") is not None:  # the row's focus cells: attnlab-compare's, weight unrounded
@@ -253,45 +260,33 @@ def observations(cells: dict[str, dict[str, Any]], summary: dict[str, Any]) -> l
     return out
 
 
-def _load_attention(rec: dict[str, Any], run_dir: Path, root: Path, max_weight_bytes: int,
-                    query: int) -> FocusSink | None:
-    """:func:`_snapshots` of attention.npz (the frames that fit ``max_weight_bytes``), the focus of ``query``."""
+def _load_attention(rec: dict[str, Any], run_dir: Path, root: Path, max_weight_bytes: int) -> Any:
+    """:func:`_snapshots` of attention.npz (the frames that fit ``max_weight_bytes``); its snapshots as
+    :func:`runs.saved_attention` (None when no frame fits)."""
     with safe_read.open_attention(run_dir, NPZ_LIMIT, root=root) as npz:
         steps = npz.read("steps")
         labels = [str(t) for t in npz.read("tokens").tolist()]
-        S, H, T, _ = npz.infos["weights"].shape
-        L = npz.infos["layers"].shape[1] if "layers" in npz.infos else 0
-        idx = pick_frames(S, max_weight_bytes, frame_bytes(H * (1 + L), T))
+        idx = pick_frames(steps.size, max_weight_bytes, _snapshot_bytes(npz))
         weights = npz.read("weights") if idx else None
-        sink = None
-        if weights is not None and 0 <= query < T:
-            sink = FocusSink()
-            sink.on_start(RunInfo({}, [], labels, [], 0, query))
-            for step, w in zip(steps.tolist(), weights):
-                sink.on_snapshot(Snapshot(step, math.nan, w))
         layers = npz.read("layers")[idx] if idx and "layers" in npz.infos else None
-        return _snapshots(rec, steps, labels, npz.read("token_ids"), H, idx,
-                          None if weights is None else weights[idx], layers, sink)
+        _snapshots(rec, steps, labels, npz.read("token_ids"), npz.infos["weights"].shape[1], idx,
+                   None if weights is None else weights[idx], layers)
+    return None if weights is None else (steps, weights, labels)
 
 
 def _snapshots(rec: dict[str, Any], steps: np.ndarray, labels: list[str], token_ids: Any, heads: int,
-               idx: list[int], frames: np.ndarray | None, layers: np.ndarray | None,
-               sink: FocusSink | None) -> FocusSink | None:
+               idx: list[int], frames: np.ndarray | None, layers: np.ndarray | None) -> None:
     """Fill ``rec``'s tokens and snapshots: ``steps`` (S,) of all, ``frames`` (k, H, T, T) and a GPT's ``layers``
-    (k, L, H, T, T) at ``idx``; the focus weight at every snapshot from ``sink`` (which saw them all).
-    Returns ``sink`` for attnlab-compare's row (None without a frame)."""
+    (k, L, H, T, T) at ``idx``."""
     rec["tokens"] = [printable(t, MAX_STR) for t in labels]
     rec["token_ids"] = [int(i) for i in np.asarray(token_ids).tolist()]
     rec["snapshots_total"], rec["heads"] = int(steps.size), heads
     if frames is None:
-        return None
-    if sink is not None:
-        rec["focus_series"] = {"steps": steps.tolist(), "weights": _finite_or_none([s[-1] for s in sink.series])}
+        return
     rec["weights"] = _rounded(frames)
     if layers is not None:  # a GPT: every block's, for the layer selector and grid
         rec["layers"] = _rounded(layers)
     rec["steps"] = [int(steps[i]) for i in idx]
-    return sink
 
 
 def _walkthrough(rec: dict[str, Any], walk: dict[str, np.ndarray], encoding: Any) -> tuple[None, np.ndarray, list[str]]:
@@ -299,7 +294,7 @@ def _walkthrough(rec: dict[str, Any], walk: dict[str, np.ndarray], encoding: Any
     rec["kind"] = "walkthrough"
     labels = runs.token_labels_for(walk["token_ids"], encoding)
     weights = walk["weights"][None, None]
-    _snapshots(rec, np.zeros(1, dtype=np.int64), labels, walk["token_ids"], 1, [0], weights, None, None)
+    _snapshots(rec, np.zeros(1, dtype=np.int64), labels, walk["token_ids"], 1, [0], weights, None)
     return None, weights, labels
 
 
@@ -310,9 +305,8 @@ def collect_records(paths: Iterable[Path | str], *, found: list[tuple[Path, str,
     most runs; with ``verdicts`` (job -> attnlab-reproduce's row) each run's verdict, the runs sorted by student
     (``name``, then job). Raises RunDirError."""
     found = runs.named_runs(Path(p) for p in paths) if found is None else found
-    shares = share_budget([weight_need(r, root) for r, _, root in found])
-    records = [load_run(r, name=name, max_weight_bytes=share, root=root)
-               for (r, name, root), share in zip(found, shares)]
+    shares = share_budget([weight_need(r, files.root) for r, _, files in found])
+    records = [_load(files, name, share) for (_r, name, files), share in zip(found, shares)]
     names = [name for _, name, _ in found]
     labels = run_labels([{"job": name, "override_list": rec["overrides"]} for rec, name in zip(records, names)])
     for rec, label in zip(records, labels):  # attnlab-compare --plot's legends: "3: lr=0.05"
@@ -320,7 +314,7 @@ def collect_records(paths: Iterable[Path | str], *, found: list[tuple[Path, str,
     dashes = dict(zip(LINESTYLES, ("", "6.7 2.9", "1.8 3", "11.5 2.9 1.8 2.9")))  # the page's DASHES
     for rec, style in zip(records, run_styles([{"override_list": rec["overrides"]} for rec in records]) or []):
         rec["style"] = {"color": style["color"], "dash": dashes[style["linestyle"]]}
-    configs = [runs.read_run(r, root).config for r, _, root in found]  # as attnlab-compare reads them
+    configs = [files.config for _r, _name, files in found]  # as attnlab-compare reads them
     for rec, keys in zip(records, runs.differs(configs, against)):
         rec["differs_keys"], rec["differs"] = list(keys), runs.differs_text(keys)
         rec["table"]["differs"] = table.page_cell("differs", rec["differs"])

@@ -1,7 +1,7 @@
 """Saved runs as rows (attnlab-compare, the sweep's end table, the report's runs table), read through
-:mod:`attnlab.saved.safe_read`; cells hold text as read. Keys: :data:`COLUMNS` (status is summary.json's,
-or ``killed``, ``missing``, ``unreadable``; ``final_loss`` MSE or cross-entropy in nats; focus cells at
-the last snapshot, heads averaged), the exercise observations, ``path`` and ``problems``."""
+:mod:`attnlab.saved.safe_read`; cells hold text as read. Keys: :data:`attnlab.saved.columns.ROW_KEYS` (status
+is summary.json's, or ``killed``, ``missing``, ``unreadable``; ``final_loss`` MSE or cross-entropy in nats;
+focus cells at the last snapshot, heads averaged), the exercise observations, ``path`` and ``problems``."""
 from __future__ import annotations
 
 import contextlib
@@ -26,7 +26,6 @@ from attnlab.saved import safe_read
 from attnlab.saved.columns import ROW_KEYS, observed_cells
 from attnlab.saved.safe_read import ATTENTION, CONFIG, METRICS, SUMMARY, WALKTHROUGH, MissingRunFile, RunFileError
 
-COLUMNS = ROW_KEYS  # every row's keys (attnlab.saved.columns)
 MAX_DEPTH = 6  # folders below a PATH searched for runs (outputs/multirun/NAME/DATE/TIME/JOB is 5)
 NO_SUMMARY = "no summary.json (the job did not start, or died before writing it)"
 DIED = "the job ended without a final status (killed or crashed)"
@@ -130,15 +129,14 @@ def read_run(run_dir: Path, root: Path | None = None) -> RunFiles:
     return files
 
 
-def _job_num(run_dir: Path, root: Path | None = None) -> int | float:
+def _job_num(files: RunFiles) -> int | float:
     """The job's number (summary.json, hydra.yaml, else the folder name's, else inf), only to order rows."""
-    for read in (lambda: safe_read.read_summary(run_dir, root=root).get("job_num"),
-                 lambda: safe_read.read_job_num(run_dir, root=root)):
+    num = files.summary.get("job_num")
+    if num is None:
         with contextlib.suppress(RunFileError):
-            if (num := read()) is not None:
-                return num
-    head = run_dir.name.split("_", 1)[0]
-    return int(head) if head.isdigit() else math.inf
+            num = safe_read.read_job_num(files.run_dir, root=files.root)
+    head = files.run_dir.name.split("_", 1)[0]
+    return num if num is not None else int(head) if head.isdigit() else math.inf
 
 
 def token_labels_for(token_ids: Sequence[int], encoding: Any) -> list[str]:
@@ -155,7 +153,6 @@ def saved_attention(run_dir: Path, encoding: str = "gpt2", *,
                     root: Path | None = None) -> tuple[np.ndarray | None, np.ndarray, list[str]] | None:
     """``(steps (S,), weights (S, H, T, T), token labels)`` of attention.npz, or ``(None, weights
     (1, 1, T, T), labels)`` of walkthrough.npz; None without either or without a snapshot. Raises RunFileError."""
-    run_dir = Path(run_dir)
     if safe_read.exists(run_dir, ATTENTION):
         att = safe_read.read_attention(run_dir, ("steps", "weights", "tokens"), root=root)
         return (att["steps"], att["weights"], [str(t) for t in att["tokens"].tolist()]) if att["steps"].size else None
@@ -165,27 +162,16 @@ def saved_attention(run_dir: Path, encoding: str = "gpt2", *,
     return None
 
 
-def _focus(attention: tuple[np.ndarray | None, np.ndarray, list[str]], query: int) -> dict[str, Any]:
-    """The row's focus cells at the last snapshot (heads averaged) and summary.json's ``focus`` as
-    attention.npz's snapshots give it; {} when ``query`` is not a token."""
-    steps, weights, labels = attention
+def focus_sink(steps: np.ndarray, weights: np.ndarray, labels: list[str], query: int) -> FocusSink | None:
+    """A FocusSink that saw the snapshots ``weights`` (S, H, T, T) at ``steps`` (S,); None when ``query``
+    is not a token."""
     if not 0 <= query < len(labels):
-        return {}
-    if steps is None:  # the walkthrough's one (1, 1, T, T)
-        to, weight = target(head_mean(weights[-1])[query], labels)
-        return {"focus_token": labels[query], "focus_target": to, "focus_weight": weight, "snapshot_step": None}
+        return None
     sink = FocusSink()
     sink.on_start(RunInfo({}, [], labels, [], 0, query))
     for step, w in zip(steps.tolist(), weights):
         sink.on_snapshot(Snapshot(step, math.nan, w))
-    return focus_cells(sink)
-
-
-def focus_cells(sink: FocusSink) -> dict[str, Any]:
-    """The row's focus cells and summary.json's ``focus`` from a FocusSink that saw every snapshot."""
-    to, weight = target(head_mean(sink.last)[sink.query], sink.tokens)
-    return {"focus_token": sink.tokens[sink.query], "focus_target": to, "focus_weight": weight,
-            "snapshot_step": int(sink.steps[-1]), **sink.summary()}
+    return sink
 
 
 def setting(config: Any, key: str, kind: type | tuple[type, ...], default: Any) -> Any:
@@ -207,25 +193,22 @@ def broken(row: dict[str, Any]) -> bool:
     return bool(row.get("problems"))
 
 
-UNREAD: Any = object()  # row_from's ``metrics`` / ``attention`` not read by the caller: the row reads them
-
-
 def job_row(run_dir: Path, job: str | None = None, sweep_end: bool = False, *,
             root: Path | None = None) -> dict[str, Any]:
     """The row of ``run_dir``; never raises. ``sweep_end``: a ``running`` summary means the job died."""
     return row_from(read_run(Path(run_dir), root), job, sweep_end=sweep_end)
 
 
-def row_from(files: RunFiles, job: str | None = None, *, sweep_end: bool = False, metrics: Any = UNREAD,
-             attention: Any = UNREAD, focus: FocusSink | None = None) -> dict[str, Any]:
-    """:func:`job_row` from a :func:`read_run`; ``metrics`` and ``attention`` (:func:`saved_attention`)
-    may be passed when already read (None: there is none; :data:`UNREAD`: read here), or instead of the
-    attention a ``focus`` that saw every snapshot. Never raises."""
-    row: dict[str, Any] = dict.fromkeys(COLUMNS)
+def row_from(files: RunFiles, job: str | None = None, *, sweep_end: bool = False, read: bool = True,
+             metrics: tuple[np.ndarray, np.ndarray] | None = None, attention: Any = None,
+             focus: FocusSink | None = None) -> dict[str, Any]:
+    """:func:`job_row` from a :func:`read_run`. ``read=False``: the caller read the ``metrics`` and the
+    ``attention`` (:func:`saved_attention`), or holds a ``focus`` that saw every snapshot. Never raises."""
+    row: dict[str, Any] = dict.fromkeys(ROW_KEYS)
     row["job"] = job if job is not None else files.run_dir.name
     row["path"], row["root"] = str(files.run_dir), str(files.root)  # root: not a column
     try:
-        _fill_row(row, files, sweep_end, metrics, attention, focus)
+        _fill_row(row, files, sweep_end, read, metrics, attention, focus)
     except Exception as err:  # a defect of attnlab's, not of the run: still a row, naming it
         row["status"] = row["status"] or "unreadable"
         row["problems"] = [f"cannot be read ({type(err).__name__}: {safe_read.printable(str(err), 300)})"]
@@ -233,7 +216,7 @@ def row_from(files: RunFiles, job: str | None = None, *, sweep_end: bool = False
     return row
 
 
-def _fill_row(row: dict[str, Any], files: RunFiles, sweep_end: bool, metrics: Any, attention: Any,
+def _fill_row(row: dict[str, Any], files: RunFiles, sweep_end: bool, read: bool, metrics: Any, attention: Any,
               focus: FocusSink | None) -> None:
     run_dir, summary, config = files.run_dir, files.summary, files.config
     row["status"] = files.status
@@ -249,22 +232,33 @@ def _fill_row(row: dict[str, Any], files: RunFiles, sweep_end: bool, metrics: An
     row["objective"] = select(config, "train.objective")  # names the loss axes (not a column)
     for key in ("final_loss", "steps_run", "steps_to_threshold", "wall_time_s"):  # the numbers of a run without data
         row[key] = summary.get(key)
-    if metrics is UNREAD:
+    if read:
         metrics = (files.attempt(safe_read.read_run_metrics, run_dir, root=files.root)
                    if safe_read.exists(run_dir, METRICS) else None)
+        attention = files.attempt(saved_attention, run_dir, setting(config, "tokenizer.encoding", str, "gpt2"),
+                                  root=files.root)
+    row["metrics"] = metrics  # not a column: the loss curve (attnlab-compare --plot, the report)
     if metrics is not None:  # the data, not summary.json's claims about it
         steps, losses = metrics
         below = np.flatnonzero(losses < as_float(threshold)) if threshold else ()
         row.update(final_loss=float(losses[-1]) if len(losses) else None, steps_run=len(steps),
                    steps_to_threshold=int(steps[below[0]]) if len(below) else None)
-    if attention is UNREAD and focus is None:
-        attention = files.attempt(saved_attention, run_dir, setting(config, "tokenizer.encoding", str, "gpt2"),
-                                  root=files.root)
-    row["focus_query"] = setting(config, "train.focus_token", int, 1)  # not a column: the focus curves' row
-    cells = (focus_cells(focus) if focus is not None else
-             _focus(attention, row["focus_query"]) if attention is not None and attention is not UNREAD else {})
-    recorded = cells.pop("focus", None)
-    row.update(cells)
+    query = row["focus_query"] = setting(config, "train.focus_token", int, 1)  # not a column
+    if attention is not None:  # not a column: the last snapshot's heatmap (step, (T, T) heads averaged, labels)
+        steps, weights, labels = attention
+        row["heatmap"] = None if steps is None else int(steps[-1]), head_mean(weights[-1]), labels
+        if steps is not None:
+            focus = focus_sink(steps, weights, labels, query)
+        elif 0 <= query < len(labels):  # the walkthrough's one (1, 1, T, T)
+            to, weight = target(row["heatmap"][1][query], labels)
+            row.update(focus_token=labels[query], focus_target=to, focus_weight=weight)
+    recorded = None
+    if focus is not None:  # the focus cells at the last snapshot (heads averaged)
+        to, weight = target(head_mean(focus.last)[focus.query], focus.tokens)
+        row.update(focus_token=focus.tokens[focus.query], focus_target=to, focus_weight=weight,
+                   snapshot_step=int(focus.steps[-1]))
+        row["focus_curve"] = focus.steps, [float(s[-1]) for s in focus.series]  # not a column: (S,) each
+        recorded = focus.summary()["focus"]
     if (summary.get("task") or safe_read.select(config, "task")) == "walkthrough":  # the artifacts it must have
         expected = [WALKTHROUGH] if files.status == "completed" else []
     else:
@@ -278,9 +272,9 @@ def _fill_row(row: dict[str, Any], files: RunFiles, sweep_end: bool, metrics: An
     row["problems"] = files.problems
 
 
-def named_runs(paths: Iterable[Path]) -> list[tuple[Path, str, Path]]:
-    """``(run dir, name relative to the PATHs' common parent, its PATH)`` for every run, ordered by
-    PATH, job number, folder name. Raises RunDirError."""
+def named_runs(paths: Iterable[Path]) -> list[tuple[Path, str, RunFiles]]:
+    """``(run dir, name relative to the PATHs' common parent, its :func:`read_run` below its PATH)`` for
+    every run, ordered by PATH, job number, folder name. Raises RunDirError."""
     paths = [Path(p) for p in paths]
     found = [(i, r) for i, p in enumerate(paths) for r in find_runs(p)]
     if not found:
@@ -292,14 +286,14 @@ def named_runs(paths: Iterable[Path]) -> list[tuple[Path, str, Path]]:
         base = Path(os.path.commonpath([str(r) for r in resolved]))
         if len(resolved) == 1 or base in resolved:
             base = base.parent
-    named = [(r, str(res.relative_to(base)), paths[i]) for (i, r), res in zip(found, resolved)]
-    order = [(i, _job_num(r, root=paths[i]), r.name) for i, r in found]
+    named = [(r, str(res.relative_to(base)), read_run(r, paths[i])) for (i, r), res in zip(found, resolved)]
+    order = [(i, _job_num(files), r.name) for (i, r), (_r, _name, files) in zip(found, named)]
     return [run for _order, run in sorted(zip(order, named), key=lambda pair: pair[0])]
 
 
 def collect_rows(paths: Iterable[Path], sweep_end: bool = False, against: dict | None = None) -> list[dict[str, Any]]:
     """The rows of every run under ``paths``, ``differs`` filled in (``against`` a config). Raises RunDirError."""
-    rows = [job_row(r, job=name, sweep_end=sweep_end, root=root) for r, name, root in named_runs(paths)]
+    rows = [row_from(files, name, sweep_end=sweep_end) for _r, name, files in named_runs(paths)]
     for row, keys in zip(rows, differs([r.get("config") or {} for r in rows], against)):
         row["differs"] = differs_text(keys)
     return rows
