@@ -157,10 +157,13 @@ def _syntax_line(report: str, refused: str, typed: list[str]) -> str:
         arg=shown, what=what, hint=hint, key=key)
 
 
+install_signal_handlers = interrupts.install  # SIGINT, SIGTERM, SIGHUP: interrupted at the next step
+
+
 def main() -> None:
     """``attnlab [-m] [overrides]``: the arguments checked and made Hydra syntax (:mod:`attnlab.commands.argv`),
     then Hydra; its errors before a job are :func:`error_line`."""
-    interrupts.install()  # SIGINT, SIGTERM, SIGHUP: interrupted at the next step
+    install_signal_handlers()
     streams.install()
     typed = sys.argv[1:]
     lang = i18n.set_language(argv.language(typed))
