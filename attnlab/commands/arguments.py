@@ -8,9 +8,10 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from typing import Any, NoReturn, Sequence
+from typing import Any, Callable, NoReturn, Sequence
 
 from attnlab.core.i18n import LANGUAGES, N_, _, set_language
+from attnlab.outputs import streams
 
 # argparse's English (its own gettext msgids), translated where shown; %-placeholders as argparse fills them
 ARGPARSE_ERRORS = [N_("the following arguments are required: %s"), N_("unrecognized arguments: %s"),
@@ -35,6 +36,15 @@ def speak(argv: Sequence[str] | None = None) -> list[str]:
             lang = arg.partition("=")[2]
     set_language(lang if lang in LANGUAGES else None)
     return [a for i, a in enumerate(argv) if i >= end or not re.fullmatch(r"lang=(zh|en)", a)]
+
+
+def console_script(main: Callable[[], int]) -> Callable[[], None]:
+    """A helper command's console script: output that cannot stop it (:mod:`attnlab.outputs.streams`), then
+    ``main()``'s exit status."""
+    def console() -> None:
+        streams.install()
+        sys.exit(main())
+    return console
 
 
 def _translated_error(message: str) -> str:

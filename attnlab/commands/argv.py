@@ -8,10 +8,11 @@ alone apart from the ``${`` escape. Arguments that would do something silent are
 """
 from __future__ import annotations
 
+import argparse
 import re
 import string
 from importlib import resources
-from typing import Iterable
+from typing import Iterable, NoReturn
 
 from attnlab.core.config import did_you_mean, schema_keys
 from attnlab.core.files import printable
@@ -26,10 +27,10 @@ HYDRA_WRITES_NOTHING = ("hydra.output_subdir=null", "hydra/job_logging=none")
 _SAFE = set(string.ascii_letters + string.digits + " _.-")  # left unquoted, as Hydra reads them
 _FUNCTION = re.compile(r"^\s*(choice|range|interval|glob|sort|shuffle|tag|int|float|str|bool|json_str)\s*\(")
 # Hydra's command-line options (``attnlab --help``): those that take the next argument as a value, the others
-FLAGS_WITH_VALUE = {"-c", "--cfg", "-p", "--package", "-cp", "--config-path", "-cn", "--config-name",
-                    "-cd", "--config-dir", "--experimental-rerun"}
-FLAGS = {"-h", "--help", "--hydra-help", "--version", "--resolve", "-r", "--run", "-m", "--multirun",
-         "-sc", "--shell-completion", "-i", "--info"}
+OPTIONS_WITH_VALUE = (("-c", "--cfg"), ("-p", "--package"), ("-cp", "--config-path"), ("-cn", "--config-name"),
+                      ("-cd", "--config-dir"), ("--experimental-rerun",))
+FLAGS = (("-h", "--help"), ("--hydra-help",), ("--version",), ("--resolve",), ("-r", "--run"), ("-m", "--multirun"),
+         ("-sc", "--shell-completion"), ("-i", "--info"))
 _BACKSLASHES_BEFORE_QUOTE = re.compile(r'\\+(?="|\Z)')
 _QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"?|\'(?:[^\'\\]|\\.)*\'?', re.S)  # an open quote runs to the end
 _IN_QUOTES = re.compile(r"\\.|\$\{", re.S)
@@ -88,36 +89,40 @@ def multirun_flag(argv: list[str]) -> list[str]:
     return []
 
 
+class HydraOptions(argparse.ArgumentParser):
+    """Hydra's command-line options as its argparse reads them (``--multi`` too), and the overrides;
+    ValueError where Hydra's parser would end the command (an ambiguous option, a missing value)."""
+
+    def __init__(self) -> None:
+        super().__init__(add_help=False)
+        for flags in OPTIONS_WITH_VALUE + FLAGS:
+            self.add_argument(*flags, action="store" if flags in OPTIONS_WITH_VALUE else "store_true")
+        self.add_argument("overrides", nargs="*")
+
+    def error(self, message: str) -> NoReturn:
+        raise ValueError(message)
+
+
 def overrides_first(argv: list[str]) -> list[str]:
-    """``argv`` with the overrides (``key=value``, ``~key``) before Hydra's options and their values, each in
-    the order typed: argparse takes the overrides in one piece (else ``name=x -m seed=1,2`` is refused)."""
-    overrides, options, value_next = [], [], False
-    for arg in argv:
-        is_option = value_next or arg.startswith("-") or not ("=" in arg or arg.startswith("~"))
-        (options if is_option else overrides).append(arg)
-        value_next = not value_next and arg.startswith("-") and "=" not in arg and bool(_named(arg, FLAGS_WITH_VALUE))
+    """``argv`` with the overrides before Hydra's options and their values, each in the order typed: Hydra's
+    argparse takes the overrides in one piece (else ``name=x -m seed=1,2`` is refused)."""
+    try:
+        overrides = [o for o in HydraOptions().parse_known_intermixed_args(argv)[0].overrides if o[:1] != "-"]
+    except ValueError:  # Hydra's parser says what is wrong
+        return argv
+    options = list(argv)
+    for override in overrides:
+        options.remove(override)
     return [*overrides, *options]
 
 
-def _named(name: str, flags) -> set[str]:
-    """The ``flags`` an option ``name`` names: itself, or those it begins (argparse takes ``--multi``)."""
-    return {f for f in flags if f == name or (name.startswith("--") and len(name) > 2 and f.startswith(name))}
-
-
 def unknown_option(argv: list[str]) -> str | None:
-    """The first option-like argument that is none of Hydra's (a long option may be cut short, as
-    argparse allows: ``--multi``), or None."""
-    skip = False
-    for arg in argv:
-        if skip or not arg.startswith("-") or arg == "-":  # an option's value, or not an option
-            skip = False
-            continue
-        name = arg.split("=", 1)[0]
-        matches = _named(name, FLAGS | FLAGS_WITH_VALUE)
-        if not matches:
-            return arg
-        skip = "=" not in arg and bool(matches & FLAGS_WITH_VALUE)
-    return None
+    """The first argument that looks like an option and is none of Hydra's, or None."""
+    try:
+        args, unknown = HydraOptions().parse_known_intermixed_args(argv)
+    except ValueError:  # Hydra's parser says what is wrong
+        return None
+    return next((a for a in [*unknown, *args.overrides] if a.startswith("-") and a != "-"), None)
 
 
 def refusal(typed: list[str]) -> str | None:

@@ -14,13 +14,13 @@ from typing import Any, Sequence
 from omegaconf import OmegaConf
 
 from attnlab.commands.api import compose
-from attnlab.commands.arguments import HelperParser, speak
+from attnlab.commands.arguments import HelperParser, console_script, speak
 from attnlab.commands.argv import CONFIG_GROUPS
 from attnlab.core.config import apply_schema, literal, resolve
 from attnlab.core.errors import AttnlabError, ConfigError, RunDirError
 from attnlab.core.i18n import _
 from attnlab.core.tokenizer import tokenize
-from attnlab.outputs import destination, streams
+from attnlab.outputs import destination
 from attnlab.saved import safe_read
 from attnlab.saved.compare_figure import comparison_figure
 from attnlab.saved.runs import broken, collect_rows, named_runs
@@ -107,10 +107,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 1 if bad else 0
 
 
-def cli() -> None:
-    streams.install()
-    sys.exit(main())
-
-
-if __name__ == "__main__":
-    cli()
+cli = console_script(main)

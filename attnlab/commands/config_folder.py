@@ -8,19 +8,18 @@ a log handler, a launcher or sweeper ``_target_``, ``hydra.job.env_set``, ...) i
 before anything is instantiated, opened or written."""
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import os
 import re
 from pathlib import Path
-from typing import Any, Iterable, Iterator, NoReturn
+from typing import Any, Iterable, Iterator
 
 from hydra import compose, initialize_config_dir, initialize_config_module
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
-from attnlab.commands.argv import FLAGS, FLAGS_WITH_VALUE
+from attnlab.commands.argv import HydraOptions
 from attnlab.commands.hydra_config import VERSION_BASE
 from attnlab.core.config import schema_keys
 from attnlab.core.files import printable
@@ -37,20 +36,6 @@ NOT_COMPARED = ("hydra.runtime", "hydra.overrides", "hydra.job.config_name", "hy
 FOLDER_INTERPOLATIONS = ("now:", "attnlab.job_dir:", "hydra.job.num", "hydra.job.override_dirname", "name")
 _INNERMOST = re.compile(r"\$\{([^${}]*)\}")
 MAX_COMPOSED = 256  # configs composed for one sweep at most
-
-
-class _HydraOptions(argparse.ArgumentParser):
-    """Hydra's command-line options as its argparse reads them (``--config-d DIR`` too), and the overrides."""
-
-    def __init__(self) -> None:
-        super().__init__(add_help=False)
-        dest = {"-cp": "config_path", "-cn": "config_name", "-cd": "config_dir"}
-        for flag in sorted(FLAGS_WITH_VALUE | FLAGS):
-            self.add_argument(flag, dest=dest.get(flag), action="store" if flag in FLAGS_WITH_VALUE else "store_true")
-        self.add_argument("overrides", nargs="*")
-
-    def error(self, message: str) -> NoReturn:
-        raise ValueError(message)
 
 
 def _key(override: str) -> str:
@@ -118,7 +103,7 @@ def inside_here(value: Any) -> bool:
 def refusal(argv: list[str]) -> str | None:
     """One line when a config folder in ``argv`` (the arguments Hydra gets) sets a Hydra setting it may
     not (module docstring), else None. Hydra's own errors composing the configs are raised as they are."""
-    args = _HydraOptions().parse_intermixed_args(argv)
+    args = HydraOptions().parse_intermixed_args(argv)
     searchpath = [o for o in args.overrides if _key(o) == "hydra.searchpath"]
     if not (args.config_dir or args.config_path or searchpath):
         return None

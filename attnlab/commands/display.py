@@ -8,7 +8,7 @@ import dataclasses
 import html
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -17,7 +17,7 @@ from attnlab.core.focus import FocusSink, shown
 from attnlab.core.i18n import _
 from attnlab.core.records import RunInfo, RunResult
 from attnlab.outputs import artifacts, destination, rundir
-from attnlab.outputs.plots import FigureSink, evolution_png
+from attnlab.outputs.plots import FigureSink, evolution_figure, png
 from attnlab.saved.answers import answer, table_columns
 from attnlab.saved.report import render, write_run_report
 from attnlab.saved.report_data import PageSink, run_record
@@ -54,7 +54,7 @@ class Run(RunResult):
     def png(self) -> bytes | None:
         """Tutorial §5's figure (one heatmap per snapshot) as PNG bytes, drawn in memory; None without snapshots."""
         if self._png is None and self.snapshots:
-            self._png = evolution_png(self.snapshots, self.tokens, len(self.snapshots))
+            self._png = png(evolution_figure, self.snapshots, self.tokens, len(self.snapshots))
         return self._png
 
     def page(self) -> str:
@@ -136,25 +136,16 @@ class Run(RunResult):
         return destination.write(path, self.page().encode("utf-8"), key="report()", kind="page", force=force)
 
 
-class SweepTable:
-    """The jobs of a sweep as the command's end table shows them: :attr:`rows` (one dict per job, the
-    columns of ``summary.csv``), :attr:`columns` (the printed ones), :attr:`answer` (an exercise's, in
+class SweepTable(list):
+    """The jobs of a sweep as the command's end table shows them: its items and :attr:`rows` (one dict per job,
+    the columns of ``summary.csv``), :attr:`columns` (the printed ones), :attr:`answer` (an exercise's, in
     sentences), :attr:`dir` (the sweep folder, None when not kept). Text, or an HTML table in a notebook."""
 
     def __init__(self, rows: list[dict[str, Any]], dir: Path | None = None) -> None:
-        self.rows = [{k: v for k, v in row.items() if dir is not None or k != "path"} for row in rows]
-        self.dir = dir
+        super().__init__({k: v for k, v in row.items() if dir is not None or k != "path"} for row in rows)
+        self.rows, self.dir = self, dir
         self.columns = table_columns(self.rows) or columns_of(self.rows, table=True)
         self.answer = answer(self.rows)
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        return iter(self.rows)
-
-    def __getitem__(self, i: int) -> dict[str, Any]:
-        return self.rows[i]
 
     def footer(self) -> list[str]:
         """The lines under the table: where the focus token ends over the jobs, an exercise's answer,

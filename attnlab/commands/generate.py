@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from attnlab.commands.arguments import HelperParser, speak
+from attnlab.commands.arguments import HelperParser, console_script, speak
 from attnlab.core import checks
 from attnlab.core.errors import AttnlabError
 from attnlab.core.generate import continuation
@@ -46,5 +46,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def cli() -> None:
-    sys.exit(main())
+cli = console_script(main)

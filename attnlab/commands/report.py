@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from attnlab.commands.arguments import HelperParser, speak
+from attnlab.commands.arguments import HelperParser, console_script, speak
 from attnlab.commands.compare import preset_config
 from attnlab.core.errors import AttnlabError, RunDirError
 from attnlab.core.i18n import _
-from attnlab.outputs import destination, streams
+from attnlab.outputs import destination
 from attnlab.saved.report import REPORT, collect_records, render
 from attnlab.saved.runs import named_runs
 from attnlab.saved.safe_read import printable
@@ -64,10 +64,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 1 if any(rec["problems"] for rec in records) else 0
 
 
-def cli() -> None:
-    streams.install()
-    sys.exit(main())
-
-
-if __name__ == "__main__":
-    cli()
+cli = console_script(main)

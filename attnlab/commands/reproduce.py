@@ -23,14 +23,14 @@ from typing import Any, Sequence
 import yaml
 from omegaconf import DictConfig
 
-from attnlab.commands.arguments import HelperParser, speak
+from attnlab.commands.arguments import HelperParser, console_script, speak
 from attnlab.commands.job import run_job
 from attnlab.core import checks, interrupts, threads
 from attnlab.core.config import apply_schema, literal, plain
 from attnlab.core.errors import AttnlabError, ConfigError, RunDirError, describe
 from attnlab.core.files import printable
 from attnlab.core.i18n import N_, _
-from attnlab.outputs import artifacts, destination, rundir, streams
+from attnlab.outputs import artifacts, destination, rundir
 from attnlab.outputs.console import display_path
 from attnlab.outputs.drawing import end_with_parent
 from attnlab.saved import runs, safe_read, verdict
@@ -151,10 +151,9 @@ def rerun(run_dir: Path, out: Path, text_file: Path | None = None, draw: bool = 
                 cfg.threads = data["threads"] = recorded_threads  # the same reductions, the same bits
             views = {"console": False} if draw else dict.fromkeys(("console", "figures", "tensorboard", "report"),
                                                                    False)
-            for key, value in views.items():  # the verdict is the output; the numbers do not depend on the views
-                cfg.logging[key] = value
+            cfg.logging.update(views)  # the verdict is the output; the numbers do not depend on the views
             if isinstance(data.get("logging"), dict):
-                data["logging"] = {**data["logging"], **views}
+                data["logging"].update(views)
             rundir.claim(out, key="--out")  # new or empty, ours alone; the config it runs saved beside it
             try:
                 (out / ".hydra").mkdir(parents=True, exist_ok=True)
@@ -199,24 +198,20 @@ def _sigint_ignored():
         signal.signal(signal.SIGINT, previous)
 
 
-class Kernels:
-    """Worker processes by kernel setting: a pool per ``ATEN_CPU_CAPABILITY`` value a batch needs (torch
-    starts once per worker, not once per run; one worker each, ``workers`` for this machine's own, "")."""
-
-    def __init__(self) -> None:
-        self.pools: dict[str, ProcessPoolExecutor] = {}
+class Kernels(dict):
+    """Worker pools by kernel setting: one per ``ATEN_CPU_CAPABILITY`` value a batch needs (torch starts
+    once per worker, not once per run; one worker each, ``workers`` for this machine's own, "")."""
 
     def submit(self, kernels: str, fn, *args, workers: int = 1) -> Future:
-        """``fn(*args)`` in a worker of ``kernels``' pool (started at its first use); a Ctrl-C reaches only
-        the runs, which record it."""
-        if kernels not in self.pools:
-            self.pools[kernels] = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                                                      initializer=_use_kernels, initargs=(kernels,))
+        """``fn(*args)`` in a worker of ``kernels``' pool; a Ctrl-C reaches only the runs, which record it."""
+        if kernels not in self:
+            self[kernels] = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                                                initializer=_use_kernels, initargs=(kernels,))
         with _sigint_ignored():
-            return self.pools[kernels].submit(fn, *args)
+            return self[kernels].submit(fn, *args)
 
     def shutdown(self, cancel: bool = False) -> None:
-        for pool in self.pools.values():
+        for pool in self.values():
             pool.shutdown(wait=True, cancel_futures=cancel)
 
 
@@ -287,7 +282,7 @@ def verify(jobs_: Sequence[tuple[Path, Path]], text_file: Path | None = None, jo
                 submit(i, a, jobs_[i][1])
             elif not a or a != early:
                 here.append(i)
-        extra = max(0, jobs - 1 - len(pools.pools))  # workers of this machine's kernels take from the front
+        extra = max(0, jobs - 1 - len(pools))  # workers of this machine's kernels take from the front
         ahead = {i: pools.submit("", rerun, jobs_[i][0], jobs_[i][1], text_file, draw, workers=extra)
                  for i in here} if extra and len(here) > 1 else {}
         futures.update({f: i for i, f in ahead.items()})
@@ -450,9 +445,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_NOT_A_RUN
 
 
-def console_main() -> None:
-    streams.install()
-    sys.exit(main())
+console_main = console_script(main)
 
 
 if __name__ == "__main__":
