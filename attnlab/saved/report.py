@@ -29,6 +29,7 @@ from attnlab.saved.table import distribution, page_table
 REPORT = "report.html"
 TEMPLATE = Path(__file__).with_name("report_template.html")
 
+
 class _PageTemplate(string.Template):
     delimiter = "@@"  # never used by the page's own JavaScript or CSS
 

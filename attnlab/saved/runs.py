@@ -236,9 +236,8 @@ def row_from(files: RunFiles, job: str | None = None, *, sweep_end: bool = False
             recorded = focus.summary()["focus"]
         if (summary.get("task") or safe_read.select(config, "task")) == "walkthrough":  # the artifacts it must have
             expected = [WALKTHROUGH] if files.status == "completed" else []
-        else:
-            n = summary.get("steps_run")
-            expected = [METRICS, ATTENTION] if files.status in RAN and isinstance(n, int) and n > 0 else []
+        else:  # read_summary: steps_run an int
+            expected = [METRICS, ATTENTION] if files.status in RAN and (summary.get("steps_run") or 0) > 0 else []
         missing = [] if files.held else [name for name in expected if not safe_read.exists(run_dir, name)]
         files.problems.extend(f"{name}: missing" for name in missing)
         row.update(observed_cells({**summary, "focus": recorded}))

@@ -16,13 +16,13 @@ import numpy as np
 
 from attnlab.core.errors import AttnlabError
 from attnlab.core.i18n import N_, _
+from attnlab.outputs.artifacts import MODEL
 from attnlab.saved import safe_read
 from attnlab.saved.safe_read import printable
 
 NOTE_LIMIT = 120  # characters of a note in the verdict table
 MAX_ROWS = 20  # differences listed in the verdict table (the header counts them all)
 RECORD_ONLY = ("started_at", "wall_time_s", "versions", "config", "overrides", "job_num", "reproduced_from")
-MODEL = "model.npz"
 METRIC_COLUMNS = ("step", "loss", "val_loss")  # metrics.csv's columns, as attnlab writes them
 ATTENTION_NAMES = {"steps": "snapshot steps", "weights": "attention weights",
                    "layers": "attention weights (every block)"}
