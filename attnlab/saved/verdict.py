@@ -267,9 +267,9 @@ def decide(recorded: dict[str, Any], reruns: list[Rerun], extra: list[Difference
     first = reruns[0]
     if cannot := extra + [d for d in first.diffs if d.rounding_cannot]:
         return Verdict(DIFFERENT, "", cannot + [d for d in first.diffs if not d.rounding_cannot], first.out)
+    kernels, machine, torch = (printable(recorded.get(k) or "?", 40) for k in ("cpu_capability", "machine", "torch"))
     made = _("made with {what}").format(what=_("{kernels} kernels, {machine}, torch {torch}").format(
-        kernels=printable(recorded.get("cpu_capability") or _("unrecorded"), 40),
-        machine=printable(recorded.get("machine") or "?", 40), torch=printable(recorded.get("torch") or "?", 40)))
+        kernels=kernels if recorded.get("cpu_capability") else _("unrecorded"), machine=machine, torch=torch))
     if (identical := next((r for r in reruns if not r.diffs), None)) is not None:
         return Verdict(ROUNDING, _("{made}; identical with {kernels} kernels here").format(
             made=made, kernels=identical.kernels), [], identical.out)
@@ -277,9 +277,8 @@ def decide(recorded: dict[str, Any], reruns: list[Rerun], extra: list[Difference
     return Verdict(UNDECIDED, _("{made}, which this machine cannot run: its differences from the kernel paths "
                                 "here ({paths}) can be that machine's rounding or an edit; attnlab-reproduce on a "
                                 "machine with {kernels} kernels and torch {torch} decides bit for bit").format(
-        made=made, paths=", ".join(r.kernels for r in reruns), kernels=printable(recorded.get("cpu_capability") or "?",
-                                                                                 40),
-        torch=printable(recorded.get("torch") or "?", 40)), closest.diffs, closest.out)
+        made=made, paths=", ".join(r.kernels for r in reruns), kernels=kernels, torch=torch),
+        closest.diffs, closest.out)
 
 
 def format_verdict(judged: Verdict) -> str:
