@@ -52,13 +52,9 @@ def _then(first: str, second: str) -> str:
     return _("{first} {second}").format(first=first, second=second)
 
 
-def _value(row: dict[str, Any], key: str) -> Any:
-    return select(row.get("config") or {}, key)
-
-
 def _by(rows: Rows, key: str) -> list[tuple[str, dict[str, Any]]]:
     """``(value as typed, row)`` per row, in row order."""
-    return [(printable(str(_value(r, key)), 60), r) for r in rows]
+    return [(printable(str(select(r.get("config"), key)), 60), r) for r in rows]
 
 
 def _exercise1(rows: Rows) -> str | None:
@@ -121,20 +117,10 @@ def _exercise3(rows: Rows) -> str | None:
     return text
 
 
-def _focus_clause(r: dict[str, Any]) -> str:
-    if r.get("focus_step") is not None:
-        return _("{token} passes 0.9 at step {step} (on {target})").format(
-            token=cell_text("focus_token", r["focus_token"]), step=cell_text("focus_step", r["focus_step"]),
-            target=cell_text("focus_target", r["focus_target"]))
-    return _("{token} never passes 0.9 ({weight} on {target} at step {step})").format(
-        token=cell_text("focus_token", r["focus_token"]), weight=cell_text("focus_weight", r["focus_weight"]),
-        target=cell_text("focus_target", r["focus_target"]), step=cell_text("snapshot_step", r["snapshot_step"]))
-
-
 def _exercise4(rows: Rows) -> str | None:
     groups: dict[Any, list[tuple[str, dict[str, Any]]]] = {}
     for lr, r in _by(rows, "optimizer.lr"):
-        groups.setdefault(_value(r, "train.steps"), []).append((lr, r))
+        groups.setdefault(select(r.get("config"), "train.steps"), []).append((lr, r))
     out = []
     for steps, jobs in sorted(groups.items(), key=lambda g: g[0]):
         clauses = []
@@ -145,7 +131,15 @@ def _exercise4(rows: Rows) -> str | None:
                     thr=cell_text("loss_threshold", r["loss_threshold"]),
                     step=cell_text("steps_to_threshold", r["steps_to_threshold"]),
                     loss=cell_text("final_loss", r["final_loss"]))
-            clauses.append(_("lr {lr}: {loss}; {focus}").format(lr=lr, loss=loss, focus=_focus_clause(r)))
+            cells = {c: cell_text(c, r.get(c)) for c in ("focus_token", "focus_target", "focus_weight", "snapshot_step",
+                                                         "focus_step")}
+            focus = (_("{token} passes 0.9 at step {step} (on {target})").format(
+                token=cells["focus_token"], step=cells["focus_step"], target=cells["focus_target"])
+                if r.get("focus_step") is not None else
+                _("{token} never passes 0.9 ({weight} on {target} at step {step})").format(
+                    token=cells["focus_token"], weight=cells["focus_weight"], target=cells["focus_target"],
+                    step=cells["snapshot_step"]))
+            clauses.append(_("lr {lr}: {loss}; {focus}").format(lr=lr, loss=loss, focus=focus))
         out.append(_("in {steps} steps, {clauses}.").format(steps=steps, clauses=" · ".join(clauses)))
     steps, jobs = max(groups.items(), key=lambda g: g[0])  # what the longest runs show
     if len(jobs) < 2:

@@ -30,7 +30,6 @@ MAX_LOSS_POINTS = 2000  # loss curve points per run on the page
 NPZ_LIMIT = safe_read.NPZ_LIMIT  # bytes: an archive read for a report, and its members' declared data
 MAX_STR = 2000  # characters of any one string put on the page (config values, errors), escapes included
 MAX_NODES = 20_000  # values of one config/summary put on the page
-MAX_DEPTH = 32
 # summary.json fields a record has its own place for; the others go to ``recorded``
 _KNOWN_SUMMARY = {"status", "task", "started_at", "final_loss", "steps_run", "wall_time_s", "error",
                   "versions", "steps_to_threshold", "token_table", "config", "overrides"}
@@ -91,12 +90,12 @@ def _finite_or_none(values: Iterable[float]) -> list[float | None]:
     return [float(v) if math.isfinite(v) else None for v in values]
 
 
-def _jsonable(value: Any, budget: list[int] | None = None, depth: int = 0) -> Any:
+def _jsonable(value: Any, budget: list[int] | None = None) -> Any:
     """JSON data: text printable, non-finite floats as "nan"/"inf"/"-inf", at most :data:`MAX_NODES`
-    values and :data:`MAX_DEPTH` levels (the rest "…")."""
+    values (the rest "…"; safe_read bounds the depth)."""
     budget = [MAX_NODES] if budget is None else budget
     budget[0] -= 1
-    if budget[0] < 0 or depth > MAX_DEPTH:
+    if budget[0] < 0:
         return "…"
     if value is None or isinstance(value, bool):
         return value
@@ -112,7 +111,7 @@ def _jsonable(value: Any, budget: list[int] | None = None, depth: int = 0) -> An
             if budget[0] < 0:
                 out["…" if isinstance(value, dict) else len(out)] = "…"
                 break
-            out[k] = _jsonable(v, budget, depth + 1)
+            out[k] = _jsonable(v, budget)
         return out if isinstance(value, dict) else list(out.values())
     return printable(value, MAX_STR)
 

@@ -152,14 +152,13 @@ def metric_columns(run_dir: Path) -> dict[str, np.ndarray]:
     """Every column of ``metrics.csv`` (``step``, ``loss``, a GPT's ``val_loss``; an empty field is NaN) as
     float64. RunFileError for a column attnlab does not write or a field that is not a number."""
     path = Path(run_dir) / safe_read.METRICS
-    lines = [ln.rstrip("\r") for ln in safe_read.decode_utf8(safe_read.read_bytes(
-        path, safe_read.METRICS_LIMIT, root=run_dir), path).split("\n") if ln.strip()]
-    header = lines[0].split(",") if lines else []
+    text = safe_read.read_text(path, safe_read.METRICS_LIMIT, root=run_dir)
+    header, *lines = [ln.rstrip("\r").split(",") for ln in text.split("\n") if ln.strip()] or [[]]
     if unknown := [c for c in header if c not in METRIC_COLUMNS]:
         raise safe_read.RunFileError(path, f"column {printable(unknown[0], 60)} is not one attnlab writes")
-    columns = np.full((max(len(lines) - 1, 0), len(header)), np.nan)
-    for i, line in enumerate(lines[1:]):
-        for j, value in enumerate(line.split(",")[:len(header)]):
+    columns = np.full((len(lines), len(header)), np.nan)
+    for i, line in enumerate(lines):
+        for j, value in enumerate(line[:len(header)]):
             try:
                 columns[i, j] = float(value) if value.strip() else np.nan
             except ValueError:
