@@ -79,6 +79,4 @@ def describe(err: BaseException) -> str:
     """One line for a run's ``error``: attnlab's errors as they are, an OSError as
     :func:`as_write_error` words it, anything else ``TypeName: message``."""
     err = as_write_error(err)
-    if isinstance(err, AttnlabError):
-        return str(err)
-    return f"{type(err).__name__}: {err}"
+    return str(err) if isinstance(err, AttnlabError) else f"{type(err).__name__}: {err}"

@@ -1,7 +1,6 @@
 """Stopping at a safe point: inside :func:`deferred` (or after :func:`install`) the first of :data:`SIGNALS`
 is only recorded, and :func:`check` (between steps) raises ``KeyboardInterrupt``; a second raises at once,
-except inside :func:`shielded` (:func:`interruptible`: even there; the innermost block decides). Main thread only.
-"""
+except inside :func:`shielded` (:func:`interruptible`: even there; the innermost block decides). Main thread only."""
 from __future__ import annotations
 
 import contextlib

@@ -78,9 +78,8 @@ def write(path: Path | str, data: bytes, *, key: str, kind: str | None, force: b
         try:
             with open(path, "xb") as f:
                 f.write(data)
-        except FileExistsError:
-            raise OutputRefused(_("{key} {path}: exists; attnlab writes a new file only").format(
-                key=key, path=printable(str(path), 300))) from None
+        except FileExistsError:  # made since refusal() looked
+            raise OutputRefused(refusal(path, key=key, kind=None)) from None
         except OSError as err:
             raise as_write_error(err, file=printable(str(path), 300)) from err
     else:

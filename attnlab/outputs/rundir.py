@@ -149,8 +149,7 @@ def release(path: Path) -> None:
 
 def release_reserve(path: Path) -> None:
     """Give back the disk reserve in ``path``'s lock file (a write failed, or the last writes begin)."""
-    held = claimed(path)
-    if held is not None and held.reserve:
+    if (held := claimed(path)) is not None and held.reserve:
         with contextlib.suppress(OSError):
             os.ftruncate(held.fd, held.reserve)
         held.reserve = 0
@@ -158,8 +157,7 @@ def release_reserve(path: Path) -> None:
 
 def abandon(path: Path) -> None:
     """:func:`release`; when no job started there, a sweep's ``multirun.yaml`` and the folders made go too."""
-    held = claimed(path)
-    if held is None:
+    if (held := claimed(path)) is None:
         return
     try:
         names = set(os.listdir(held.path)) - {LOCK}
