@@ -125,20 +125,18 @@ def _exercise4(rows: Rows) -> str | None:
     for steps, jobs in sorted(groups.items(), key=lambda g: g[0]):
         clauses = []
         for lr, r in jobs:
-            loss = _("loss {loss}").format(loss=cell_text("final_loss", r["final_loss"]))
-            if r.get("steps_to_threshold") is not None:
-                loss = _("loss below {thr} at step {step}, {loss} at the end").format(
-                    thr=cell_text("loss_threshold", r["loss_threshold"]),
-                    step=cell_text("steps_to_threshold", r["steps_to_threshold"]),
-                    loss=cell_text("final_loss", r["final_loss"]))
-            cells = {c: cell_text(c, r.get(c)) for c in ("focus_token", "focus_target", "focus_weight", "snapshot_step",
-                                                         "focus_step")}
-            focus = (_("{token} passes 0.9 at step {step} (on {target})").format(
-                token=cells["focus_token"], step=cells["focus_step"], target=cells["focus_target"])
-                if r.get("focus_step") is not None else
-                _("{token} never passes 0.9 ({weight} on {target} at step {step})").format(
-                    token=cells["focus_token"], weight=cells["focus_weight"], target=cells["focus_target"],
-                    step=cells["snapshot_step"]))
+            c = {k: cell_text(k, r.get(k)) for k in ("final_loss", "loss_threshold", "steps_to_threshold",
+                                                    "focus_token", "focus_target", "focus_weight", "snapshot_step",
+                                                    "focus_step")}
+            loss = (_("loss below {thr} at step {step}, {loss} at the end").format(
+                thr=c["loss_threshold"], step=c["steps_to_threshold"], loss=c["final_loss"])
+                if r.get("steps_to_threshold") is not None else _("loss {loss}").format(loss=c["final_loss"]))
+            if r.get("focus_step") is not None:
+                focus = _("{token} passes 0.9 at step {step} (on {target})").format(
+                    token=c["focus_token"], step=c["focus_step"], target=c["focus_target"])
+            else:
+                focus = _("{token} never passes 0.9 ({weight} on {target} at step {step})").format(
+                    token=c["focus_token"], weight=c["focus_weight"], target=c["focus_target"], step=c["snapshot_step"])
             clauses.append(_("lr {lr}: {loss}; {focus}").format(lr=lr, loss=loss, focus=focus))
         out.append(_("in {steps} steps, {clauses}.").format(steps=steps, clauses=" · ".join(clauses)))
     steps, jobs = max(groups.items(), key=lambda g: g[0])  # what the longest runs show

@@ -126,9 +126,8 @@ def render(records: Sequence[dict[str, Any]]) -> str:
 
 def write_page(records: Sequence[dict[str, Any]], out: Path | str) -> Path:
     """Write :func:`render` to ``out`` atomically; raises WriteError."""
-    out = Path(out)
-    atomic_write(out, render(records))
-    return out
+    atomic_write(Path(out), render(records))
+    return Path(out)
 
 
 def write_report(paths: Iterable[Path | str], out: Path | str) -> Path:
