@@ -19,6 +19,7 @@ from attnlab.core.focus import FocusSink, Uniform
 from attnlab.core.i18n import _
 from attnlab.core.records import RunInfo, Sink, Snapshot
 from attnlab.outputs.console import generation_lines
+from attnlab.outputs.plots import pick_snapshots
 from attnlab.saved import runs, safe_read, table
 from attnlab.saved.columns import OBSERVED
 from attnlab.saved.safe_read import ATTENTION, METRICS, WALKTHROUGH, RunFileError, printable
@@ -78,12 +79,8 @@ def _rounded(w: np.ndarray) -> list:
 
 
 def _thin(n: int, k: int, keep: Iterable[int] = ()) -> np.ndarray:
-    """At most about ``k`` of ``n`` indices, evenly spaced, first, last and ``keep`` kept."""
-    if n <= k:
-        return np.arange(n)
-    idx = set(np.round(np.linspace(0, n - 1, k)).astype(int).tolist())
-    idx.update(i for i in keep if 0 <= i < n)
-    return np.asarray(sorted(idx), dtype=np.int64)
+    """At most about ``k`` of ``n`` indices, evenly spaced (:func:`pick_snapshots`), first, last and ``keep`` kept."""
+    return np.asarray(sorted(set(pick_snapshots(range(n), k)) | {i for i in keep if 0 <= i < n}), dtype=np.int64)
 
 
 def _finite_or_none(values: Iterable[float]) -> list[float | None]:
