@@ -20,7 +20,6 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from pathlib import Path
 from typing import Any, Sequence
 
-import yaml
 from omegaconf import DictConfig
 
 from attnlab.commands.arguments import HelperParser, console_script, speak
@@ -30,7 +29,7 @@ from attnlab.core.config import apply_schema, literal, plain
 from attnlab.core.errors import AttnlabError, ConfigError, RunDirError, describe
 from attnlab.core.files import printable
 from attnlab.core.i18n import N_, _
-from attnlab.outputs import artifacts, destination, rundir
+from attnlab.outputs import artifacts, destination
 from attnlab.outputs.console import display_path
 from attnlab.outputs.drawing import end_with_parent
 from attnlab.saved import runs, safe_read, verdict
@@ -154,15 +153,8 @@ def rerun(run_dir: Path, out: Path, text_file: Path | None = None, draw: bool = 
             cfg.logging.update(views)  # the verdict is the output; the numbers do not depend on the views
             if isinstance(data.get("logging"), dict):
                 data["logging"].update(views)
-            rundir.claim(out, key="--out")  # new or empty, ours alone; the config it runs saved beside it
-            try:
-                (out / ".hydra").mkdir(parents=True, exist_ok=True)
-                artifacts.atomic_write(out / safe_read.CONFIG, yaml.safe_dump(data, sort_keys=False,
-                                                                              allow_unicode=True))
-            except BaseException:
-                rundir.abandon(out)
-                raise
-            result = run_job(cfg, out, recorded={"reproduced_from": str(run_dir)}, tokens=tokens)
+            result = run_job(cfg, out, key="--out", recorded={"reproduced_from": str(run_dir)}, tokens=tokens,
+                             saved={"config": data})  # the config it runs saved beside it
             if result.bad_input:  # checked above: only a text file that changed since can get here
                 raise ConfigError("text_file", data.get("text_file"), result.error or "refused")
             status = "interrupted" if result.late_signal is not None else result.status  # Ctrl-C after its last step
