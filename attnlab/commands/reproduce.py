@@ -217,12 +217,7 @@ def verify(jobs_: Sequence[tuple[Path, Path]], text_file: Path | None = None, jo
     recorded when this CPU has them, else on its own, then on each other kernel path here if that differs. At
     most ``jobs`` processes: this one, a worker per other kernel setting, then more workers of this CPU's
     kernels. Never raises but KeyboardInterrupt before it starts (a run not finished then is ``interrupted``)."""
-    recorded: list[dict[str, Any]] = []
-    for run_dir, _out in jobs_:
-        try:
-            recorded.append(safe_read.read_summary(run_dir).get("versions") or {})  # a dict or null (type-checked)
-        except AttnlabError:
-            recorded.append({})
+    recorded = [runs.read_run(run_dir).summary.get("versions") or {} for run_dir, _out in jobs_]  # dict or null
     machine = platform.machine()
     asked = [v.get("cpu_capability") if v.get("machine") == machine and v.get("cpu_capability") in KERNELS else ""
              for v in recorded]
