@@ -216,8 +216,7 @@ def console_main() -> None:
     """:func:`main`, then ``os._exit`` once the logs and streams are flushed: no teardown of torch's
     modules (~0.4 s). A normal exit while another thread or child process runs."""
     try:
-        main()
-        code = 0
+        main()  # it ends in sys.exit
     except SystemExit as end:
         code = end.code
     mp = sys.modules.get("multiprocessing")

@@ -62,13 +62,10 @@ def make_sinks(cfg: DictConfig, run_dir: Path, show_dir: bool = True) -> list[Si
 def run_job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None,
             key: str = "hydra.run.dir", recorded: dict[str, Any] | None = None,
             tokens: Tokens | None = None, show_dir: bool = True, saved: dict[str, Any] | None = None) -> JobResult:
-    """Run one job into ``run_dir``: ``task=train`` trains (tutorial §5), ``task=walkthrough`` narrates
-    §1–4; ``cfg`` may be untyped (a saved config). ``run_dir`` is claimed first (RunDirError naming
-    ``key``, nothing written). ``summary.json`` is written ``running`` first (with ``overrides`` and
-    ``recorded``), then once every other file is written, whatever the end, with the resolved config:
-    a killed job still says running. ``tokens``: :func:`checks.validated_tokens` of ``cfg`` (None: made
-    here). ``show_dir``: the console's closing line names ``run_dir``. ``saved``: the ``.hydra/`` files
-    (name -> config) of a job Hydra did not start."""
+    """Run one job (``task=train``: tutorial §5, ``walkthrough``: §1–4; ``cfg`` may be a saved, untyped one) into
+    ``run_dir``, claimed first (RunDirError naming ``key``). ``summary.json`` says ``running`` (with ``overrides``,
+    ``recorded``) until every other file is written, then how it ended. ``tokens``: :func:`checks.validated_tokens`
+    (None: made here); ``saved``: the ``.hydra/`` files (name -> config) of a job Hydra did not start."""
     run_dir = Path(run_dir)
     hc = HydraConfig.get() if HydraConfig.initialized() else None  # None: attnlab-reproduce, the benchmarks
     if hc is not None:  # .hydra/ as Hydra saves it (Hydra writes nothing: hydra.output_subdir=null)
@@ -136,8 +133,7 @@ def _job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None, hc: DictCo
 
 def _run(cfg: DictConfig, run_dir: Path, tokens: Tokens, summary: dict[str, Any], held: dict[str, Any],
          show_dir: bool) -> JobResult:
-    """The task on the checked ``cfg``: what it measures goes into ``summary``, what its report page
-    shows into ``held``."""
+    """The task on the checked ``cfg``: its measures into ``summary``, what its report page shows into ``held``."""
     if cfg.task == Task.walkthrough:  # §1–4 printed, [job N]-prefixed in a parallel sweep; arrays saved
         from attnlab.core.walkthrough import walkthrough
 

@@ -305,8 +305,7 @@ def verdict_row(judged: Verdict) -> dict[str, Any]:
 
 
 def verdict_table(rows: Sequence[dict[str, Any]], out: Path) -> str:
-    """The verdict table of ``rows`` (``verdict``: a :data:`VERDICTS` key) and its count line, in the
-    learner's language, aligned by display width."""
+    """The verdict table of ``rows`` (``verdict``: a :data:`VERDICTS` key) and its count line."""
     counts = Counter(r["verdict"] for r in rows)
     table = format_table([{**r, "verdict": _(r["verdict"])} for r in rows], ["job", "name", "verdict", "differs"]
                          if any(r["name"] for r in rows) else ["job", "verdict", "differs"])
@@ -384,8 +383,7 @@ def reproduce(run_dir: Path, out: Path | None = None, text_file: Path | None = N
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The exit status of ``attnlab-reproduce ARGV``: 0 same or within rounding, 1 different, 2 not a run;
-    for several runs 0 every run reproduced, 1 some not (:func:`reproduce_many`), 2 no run."""
+    """The exit status of ``attnlab-reproduce ARGV`` (module docstring)."""
     argv = speak(argv)
     parser = HelperParser("attnlab-reproduce", _(
         "Re-run saved attnlab runs from their recorded configs into new folders and check their "
