@@ -170,7 +170,7 @@ def test_short_keys_keep_what_tells_them_apart():
 
 
 def test_run_labels_are_the_rows_swept_values():
-    assert swept.clip_value("z" * 70) == "z" * 59 + "…"
+    assert swept.run_labels([{"job": "0_a", "override_list": ["a=" + "z" * 70]}]) == ["0: a=" + "z" * 59 + "…"]
     rows = [{"job": "0_seed=1", "override_list": ["seed=1", "sentence=a b"]},
             {"job": "1_seed=2", "override_list": ["seed=2", "sentence=a b"]}, {"job": "elsewhere"}]
     assert swept.run_labels(rows) == ["0: seed=1 sentence=a b", "1: seed=2 sentence=a b", "elsewhere"]  # no sentence set

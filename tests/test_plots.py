@@ -41,7 +41,7 @@ def read_png(path):
 
 def test_evolution_png_size_follows_panel_count(tmp_path):
     path = tmp_path / "evo2.png"
-    path.write_bytes(plots.evolution_png(snapshots(2), TOKENS))
+    path.write_bytes(plots.png(plots.evolution_figure, snapshots(2), TOKENS))
     w_in, h_in = plots.PANEL_IN
     assert read_png(path).shape[:2] == (round((h_in + 0.5) * plots.DPI), round((2 * w_in + plots.COLORBAR_IN) * plots.DPI))
     fig = plots.evolution_figure(snapshots(5, t=3), TOKENS[:3])  # the PNG is the canvas (no tight bbox)
@@ -84,7 +84,7 @@ def test_chinese_tokens_render_without_missing_glyphs(tmp_path):
     """No system CJK font is needed: the shipped subset of Noto Sans CJK SC draws GB 2312's hanzi."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        (tmp_path / "zh.png").write_bytes(plots.evolution_png(snapshots(2, t=len(ZH_TOKENS)), ZH_TOKENS))
+        (tmp_path / "zh.png").write_bytes(plots.png(plots.evolution_figure, snapshots(2, t=len(ZH_TOKENS)), ZH_TOKENS))
         img = heatmap_pixels(ZH_TOKENS, snapshots(1, t=len(ZH_TOKENS))[0].weights, "你的")
     assert [str(w.message) for w in caught if "Glyph" in str(w.message)] == []
     assert img.dtype == np.uint8
@@ -134,10 +134,10 @@ def test_heatmap_image_is_hwc_uint8_with_the_weights_drawn():
 
 def test_loss_curve_log_axis_with_zeros(tmp_path):
     losses = np.array([2.0, 1.0, 0.1, 0.0, 1e-6, 0.0])
-    (tmp_path / "loss.png").write_bytes(plots.loss_png(losses))
+    (tmp_path / "loss.png").write_bytes(plots.png(plots.loss_figure, losses))
     h, w = read_png(tmp_path / "loss.png").shape[:2]
     assert (w, h) == (640, 400)
-    assert plots.loss_png(np.array([np.nan])) is None
+    assert plots.png(plots.loss_figure, np.array([np.nan])) is None
 
 
 @pytest.mark.parametrize("losses", [np.linspace(0.0131, 0.0125, 100), np.linspace(1500, 900, 100),
@@ -179,13 +179,13 @@ def test_workers_draw_the_same_bytes_and_a_dead_or_missing_pool_draws_here(monke
     snaps, losses = snapshots(3), np.linspace(2, 0.01, 50)
     drawing.start(job, plots.warm_up)
     try:
-        evolution = drawing.Drawing(plots.evolution_png, snaps, TOKENS, 7)
-        loss = drawing.Drawing(plots.loss_png, losses)
+        evolution = drawing.Drawing(plots.png, plots.evolution_figure, snaps, TOKENS, 7)
+        loss = drawing.Drawing(plots.png, plots.loss_figure, losses)
         heatmap = drawing.Drawing(heatmap_pixels, TOKENS, snaps[1].weights, "step=10")
         assert evolution.future is not None or (os.cpu_count() or 1) < 2  # sent to a worker (one core: drawn here)
         concurrent.futures.wait([d.future for d in (evolution, loss, heatmap) if d.future is not None])
-        assert evolution.result() == plots.evolution_png(snaps, TOKENS, 7)  # the worker's bytes
-        assert loss.result() == plots.loss_png(losses)
+        assert evolution.result() == plots.png(plots.evolution_figure, snaps, TOKENS, 7)  # the worker's bytes
+        assert loss.result() == plots.png(plots.loss_figure, losses)
         np.testing.assert_array_equal(heatmap.result(), heatmap_pixels(TOKENS, snaps[1].weights, "step=10"))
         busy = [drawing.Drawing(_pid_after, 0.8) for _ in range(4)]  # one drawn, one queued in the worker
         while not (busy[0].future.running() and busy[1].future.running()):
@@ -199,7 +199,7 @@ def test_workers_draw_the_same_bytes_and_a_dead_or_missing_pool_draws_here(monke
         concurrent.futures.wait([dying.future])
         assert dying.result() == "here"  # the worker died: drawn here
         assert drawing._pool is None  # ... and the broken pool is gone
-        assert drawing.Drawing(plots.loss_png, losses).result() == plots.loss_png(losses)
+        assert drawing.Drawing(plots.png, plots.loss_figure, losses).result() == plots.png(plots.loss_figure, losses)
     finally:
         drawing.shutdown()
     monkeypatch.setattr("multiprocessing.get_context", lambda method: (_ for _ in ()).throw(OSError("no processes")))
@@ -250,7 +250,7 @@ def test_the_users_matplotlib_style_changes_no_figure():
     def both() -> bytes:
         with font_module.style():
             evolution = plots.figure_bytes(plots.evolution_figure([Snapshot(0, 1.0, w), Snapshot(9, 0.5, w)], "abc"))
-        return evolution + plots.loss_png(np.linspace(2, 0.1, 10))
+        return evolution + plots.png(plots.loss_figure, np.linspace(2, 0.1, 10))
 
     plain = both()
     with matplotlib.rc_context({"axes.facecolor": "red", "lines.linewidth": 9, "font.size": 20,

@@ -206,14 +206,14 @@ def test_run_is_live_opens_only_a_regular_file(tmp_path):
 def test_an_archive_too_large_for_the_disk_keeps_the_snapshots_that_fit(tmp_path, monkeypatch):
     import errno
 
-    from attnlab.core.errors import WriteError
+    from attnlab.core.errors import WriteError, as_write_error
 
     real = artifacts.atomic_savez
     frame = 4 * 3 * 3
 
     def disk(path, **arrays):  # a disk with room for two frames and the rest of the archive
         if arrays["weights"].nbytes > 2 * frame:
-            raise WriteError.from_os_error(OSError(errno.ENOSPC, "No space left on device"), path.name)
+            raise as_write_error(OSError(errno.ENOSPC, "No space left on device"), file=path.name)
         real(path, **arrays)
 
     monkeypatch.setattr(artifacts, "atomic_savez", disk)

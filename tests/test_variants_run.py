@@ -203,10 +203,10 @@ def test_the_loss_is_named_by_the_objective_in_every_figure_and_page(tmp_path):
         assert run_job(cfg, run).status == "completed"
         runs_made[objective] = run
     losses = {o: np.loadtxt(r / "metrics.csv", delimiter=",", skiprows=1)[:, 1] for o, r in runs_made.items()}
-    ce = plots.loss_png(losses["next_token"], ylabel="loss (cross-entropy, nats)")
+    ce = plots.png(plots.loss_figure, losses["next_token"], "loss (cross-entropy, nats)")
     assert (runs_made["next_token"] / "loss.png").read_bytes() == ce
-    assert (runs_made["mse"] / "loss.png").read_bytes() == plots.loss_png(losses["mse"])
-    assert ce != plots.loss_png(losses["next_token"])  # the label is drawn
+    assert (runs_made["mse"] / "loss.png").read_bytes() == plots.png(plots.loss_figure, losses["mse"])
+    assert ce != plots.png(plots.loss_figure, losses["next_token"])  # the label is drawn
 
     rows = {o: runs.job_row(r) for o, r in runs_made.items()}
     assert (rows["mse"]["objective"], rows["next_token"]["objective"]) == ("mse", "next_token")

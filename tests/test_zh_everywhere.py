@@ -106,12 +106,12 @@ def test_a_bad_input_is_one_chinese_line_under_a_chinese_locale(args, start, end
 
 
 def test_the_common_os_reasons_are_chinese(chinese_locale):
-    from attnlab.core.errors import OS_REASONS, WriteError, os_reason
+    from attnlab.core.errors import OS_REASONS, as_write_error, os_reason
 
     i18n.set_language()
     assert os_reason(OSError(errno.ENOSPC, "x")) == "磁盘空间已满"
     assert all(english_words(os_reason(OSError(number, "x"))) == set() for number in OS_REASONS)
-    assert str(WriteError.from_os_error(OSError(errno.EROFS, "x"), "metrics.csv", 57)) == "写 metrics.csv 时只读文件系统（第 57 步）"
+    assert str(as_write_error(OSError(errno.EROFS, "x"), 57, "metrics.csv")) == "写 metrics.csv 时只读文件系统（第 57 步）"
     assert os_reason(OSError(errno.ENOEXEC, "x")) == os.strerror(errno.ENOEXEC).lower()  # not in the catalog: the OS's
 
 def test_a_sweep_its_page_and_a_run_page_speak_chinese(tmp_path, chinese_locale):

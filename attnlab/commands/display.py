@@ -17,7 +17,7 @@ from attnlab.core.focus import FocusSink, shown
 from attnlab.core.i18n import _
 from attnlab.core.records import RunInfo, RunResult
 from attnlab.outputs import artifacts, destination, rundir
-from attnlab.outputs.plots import FigureSink, evolution_png
+from attnlab.outputs.plots import FigureSink, evolution_figure, png
 from attnlab.saved.answers import answer, table_columns
 from attnlab.saved.report import render, write_run_report
 from attnlab.saved.report_data import PageSink, run_record
@@ -54,7 +54,7 @@ class Run(RunResult):
     def png(self) -> bytes | None:
         """Tutorial §5's figure (one heatmap per snapshot) as PNG bytes, drawn in memory; None without snapshots."""
         if self._png is None and self.snapshots:
-            self._png = evolution_png(self.snapshots, self.tokens, len(self.snapshots))
+            self._png = png(evolution_figure, self.snapshots, self.tokens, len(self.snapshots))
         return self._png
 
     def page(self) -> str:

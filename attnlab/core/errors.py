@@ -38,12 +38,6 @@ class WriteError(AttnlabError, OSError):
                          + (_(" at step {step}").format(step=step) if step is not None else ""))
         self.errno = errno
 
-    @classmethod
-    def from_os_error(cls, err: OSError, file: str, step: int | None = None) -> "WriteError":
-        if isinstance(err, WriteError):
-            return err
-        return cls(file, os_reason(err), step, err.errno)
-
 
 # the common errnos' reasons in the catalog (os.strerror's words, lower case); another errno: os.strerror's
 OS_REASONS = {
@@ -67,26 +61,22 @@ def os_reason(err: OSError) -> str:
     return text[:1].lower() + text[1:]
 
 
-def as_write_error(err: BaseException, step: int | None = None) -> BaseException:
-    """An OSError as a :class:`WriteError` naming the file (its filename, else the writer it came
+def as_write_error(err: BaseException, step: int | None = None, file: str | None = None) -> BaseException:
+    """An OSError as a :class:`WriteError` naming ``file`` (else its filename, else the writer it came
     from: ``the TensorBoard event file`` or ``the run's files``) and ``step``; else ``err``."""
-    if isinstance(err, WriteError) or not isinstance(err, OSError) or err.errno is None:
+    if isinstance(err, WriteError) or not isinstance(err, OSError) or (err.errno is None and file is None):
         return err
-    writers = ("tensorboard.", "torch.utils.tensorboard", "attnlab.outputs.tensorboard")
-    if err.filename:
-        what = Path(str(err.filename)).name
-    elif any(str(frame.f_globals.get("__name__", "")).startswith(writers)
-             for frame, _ in traceback.walk_tb(err.__traceback__)):
-        what = "the TensorBoard event file"
-    else:
-        what = "the run's files"
-    return WriteError(what, os_reason(err), step, err.errno)
+    if file is None and err.filename:
+        file = Path(str(err.filename)).name
+    elif file is None:
+        in_writer = any("tensorboard" in str(frame.f_globals.get("__name__", ""))  # tensorboard's, torch's, ours
+                        for frame, _ in traceback.walk_tb(err.__traceback__))
+        file = "the TensorBoard event file" if in_writer else "the run's files"
+    return WriteError(file, os_reason(err), step, err.errno)
 
 
 def describe(err: BaseException) -> str:
     """One line for a run's ``error``: attnlab's errors as they are, an OSError as
     :func:`as_write_error` words it, anything else ``TypeName: message``."""
     err = as_write_error(err)
-    if isinstance(err, AttnlabError):
-        return str(err)
-    return f"{type(err).__name__}: {err}"
+    return str(err) if isinstance(err, AttnlabError) else f"{type(err).__name__}: {err}"

@@ -1,7 +1,6 @@
 """Stopping at a safe point: inside :func:`deferred` (or after :func:`install`) the first of :data:`SIGNALS`
 is only recorded, and :func:`check` (between steps) raises ``KeyboardInterrupt``; a second raises at once,
-except inside :func:`shielded` (:func:`interruptible`: even there; the innermost block decides). Main thread only.
-"""
+except inside :func:`shielded` (:func:`interruptible`: even there; the innermost block decides). Main thread only."""
 from __future__ import annotations
 
 import contextlib
@@ -30,26 +29,25 @@ def _set_handlers(handler) -> dict:
         return {}
 
 
-def install() -> None:
-    """Record :data:`SIGNALS` for the rest of the process (idempotent; main thread only)."""
+def install() -> dict:
+    """Record :data:`SIGNALS` from now on (main thread only); the handlers replaced ({} when recording already)."""
     global _received
-    if _received is None and _set_handlers(_handler):
+    previous = {} if _received is not None else _set_handlers(_handler)
+    if previous:
         _received = []
+    return previous
 
 
 @contextlib.contextmanager
 def deferred() -> Iterator[None]:
-    """Record :data:`SIGNALS` inside the block, then restore the handlers. Re-entrant."""
+    """:func:`install` for the block, then the handlers restored. Re-entrant."""
     global _received
-    if _received is not None:
-        yield
-        return
-    previous = _set_handlers(_handler)
-    _received = []
+    previous = install()
     try:
         yield
     finally:
-        _received = None
+        if previous:
+            _received = None
         for sig, old in previous.items():
             signal.signal(sig, old)
 

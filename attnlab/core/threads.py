@@ -1,7 +1,6 @@
 """torch's intra-op threads for a job: ``threads=auto`` is one thread below :data:`MIN_WORK_FOR_MORE`
 multiply-adds per training step (a second thread only adds synchronisation there; ``benchmarks/``), else
-torch's own count; an int is used as is. summary.json records the count as ``versions.torch_threads``.
-"""
+torch's own count; an int is used as is. summary.json records the count as ``versions.torch_threads``."""
 from __future__ import annotations
 
 from typing import Any

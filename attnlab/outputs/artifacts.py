@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from attnlab.core import interrupts
-from attnlab.core.errors import WriteError
+from attnlab.core.errors import WriteError, as_write_error
 from attnlab.core.records import RunInfo, RunResult, Sink, Snapshot
 from attnlab.outputs import rundir
 
@@ -42,7 +42,7 @@ def _replace_from_temp(path: Path, write) -> None:
         with contextlib.suppress(OSError):  # (a read-only file system refuses even a missing file's unlink)
             tmp.unlink(missing_ok=True)
         if isinstance(err, OSError):
-            raise WriteError.from_os_error(err, path.name) from err
+            raise as_write_error(err, file=path.name) from err
         raise
 
 
@@ -122,7 +122,7 @@ class RunDirSink(Sink):
     def _fail(self, err: OSError, file: str, step: int | None) -> WriteError:
         rundir.release_reserve(self.run_dir)  # room to record the failure
         if self.failure is None:
-            self.failure = WriteError.from_os_error(err, file, step)
+            self.failure = as_write_error(err, step, file)
         return self.failure
 
     def on_start(self, info: RunInfo) -> None:
@@ -209,7 +209,7 @@ class RunDirSink(Sink):
             except WriteError as err:
                 failure = failure or err
         kept_val = [v for s, v in self._val.items() if s < n]
-        fields = {"status": result.status, "final_loss": final_loss if n else None, "steps_run": n,
+        fields = {"status": result.status, "final_loss": final_loss, "steps_run": n,
                   **({"val_loss": kept_val[-1]} if kept_val else {}),
                   **({"generation": result.generation} if result.generation else {}),
                   "steps_to_threshold": threshold if threshold is not None and threshold < n else None,
@@ -248,12 +248,12 @@ class RunDirSink(Sink):
 def _room(folder: Path) -> int:
     """Bytes a new file in ``folder`` may take: the free space, at most POSIX's ``RLIMIT_FSIZE``."""
     room = shutil.disk_usage(folder).free
-    try:
+    with contextlib.suppress(ImportError):  # (no resource module on Windows)
         import resource
-    except ImportError:
-        return room
-    soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
-    return room if soft == resource.RLIM_INFINITY else min(room, soft)
+
+        soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+        room = room if soft == resource.RLIM_INFINITY else min(room, soft)
+    return room
 
 
 def close_orphans(error: str) -> list[Path]:

@@ -11,7 +11,7 @@ import stat
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from attnlab.core.errors import AttnlabError, WriteError
+from attnlab.core.errors import AttnlabError, as_write_error
 from attnlab.core.files import printable
 from attnlab.core.i18n import N_, _
 from attnlab.outputs.artifacts import atomic_write
@@ -78,11 +78,10 @@ def write(path: Path | str, data: bytes, *, key: str, kind: str | None, force: b
         try:
             with open(path, "xb") as f:
                 f.write(data)
-        except FileExistsError:
-            raise OutputRefused(_("{key} {path}: exists; attnlab writes a new file only").format(
-                key=key, path=printable(str(path), 300))) from None
+        except FileExistsError:  # made since refusal() looked
+            raise OutputRefused(refusal(path, key=key, kind=None)) from None
         except OSError as err:
-            raise WriteError.from_os_error(err, printable(str(path), 300)) from err
+            raise as_write_error(err, file=printable(str(path), 300)) from err
     else:
         atomic_write(path, data)
     return path

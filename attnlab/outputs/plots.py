@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import io
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
@@ -148,16 +148,11 @@ def figure_bytes(fig: "Figure", fmt: str = "png") -> bytes:
     return buf.getvalue()
 
 
-def evolution_png(snapshots: Sequence[Snapshot], tokens: Sequence[str], total: int | None = None) -> bytes:
-    """:func:`evolution_figure` as the bytes of a PNG file."""
+def png(figure: Callable[..., "Figure | None"], *args: Any) -> bytes | None:
+    """``figure(*args)`` (:func:`evolution_figure`, :func:`loss_figure`) drawn inside :func:`style`, as the
+    bytes of a PNG file; None when it drew nothing."""
     with style():
-        return figure_bytes(evolution_figure(snapshots, tokens, total))
-
-
-def loss_png(losses: np.ndarray, ylabel: str = MSE_LABEL) -> bytes | None:
-    """:func:`loss_figure` as the bytes of a PNG file, or None."""
-    with style():
-        fig = loss_figure(losses, ylabel)
+        fig = figure(*args)
         return None if fig is None else figure_bytes(fig)
 
 
@@ -213,8 +208,10 @@ class FigureSink(Sink):
         for layer in range(0 if not snapshots or snapshots[0].layers is None else len(snapshots[0].layers)):
             figures.append((self.LAYER_EVOLUTION.format(layer=layer),  # a GPT's blocks
                             [dataclasses.replace(s, weights=s.layers[layer]) for s in snapshots]))
-        loss = Drawing(loss_png, losses, self._ylabel)  # sent first: a run waiting for the worker draws the newest
-        self._drawings = [(name, Drawing(evolution_png, shown, self.tokens, self._received)) for name, shown in figures]
+        # the loss figure sent first: a run waiting for the worker draws the newest
+        loss = Drawing(png, loss_figure, losses, self._ylabel)
+        self._drawings = [(name, Drawing(png, evolution_figure, shown, self.tokens, self._received))
+                          for name, shown in figures]
         self._drawings.append((self.LOSS, loss))
 
     def on_end(self, result: RunResult) -> None:
@@ -222,6 +219,5 @@ class FigureSink(Sink):
         if self._drawings is None:
             self._draw(self.losses if self._losses else np.asarray(result.losses, dtype=np.float64))
         for name, drawing in self._drawings:
-            png = drawing.result()
-            if png is not None:  # (no loss.png when no loss is finite)
-                atomic_write(self.run_dir / name, png)
+            if (data := drawing.result()) is not None:  # (no loss.png when no loss is finite)
+                atomic_write(self.run_dir / name, data)

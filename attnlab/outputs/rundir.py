@@ -33,7 +33,7 @@ class Claim:
     path: Path
     fd: int
     created: Path | None  # the outermost folder claim() created, None when it existed
-    reserve: bool = False  # the lock file holds the disk reserve
+    reserve: int = 0  # where the disk reserve starts in the lock file (its pid line's length); 0: none
     started: bool = False  # a job writes there: abandon() leaves it be
 
 
@@ -47,15 +47,6 @@ def claimed(path: Path) -> Claim | None:
 def claims() -> list[Claim]:
     """This process's claims, oldest first."""
     return list(_claims.values())
-
-
-def _holder(path: Path) -> str:
-    """`` (pid N)`` from ``path``'s lock file, else ``""``."""
-    with contextlib.suppress(RunFileError, OSError), open_run_file(path / LOCK, LOCK_LIMIT) as f:
-        f.seek(1)
-        pid = f.read(32).split(b"\n", 1)[0]
-        return f" (pid {int(pid)})" if pid.isdigit() else ""
-    return ""
 
 
 def claim(path: Path, key: str = "hydra.run.dir", value: str | None = None) -> Claim:
@@ -76,16 +67,16 @@ def claim(path: Path, key: str = "hydra.run.dir", value: str | None = None) -> C
         lock_descriptor(held.fd, blocking=True, poll_interval=0.01)
         problem = _contents_problem(path, choose)
         if problem is None:
-            os.write(held.fd, _pid_line())
+            line = os.write(held.fd, f"\n{os.getpid()}\n".encode())  # byte 0 (the locked one), then the pid
             # zeros (at most 1/8 of the free space): a full disk keeps room for the run's last writes
             with contextlib.suppress(OSError):  # no room, a file-size limit: no reserve
-                held.reserve = os.write(held.fd, bytes(min(RESERVE_BYTES, shutil.disk_usage(path).free // 8))) > 0
+                if os.write(held.fd, bytes(min(RESERVE_BYTES, shutil.disk_usage(path).free // 8))):
+                    held.reserve = line
     except FileExistsError:  # another process's lock, live or left by a killed run
         if not path.is_dir():
             problem = _("not a folder; {choose}").format(choose=choose)
-        elif run_is_live(path) or (time.sleep(0.05) or run_is_live(path)):  # (a claim flocks just after creating)
-            problem = _("another attnlab process{pid} is writing a run there; {choose}").format(
-                pid=_holder(path), choose=choose)
+        elif (pid := holder(path) or time.sleep(0.05) or holder(path)) is not None:  # (a claim flocks after creating)
+            problem = _("another attnlab process{pid} is writing a run there; {choose}").format(pid=pid, choose=choose)
         else:
             problem = _contents_problem(path, choose, stale_lock=True)
     except OSError as err:
@@ -95,11 +86,6 @@ def claim(path: Path, key: str = "hydra.run.dir", value: str | None = None) -> C
         _remove_created(path, created)
         raise RunDirError(f"{shown}: {problem}") from None
     return held
-
-
-def _pid_line() -> bytes:
-    """The lock file's text: byte 0 (the locked one), this process's pid."""
-    return f"\n{os.getpid()}\n".encode()
 
 
 def _contents_problem(path: Path, choose: str, stale_lock: bool = False) -> str | None:
@@ -163,17 +149,15 @@ def release(path: Path) -> None:
 
 def release_reserve(path: Path) -> None:
     """Give back the disk reserve in ``path``'s lock file (a write failed, or the last writes begin)."""
-    held = claimed(path)
-    if held is not None and held.reserve:
-        held.reserve = False
+    if (held := claimed(path)) is not None and held.reserve:
         with contextlib.suppress(OSError):
-            os.ftruncate(held.fd, len(_pid_line()))
+            os.ftruncate(held.fd, held.reserve)
+        held.reserve = 0
 
 
 def abandon(path: Path) -> None:
     """:func:`release`; when no job started there, a sweep's ``multirun.yaml`` and the folders made go too."""
-    held = claimed(path)
-    if held is None:
+    if (held := claimed(path)) is None:
         return
     try:
         names = set(os.listdir(held.path)) - {LOCK}
@@ -193,11 +177,19 @@ def abandon_all() -> None:
         abandon(held.path)
 
 
-def run_is_live(run_dir: Path) -> bool:
-    """Whether a process holds ``run_dir``'s lock; read before summary.json (``running``, lock free: killed)."""
+def holder(run_dir: Path) -> str | None:
+    """`` (pid N)`` (``""`` when its pid is unreadable) if a process holds ``run_dir``'s lock, else None."""
     try:
         with open_run_file(Path(run_dir) / LOCK, LOCK_LIMIT) as f:
-            free = lock_descriptor(f.fileno(), blocking=False)  # released when f closes
+            if lock_descriptor(f.fileno(), blocking=False):  # free (released when f closes)
+                return None
+            f.seek(1)
+            pid = f.read(32).split(b"\n", 1)[0]
     except (OSError, RunFileError):
-        return False
-    return not free
+        return None
+    return f" (pid {int(pid)})" if pid.isdigit() else ""
+
+
+def run_is_live(run_dir: Path) -> bool:
+    """Whether a process holds ``run_dir``'s lock; read before summary.json (``running``, lock free: killed)."""
+    return holder(run_dir) is not None

@@ -26,25 +26,23 @@ class SafeStream:
             self._write(lines)
         return len(text)
 
-    def _write(self, text: str) -> None:
-        if self.broken or not text:
+    def _write(self, text: str, flush: bool = False) -> None:
+        if self.broken:
             return
         try:
-            self.stream.write(text)
+            if text:
+                self.stream.write(text)
+            if flush:
+                self.stream.flush()
         except UnicodeEncodeError:
             encoding = getattr(self.stream, "encoding", None) or "ascii"
-            self._write(text.encode(encoding, "backslashreplace").decode(encoding))
+            self._write(text.encode(encoding, "backslashreplace").decode(encoding), flush)
         except (OSError, ValueError):  # EPIPE, EIO; ValueError: the stream was closed
             self._silence()
 
     def flush(self) -> None:
         text, self._pending = self._pending, ""
-        self._write(text)
-        if not self.broken:
-            try:
-                self.stream.flush()
-            except (OSError, ValueError):
-                self._silence()
+        self._write(text, flush=True)
 
     def _silence(self) -> None:
         self.broken = True

@@ -52,13 +52,9 @@ def _then(first: str, second: str) -> str:
     return _("{first} {second}").format(first=first, second=second)
 
 
-def _value(row: dict[str, Any], key: str) -> Any:
-    return select(row.get("config") or {}, key)
-
-
 def _by(rows: Rows, key: str) -> list[tuple[str, dict[str, Any]]]:
     """``(value as typed, row)`` per row, in row order."""
-    return [(printable(str(_value(r, key)), 60), r) for r in rows]
+    return [(printable(str(select(r.get("config"), key)), 60), r) for r in rows]
 
 
 def _exercise1(rows: Rows) -> str | None:
@@ -121,31 +117,27 @@ def _exercise3(rows: Rows) -> str | None:
     return text
 
 
-def _focus_clause(r: dict[str, Any]) -> str:
-    if r.get("focus_step") is not None:
-        return _("{token} passes 0.9 at step {step} (on {target})").format(
-            token=cell_text("focus_token", r["focus_token"]), step=cell_text("focus_step", r["focus_step"]),
-            target=cell_text("focus_target", r["focus_target"]))
-    return _("{token} never passes 0.9 ({weight} on {target} at step {step})").format(
-        token=cell_text("focus_token", r["focus_token"]), weight=cell_text("focus_weight", r["focus_weight"]),
-        target=cell_text("focus_target", r["focus_target"]), step=cell_text("snapshot_step", r["snapshot_step"]))
-
-
 def _exercise4(rows: Rows) -> str | None:
     groups: dict[Any, list[tuple[str, dict[str, Any]]]] = {}
     for lr, r in _by(rows, "optimizer.lr"):
-        groups.setdefault(_value(r, "train.steps"), []).append((lr, r))
+        groups.setdefault(select(r.get("config"), "train.steps"), []).append((lr, r))
     out = []
     for steps, jobs in sorted(groups.items(), key=lambda g: g[0]):
         clauses = []
         for lr, r in jobs:
-            loss = _("loss {loss}").format(loss=cell_text("final_loss", r["final_loss"]))
-            if r.get("steps_to_threshold") is not None:
-                loss = _("loss below {thr} at step {step}, {loss} at the end").format(
-                    thr=cell_text("loss_threshold", r["loss_threshold"]),
-                    step=cell_text("steps_to_threshold", r["steps_to_threshold"]),
-                    loss=cell_text("final_loss", r["final_loss"]))
-            clauses.append(_("lr {lr}: {loss}; {focus}").format(lr=lr, loss=loss, focus=_focus_clause(r)))
+            c = {k: cell_text(k, r.get(k)) for k in ("final_loss", "loss_threshold", "steps_to_threshold",
+                                                    "focus_token", "focus_target", "focus_weight", "snapshot_step",
+                                                    "focus_step")}
+            loss = (_("loss below {thr} at step {step}, {loss} at the end").format(
+                thr=c["loss_threshold"], step=c["steps_to_threshold"], loss=c["final_loss"])
+                if r.get("steps_to_threshold") is not None else _("loss {loss}").format(loss=c["final_loss"]))
+            if r.get("focus_step") is not None:
+                focus = _("{token} passes 0.9 at step {step} (on {target})").format(
+                    token=c["focus_token"], step=c["focus_step"], target=c["focus_target"])
+            else:
+                focus = _("{token} never passes 0.9 ({weight} on {target} at step {step})").format(
+                    token=c["focus_token"], weight=c["focus_weight"], target=c["focus_target"], step=c["snapshot_step"])
+            clauses.append(_("lr {lr}: {loss}; {focus}").format(lr=lr, loss=loss, focus=focus))
         out.append(_("in {steps} steps, {clauses}.").format(steps=steps, clauses=" · ".join(clauses)))
     steps, jobs = max(groups.items(), key=lambda g: g[0])  # what the longest runs show
     if len(jobs) < 2:

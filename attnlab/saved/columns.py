@@ -76,19 +76,12 @@ def observed_cells(summary: dict[str, Any]) -> dict[str, Any]:
                                           f"={e['weight']:.2f}" for h, e in enumerate(focus["heads"]))
         if select(summary.get("config"), "model.causal") is True:
             out["upper_max"] = focus.get("upper_triangle_max")
-    if summary.get("n_tokens") is not None:
-        out["n_tokens"] = summary["n_tokens"]
-    table = summary.get("token_table")
-    if isinstance(table, list) and table:
+    out.update({k: summary[k] for k in ("n_tokens", "max_abs_weight_minus_uniform") if summary.get(k) is not None})
+    if table := summary.get("token_table"):  # the fields' types: read_summary's
         out["tokens"] = " ".join(show(str(t[1])) for t in table if isinstance(t, list) and len(t) == 2)
-    shapes = summary.get("shapes")
-    if isinstance(shapes, dict) and shapes:
+    if shapes := summary.get("shapes"):
         out["shapes"] = " ".join(f"{k}={'x'.join(str(d) for d in v)}" for k, v in shapes.items()
                                  if k in ("X", "Q", "K", "V", "weights", "Z") and isinstance(v, list))
-    if summary.get("max_abs_weight_minus_uniform") is not None:
-        out["max_abs_weight_minus_uniform"] = summary["max_abs_weight_minus_uniform"]
-    perm = summary.get("permutation_check")
-    if isinstance(perm, dict):
-        out["perm_tokens_match"] = perm.get("tokens_are_permutation")
-        out["perm_z_max_abs_diff"] = perm.get("z_max_abs_diff")
+    if (perm := summary.get("permutation_check")) is not None:
+        out.update(perm_tokens_match=perm.get("tokens_are_permutation"), perm_z_max_abs_diff=perm.get("z_max_abs_diff"))
     return out

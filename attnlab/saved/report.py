@@ -29,6 +29,7 @@ from attnlab.saved.table import distribution, page_table
 REPORT = "report.html"
 TEMPLATE = Path(__file__).with_name("report_template.html")
 
+
 class _PageTemplate(string.Template):
     delimiter = "@@"  # never used by the page's own JavaScript or CSS
 
@@ -125,9 +126,8 @@ def render(records: Sequence[dict[str, Any]]) -> str:
 
 def write_page(records: Sequence[dict[str, Any]], out: Path | str) -> Path:
     """Write :func:`render` to ``out`` atomically; raises WriteError."""
-    out = Path(out)
-    atomic_write(out, render(records))
-    return out
+    atomic_write(Path(out), render(records))
+    return Path(out)
 
 
 def write_report(paths: Iterable[Path | str], out: Path | str) -> Path:

@@ -30,7 +30,6 @@ MAX_LOSS_POINTS = 2000  # loss curve points per run on the page
 NPZ_LIMIT = safe_read.NPZ_LIMIT  # bytes: an archive read for a report, and its members' declared data
 MAX_STR = 2000  # characters of any one string put on the page (config values, errors), escapes included
 MAX_NODES = 20_000  # values of one config/summary put on the page
-MAX_DEPTH = 32
 # summary.json fields a record has its own place for; the others go to ``recorded``
 _KNOWN_SUMMARY = {"status", "task", "started_at", "final_loss", "steps_run", "wall_time_s", "error",
                   "versions", "steps_to_threshold", "token_table", "config", "overrides"}
@@ -91,12 +90,12 @@ def _finite_or_none(values: Iterable[float]) -> list[float | None]:
     return [float(v) if math.isfinite(v) else None for v in values]
 
 
-def _jsonable(value: Any, budget: list[int] | None = None, depth: int = 0) -> Any:
+def _jsonable(value: Any, budget: list[int] | None = None) -> Any:
     """JSON data: text printable, non-finite floats as "nan"/"inf"/"-inf", at most :data:`MAX_NODES`
-    values and :data:`MAX_DEPTH` levels (the rest "…")."""
+    values (the rest "…"; safe_read bounds the depth)."""
     budget = [MAX_NODES] if budget is None else budget
     budget[0] -= 1
-    if budget[0] < 0 or depth > MAX_DEPTH:
+    if budget[0] < 0:
         return "…"
     if value is None or isinstance(value, bool):
         return value
@@ -112,19 +111,17 @@ def _jsonable(value: Any, budget: list[int] | None = None, depth: int = 0) -> An
             if budget[0] < 0:
                 out["…" if isinstance(value, dict) else len(out)] = "…"
                 break
-            out[k] = _jsonable(v, budget, depth + 1)
+            out[k] = _jsonable(v, budget)
         return out if isinstance(value, dict) else list(out.values())
     return printable(value, MAX_STR)
 
 
 def _record(run_dir: Path, name: str | None) -> dict[str, Any]:
-    return {
-        "name": printable(name if name is not None else run_dir.name, MAX_STR), "run_dir": printable(run_dir, MAX_STR),
-        "status": None, "error": None, "problems": [], "kind": None, "tokens": [], "token_ids": [], "steps": [],
-        "snapshots_total": 0, "weights": [], "heads": 0, "snapshot_loss": [], "loss": {"steps": [], "values": [],
-        "total": 0}, "loss_name": None, "loss_threshold": None, "steps_to_threshold": None, "final_loss": None,
-        "steps_run": None, "wall_time_s": None, "focus_token": None, "focus": None, "config": {}, "overrides": [],
-        "versions": {}, "recorded": {}, "table": {}, "observations": [], "focus_series": None}
+    """A record's fields that :func:`_fill` may leave as they are (it sets the others)."""
+    return {"name": printable(name if name is not None else run_dir.name, MAX_STR),
+            "run_dir": printable(run_dir, MAX_STR), "kind": None, "tokens": [], "token_ids": [], "steps": [],
+            "snapshots_total": 0, "weights": [], "heads": 0, "loss": {"steps": [], "values": [], "total": 0},
+            "focus": None, "focus_series": None}
 
 
 def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int = WEIGHT_BUDGET, *,
@@ -137,18 +134,16 @@ def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int
 def _load(files: runs.RunFiles, name: str | None, max_weight_bytes: int) -> dict[str, Any]:
     """:func:`load_run` of a :func:`runs.read_run`: the row below is attnlab-compare's."""
     run_dir, rec = files.run_dir, _record(files.run_dir, name)
-    if files.linked:  # nothing read through a link
-        return {**rec, "status": "unreadable", "error": files.problems[0], "problems": files.problems,
-                "table": table.page_cells(runs.row_from(files, name))}
-    metrics = (files.attempt(safe_read.read_run_metrics, run_dir, root=files.root)
-               if safe_read.exists(run_dir, METRICS) else None)
-    attention = None  # the snapshots as attnlab-compare reads them, from the arrays read here
-    if safe_read.exists(run_dir, ATTENTION):
-        attention = files.attempt(_load_attention, rec, run_dir, files.root, max_weight_bytes)
-    elif safe_read.exists(run_dir, WALKTHROUGH):
-        walk = files.attempt(safe_read.read_walkthrough, run_dir, NPZ_LIMIT, root=files.root,
-                             keys=("weights", "token_ids"))
-        attention = walk and _walkthrough(rec, walk, runs.setting(files.config, "tokenizer.encoding", str, "gpt2"))
+    metrics = attention = None  # the snapshots as attnlab-compare reads them, from the arrays read here
+    if not files.linked:  # nothing read through a link
+        metrics = (files.attempt(safe_read.read_run_metrics, run_dir, root=files.root)
+                   if safe_read.exists(run_dir, METRICS) else None)
+        if safe_read.exists(run_dir, ATTENTION):
+            attention = files.attempt(_load_attention, rec, run_dir, files.root, max_weight_bytes)
+        elif safe_read.exists(run_dir, WALKTHROUGH):
+            walk = files.attempt(safe_read.read_walkthrough, run_dir, NPZ_LIMIT, root=files.root,
+                                 keys=("weights", "token_ids"))
+            attention = walk and _walkthrough(rec, walk, runs.setting(files.config, "tokenizer.encoding", str, "gpt2"))
     return _fill(rec, files, name, metrics, attention)
 
 
@@ -215,7 +210,7 @@ def _fill(rec: dict[str, Any], files: runs.RunFiles, name: str | None, metrics: 
     row = runs.row_from(files, name, read=False, metrics=metrics, attention=attention, focus=sink)
     rec["table"] = table.page_cells(row)
     rec["observations"] = observations(rec["table"], summary)
-    rec["loss_name"] = loss_name([row.get("objective")])
+    rec["loss_name"] = loss_name([row["objective"]]) if "objective" in row else None  # a linked run: none
     for key in ("final_loss", "steps_run", "wall_time_s", "steps_to_threshold"):  # the row's numbers
         rec[key] = _jsonable(row[key])
     threshold = runs.as_float(row["loss_threshold"]) if row["loss_threshold"] is not None else math.nan

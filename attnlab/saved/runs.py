@@ -118,14 +118,11 @@ def read_run(run_dir: Path, root: Path | None = None) -> RunFiles:
     except RunFileError as err:
         files.status = "unreadable"
         files.problems.append(safe_read.file_problem(err, run_dir))
-    config = files.summary.get("config")
-    if not isinstance(config, dict):
-        config = files.attempt(safe_read.read_config, run_dir, root=files.root, resolve=False, missing_ok=True)
-    files.config = config or {}
-    overrides = files.summary.get("overrides")
-    if not isinstance(overrides, list):
-        overrides = files.attempt(safe_read.read_overrides, run_dir, root=files.root, missing_ok=True)
-    files.overrides = overrides or []
+    files.config = (files.summary.get("config")  # read_summary: a dict or null
+                    or files.attempt(safe_read.read_config, run_dir, root=files.root, resolve=False, missing_ok=True)
+                    or {})
+    files.overrides = (files.summary["overrides"] if "overrides" in files.summary  # read_summary: a list
+                       else files.attempt(safe_read.read_overrides, run_dir, root=files.root, missing_ok=True) or [])
     return files
 
 
@@ -162,18 +159,6 @@ def saved_attention(run_dir: Path, encoding: str = "gpt2", *,
     return None
 
 
-def focus_sink(steps: np.ndarray, weights: np.ndarray, labels: list[str], query: int) -> FocusSink | None:
-    """A FocusSink that saw the snapshots ``weights`` (S, H, T, T) at ``steps`` (S,); None when ``query``
-    is not a token."""
-    if not 0 <= query < len(labels):
-        return None
-    sink = FocusSink()
-    sink.on_start(RunInfo({}, [], labels, [], 0, query))
-    for step, w in zip(steps.tolist(), weights):
-        sink.on_snapshot(Snapshot(step, math.nan, w))
-    return sink
-
-
 def setting(config: Any, key: str, kind: type | tuple[type, ...], default: Any) -> Any:
     """``config[key]`` (dotted) when of type ``kind`` (not a bool), else ``default``."""
     value = safe_read.select(config, key, default)
@@ -204,72 +189,66 @@ def row_from(files: RunFiles, job: str | None = None, *, sweep_end: bool = False
              focus: FocusSink | None = None) -> dict[str, Any]:
     """:func:`job_row` from a :func:`read_run`. ``read=False``: the caller read the ``metrics`` and the
     ``attention`` (:func:`saved_attention`), or holds a ``focus`` that saw every snapshot. Never raises."""
+    run_dir, summary, config = files.run_dir, files.summary, files.config
     row: dict[str, Any] = dict.fromkeys(ROW_KEYS)
-    row["job"] = job if job is not None else files.run_dir.name
-    row["path"], row["root"] = str(files.run_dir), str(files.root)  # root: not a column
+    row.update(job=job if job is not None else run_dir.name, path=str(run_dir), root=str(files.root),  # root: no column
+               status=files.status)
+    if files.linked:
+        return {**row, "error": files.problems[0], "problems": files.problems}
     try:
-        _fill_row(row, files, sweep_end, read, metrics, attention, focus)
+        row["overrides"] = " ".join(files.overrides)
+        row["name"], row["notes"] = (setting(config, key, str, None) for key in ("name", "notes"))
+        row["config"] = config  # not a column: what differs (differs)
+        row["override_list"] = files.overrides  # not a column: the swept values of a figure's titles
+        threshold = row["loss_threshold"] = setting(config, "train.loss_threshold", (int, float), None)
+        row["objective"] = select(config, "train.objective")  # names the loss axes (not a column)
+        for key in ("final_loss", "steps_run", "steps_to_threshold", "wall_time_s"):  # a run without data: these
+            row[key] = summary.get(key)
+        if read:
+            metrics = (files.attempt(safe_read.read_run_metrics, run_dir, root=files.root)
+                       if safe_read.exists(run_dir, METRICS) else None)
+            attention = files.attempt(saved_attention, run_dir, setting(config, "tokenizer.encoding", str, "gpt2"),
+                                      root=files.root)
+        row["metrics"] = metrics  # not a column: the loss curve (attnlab-compare --plot, the report)
+        if metrics is not None:  # the data, not summary.json's claims about it
+            steps, losses = metrics
+            below = np.flatnonzero(losses < as_float(threshold)) if threshold else ()
+            row.update(final_loss=float(losses[-1]) if len(losses) else None, steps_run=len(steps),
+                       steps_to_threshold=int(steps[below[0]]) if len(below) else None)
+        query = row["focus_query"] = setting(config, "train.focus_token", int, 1)  # not a column
+        if attention is not None:  # not a column: the last snapshot's heatmap (step, (T, T) heads averaged, labels)
+            steps, weights, labels = attention
+            row["heatmap"] = None if steps is None else int(steps[-1]), head_mean(weights[-1]), labels
+        if attention is not None and 0 <= query < len(labels) and steps is None:  # the walkthrough's (1, 1, T, T)
+            to, weight = target(row["heatmap"][1][query], labels)
+            row.update(focus_token=labels[query], focus_target=to, focus_weight=weight)
+        elif attention is not None and 0 <= query < len(labels):  # a FocusSink that sees every snapshot
+            focus = FocusSink()
+            focus.on_start(RunInfo({}, [], labels, [], 0, query))
+            for step, w in zip(steps.tolist(), weights):
+                focus.on_snapshot(Snapshot(step, math.nan, w))
+        recorded = None
+        if focus is not None:  # the focus cells at the last snapshot (heads averaged)
+            to, weight = target(head_mean(focus.last)[focus.query], focus.tokens)
+            row.update(focus_token=focus.tokens[focus.query], focus_target=to, focus_weight=weight,
+                       snapshot_step=int(focus.steps[-1]))
+            row["focus_curve"] = focus.steps, [float(s[-1]) for s in focus.series]  # not a column: (S,) each
+            recorded = focus.summary()["focus"]
+        if (summary.get("task") or safe_read.select(config, "task")) == "walkthrough":  # the artifacts it must have
+            expected = [WALKTHROUGH] if files.status == "completed" else []
+        else:  # read_summary: steps_run an int
+            expected = [METRICS, ATTENTION] if files.status in RAN and (summary.get("steps_run") or 0) > 0 else []
+        missing = [] if files.held else [name for name in expected if not safe_read.exists(run_dir, name)]
+        files.problems.extend(f"{name}: missing" for name in missing)
+        row.update(observed_cells({**summary, "focus": recorded}))
+        died = files.status == "killed" or (sweep_end and files.status == "running")
+        row["error"] = "; ".join(x for x in [DIED if died else summary.get("error"), *files.problems] if x) or None
+        row["problems"] = files.problems
     except Exception as err:  # a defect of attnlab's, not of the run: still a row, naming it
         row["status"] = row["status"] or "unreadable"
         row["problems"] = [f"cannot be read ({type(err).__name__}: {safe_read.printable(str(err), 300)})"]
         row["error"] = row["problems"][0]
     return row
-
-
-def _fill_row(row: dict[str, Any], files: RunFiles, sweep_end: bool, read: bool, metrics: Any, attention: Any,
-              focus: FocusSink | None) -> None:
-    run_dir, summary, config = files.run_dir, files.summary, files.config
-    row["status"] = files.status
-    if files.linked:
-        row["error"], row["problems"] = files.problems[0], files.problems
-        return
-    row["overrides"] = " ".join(files.overrides)
-    row["name"], row["notes"] = (setting(config, key, str, None) for key in ("name", "notes"))
-    row["config"] = config  # not a column: what differs (differs)
-    row["override_list"] = files.overrides  # not a column: the swept values of a figure's titles
-    threshold = setting(config, "train.loss_threshold", (int, float), None)
-    row["loss_threshold"] = threshold
-    row["objective"] = select(config, "train.objective")  # names the loss axes (not a column)
-    for key in ("final_loss", "steps_run", "steps_to_threshold", "wall_time_s"):  # the numbers of a run without data
-        row[key] = summary.get(key)
-    if read:
-        metrics = (files.attempt(safe_read.read_run_metrics, run_dir, root=files.root)
-                   if safe_read.exists(run_dir, METRICS) else None)
-        attention = files.attempt(saved_attention, run_dir, setting(config, "tokenizer.encoding", str, "gpt2"),
-                                  root=files.root)
-    row["metrics"] = metrics  # not a column: the loss curve (attnlab-compare --plot, the report)
-    if metrics is not None:  # the data, not summary.json's claims about it
-        steps, losses = metrics
-        below = np.flatnonzero(losses < as_float(threshold)) if threshold else ()
-        row.update(final_loss=float(losses[-1]) if len(losses) else None, steps_run=len(steps),
-                   steps_to_threshold=int(steps[below[0]]) if len(below) else None)
-    query = row["focus_query"] = setting(config, "train.focus_token", int, 1)  # not a column
-    if attention is not None:  # not a column: the last snapshot's heatmap (step, (T, T) heads averaged, labels)
-        steps, weights, labels = attention
-        row["heatmap"] = None if steps is None else int(steps[-1]), head_mean(weights[-1]), labels
-        if steps is not None:
-            focus = focus_sink(steps, weights, labels, query)
-        elif 0 <= query < len(labels):  # the walkthrough's one (1, 1, T, T)
-            to, weight = target(row["heatmap"][1][query], labels)
-            row.update(focus_token=labels[query], focus_target=to, focus_weight=weight)
-    recorded = None
-    if focus is not None:  # the focus cells at the last snapshot (heads averaged)
-        to, weight = target(head_mean(focus.last)[focus.query], focus.tokens)
-        row.update(focus_token=focus.tokens[focus.query], focus_target=to, focus_weight=weight,
-                   snapshot_step=int(focus.steps[-1]))
-        row["focus_curve"] = focus.steps, [float(s[-1]) for s in focus.series]  # not a column: (S,) each
-        recorded = focus.summary()["focus"]
-    if (summary.get("task") or safe_read.select(config, "task")) == "walkthrough":  # the artifacts it must have
-        expected = [WALKTHROUGH] if files.status == "completed" else []
-    else:
-        n = summary.get("steps_run")
-        expected = [METRICS, ATTENTION] if files.status in RAN and isinstance(n, int) and n > 0 else []
-    missing = [] if files.held else [name for name in expected if not safe_read.exists(run_dir, name)]
-    files.problems.extend(f"{name}: missing" for name in missing)
-    row.update(observed_cells({**summary, "focus": recorded}))
-    own = DIED if files.status == "killed" or (sweep_end and files.status == "running") else summary.get("error")
-    row["error"] = "; ".join(x for x in [own, *files.problems] if x) or None
-    row["problems"] = files.problems
 
 
 def named_runs(paths: Iterable[Path]) -> list[tuple[Path, str, RunFiles]]:
@@ -300,12 +279,13 @@ def collect_rows(paths: Iterable[Path], sweep_end: bool = False, against: dict |
 
 
 LABELS = ("name", "notes", "lang")  # a run's label and language: never what differs
-UNSET: Any = object()  # a key a config does not have
 
 
-def config_values(config: Any) -> dict[str, Any]:
-    """``{dotted key: value}`` of a config's values (a list is one), not :data:`LABELS` nor ``logging.*``."""
-    return {k: v for k, v in walk(config) if k and "[" not in k and not isinstance(v, dict) and k not in LABELS
+def config_values(config: Any) -> dict[str, str]:
+    """``{dotted key: value as typed}`` of a config's values (a list is one; text as is, others as JSON: ``0.05``,
+    ``true``, ``[0,5]``), not :data:`LABELS` nor ``logging.*``."""
+    return {k: v if isinstance(v, str) else json.dumps(v, ensure_ascii=False, separators=(",", ":"))
+            for k, v in walk(config) if k and "[" not in k and not isinstance(v, dict) and k not in LABELS
             and not k.startswith("logging.")}
 
 
@@ -318,25 +298,17 @@ def differs(configs: Sequence[Any], against: Any = None) -> list[dict[str, str]]
     base = config_values(against) if against is not None else None
     out: list[dict[str, str]] = [{} for _config in configs]
     for key in dict.fromkeys(k for v in [*have, base or {}] for k in v):
-        shown = [_shown(v.get(key, UNSET)) if v else None for v in values]
         if base is not None:
-            usual = _shown(base.get(key, UNSET))
+            usual = base.get(key, "?")
         else:
-            (usual, n), *rest = Counter(_shown(v.get(key, UNSET)) for v in have).most_common()
+            (usual, n), *rest = Counter(v.get(key, "?") for v in have).most_common()
             usual = usual if n > 1 and (not rest or rest[0][1] < n) or not rest else None
-        for i, text in enumerate(shown):
-            if text is not None and text != usual:
-                out[i][key] = text
+        for i, v in enumerate(values):
+            if v and v.get(key, "?") != usual:
+                out[i][key] = v.get(key, "?")
     return out
 
 
 def differs_text(keys: dict[str, str]) -> str | None:
     """One run's :func:`differs` as ``key=value key=value``; None for none."""
     return " ".join(f"{k}={v}" for k, v in keys.items()) or None
-
-
-def _shown(value: Any) -> str:
-    """A config value as typed on the command line: text as is, others as JSON (``0.05``, ``true``, ``[0,5]``)."""
-    if value is UNSET:
-        return "?"
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, separators=(",", ":"))

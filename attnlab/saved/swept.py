@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-MAX_VALUE_CHARS = 60  # a value longer than this is cut, with "…"
+from attnlab.saved.table import clip
+
+MAX_VALUE_CHARS = 60  # display columns of a value (a longer one is cut, with "…")
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
            "#17becf")  # matplotlib's default colours, as the report page draws them
 LINESTYLES = ("-", "--", ":", "-.")  # matplotlib's; the report's dashes in this order
@@ -35,12 +37,6 @@ def short_keys(keys: Sequence[str]) -> dict[str, str]:
     return out
 
 
-def clip_value(value: str, n: int = MAX_VALUE_CHARS) -> str:
-    """``value`` on one line, at most ``n`` characters (``…`` marks a cut)."""
-    value = " ".join(str(value).split())
-    return value if len(value) <= n else value[: n - 1] + "…"
-
-
 def run_labels(rows: Sequence[dict[str, Any]]) -> list[str]:
     """Each row's legend: a sweep job ``[folder/]N_overrides`` as ``[folder/]N`` (another run by its whole
     ``job``) and its swept keys, e.g. ``3: lr=0.05 steps=30``."""
@@ -51,7 +47,7 @@ def run_labels(rows: Sequence[dict[str, Any]]) -> list[str]:
         head, _, tail = r["job"].rpartition("/")
         num, sep, _ = tail.partition("_")
         name = (f"{head}/" if head else "") + num if sep and num.isdigit() else r["job"]
-        swept_values = " ".join(f"{short[k]}={clip_value(x)}" for k, x in v.items())
+        swept_values = " ".join(f"{short[k]}={clip(x, MAX_VALUE_CHARS)}" for k, x in v.items())
         labels.append(f"{name}: {swept_values}" if swept_values else name)
     return labels
 

@@ -16,9 +16,9 @@ from attnlab.core.files import RunFileError
 from attnlab.core.i18n import _
 from attnlab.core.model import GPT, build_gpt
 from attnlab.core.training import model_spec
+from attnlab.outputs.artifacts import MODEL
 from attnlab.saved import safe_read
 
-MODEL = "model.npz"
 POSITIONS = "embedding.position_embedding.weight"
 
 

@@ -16,13 +16,13 @@ import numpy as np
 
 from attnlab.core.errors import AttnlabError
 from attnlab.core.i18n import N_, _
+from attnlab.outputs.artifacts import MODEL
 from attnlab.saved import safe_read
 from attnlab.saved.safe_read import printable
 
 NOTE_LIMIT = 120  # characters of a note in the verdict table
 MAX_ROWS = 20  # differences listed in the verdict table (the header counts them all)
 RECORD_ONLY = ("started_at", "wall_time_s", "versions", "config", "overrides", "job_num", "reproduced_from")
-MODEL = "model.npz"
 METRIC_COLUMNS = ("step", "loss", "val_loss")  # metrics.csv's columns, as attnlab writes them
 ATTENTION_NAMES = {"steps": "snapshot steps", "weights": "attention weights",
                    "layers": "attention weights (every block)"}
@@ -152,14 +152,13 @@ def metric_columns(run_dir: Path) -> dict[str, np.ndarray]:
     """Every column of ``metrics.csv`` (``step``, ``loss``, a GPT's ``val_loss``; an empty field is NaN) as
     float64. RunFileError for a column attnlab does not write or a field that is not a number."""
     path = Path(run_dir) / safe_read.METRICS
-    lines = [ln.rstrip("\r") for ln in safe_read.decode_utf8(safe_read.read_bytes(
-        path, safe_read.METRICS_LIMIT, root=run_dir), path).split("\n") if ln.strip()]
-    header = lines[0].split(",") if lines else []
+    text = safe_read.read_text(path, safe_read.METRICS_LIMIT, root=run_dir)
+    header, *lines = [ln.rstrip("\r").split(",") for ln in text.split("\n") if ln.strip()] or [[]]
     if unknown := [c for c in header if c not in METRIC_COLUMNS]:
         raise safe_read.RunFileError(path, f"column {printable(unknown[0], 60)} is not one attnlab writes")
-    columns = np.full((max(len(lines) - 1, 0), len(header)), np.nan)
-    for i, line in enumerate(lines[1:]):
-        for j, value in enumerate(line.split(",")[:len(header)]):
+    columns = np.full((len(lines), len(header)), np.nan)
+    for i, line in enumerate(lines):
+        for j, value in enumerate(line[:len(header)]):
             try:
                 columns[i, j] = float(value) if value.strip() else np.nan
             except ValueError:
@@ -268,9 +267,9 @@ def decide(recorded: dict[str, Any], reruns: list[Rerun], extra: list[Difference
     first = reruns[0]
     if cannot := extra + [d for d in first.diffs if d.rounding_cannot]:
         return Verdict(DIFFERENT, "", cannot + [d for d in first.diffs if not d.rounding_cannot], first.out)
+    kernels, machine, torch = (printable(recorded.get(k) or "?", 40) for k in ("cpu_capability", "machine", "torch"))
     made = _("made with {what}").format(what=_("{kernels} kernels, {machine}, torch {torch}").format(
-        kernels=printable(recorded.get("cpu_capability") or _("unrecorded"), 40),
-        machine=printable(recorded.get("machine") or "?", 40), torch=printable(recorded.get("torch") or "?", 40)))
+        kernels=kernels if recorded.get("cpu_capability") else _("unrecorded"), machine=machine, torch=torch))
     if (identical := next((r for r in reruns if not r.diffs), None)) is not None:
         return Verdict(ROUNDING, _("{made}; identical with {kernels} kernels here").format(
             made=made, kernels=identical.kernels), [], identical.out)
@@ -278,9 +277,8 @@ def decide(recorded: dict[str, Any], reruns: list[Rerun], extra: list[Difference
     return Verdict(UNDECIDED, _("{made}, which this machine cannot run: its differences from the kernel paths "
                                 "here ({paths}) can be that machine's rounding or an edit; attnlab-reproduce on a "
                                 "machine with {kernels} kernels and torch {torch} decides bit for bit").format(
-        made=made, paths=", ".join(r.kernels for r in reruns), kernels=printable(recorded.get("cpu_capability") or "?",
-                                                                                 40),
-        torch=printable(recorded.get("torch") or "?", 40)), closest.diffs, closest.out)
+        made=made, paths=", ".join(r.kernels for r in reruns), kernels=kernels, torch=torch),
+        closest.diffs, closest.out)
 
 
 def format_verdict(judged: Verdict) -> str:
