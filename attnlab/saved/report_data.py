@@ -195,10 +195,10 @@ def _fill(rec: dict[str, Any], files: runs.RunFiles, name: str | None, metrics: 
     summary, used = files.summary, files.config
     rec["status"] = _jsonable(files.status)
     shown = used
-    if not isinstance(summary.get("config"), dict):  # Hydra's file: plain ${a.b} looked up, the rest shown as text
+    if summary.get("config") is None:  # Hydra's file: plain ${a.b} looked up, the rest shown as text
         with contextlib.suppress(RunFileError):
             shown = safe_read.resolve_references(used)
-    if isinstance(shown, dict) and shown.get("text_file"):  # a run that read a file never used its sentence
+    if shown.get("text_file"):  # a run that read a file never used its sentence
         shown = {k: v for k, v in shown.items() if k != "sentence"}
     rec["config"] = _jsonable(shown)
     rec["overrides"] = _jsonable(files.overrides)

@@ -305,8 +305,7 @@ def read_verdicts(path: Path) -> dict[str, dict[str, Any]]:
     """The verdict table ``attnlab-reproduce --csv`` wrote, read as data: job -> ``{"verdict", "differs"}``.
     RunFileError (one line) for a file that is not one (no ``job`` or ``verdict`` column)."""
     path = Path(path)
-    text = safe_read.decode_utf8(safe_read.read_bytes(path, safe_read.METRICS_LIMIT, root=path.parent), path)
-    reader = csv.DictReader(io.StringIO(text))
+    reader = csv.DictReader(io.StringIO(safe_read.read_text(path, safe_read.METRICS_LIMIT, root=path.parent)))
     if not {"job", "verdict"} <= set(reader.fieldnames or ()):
         raise safe_read.RunFileError(path, "not a verdict table (attnlab-reproduce --csv writes one: columns job, "
                                      "name, verdict, differs, reproduction)")
