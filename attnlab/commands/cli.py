@@ -193,9 +193,8 @@ def main() -> None:
     except SystemExit as end:  # a job that stopped the command (interrupted, or its folder refused: 2)
         code = end.code
         raise
-    except KeyboardInterrupt:  # outside a job (a job records its own)
+    except KeyboardInterrupt:  # outside a job (a job records its own): EXIT_FAILED_RUN
         print(_("interrupted: the runs that started kept their records"), file=sys.stderr)
-        code = EXIT_FAILED_RUN
     except Exception as err:
         if os.environ.get(FULL_ERROR) == "1":
             raise
