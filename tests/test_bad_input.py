@@ -387,10 +387,11 @@ def test_hydra_options_that_would_run_code_or_cannot_resolve_are_one_line(tmp_pa
     canary = tmp_path / "PWNED"
     evil = tmp_path / "config.pickle"
     evil.write_bytes(pickle.dumps(_Canary(str(canary))))
-    proc = attnlab_here("--experimental-rerun", str(evil))
-    assert (proc.returncode, proc.stderr.count("\n")) == (2, 1), proc.stderr
-    assert proc.stderr.startswith("error: --experimental-rerun: refused: it unpickles")
-    assert not canary.exists()
+    for option in ("--experimental-rerun", "--experimental-r"):  # argparse takes an option cut short too
+        proc = attnlab_here(option, str(evil))
+        assert (proc.returncode, proc.stderr.count("\n")) == (2, 1), proc.stderr
+        assert proc.stderr.startswith("error: --experimental-rerun: refused: it unpickles")
+        assert not canary.exists()
     for args, line in [
         (("hydra.run.dir=${oc.env:ATTNLAB_UNSET_VARIABLE}",),
          "error: hydra.run.dir='${oc.env:ATTNLAB_UNSET_VARIABLE}': cannot be resolved: "),

@@ -103,26 +103,24 @@ class HydraOptions(argparse.ArgumentParser):
         raise ValueError(message)
 
 
+def _hydra_args(argv: list[str]) -> tuple[argparse.Namespace | None, list[str]]:
+    """Hydra's options and overrides in ``argv``, and the arguments no option of Hydra's names; ``(None, [])``
+    where Hydra's own parser ends the command (an ambiguous option, a missing value)."""
+    try:
+        return HydraOptions().parse_known_intermixed_args(argv)
+    except ValueError:
+        return None, []
+
+
 def overrides_first(argv: list[str]) -> list[str]:
     """``argv`` with the overrides before Hydra's options and their values, each in the order typed: Hydra's
     argparse takes the overrides in one piece (else ``name=x -m seed=1,2`` is refused)."""
-    try:
-        overrides = [o for o in HydraOptions().parse_known_intermixed_args(argv)[0].overrides if o[:1] != "-"]
-    except ValueError:  # Hydra's parser says what is wrong
+    if (args := _hydra_args(argv)[0]) is None:
         return argv
-    options = list(argv)
+    overrides, options = [o for o in args.overrides if o[:1] != "-"], list(argv)
     for override in overrides:
         options.remove(override)
     return [*overrides, *options]
-
-
-def unknown_option(argv: list[str]) -> str | None:
-    """The first argument that looks like an option and is none of Hydra's, or None."""
-    try:
-        args, unknown = HydraOptions().parse_known_intermixed_args(argv)
-    except ValueError:  # Hydra's parser says what is wrong
-        return None
-    return next((a for a in [*unknown, *args.overrides] if a.startswith("-") and a != "-"), None)
 
 
 def refusal(typed: list[str]) -> str | None:
@@ -136,10 +134,11 @@ def refusal(typed: list[str]) -> str | None:
         return _("error: '{arg}': not UTF-8 text (the terminal's encoding is another); set a UTF-8 locale "
                  "(e.g. LANG=C.UTF-8) or put the text in a UTF-8 file: text_file=FILE").format(
             arg=printable(shown, 120))
-    if any(a == "--experimental-rerun" or a.startswith("--experimental-rerun=") for a in typed):
+    args, unknown = _hydra_args(typed)
+    if args is not None and args.experimental_rerun is not None:  # (``--experimental-r FILE`` too)
         return _("error: --experimental-rerun: refused: it unpickles .hydra/config.pickle, and a pickle from a "
                  "run dir runs code; use attnlab-reproduce RUN_DIR (it reads the config as data)")
-    if (option := unknown_option(typed)) is not None:
+    if option := next((a for a in [*unknown, *(args.overrides if args else [])] if a[:1] == "-" and a != "-"), None):
         return _("error: {option}: no such option (`attnlab --help` lists the options)").format(
             option=printable(option, 120))
     for arg in typed:

@@ -90,9 +90,8 @@ def start_resource_trackers() -> None:
 
 
 def end_stopped_sweep(table: bool = True) -> None:
-    """A sweep a job stopped (Hydra never calls ``on_multirun_end``): the table, summary.csv and report
-    of the jobs that ran, unless no job folder was made or ``table`` is False (a refusal); forgotten
-    either way."""
+    """A sweep a job stopped (Hydra never calls ``on_multirun_end``): the table, summary.csv and report of
+    the jobs that ran, unless no job folder was made or ``table`` is False (a refusal)."""
     global _open_sweep
     config, _open_sweep = _open_sweep, None
     if config is None or not table:

@@ -193,9 +193,8 @@ def main() -> None:
     except SystemExit as end:  # a job that stopped the command (interrupted, or its folder refused: 2)
         code = end.code
         raise
-    except KeyboardInterrupt:  # outside a job (a job records its own)
+    except KeyboardInterrupt:  # outside a job (a job records its own): EXIT_FAILED_RUN
         print(_("interrupted: the runs that started kept their records"), file=sys.stderr)
-        code = EXIT_FAILED_RUN
     except Exception as err:
         if os.environ.get(FULL_ERROR) == "1":
             raise
@@ -216,8 +215,7 @@ def console_main() -> None:
     """:func:`main`, then ``os._exit`` once the logs and streams are flushed: no teardown of torch's
     modules (~0.4 s). A normal exit while another thread or child process runs."""
     try:
-        main()
-        code = 0
+        main()  # it ends in sys.exit
     except SystemExit as end:
         code = end.code
     mp = sys.modules.get("multiprocessing")

@@ -101,29 +101,23 @@ class Run(RunResult):
                 "wall_time_s": round(self.wall_time_s, 6), "error": self.error, "task": "train", "config": config,
                 "overrides": [], "versions": artifacts.environment(str(config.get("device", "cpu"))), **self.recorded}
 
-    def _write(self, run_dir: Path, figures: bool = False) -> None:
-        """metrics.csv, attention.npz, summary.json (and the figures), as the command writes them, into the
-        new ``run_dir``: the run's records replayed into the command's sinks."""
-        summary = self._summary()
-        run_dir.mkdir(parents=True, exist_ok=True)
-        for sink in [artifacts.RunDirSink(run_dir, writes_summary=False), *([FigureSink(run_dir)] if figures else [])]:
-            sink.on_start(self.info)
-            sink.on_losses(np.arange(len(self.losses), dtype=np.int64), np.asarray(self.losses, dtype=np.float64))
-            for snapshot in self.snapshots:
-                sink.on_snapshot(snapshot)
-            sink.flush()
-            sink.on_end(self)
-            sink.close()
-        artifacts.write_summary(run_dir, summary)
-
     def save(self, dir: str | Path) -> Path:
         """Write the run dir ``attnlab`` would have written into ``dir`` (new or empty): metrics.csv,
-        attention.npz, summary.json, the figures and report.html (no TensorBoard events). Returns ``dir``;
-        RunDirError when ``dir`` holds something else."""
+        attention.npz, summary.json, the figures and report.html (no TensorBoard events), the run's records
+        replayed into the command's sinks. Returns ``dir``; RunDirError when ``dir`` holds something else."""
         run_dir = Path(dir)
         rundir.claim(run_dir, key="dir", value=str(dir))
         try:
-            self._write(run_dir, figures=True)
+            summary = self._summary()
+            for sink in [artifacts.RunDirSink(run_dir, writes_summary=False), FigureSink(run_dir)]:
+                sink.on_start(self.info)
+                sink.on_losses(np.arange(len(self.losses), dtype=np.int64), np.asarray(self.losses, np.float64))
+                for snapshot in self.snapshots:
+                    sink.on_snapshot(snapshot)
+                sink.flush()
+                sink.on_end(self)
+                sink.close()
+            artifacts.write_summary(run_dir, summary)
             write_run_report(run_dir)
         finally:
             rundir.release(run_dir)
@@ -148,8 +142,7 @@ class SweepTable(list):
         self.answer = answer(self.rows)
 
     def footer(self) -> list[str]:
-        """The lines under the table: where the focus token ends over the jobs, an exercise's answer,
-        the sweep folder."""
+        """The lines under the table: the focus token's distribution, an exercise's answer, the sweep folder."""
         folder = _("sweep folder: {path}").format(path=self.dir) if self.dir is not None else None
         return [line for line in (distribution(self.rows), self.answer, folder) if line]
 

@@ -61,19 +61,19 @@ def make_sinks(cfg: DictConfig, run_dir: Path, show_dir: bool = True) -> list[Si
 
 def run_job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None,
             key: str = "hydra.run.dir", recorded: dict[str, Any] | None = None,
-            tokens: Tokens | None = None, show_dir: bool = True) -> JobResult:
-    """Run one job into ``run_dir``: ``task=train`` trains (tutorial §5), ``task=walkthrough`` narrates
-    §1–4; ``cfg`` may be untyped (a saved config). ``run_dir`` is claimed first (RunDirError naming
-    ``key``, nothing written). ``summary.json`` is written ``running`` first (with ``overrides`` and
-    ``recorded``), then once every other file is written, whatever the end, with the resolved config:
-    a killed job still says running. ``tokens``: :func:`checks.validated_tokens` of ``cfg`` (None: made
-    here). ``show_dir``: the console's closing line names ``run_dir``."""
+            tokens: Tokens | None = None, show_dir: bool = True, saved: dict[str, Any] | None = None) -> JobResult:
+    """Run one job (``task=train``: tutorial §5, ``walkthrough``: §1–4; ``cfg`` may be a saved, untyped one) into
+    ``run_dir``, claimed first (RunDirError naming ``key``). ``summary.json`` says ``running`` (with ``overrides``,
+    ``recorded``) until every other file is written, then how it ended. ``tokens``: :func:`checks.validated_tokens`
+    (None: made here); ``saved``: the ``.hydra/`` files (name -> config) of a job Hydra did not start."""
     run_dir = Path(run_dir)
     hc = HydraConfig.get() if HydraConfig.initialized() else None  # None: attnlab-reproduce, the benchmarks
+    if hc is not None:  # .hydra/ as Hydra saves it (Hydra writes nothing: hydra.output_subdir=null)
+        saved = {"config": cfg, "hydra": {"hydra": hc}, "overrides": hc.overrides.task}
     rundir.claim(run_dir, key=key).started = True  # a job writes there now: abandon() leaves the folder be
     try:
         with interrupts.deferred(), interrupts.shielded():  # only the training loop is interruptible
-            result = _job(cfg, run_dir, overrides, hc, recorded or {}, tokens, show_dir)
+            result = _job(cfg, run_dir, overrides, hc, recorded or {}, tokens, show_dir, saved or {})
             return result._replace(late_signal=interrupts.requested()) if result.status == "completed" else result
     finally:
         drawing.shutdown()
@@ -81,7 +81,7 @@ def run_job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None = None,
 
 
 def _job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None, hc: DictConfig | None,
-         recorded: dict[str, Any], tokens: Tokens | None, show_dir: bool) -> JobResult:
+         recorded: dict[str, Any], tokens: Tokens | None, show_dir: bool, saved: dict[str, Any]) -> JobResult:
     job_num = OmegaConf.select(hc, "job.num", default=None) if hc is not None else None
     summary: dict[str, Any] = {
         "status": "running", "task": None,
@@ -95,9 +95,9 @@ def _job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None, hc: DictCo
         return JobResult("failed", str(err), exception=err, unrecorded=str(err))
     typed, held = None, {}  # held: what the run's own report.html is made of (report_data.run_record)
     try:
-        if hc is not None:  # .hydra/ as Hydra saves it (Hydra writes nothing: hydra.output_subdir=null)
+        if saved:
             (run_dir / ".hydra").mkdir(exist_ok=True)
-            for name, node in {"config": cfg, "hydra": {"hydra": hc}, "overrides": hc.overrides.task}.items():
+            for name, node in saved.items():
                 artifacts.atomic_write(run_dir / ".hydra" / f"{name}.yaml", OmegaConf.to_yaml(node))
         interrupts.pause_point("before_training")
         interrupts.check()
@@ -133,8 +133,7 @@ def _job(cfg: DictConfig, run_dir: Path, overrides: list[str] | None, hc: DictCo
 
 def _run(cfg: DictConfig, run_dir: Path, tokens: Tokens, summary: dict[str, Any], held: dict[str, Any],
          show_dir: bool) -> JobResult:
-    """The task on the checked ``cfg``: what it measures goes into ``summary``, what its report page
-    shows into ``held``."""
+    """The task on the checked ``cfg``: its measures into ``summary``, what its report page shows into ``held``."""
     if cfg.task == Task.walkthrough:  # §1–4 printed, [job N]-prefixed in a parallel sweep; arrays saved
         from attnlab.core.walkthrough import walkthrough
 

@@ -20,7 +20,6 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from pathlib import Path
 from typing import Any, Sequence
 
-import yaml
 from omegaconf import DictConfig
 
 from attnlab.commands.arguments import HelperParser, console_script, speak
@@ -30,7 +29,7 @@ from attnlab.core.config import apply_schema, literal, plain
 from attnlab.core.errors import AttnlabError, ConfigError, RunDirError, describe
 from attnlab.core.files import printable
 from attnlab.core.i18n import N_, _
-from attnlab.outputs import artifacts, destination, rundir
+from attnlab.outputs import artifacts, destination
 from attnlab.outputs.console import display_path
 from attnlab.outputs.drawing import end_with_parent
 from attnlab.saved import runs, safe_read, verdict
@@ -154,15 +153,8 @@ def rerun(run_dir: Path, out: Path, text_file: Path | None = None, draw: bool = 
             cfg.logging.update(views)  # the verdict is the output; the numbers do not depend on the views
             if isinstance(data.get("logging"), dict):
                 data["logging"].update(views)
-            rundir.claim(out, key="--out")  # new or empty, ours alone; the config it runs saved beside it
-            try:
-                (out / ".hydra").mkdir(parents=True, exist_ok=True)
-                artifacts.atomic_write(out / safe_read.CONFIG, yaml.safe_dump(data, sort_keys=False,
-                                                                              allow_unicode=True))
-            except BaseException:
-                rundir.abandon(out)
-                raise
-            result = run_job(cfg, out, recorded={"reproduced_from": str(run_dir)}, tokens=tokens)
+            result = run_job(cfg, out, key="--out", recorded={"reproduced_from": str(run_dir)}, tokens=tokens,
+                             saved={"config": data})  # the config it runs saved beside it
             if result.bad_input:  # checked above: only a text file that changed since can get here
                 raise ConfigError("text_file", data.get("text_file"), result.error or "refused")
             status = "interrupted" if result.late_signal is not None else result.status  # Ctrl-C after its last step
@@ -225,12 +217,7 @@ def verify(jobs_: Sequence[tuple[Path, Path]], text_file: Path | None = None, jo
     recorded when this CPU has them, else on its own, then on each other kernel path here if that differs. At
     most ``jobs`` processes: this one, a worker per other kernel setting, then more workers of this CPU's
     kernels. Never raises but KeyboardInterrupt before it starts (a run not finished then is ``interrupted``)."""
-    recorded: list[dict[str, Any]] = []
-    for run_dir, _out in jobs_:
-        try:
-            recorded.append(safe_read.read_summary(run_dir).get("versions") or {})  # a dict or null (type-checked)
-        except AttnlabError:
-            recorded.append({})
+    recorded = [runs.read_run(run_dir).summary.get("versions") or {} for run_dir, _out in jobs_]  # dict or null
     machine = platform.machine()
     asked = [v.get("cpu_capability") if v.get("machine") == machine and v.get("cpu_capability") in KERNELS else ""
              for v in recorded]
@@ -318,8 +305,7 @@ def verdict_row(judged: Verdict) -> dict[str, Any]:
 
 
 def verdict_table(rows: Sequence[dict[str, Any]], out: Path) -> str:
-    """The verdict table of ``rows`` (``verdict``: a :data:`VERDICTS` key) and its count line, in the
-    learner's language, aligned by display width."""
+    """The verdict table of ``rows`` (``verdict``: a :data:`VERDICTS` key) and its count line."""
     counts = Counter(r["verdict"] for r in rows)
     table = format_table([{**r, "verdict": _(r["verdict"])} for r in rows], ["job", "name", "verdict", "differs"]
                          if any(r["name"] for r in rows) else ["job", "verdict", "differs"])
@@ -397,8 +383,7 @@ def reproduce(run_dir: Path, out: Path | None = None, text_file: Path | None = N
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The exit status of ``attnlab-reproduce ARGV``: 0 same or within rounding, 1 different, 2 not a run;
-    for several runs 0 every run reproduced, 1 some not (:func:`reproduce_many`), 2 no run."""
+    """The exit status of ``attnlab-reproduce ARGV`` (module docstring)."""
     argv = speak(argv)
     parser = HelperParser("attnlab-reproduce", _(
         "Re-run saved attnlab runs from their recorded configs into new folders and check their "

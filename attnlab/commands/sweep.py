@@ -60,9 +60,8 @@ def name_by_swept_keys(config: DictConfig) -> None:
 
 
 def summarize(sweep_dir: Path) -> int:
-    """Print the jobs' table of ``sweep_dir`` and write ``summary.csv`` in it (one row per job folder,
-    also one that cannot be read). Returns 1 when a job did not complete, has a file that cannot be
-    read, or there is no job, else 0."""
+    """Print the jobs' table of ``sweep_dir`` (a row per job folder, read or not) and write ``summary.csv``.
+    Returns 1 when a job did not complete, has a file that cannot be read, or there is no job, else 0."""
     rows = collect_rows([Path(sweep_dir)], sweep_end=True)
     if not rows:
         print(_("sweep summary: no job folders under {path}").format(path=sweep_dir), file=sys.stderr)
