@@ -7,7 +7,6 @@ import contextlib
 import csv
 import io
 import math
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -169,7 +168,7 @@ def metric_columns(run_dir: Path) -> dict[str, np.ndarray]:
 def _archives(runs: tuple[Path, Path], name: str, members: dict[str, Any]) -> list[dict[str, np.ndarray]]:
     """Every member of each run's archive ``name`` ({} where there is none); RunFileError for a member
     attnlab does not write there."""
-    return [safe_read.read_npz(Path(r) / name, members, root=r, strict=True) if os.path.lexists(Path(r) / name)
+    return [safe_read.read_npz(Path(r) / name, members, root=r, strict=True) if safe_read.exists(r, name)
             else {} for r in runs]
 
 
@@ -183,7 +182,7 @@ def compare_runs(original: Path, reproduction: Path) -> list[Difference]:
     prefix_only = s_a.get("status") == "interrupted"
     quantities: list[tuple[str, Any, Any, Any]] = []  # (name, original's, reproduction's, steps of axis 0)
     none = np.zeros(0)
-    if s_a.get("task") == "walkthrough" or os.path.lexists(Path(original) / safe_read.WALKTHROUGH):
+    if s_a.get("task") == "walkthrough" or safe_read.exists(original, safe_read.WALKTHROUGH):
         fa, fb = _archives(pair, safe_read.WALKTHROUGH, safe_read.WALKTHROUGH_MEMBERS)
         quantities += [(key, fa.get(key, none), fb.get(key, none), None)
                        for key in safe_read.WALKTHROUGH_MEMBERS if key in fa or key in fb]
@@ -205,7 +204,7 @@ def compare_runs(original: Path, reproduction: Path) -> list[Difference]:
             with np.load(Path(reproduction) / MODEL, allow_pickle=False) as arrays:  # attnlab's own, just written
                 model = {n: safe_read.Member(tuple(f"{n}.{i}" for i in range(arrays[n].ndim)), "f")
                          for n in arrays.files}
-        if model or os.path.lexists(Path(original) / MODEL):
+        if model or safe_read.exists(original, MODEL):
             fa, fb = _archives(pair, MODEL, model)
             quantities += [(f"model {printable(key, 60)}", fa.get(key, none), fb.get(key, none), None)
                            for key in sorted(set(fa) | set(fb))]
