@@ -72,6 +72,8 @@ def test_gpt_stacks_blocks_with_a_final_layernorm():
     expected = gpt.next_token_head(nn.functional.layer_norm(x, (8,)))
     torch.testing.assert_close(logits, expected, rtol=0, atol=1e-6)
     assert [w.shape for w in weights] == [(2, 2, 6, 6)] * 2
+    no_logits, same = gpt(ids, need_weights=True, head=False)  # a snapshot's weights, no vocab-wide matmul
+    assert no_logits is None and all(torch.equal(a, b) for a, b in zip(same, weights, strict=True))
     assert gpt.blocks[0].W_fc.out_features == 32  # d_ff: 4·d_model
     assert np.isclose(gpt.next_token_head.weight.std().item(), 0.02, rtol=0.1)
 

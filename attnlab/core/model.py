@@ -233,16 +233,17 @@ class GPT(nn.Module):
         self.ln_f = nn.LayerNorm(next_token_head.in_features)
         self.next_token_head = next_token_head
 
-    def forward(self, token_ids: torch.Tensor, need_weights: bool = False) -> tuple[torch.Tensor, list]:
-        """``token_ids`` (..., T) → (logits (..., T, vocab_size), each block's weights (..., H, T, T)
-        with ``need_weights``, else [])."""
+    def forward(self, token_ids: torch.Tensor, need_weights: bool = False,
+                head: bool = True) -> tuple[torch.Tensor | None, list]:
+        """``token_ids`` (..., T) → (logits (..., T, vocab_size), or None without ``head``: the weights
+        alone skip the vocab_size-wide matmul; each block's weights (..., H, T, T) with ``need_weights``, else [])."""
         x = self.embedding(token_ids)  # (..., T, d_model)
         weights = []
         for block in self.blocks:
             x, w = block(x, need_weights)
             if need_weights:
                 weights.append(w)
-        return self.next_token_head(self.ln_f(x)), weights
+        return (self.next_token_head(self.ln_f(x)) if head else None), weights
 
     def trained_parameters(self) -> list[nn.Parameter]:
         """Every parameter, the embeddings too (GPT learns them), in creation order."""

@@ -265,7 +265,8 @@ def _gpt_forward(model: GPT, ids: torch.Tensor, cfg: DictConfig):
         if need_weights:  # every block's weights on the first window and the validation loss, before the update
             model.eval()
             with torch.no_grad():
-                layers = _numpy(torch.stack(model(train_ids[:context], need_weights=True)[1]))  # (L, H, T, T)
+                weights = model(train_ids[:context], need_weights=True, head=False)[1]  # L × (H, T, T)
+                layers = _numpy(torch.stack(weights))  # (L, H, T, T)
                 val_loss = None
                 if val_windows is not None:
                     val_loss = next_token_cross_entropy(model(val_windows)[0], val_windows).item()
