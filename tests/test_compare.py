@@ -150,6 +150,16 @@ def test_console_script_is_installed(sweep):
     assert len(proc.stderr.splitlines()) == 1
 
 
+def test_compare_and_report_of_saved_runs_load_neither_torch_nor_hydra(sweep, tmp_path):
+    """The tables and the page are made from the run dirs alone: torch and Hydra (~1.3 s) only with --against."""
+    code = ("import sys; from attnlab.commands import compare, report; "
+            f"print(compare.main([{str(sweep)!r}]), report.main([{str(sweep)!r}, '--out', {str(tmp_path / 'r.html')!r}]),"
+            " [m for m in ('torch', 'hydra', 'matplotlib') if m in sys.modules])")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "0 0 []"
+
+
 def test_last_snapshot_is_the_last_frame(tmp_path):
     from attnlab.core.records import RunInfo, RunResult, Snapshot
 

@@ -13,7 +13,6 @@ from typing import Any, Sequence
 
 from omegaconf import OmegaConf
 
-from attnlab.commands.api import compose
 from attnlab.commands.arguments import HelperParser, console_script, speak
 from attnlab.commands.argv import CONFIG_GROUPS
 from attnlab.core.config import apply_schema, literal, resolve
@@ -46,6 +45,8 @@ def preset_config(path: Path) -> dict[str, Any]:
                                                   "e.g. override /optimizer: sgd"))
         options += [f"{match['group']}={match['option']}"] if item != "_self_" else []
     data.pop("hydra", None)
+    from attnlab.commands.api import compose  # Hydra and torch only with --against
+
     merged = OmegaConf.merge(OmegaConf.to_container(compose(*options)), literal(data))
     cfg = apply_schema(merged)  # onto the schema: a wrong key or type is one line
     config = resolve(cfg)
