@@ -285,7 +285,10 @@ def test_a_job_folder_that_is_a_link_is_a_row_and_nothing_is_read_through_it(bas
     # the healthy row and its job number (summary.json read once, then hydra.yaml: a run made by
     # the API records no job number): not one byte of the linked run
     assert S.counters()["bytes_read"] == one_row + (folder / "0_healthy" / S.HYDRA).stat().st_size
+    table_bytes = S.counters()["bytes_read"]
+    S.reset_counters()
     assert compare.main([str(folder)]) == 1
+    assert S.counters()["bytes_read"] == table_bytes  # attnlab-compare reads each run once, as the table does
     assert capsys.readouterr().err == f"attnlab-compare: warning: 1_link: {reason}\n"
     records = report_data.collect_records([folder])
     assert (records[1]["status"], records[1]["error"], records[1]["weights"]) == ("unreadable", reason, [])

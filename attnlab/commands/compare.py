@@ -73,12 +73,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         against = preset_config(args.against) if args.against else None
-        read = [run for run, _, _ in named_runs(args.paths)]
+        found = named_runs(args.paths)
+        read = [run for run, _, _ in found]
         for key, out, kind in (("--csv", args.csv, "csv"), ("--plot", args.plot, "figure")):
             if out is not None and (problem := destination.refusal(out, key=key, kind=kind, force=args.force,
                                                                    reads=read)) is not None:
                 raise RunDirError(problem)
-        rows = collect_rows(args.paths, against=against)
+        rows = collect_rows(args.paths, against=against, found=found)
         if args.sort:
             rows = sort_rows(rows, args.sort, reverse=args.reverse)
         print(format_table(rows))

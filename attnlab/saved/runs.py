@@ -270,9 +270,12 @@ def named_runs(paths: Iterable[Path]) -> list[tuple[Path, str, RunFiles]]:
     return [run for _order, run in sorted(zip(order, named), key=lambda pair: pair[0])]
 
 
-def collect_rows(paths: Iterable[Path], sweep_end: bool = False, against: dict | None = None) -> list[dict[str, Any]]:
-    """The rows of every run under ``paths``, ``differs`` filled in (``against`` a config). Raises RunDirError."""
-    rows = [row_from(files, name, sweep_end=sweep_end) for _r, name, files in named_runs(paths)]
+def collect_rows(paths: Iterable[Path], sweep_end: bool = False, against: dict | None = None,
+                 found: list[tuple[Path, str, RunFiles]] | None = None) -> list[dict[str, Any]]:
+    """The rows of every run under ``paths`` (``found``: their :func:`named_runs`, already read), ``differs``
+    filled in (``against`` a config). Raises RunDirError."""
+    found = named_runs(paths) if found is None else found
+    rows = [row_from(files, name, sweep_end=sweep_end) for _r, name, files in found]
     for row, keys in zip(rows, differs([r.get("config") or {} for r in rows], against)):
         row["differs"] = differs_text(keys)
     return rows
