@@ -13,9 +13,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnlab.core.checks import resolve_out_proj
-from attnlab.core.tokenizer import GPT2_VOCAB_SIZE  # noqa: F401  (tutorial §2; imported from here too)
-
-NEXT_TOKEN_HEAD_STD = 0.02  # GPT-2's init std for its weights (as nanoGPT's _init_weights)
 
 
 class InputEmbedding(nn.Module):
@@ -90,14 +87,11 @@ class MultiHeadSelfAttention(nn.Module):
                 nn.init.uniform_(linear.bias, -1 / math.sqrt(d_model), 1 / math.sqrt(d_model))
         self.W_out = nn.Linear(n_heads * d_v, d_model, bias=False) if out_proj else None
 
-    @property
-    def d_out(self) -> int:  # the width of Z
-        return self.d_model if self.W_out is not None else self.n_heads * self.d_v
-
     def forward(self, X: torch.Tensor, need_weights: bool = True) -> AttentionOutput:
         """X (T, d_model) → :class:`AttentionOutput`; a batch X (B, T, d_model) puts B first in each."""
         Q_all, K_all, V_all = self.W_query(X), self.W_key(X), self.W_value(X)  # (T, H·d_k), (T, H·d_k), (T, H·d_v)
-        Q, K, V = (split_heads(t, self.n_heads) for t in (Q_all, K_all, V_all))  # (H, T, d_k), …, (H, T, d_v)
+        # (T, H·d) → (H, T, d), views: head h is columns h·d … (h+1)·d - 1
+        Q, K, V = (t.unflatten(-1, (self.n_heads, -1)).transpose(-3, -2) for t in (Q_all, K_all, V_all))
         mask = causal_mask(X.shape[-2], X.device) if self.causal else None
         scores = weights = None
         if self.attention == "explicit":
@@ -124,11 +118,6 @@ class MultiHeadSelfAttention(nn.Module):
         if self.W_out is not None:
             Z = self.W_out(Z)  # (T, d_model)
         return AttentionOutput(Q, K, V, scores, weights, Z)
-
-
-def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
-    """(..., T, H·d) → (..., H, T, d), a view: head h is columns h·d … (h+1)·d - 1."""
-    return x.unsqueeze(-3) if n_heads == 1 else x.view(*x.shape[:-1], n_heads, -1).transpose(-3, -2)
 
 
 @dataclass(frozen=True)
@@ -162,8 +151,7 @@ class AttentionModel(nn.Module):
 
     def trained_parameters(self) -> list[nn.Parameter]:
         """What §5 trains, in creation order (the embeddings are not: X is computed once)."""
-        head = self.next_token_head
-        return [*self.attention.parameters(), *(head.parameters() if head is not None else ())]
+        return [*self.attention.parameters(), *(self.next_token_head.parameters() if self.next_token_head else ())]
 
 
 def _embedding(spec: ModelSpec, vocab_size: int, rows: int, text_order: bool = False) -> InputEmbedding:
@@ -179,9 +167,9 @@ def _embedding(spec: ModelSpec, vocab_size: int, rows: int, text_order: bool = F
 
 
 def _next_token_head(spec: ModelSpec, vocab_size: int) -> nn.Linear:
-    """Linear(d_model, vocab_size), bias-free, N(0, 0.02²) (GPT-2's)."""
+    """Linear(d_model, vocab_size), bias-free, N(0, 0.02²) (GPT-2's, as nanoGPT's _init_weights)."""
     head = nn.Linear(spec.d_model, vocab_size, bias=False)
-    nn.init.normal_(head.weight, mean=0.0, std=NEXT_TOKEN_HEAD_STD)
+    nn.init.normal_(head.weight, mean=0.0, std=0.02)
     return head
 
 

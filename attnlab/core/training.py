@@ -86,8 +86,6 @@ def build_optimizer(opt_cfg: DictConfig, params: Iterable[torch.nn.Parameter]):
     """The ``optimizer`` group over ``params``, from the shipped allow-list (ConfigError otherwise)."""
     name = optimizer_schema(opt_cfg.get("_target_"))._target_.rsplit(".", 1)[1]
     kwargs = {k: v for k, v in OmegaConf.to_container(opt_cfg, resolve=True).items() if k != "_target_"}
-    if "betas" in kwargs:
-        kwargs["betas"] = tuple(kwargs["betas"])
     return optim.build(name, params, **kwargs)
 
 
@@ -204,8 +202,7 @@ def train(cfg: DictConfig, sinks: Iterable[Sink] = (), run_dir: Path | None = No
                         kept.append(snap)
                 if overflow:
                     break
-            else:
-                recorder.flush()
+            recorder.flush()  # the last batch (nothing left after a break)
         except KeyboardInterrupt:
             recorder.flush()  # the steps that finished before it
             n = recorder.recorded
@@ -301,21 +298,13 @@ def _finish(sinks: list[Sink], result: RunResult) -> None:
     """``flush`` on every sink, then ``on_end`` and ``close`` on each, shielded; a failing sink does not stop
     the others (those after it see ``failed``). Re-raises the first failure."""
     errors = []
-
-    def call(method, *args) -> None:
-        nonlocal result
-        try:
-            method(*args)
-        except Exception as err:
-            errors.append(err)
-            if result.status != "failed":
-                result = dataclasses.replace(result, status="failed", error=describe(err))
-
     with interrupts.shielded():
-        for sink in sinks:
-            call(sink.flush)
-        for sink in sinks:
-            call(sink.on_end, result)
-            call(sink.close)
+        for sink, method in [(s, "flush") for s in sinks] + [(s, m) for s in sinks for m in ("on_end", "close")]:
+            try:
+                getattr(sink, method)(*([result] if method == "on_end" else []))
+            except Exception as err:
+                errors.append(err)
+                if result.status != "failed":
+                    result = dataclasses.replace(result, status="failed", error=describe(err))
     if errors:
         raise errors[0]
