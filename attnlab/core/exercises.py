@@ -25,10 +25,9 @@ def row_matching(ids_a: Sequence[int], ids_b: Sequence[int]) -> list[int] | None
     is not a reordering of ``ids_a``."""
     if sorted(ids_a) != sorted(ids_b):
         return None
-    free: dict[int, list[int]] = {}
-    for pos, t in enumerate(ids_a):
-        free.setdefault(int(t), []).append(pos)
-    return [free[int(t)].pop(0) for t in ids_b]
+    perm = np.empty(len(ids_a), dtype=np.int64)
+    perm[np.argsort(ids_b, kind="stable")] = np.argsort(ids_a, kind="stable")  # k-th of an id in B → k-th in A
+    return perm.tolist()
 
 
 def permutation_check(cfg: DictConfig, tokens: Tokens | None = None) -> dict[str, Any]:

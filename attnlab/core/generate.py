@@ -1,7 +1,6 @@
 """What a GPT is for (tutorial §0: "今天 天气 真 → 好"): continue a prompt one token at a time,
 each new token the argmax of the next-token head (greedy, ``temperature`` 0) or drawn from
-softmax(logits / temperature) over the ``top_k`` most probable, with a generator seeded by ``seed``.
-"""
+softmax(logits / temperature) over the ``top_k`` most probable, with a generator seeded by ``seed``."""
 from __future__ import annotations
 
 import codecs

@@ -1,7 +1,6 @@
 """Tutorial §1, text → token ids with readable labels. ``gpt2`` (alias ``r50k_base``) is built with
 tiktoken's public API from the shipped, sha256-checked ``attnlab/data/gpt2.tiktoken`` (MIT, OpenAI); no
-other encoding is loaded: tiktoken would download it, and no config may make attnlab open a connection.
-"""
+other encoding is loaded: tiktoken would download it, and no config may make attnlab open a connection."""
 from __future__ import annotations
 
 import bisect

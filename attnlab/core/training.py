@@ -1,6 +1,5 @@
 """Tutorial §5, the toy training run: build the model, then forward → loss → backward → step.
-:func:`train` returns a :class:`~attnlab.core.records.RunResult`; it writes nothing (sinks do).
-"""
+:func:`train` returns a :class:`~attnlab.core.records.RunResult`; it writes nothing (sinks do)."""
 from __future__ import annotations
 
 import contextlib
@@ -97,10 +96,7 @@ class LossRecorder:
     def __init__(self, sinks: list[Sink], threshold: float, keep: bool = True) -> None:
         self.sinks, self.threshold = sinks, threshold
         self.recorded = 0
-        self.final_loss: float | None = None
-        self.steps_to_threshold: int | None = None
-        self.diverged_at: int | None = None
-        self.bad_value: float | None = None
+        self.final_loss = self.steps_to_threshold = self.diverged_at = self.bad_value = None  # float, int, int, float
         self._pending: list[torch.Tensor] = []
         self._kept: list[np.ndarray] | None = [] if keep else None
 
