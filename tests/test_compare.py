@@ -160,6 +160,16 @@ def test_compare_and_report_of_saved_runs_load_neither_torch_nor_hydra(sweep, tm
     assert proc.stdout.splitlines()[-1] == "0 0 []"
 
 
+@pytest.mark.parametrize("command", ["check", "generate"])
+def test_help_of_commands_that_need_torch_does_not_load_it(command):
+    """``attnlab-check --help`` and ``attnlab-generate --help`` answer before torch (~1.5 s) loads."""
+    code = (f"import sys; from attnlab.commands import {command}\ntry:\n    {command}.main(['--help'])\n"
+            "except SystemExit:\n    print([m for m in ('torch', 'hydra') if m in sys.modules])")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "[]"
+
+
 def test_last_snapshot_is_the_last_frame(tmp_path):
     from attnlab.core.records import RunInfo, RunResult, Snapshot
 

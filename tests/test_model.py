@@ -11,6 +11,7 @@ import torch
 import torch.nn as nn
 from test_differential import plain_section5
 
+from attnlab.core import checks
 from attnlab.core.errors import ConfigError
 from attnlab.core.model import (
     AttentionOutput,
@@ -25,7 +26,7 @@ from attnlab.core.model import (
 from attnlab.core.tokenizer import GPT2_VOCAB_SIZE
 from attnlab.core.training import train
 
-from conftest import GOLDEN_EMBEDDING_ROWS, GOLDEN_SECTION5, TUTORIAL_IDS
+from conftest import GOLDEN_EMBEDDING_ROWS, GOLDEN_SECTION5, TUTORIAL_IDS, compose_cfg
 
 SECTION5 = ModelSpec(d_model=6, d_k=4, d_v=6, init_std=1.0)
 WALKTHROUGH = ModelSpec(d_model=6, d_k=4, d_v=4, init_std=0.02)
@@ -197,14 +198,15 @@ def test_out_proj_rule(out_proj, n_heads, d_v, d_model, z_in_d_model, expected):
     assert resolve_out_proj(out_proj, n_heads, d_v, d_model, z_in_d_model=z_in_d_model) is expected
 
 
-def test_out_proj_false_with_mismatched_shapes_says_what_to_do():
+def test_out_proj_false_is_refused_where_the_loss_needs_z_in_d_model_columns():
+    """One row of the rules table (core.checks.RULES), not the model: training refuses, the walkthrough has no loss."""
     with pytest.raises(ConfigError) as err:
-        resolve_out_proj(False, 2, 4, 6, z_in_d_model=True)
-    assert str(err.value) == ("out_proj=False: Z has n_heads·d_v = 2·4 = 8 columns but the loss needs d_model = 6; "
-                              "use out_proj=auto or true (a W_out brings Z to d_model), or make n_heads·d_v = d_model")
-    assert err.value.key == "out_proj"
-    with pytest.raises(ConfigError, match=r"^out_proj='yes': must be auto, true or false$"):
-        resolve_out_proj("yes", 1, 6, 6, z_in_d_model=True)
+        checks.validate(compose_cfg("model.n_heads=2", "model.d_v=4", "model.out_proj=false"))
+    assert str(err.value) == ("model.out_proj=False: Z has n_heads·d_v = 2·4 = 8 columns but the loss needs d_model = "
+                              "6; use out_proj=auto or true (a W_out brings Z to d_model), or make n_heads·d_v = d_model")
+    checks.validate(compose_cfg("task=walkthrough", "model.n_heads=2", "model.d_v=4", "model.out_proj=false"))
+    with pytest.raises(ConfigError, match=r"^model\.out_proj='yes': must be auto, true or false$"):
+        checks.validate(compose_cfg("model.out_proj=yes"))
 
 
 def test_builders_apply_the_rule():

@@ -18,17 +18,12 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence, TextIO
 
 import numpy as np
-import torch
 
 from attnlab.commands import learner
-from attnlab.commands.api import compose
 from attnlab.commands.arguments import HelperParser, speak
 from attnlab.core.errors import AttnlabError
 from attnlab.core.files import RunFileError, read_own_file
 from attnlab.core.i18n import N_, _
-from attnlab.core.tokenizer import tokenize
-from attnlab.core.training import build_model
-from attnlab.core.walkthrough import walkthrough
 from attnlab.outputs import destination
 
 EXIT_PASSED, EXIT_DIFFERS, EXIT_NOT_LOADED = 0, 1, 2
@@ -44,12 +39,17 @@ class Stage:
     function: str
     title: str
     inputs: Callable[[], tuple]
-    outputs: list[tuple[str, torch.Tensor, list[tuple[str, torch.Tensor]]]]
+    outputs: list[tuple[str, Any, list[tuple[str, Any]]]]  # the tensors: torch.Tensor
 
 
 @functools.cache
-def reference() -> tuple[dict[str, np.ndarray], torch.nn.Module]:
-    """The tutorial's §1–4 arrays (:func:`attnlab.core.walkthrough.walkthrough`) and its model."""
+def reference() -> tuple[dict[str, np.ndarray], Any]:
+    """The tutorial's §1–4 arrays (:func:`attnlab.core.walkthrough.walkthrough`) and its model (nn.Module)."""
+    from attnlab.commands.api import compose  # torch and Hydra: not for --help
+    from attnlab.core.tokenizer import tokenize
+    from attnlab.core.training import build_model
+    from attnlab.core.walkthrough import walkthrough
+
     cfg = compose("experiment=tutorial_walkthrough")
     arrays = walkthrough(cfg, print_line=lambda line: None)
     return arrays, build_model(cfg, tokenize(cfg), order="walkthrough")
@@ -57,6 +57,8 @@ def reference() -> tuple[dict[str, np.ndarray], torch.nn.Module]:
 
 def stages() -> list[Stage]:
     """The six stages of tutorial §2–4, with their typical mistakes computed from the reference inputs."""
+    import torch
+
     ref, model = reference()
     t = {k: torch.from_numpy(v) for k, v in ref.items()}
     emb, att = model.embedding, model.attention

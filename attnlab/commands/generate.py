@@ -10,11 +10,9 @@ from typing import Sequence
 from attnlab.commands.arguments import HelperParser, console_script, speak
 from attnlab.core import checks
 from attnlab.core.errors import AttnlabError
-from attnlab.core.generate import continuation
 from attnlab.core.i18n import _
 from attnlab.outputs.console import generation_lines
 from attnlab.saved.safe_read import printable
-from attnlab.saved.trained import load_model
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -27,6 +25,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--top-k", type=int, metavar="K", help=_("sample among the k most probable tokens"))
     parser.add_argument("--seed", type=int, metavar="S", help=_("the sampling seed (default: the run's seed)"))
     args = parser.parse_args(argv)
+    from attnlab.core.generate import continuation  # torch after --help
+    from attnlab.saved.trained import load_model
+
     try:
         model, cfg = load_model(args.run_dir)
         cfg.analysis.prompt = args.prompt

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
 import numpy as np
-import torch
 
 from attnlab.core.i18n import _
 from attnlab.outputs.drawing import end_with_parent
@@ -50,6 +49,8 @@ def _where(err: BaseException, filename: str) -> str:
 
 def _array(value: Any) -> np.ndarray | None:
     """A returned value as a numpy array of its own dtype (a tensor detached; bfloat16 as float32), or None."""
+    import torch
+
     if isinstance(value, torch.Tensor):
         value = value.detach().cpu()
         value = (value.float() if value.dtype == torch.bfloat16 else value).resolve_conj()

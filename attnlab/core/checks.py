@@ -1,6 +1,6 @@
 """Value checks a schema type cannot express: :data:`RULES` of (key, check, what is allowed); a
-failure is one ConfigError ``key=value: what is allowed`` (a check may raise its own). :func:`resources`,
-once T is known, estimates what the run asks (memory, files, heatmaps, console width, threads).
+failure is one ConfigError ``key=value: what is allowed``. :func:`resources`, once T is known,
+estimates what the run asks (memory, files, heatmaps, console width, threads).
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any, Callable
 from omegaconf import DictConfig, OmegaConf
 
 from attnlab.core import files
-from attnlab.core.config import Task, optimizer_schema, plain, snapshot_steps
+from attnlab.core.config import plain, snapshot_steps
 from attnlab.core.errors import ConfigError
 from attnlab.core.files import METRICS_LIMIT, NPZ_LIMIT, SUMMARY_LIMIT, TOKEN_CHARS, printable
 from attnlab.core.i18n import N_, _
@@ -41,17 +41,11 @@ def _int(low: int, high: int) -> Check:
 
 
 def _real(ok: Callable[[float], bool]) -> Check:
-    return lambda v, cfg: (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-                           and ok(v))
+    return lambda v, cfg: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and ok(v)
 
 
 def _optional(check: Check) -> Check:
     return lambda v, cfg: v is None or check(v, cfg)
-
-
-def _label(limit: int) -> Check:
-    """Text of at most ``limit`` characters on one line (what printable() shows unchanged), or None."""
-    return lambda v, cfg: v is None or isinstance(v, str) and len(v) <= limit and printable(v, limit) == v
 
 
 def _predicts_tokens(cfg: DictConfig) -> bool:
@@ -70,18 +64,22 @@ POSITIVE = (_int(1, INT64_MAX), N_("must be a positive integer"))
 RULES: list[tuple[str, Check, str | Callable[[DictConfig], str]]] = [
     ("seed", _int(*SEED_RANGE), lambda cfg: _("must be an integer in [{low}, {high}] (what torch.manual_seed "
                                              "accepts)").format(low=SEED_RANGE[0], high=SEED_RANGE[1])),
-    *((key, _label(n), lambda cfg, n=n: _("must be text of at most {n} characters on one line "
-                                          "(no control characters)").format(n=n))
-      for key, n in (("name", NAME_CHARS), ("notes", NOTES_CHARS))),
+    *((key, lambda v, cfg, n=n: v is None or isinstance(v, str) and len(v) <= n and printable(v, n) == v,
+       lambda cfg, n=n: _("must be text of at most {n} characters on one line (no control characters)").format(n=n))
+      for key, n in (("name", NAME_CHARS), ("notes", NOTES_CHARS))),  # printable() shows it unchanged
     ("tokenizer.encoding", lambda v, cfg: v in SHIPPED_ENCODINGS, ALLOWED_ENCODINGS),  # nothing downloaded
     *((key, *POSITIVE) for key in ("model.d_model", "model.d_k", "model.d_v", "model.n_heads", "train.steps",
                                    "tokenizer.max_tokens")),
     ("model.dropout", _real(lambda v: 0 <= v < 1), N_("must be in [0, 1) (the probability of zeroing a weight)")),
-    ("model.out_proj", lambda v, cfg: isinstance(out_proj(cfg), bool), ""),  # out_proj() raises its ConfigError
+    ("model.out_proj", lambda v, cfg: v == "auto" or isinstance(v, bool), N_("must be auto, true or false")),
+    ("model.out_proj", lambda v, cfg: v or plain(cfg.task) != "train"  # §5's loss needs Z in d_model columns
+     or cfg.model.n_heads * cfg.model.d_v == cfg.model.d_model, lambda cfg: _(
+        "Z has n_heads·d_v = {n_heads}·{d_v} = {columns} columns but the loss needs d_model = {d_model}; use "
+        "out_proj=auto or true (a W_out brings Z to d_model), or make n_heads·d_v = d_model").format(
+        columns=cfg.model.n_heads * cfg.model.d_v, **cfg.model)),
     ("train.focus_token", lambda v, cfg: v is None or (isinstance(v, str) and v != "") or _int(0, INT64_MAX)(v, cfg),
      N_("must be a token position (an integer >= 0), a text in the sentence, or null (its second word or character)")),
     ("model.init_std", _real(lambda v: v >= 0), N_("must be >= 0 and finite")),
-    ("optimizer._target_", lambda v, cfg: bool(optimizer_schema(v)), ""),  # raises its ConfigError
     ("optimizer.lr", _real(lambda v: v > 0), N_("must be a positive finite number")),
     *((f"optimizer.{key}", _optional(_real(lambda v: v >= 0)), N_("must be >= 0 and finite"))
       for key in ("eps", "weight_decay", "momentum")),
@@ -174,31 +172,18 @@ def corpus_split(cfg: DictConfig, n_tokens: int) -> tuple[int, int]:
 
 
 def out_proj(cfg: DictConfig) -> bool:
-    """Whether the model gets W_out (:func:`resolve_out_proj`); ConfigError("model.out_proj", ...)."""
-    value, m = cfg.model.out_proj, cfg.model
-    value = {"true": True, "false": False}.get(value, value) if isinstance(value, str) else value
-    return resolve_out_proj(value, m.n_heads, m.d_v, m.d_model, z_in_d_model=cfg.task == Task.train,
-                            key="model.out_proj")
+    """Whether the model gets W_out (:func:`resolve_out_proj`) for a checked ``cfg``."""
+    return resolve_out_proj(cfg.model.out_proj, cfg.model.n_heads, cfg.model.d_v, cfg.model.d_model,
+                            z_in_d_model=plain(cfg.task) == "train")
 
 
-def resolve_out_proj(out_proj: bool | str, n_heads: int, d_v: int, d_model: int, *, z_in_d_model: bool,
-                     key: str = "out_proj") -> bool:
-    """Whether the attention gets W_out (H·d_v → d_model). ``"auto"``: when H > 1 (it mixes the
-    heads, Vaswani et al. §3.2.2) or when ``z_in_d_model`` (§5's loss needs Z in d_model columns)
-    and H·d_v ≠ d_model; ``True`` / ``False``: always / never. ConfigError(``key``, ...) for
-    another value, or ``False`` when ``z_in_d_model`` and H·d_v ≠ d_model."""
-    mismatch = z_in_d_model and n_heads * d_v != d_model
-    if out_proj == "auto":
-        return n_heads > 1 or mismatch
-    if not isinstance(out_proj, bool):
-        raise ConfigError(key, out_proj, N_("must be auto, true or false"))
-    if not out_proj and mismatch:
-        raise ConfigError(key, out_proj,
-                          _("Z has n_heads·d_v = {n_heads}·{d_v} = {columns} columns but the loss needs "
-                            "d_model = {d_model}; use out_proj=auto or true (a W_out brings Z to d_model), "
-                            "or make n_heads·d_v = d_model").format(n_heads=n_heads, d_v=d_v,
-                                                                    columns=n_heads * d_v, d_model=d_model))
-    return out_proj
+def resolve_out_proj(out_proj: bool | str, n_heads: int, d_v: int, d_model: int, *, z_in_d_model: bool) -> bool:
+    """Whether the attention gets W_out (H·d_v → d_model): ``True`` / ``False`` as given; ``"auto"`` when H > 1
+    (it mixes the heads, Vaswani et al. §3.2.2) or when ``z_in_d_model`` (§5's loss needs Z in d_model
+    columns) and H·d_v ≠ d_model. :data:`RULES` refuse ``False`` then."""
+    if isinstance(out_proj, bool):
+        return out_proj
+    return n_heads > 1 or (z_in_d_model and n_heads * d_v != d_model)
 
 
 def _size(n_bytes: float) -> str:
@@ -276,12 +261,10 @@ def resources(cfg: DictConfig, seq_len: int, vocab_size: int, run_dir: Path | No
     need = memory_estimate(cfg, seq_len, vocab_size)
     available = available_memory()
     if available is not None and sum(need.values()) > available:
-        largest = max(need, key=need.get)
-        key, value = (("model.n_layers", cfg.model.n_layers) if largest == "parameters" else
-                      ("train.batch_size", cfg.train.batch_size) if largest in ("activations", "logits")
-                      and cfg.model.n_layers else
-                      ("model.d_model", cfg.model.d_model) if need["token_embedding"] >= need["activations"]
-                      else ("text_file", cfg.text_file) if cfg.get("text_file") else ("sentence", f"{seq_len} tokens"))
+        key = ("model.n_layers" if max(need, key=need.get) == "parameters" else "train.batch_size"
+               if cfg.model.n_layers else "model.d_model" if need["token_embedding"] >= need["activations"]
+               else "text_file" if cfg.get("text_file") else "sentence")
+        value = f"{seq_len} tokens" if key == "sentence" else OmegaConf.select(cfg, key)
         parts = ", ".join(f"{name} {_size(n)}" for name, n in need.items() if n)
         raise ConfigError(key, value, _("the run needs about {size} of memory ({parts}), more than the {available} "
                                         "available").format(size=_size(sum(need.values())), parts=parts,
@@ -321,9 +304,7 @@ def resources(cfg: DictConfig, seq_len: int, vocab_size: int, run_dir: Path | No
             "the run's report.html would hold about {size} of attention weights (two snapshots of {n} heads x {t} x "
             "{t} tokens), more than the {limit} a page holds: logging.report=false, a shorter text or fewer heads"
         ).format(size=_size(page), n=h * (1 + layers), t=t, limit=_size(files.PAGE_WEIGHT_BUDGET)))
-    existing = Path(run_dir)
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
+    existing = next(p for p in (Path(run_dir), *Path(run_dir).parents) if p.exists())
     free = shutil.disk_usage(existing).free
     if sum(disk.values()) > free:
         key = "train.steps" if disk["metrics.csv"] >= disk["attention.npz"] else "train.snapshot_steps"

@@ -3,12 +3,15 @@ seed 42, d_model 6, d_k 4, d_v = d_model, init std 1.0, Adam lr 0.05, 201 steps,
 20, 50, 100, 200). ``conf/`` adds what differs; value checks are in :mod:`attnlab.core.checks`."""
 from __future__ import annotations
 
+import difflib
 import functools
+import re
 from dataclasses import dataclass, field, fields, is_dataclass
 from enum import Enum
 from typing import Any, Iterator, Optional
 
 from omegaconf import II, MISSING, DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from attnlab.core.errors import ConfigError
 from attnlab.core.i18n import N_, _, default_language
@@ -82,9 +85,7 @@ class ModelConfig:
     dropout: float = 0.0  # on the attention weights, in training only (snapshots record them without)
     qkv_bias: bool = False  # bias in W_query, W_key, W_value
     attention: AttentionPath = AttentionPath.explicit
-    # auto: an output projection W_out (n_heads·d_v -> d_model) when n_heads > 1, or when training
-    # needs Z in d_model columns and n_heads·d_v != d_model; true / false: always / never
-    out_proj: Any = "auto"
+    out_proj: Any = "auto"  # W_out (n_heads·d_v -> d_model): auto (checks.resolve_out_proj), true or false
     n_layers: int = 0  # 0: the tutorial's one attention layer; N: a mini-GPT of N blocks (core.model.GPT)
     d_ff: Optional[int] = None  # the blocks' MLP width; null: 4·d_model
     context: Optional[int] = None  # a GPT's window of tokens (its position table); null: the whole training text
@@ -180,9 +181,8 @@ OPTIMIZERS = {"adam": AdamConfig, "adamw": AdamWConfig, "sgd": SGDConfig}
 
 def optimizer_schema(target: Any) -> type[OptimizerConfig]:
     """The schema of a shipped ``_target_`` (``torch.optim.Adam`` → AdamConfig); else ConfigError."""
-    for node in OPTIMIZERS.values():
-        if node._target_ == target:
-            return node
+    if node := next((node for node in OPTIMIZERS.values() if node._target_ == target), None):
+        return node
     shipped = ", ".join(f"{k} ({v._target_})" for k, v in OPTIMIZERS.items())
     raise ConfigError("optimizer._target_", target,
                       _("must be one of the shipped optimizers: {shipped}").format(shipped=shipped))
@@ -237,8 +237,6 @@ def schema_keys() -> frozenset[str]:
 
 def did_you_mean(key: str) -> str | None:
     """The config key or group (:func:`schema_keys`) closest to a misspelled ``key``, or None."""
-    import difflib
-
     known = schema_keys() | {k.split(".", 1)[0] for k in schema_keys()}
     close = difflib.get_close_matches(key.lstrip("+~"), sorted(known), n=1, cutoff=0.75)
     return close[0] if close and close[0] != key.lstrip("+~") else None
@@ -246,8 +244,6 @@ def did_you_mean(key: str) -> str | None:
 
 def literal(data: Any) -> Any:
     """Plain data with every ``${`` in a string escaped: it loads again as text, nothing resolved."""
-    import re
-
     if isinstance(data, str):
         return re.sub(r"(\\*)\$\{", lambda m: m.group(1) * 2 + "\\${", data)
     if isinstance(data, dict):
@@ -258,16 +254,9 @@ def literal(data: Any) -> Any:
 
 
 def resolve(cfg: DictConfig) -> dict:
-    """``cfg`` as plain resolved data (enums as strings, a null ``train.snapshot_steps`` filled in unless
-    ``snapshot_every`` is set). ConfigError naming the key the schema lacks (``+key=value``) or an
-    interpolation that cannot be resolved (missing, recursive, unset env)."""
-    from omegaconf.errors import OmegaConfBaseException
-
-    raw = OmegaConf.to_container(cfg, resolve=False, enum_to_str=True)
-    extra = sorted(k for k, _ in walk(raw) if k and k.split("[")[0] not in schema_keys())
-    if extra:
-        raise ConfigError(extra[0], select(raw, extra[0]),
-                          N_("no such config key in attnlab's schema (see `attnlab --help`)"))
+    """A typed ``cfg`` (:func:`apply_schema`) as plain resolved data (enums as strings, a null
+    ``train.snapshot_steps`` filled in unless ``snapshot_every`` is set). ConfigError naming an interpolation
+    that cannot be resolved (missing, recursive, unset env)."""
     try:
         data = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     except RecursionError:
@@ -275,12 +264,11 @@ def resolve(cfg: DictConfig) -> dict:
     except OmegaConfBaseException as err:
         key = err.full_key or "<config>"
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raw = OmegaConf.to_container(cfg, resolve=False, enum_to_str=True)
         raise ConfigError(key, select(raw, key), _("cannot be resolved: {reason}").format(reason=reason)) from None
-    train = data.get("train")
-    if isinstance(train, dict) and train.get("snapshot_steps") is None and train.get("snapshot_every") is None:
-        steps = train.get("steps")
-        if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0:
-            train["snapshot_steps"] = snapshot_steps(train)
+    train = data["train"]
+    if train["snapshot_steps"] is None and train["snapshot_every"] is None and train["steps"] > 0:
+        train["snapshot_steps"] = snapshot_steps(train)
     return data
 
 
@@ -298,8 +286,6 @@ def apply_schema(cfg: Any) -> DictConfig:
     """``cfg`` (composed, or a saved ``.hydra/config.yaml``) typed by :class:`Config`, ``optimizer`` by the
     schema its ``_target_`` names. ConfigError for a section given a value, another ``_target_``, an unknown
     key or a wrong type."""
-    from omegaconf.errors import OmegaConfBaseException
-
     if not isinstance(cfg, DictConfig):
         cfg = OmegaConf.create(cfg)
     if OmegaConf.get_type(cfg) is not Config:  # a typed config cannot hold a value where a section goes

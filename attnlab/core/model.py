@@ -271,4 +271,5 @@ def next_token_cross_entropy(logits: torch.Tensor, token_ids: torch.Tensor) -> t
     predictions). Raises ValueError for T < 2."""
     if token_ids.shape[-1] < 2:
         raise ValueError(f"next_token_cross_entropy needs at least 2 tokens, got {token_ids.shape[-1]}")
-    return F.cross_entropy(logits[..., :-1, :].flatten(0, -2), token_ids[..., 1:].flatten())
+    targets = F.pad(token_ids[..., 1:], (0, 1), value=-1)  # (..., T): the last position has no next token
+    return F.cross_entropy(logits.flatten(0, -2), targets.flatten(), ignore_index=-1)  # logits as they are, no copy
