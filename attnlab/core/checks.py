@@ -41,17 +41,11 @@ def _int(low: int, high: int) -> Check:
 
 
 def _real(ok: Callable[[float], bool]) -> Check:
-    return lambda v, cfg: (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-                           and ok(v))
+    return lambda v, cfg: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and ok(v)
 
 
 def _optional(check: Check) -> Check:
     return lambda v, cfg: v is None or check(v, cfg)
-
-
-def _label(limit: int) -> Check:
-    """Text of at most ``limit`` characters on one line (what printable() shows unchanged), or None."""
-    return lambda v, cfg: v is None or isinstance(v, str) and len(v) <= limit and printable(v, limit) == v
 
 
 def _predicts_tokens(cfg: DictConfig) -> bool:
@@ -70,9 +64,9 @@ POSITIVE = (_int(1, INT64_MAX), N_("must be a positive integer"))
 RULES: list[tuple[str, Check, str | Callable[[DictConfig], str]]] = [
     ("seed", _int(*SEED_RANGE), lambda cfg: _("must be an integer in [{low}, {high}] (what torch.manual_seed "
                                              "accepts)").format(low=SEED_RANGE[0], high=SEED_RANGE[1])),
-    *((key, _label(n), lambda cfg, n=n: _("must be text of at most {n} characters on one line "
-                                          "(no control characters)").format(n=n))
-      for key, n in (("name", NAME_CHARS), ("notes", NOTES_CHARS))),
+    *((key, lambda v, cfg, n=n: v is None or isinstance(v, str) and len(v) <= n and printable(v, n) == v,
+       lambda cfg, n=n: _("must be text of at most {n} characters on one line (no control characters)").format(n=n))
+      for key, n in (("name", NAME_CHARS), ("notes", NOTES_CHARS))),  # printable() shows it unchanged
     ("tokenizer.encoding", lambda v, cfg: v in SHIPPED_ENCODINGS, ALLOWED_ENCODINGS),  # nothing downloaded
     *((key, *POSITIVE) for key in ("model.d_model", "model.d_k", "model.d_v", "model.n_heads", "train.steps",
                                    "tokenizer.max_tokens")),
