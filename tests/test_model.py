@@ -14,7 +14,6 @@ from test_differential import plain_section5
 from attnlab.core import checks
 from attnlab.core.errors import ConfigError
 from attnlab.core.model import (
-    GPT2_VOCAB_SIZE,
     AttentionOutput,
     ModelSpec,
     MultiHeadSelfAttention,
@@ -24,6 +23,7 @@ from attnlab.core.model import (
     next_token_targets,
     resolve_out_proj,
 )
+from attnlab.core.tokenizer import GPT2_VOCAB_SIZE
 from attnlab.core.training import train
 
 from conftest import GOLDEN_EMBEDDING_ROWS, GOLDEN_SECTION5, TUTORIAL_IDS, compose_cfg
@@ -120,7 +120,6 @@ def test_attention_output_is_named_with_the_head_axis():
         assert out.V.shape == (3, 7, 5)
         assert out.scores.shape == out.weights.shape == (3, 7, 7)
         assert out.Z.shape == (7, 6)
-        assert att.d_out == 6
         # head h is the h-th slice of W_query's rows
         torch.testing.assert_close(out.Q[1], X @ att.W_query.weight[2:4].T, rtol=0, atol=1e-6)
         lean = att(X, need_weights=False)
@@ -129,7 +128,6 @@ def test_attention_output_is_named_with_the_head_axis():
         assert torch.equal(lean.Z, out.Z)
     no_proj = MultiHeadSelfAttention(6, 2, 5, n_heads=3)
     assert no_proj(X).Z.shape == (7, 15)
-    assert no_proj.d_out == 15
 
 
 @pytest.mark.parametrize("change", [dict(qkv_bias=True), dict(out_proj=True), dict(causal=True),

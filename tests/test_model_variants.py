@@ -13,13 +13,13 @@ import torch.nn as nn
 from torch.func import functional_call
 
 from attnlab.core.model import (
-    GPT2_VOCAB_SIZE,
     ModelSpec,
     MultiHeadSelfAttention,
     build_tutorial,
     mse,
     next_token_targets,
 )
+from attnlab.core.tokenizer import GPT2_VOCAB_SIZE
 
 from conftest import TUTORIAL_IDS
 
@@ -104,7 +104,7 @@ def test_explicit_and_sdpa_agree_on_Z_weights_and_gradients(causal, n_heads, d_k
     sdpa = twin(explicit, "sdpa")
     torch.manual_seed(12)
     X = torch.randn(9, 6)
-    R = torch.randn(9, explicit.d_out)  # a fixed direction for the loss
+    R = torch.randn(9, explicit(X).Z.shape[-1])  # a fixed direction for the loss
     results = []
     for att in (explicit, sdpa):
         x = X.clone().requires_grad_(True)

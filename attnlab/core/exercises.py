@@ -9,15 +9,9 @@ import numpy as np
 from omegaconf import DictConfig
 
 from attnlab.core.config import Task, plain
-from attnlab.core.tokenizer import Tokens
+from attnlab.core.tokenizer import Tokens, encode, tokenize
 
 MAX_TABLE = 256  # token_table rows kept in summary.json (n_tokens is always exact)
-STAGES = ("token_embeddings", "pos_embeddings", "X", "Q", "K", "V", "scores", "weights", "Z")
-
-
-def token_table(token_ids: Sequence[int], labels: Sequence[str]) -> list[list[Any]]:
-    """``[[id, label], ...]`` for the first :data:`MAX_TABLE` tokens (``[254, "你(2/2)"]``)."""
-    return [[int(i), str(t)] for i, t in zip(list(token_ids)[:MAX_TABLE], list(labels)[:MAX_TABLE])]
 
 
 def max_abs_weight_minus_uniform(weights: np.ndarray) -> float:
@@ -31,10 +25,9 @@ def row_matching(ids_a: Sequence[int], ids_b: Sequence[int]) -> list[int] | None
     is not a reordering of ``ids_a``."""
     if sorted(ids_a) != sorted(ids_b):
         return None
-    free: dict[int, list[int]] = {}
-    for pos, t in enumerate(ids_a):
-        free.setdefault(int(t), []).append(pos)
-    return [free[int(t)].pop(0) for t in ids_b]
+    perm = np.empty(len(ids_a), dtype=np.int64)
+    perm[np.argsort(ids_b, kind="stable")] = np.argsort(ids_a, kind="stable")  # k-th of an id in B → k-th in A
+    return perm.tolist()
 
 
 def permutation_check(cfg: DictConfig, tokens: Tokens | None = None) -> dict[str, Any]:
@@ -44,13 +37,12 @@ def permutation_check(cfg: DictConfig, tokens: Tokens | None = None) -> dict[str
     permutation-equivariant), ``x_max_abs_diff`` the same for X; None when B does not reorder A's ids."""
     import torch
 
-    from attnlab.core import tokenizer
     from attnlab.core.training import build_model
 
     other = cfg.analysis.compare_sentence
-    prepared = tokens or tokenizer.tokenize(cfg)
+    prepared = tokens or tokenize(cfg)
     ids_a = prepared.token_ids
-    ids_b = tokenizer.encode(other, cfg.tokenizer.encoding, plain(cfg.tokenizer.special_tokens))
+    ids_b = encode(other, cfg.tokenizer.encoding, plain(cfg.tokenizer.special_tokens))
     perm = row_matching(ids_a, ids_b)
     out: dict[str, Any] = {"compare_sentence": other, "token_ids_a": list(ids_a), "token_ids_b": list(ids_b),
                            "tokens_are_permutation": perm is not None, "permutation": perm,
@@ -75,12 +67,14 @@ def permutation_check(cfg: DictConfig, tokens: Tokens | None = None) -> dict[str
 
 def observe(cfg: DictConfig, token_ids: Sequence[int], labels: Sequence[str],
             arrays: dict[str, np.ndarray] | None = None, tokens: Tokens | None = None) -> dict[str, Any]:
-    """For a job on ``token_ids`` (T,): ``n_tokens``, ``token_table`` (exercise 2); with the walkthrough's
-    ``arrays`` ``shapes`` (exercise 1) and ``max_abs_weight_minus_uniform`` (exercise 3, 0 = uniform); with
-    ``analysis.compare_sentence`` ``permutation_check`` (exercise 5) on the job's ``tokens``."""
-    out: dict[str, Any] = {"n_tokens": len(token_ids), "token_table": token_table(token_ids, labels)}
+    """For a job on ``token_ids`` (T,): ``n_tokens``, ``token_table`` ``[[id, label], ...]`` of the first
+    :data:`MAX_TABLE` (exercise 2); with the walkthrough's ``arrays`` ``shapes`` (exercise 1) and
+    ``max_abs_weight_minus_uniform`` (exercise 3, 0 = uniform); with ``analysis.compare_sentence``
+    ``permutation_check`` (exercise 5) on the job's ``tokens``."""
+    table = [[int(i), str(t)] for i, t in list(zip(token_ids, labels))[:MAX_TABLE]]
+    out: dict[str, Any] = {"n_tokens": len(token_ids), "token_table": table}
     if arrays is not None:
-        out["shapes"] = {k: list(arrays[k].shape) for k in STAGES if k in arrays}
+        out["shapes"] = {k: list(v.shape) for k, v in arrays.items() if k != "token_ids"}
         out["max_abs_weight_minus_uniform"] = max_abs_weight_minus_uniform(arrays["weights"])
     if cfg.analysis.compare_sentence is not None:
         out["permutation_check"] = permutation_check(cfg, tokens)

@@ -64,12 +64,6 @@ def focus(weights: np.ndarray, query: int) -> Focus:
     return Focus(key.astype(np.int64), np.take_along_axis(row, key[..., None], axis=-1)[..., 0])
 
 
-def focus_weights(weights: np.ndarray, query: int) -> np.ndarray:
-    """The focus weight of ``query`` per snapshot, heads averaged: (S, H, T, T) → (S,) (§5's run:
-    0.22, 0.57, 0.84, 0.99, 0.99). Raises ValueError as :func:`focus`."""
-    return focus(np.asarray(weights, dtype=np.float64).mean(axis=-3), query).weight
-
-
 def row_entropy(weights: np.ndarray) -> np.ndarray:
     """-Σ_j w_ij ln w_ij in nats (0 ln 0 = 0): (..., T, T) → (..., T); ln T for uniform rows. ValueError
     when ``weights`` is not (..., T, T)."""

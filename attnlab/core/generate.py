@@ -1,7 +1,6 @@
 """What a GPT is for (tutorial §0: "今天 天气 真 → 好"): continue a prompt one token at a time,
 each new token the argmax of the next-token head (greedy, ``temperature`` 0) or drawn from
-softmax(logits / temperature) over the ``top_k`` most probable, with a generator seeded by ``seed``.
-"""
+softmax(logits / temperature) over the ``top_k`` most probable, with a generator seeded by ``seed``."""
 from __future__ import annotations
 
 import codecs
@@ -45,10 +44,9 @@ def whole_characters(data: bytes) -> tuple[str, int]:
     """UTF-8 bytes of new tokens as ``(text, unfinished)``: the whole characters, and the bytes at the end of
     a character the tokens did not finish (GPT-2 cuts a 汉字's 3 bytes into 2 tokens). A byte that is no
     character is ``\\xNN`` (as :func:`attnlab.core.tokenizer.piece_labels` shows it), never U+FFFD."""
-    decoder = codecs.getincrementaldecoder("utf-8")("surrogateescape")
+    decoder = codecs.getincrementaldecoder("utf-8")("backslashreplace")
     text = decoder.decode(data, final=False)
-    unfinished = len(decoder.getstate()[0])
-    return "".join(f"\\x{ord(ch) - 0xDC00:02x}" if 0xDC80 <= ord(ch) <= 0xDCFF else ch for ch in text), unfinished
+    return text, len(decoder.getstate()[0])
 
 
 def continuation(model: AttentionModel | GPT, cfg: Any) -> dict[str, Any]:
@@ -60,8 +58,7 @@ def continuation(model: AttentionModel | GPT, cfg: Any) -> dict[str, Any]:
     new = generate(model, prompt_ids, a.max_new_tokens, a.temperature, a.top_k, cfg.seed)
     ids = [t for t, _ in new]
     labels = tokenizer.token_labels(prompt_ids + ids, enc.encoding)[len(prompt_ids):]
-    text, unfinished = whole_characters(b"".join(tokenizer.get_encoding(enc.encoding).decode_single_token_bytes(t)
-                                                 for t in ids))
+    text, unfinished = whole_characters(tokenizer.get_encoding(enc.encoding).decode_bytes(ids))
     return {"prompt": a.prompt, "text": text, "unfinished_bytes": unfinished,
             "tokens": [[t, label, p] for (t, p), label in zip(new, labels)],
             "temperature": a.temperature, "top_k": a.top_k, "seed": cfg.seed}

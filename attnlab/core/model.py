@@ -13,22 +13,42 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnlab.core.checks import resolve_out_proj
-from attnlab.core.tokenizer import GPT2_VOCAB_SIZE  # noqa: F401  (tutorial §2; imported from here too)
 
-NEXT_TOKEN_HEAD_STD = 0.02  # GPT-2's init std for its weights (as nanoGPT's _init_weights)
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """The ``model.*`` keys as plain values (``out_proj`` "auto" | True | False)."""
+
+    d_model: int
+    d_k: int
+    d_v: int
+    init_std: float
+    positional: bool = True
+    n_heads: int = 1
+    causal: bool = False
+    dropout: float = 0.0
+    qkv_bias: bool = False
+    attention: str = "explicit"
+    out_proj: bool | str = "auto"
+    n_layers: int = 0
+    d_ff: int | None = None  # None: 4·d_model
 
 
 class InputEmbedding(nn.Module):
-    """X = token_embedding(ids) + position_embedding(0..T-1), (T, d_model) (tutorial §2–3).
-    ``positional=False`` leaves the position table out of the sum (exercise 5), not out of the
-    model: what is drawn after it does not change."""
+    """X = token_embedding(ids) + position_embedding(0..T-1), (T, d_model) (tutorial §2–3). Tables
+    (vocab_size, d_model) and (rows, d_model), both N(0, init_std²): made, then drawn (§5); with
+    ``text_order`` each drawn when made, as §2–3's text runs. ``positional=False`` leaves the position
+    table out of the sum (exercise 5), not out of the model: what is drawn after it does not change."""
 
-    def __init__(self, token_embedding: nn.Embedding, position_embedding: nn.Embedding,
-                 positional: bool = True) -> None:
+    def __init__(self, spec: ModelSpec, vocab_size: int, rows: int, text_order: bool = False) -> None:
         super().__init__()
-        self.token_embedding = token_embedding  # (vocab_size, d_model)
-        self.position_embedding = position_embedding  # (seq_len, d_model)
-        self.positional = positional
+        self.token_embedding = nn.Embedding(vocab_size, spec.d_model)
+        if text_order:
+            nn.init.normal_(self.token_embedding.weight, mean=0.0, std=spec.init_std)
+        self.position_embedding = nn.Embedding(rows, spec.d_model)
+        for table in (self.position_embedding,) if text_order else (self.token_embedding, self.position_embedding):
+            nn.init.normal_(table.weight, mean=0.0, std=spec.init_std)
+        self.positional = spec.positional
 
     def forward(self, token_ids: torch.Tensor) -> torch.Tensor:
         """``token_ids`` (..., T) int64 → X (..., T, d_model)."""
@@ -90,14 +110,11 @@ class MultiHeadSelfAttention(nn.Module):
                 nn.init.uniform_(linear.bias, -1 / math.sqrt(d_model), 1 / math.sqrt(d_model))
         self.W_out = nn.Linear(n_heads * d_v, d_model, bias=False) if out_proj else None
 
-    @property
-    def d_out(self) -> int:  # the width of Z
-        return self.d_model if self.W_out is not None else self.n_heads * self.d_v
-
     def forward(self, X: torch.Tensor, need_weights: bool = True) -> AttentionOutput:
         """X (T, d_model) → :class:`AttentionOutput`; a batch X (B, T, d_model) puts B first in each."""
         Q_all, K_all, V_all = self.W_query(X), self.W_key(X), self.W_value(X)  # (T, H·d_k), (T, H·d_k), (T, H·d_v)
-        Q, K, V = (split_heads(t, self.n_heads) for t in (Q_all, K_all, V_all))  # (H, T, d_k), …, (H, T, d_v)
+        # (T, H·d) → (H, T, d), views: head h is columns h·d … (h+1)·d - 1
+        Q, K, V = (t.unflatten(-1, (self.n_heads, -1)).transpose(-3, -2) for t in (Q_all, K_all, V_all))
         mask = causal_mask(X.shape[-2], X.device) if self.causal else None
         scores = weights = None
         if self.attention == "explicit":
@@ -126,30 +143,6 @@ class MultiHeadSelfAttention(nn.Module):
         return AttentionOutput(Q, K, V, scores, weights, Z)
 
 
-def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
-    """(..., T, H·d) → (..., H, T, d), a view: head h is columns h·d … (h+1)·d - 1."""
-    return x.unsqueeze(-3) if n_heads == 1 else x.view(*x.shape[:-1], n_heads, -1).transpose(-3, -2)
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """The ``model.*`` keys as plain values (``out_proj`` "auto" | True | False)."""
-
-    d_model: int
-    d_k: int
-    d_v: int
-    init_std: float
-    positional: bool = True
-    n_heads: int = 1
-    causal: bool = False
-    dropout: float = 0.0
-    qkv_bias: bool = False
-    attention: str = "explicit"
-    out_proj: bool | str = "auto"
-    n_layers: int = 0
-    d_ff: int | None = None  # None: 4·d_model
-
-
 class AttentionModel(nn.Module):
     """``embedding`` (§2–3), ``attention`` (§4), ``next_token_head`` (Linear(d_model, vocab) or None)."""
 
@@ -162,26 +155,13 @@ class AttentionModel(nn.Module):
 
     def trained_parameters(self) -> list[nn.Parameter]:
         """What §5 trains, in creation order (the embeddings are not: X is computed once)."""
-        head = self.next_token_head
-        return [*self.attention.parameters(), *(head.parameters() if head is not None else ())]
-
-
-def _embedding(spec: ModelSpec, vocab_size: int, rows: int, text_order: bool = False) -> InputEmbedding:
-    """Token (vocab_size, d_model) and position (rows, d_model) tables, both re-drawn N(0, init_std²):
-    made, then drawn (§5); with ``text_order`` each drawn when made, as §2–3's text runs."""
-    token_embedding = nn.Embedding(vocab_size, spec.d_model)
-    if text_order:
-        nn.init.normal_(token_embedding.weight, mean=0.0, std=spec.init_std)
-    position_embedding = nn.Embedding(rows, spec.d_model)
-    for table in (position_embedding,) if text_order else (token_embedding, position_embedding):
-        nn.init.normal_(table.weight, mean=0.0, std=spec.init_std)
-    return InputEmbedding(token_embedding, position_embedding, spec.positional)
+        return [*self.attention.parameters(), *(self.next_token_head.parameters() if self.next_token_head else ())]
 
 
 def _next_token_head(spec: ModelSpec, vocab_size: int) -> nn.Linear:
-    """Linear(d_model, vocab_size), bias-free, N(0, 0.02²) (GPT-2's)."""
+    """Linear(d_model, vocab_size), bias-free, N(0, 0.02²) (GPT-2's, as nanoGPT's _init_weights)."""
     head = nn.Linear(spec.d_model, vocab_size, bias=False)
-    nn.init.normal_(head.weight, mean=0.0, std=NEXT_TOKEN_HEAD_STD)
+    nn.init.normal_(head.weight, mean=0.0, std=0.02)
     return head
 
 
@@ -191,7 +171,7 @@ def build_tutorial(spec: ModelSpec, vocab_size: int, seq_len: int, order: str = 
     drawn last. ``order="training"``: §5's (the tables made, then drawn; Z in d_model for the loss);
     ``"walkthrough"``: §2–4's text order (each table drawn when made; no loss: "auto" gives W_out for H > 1)."""
     walkthrough = order == "walkthrough"
-    embedding = _embedding(spec, vocab_size, seq_len, text_order=walkthrough)
+    embedding = InputEmbedding(spec, vocab_size, seq_len, text_order=walkthrough)
     out_proj = resolve_out_proj(spec.out_proj, spec.n_heads, spec.d_v, spec.d_model, z_in_d_model=not walkthrough)
     attention = MultiHeadSelfAttention(spec.d_model, spec.d_k, spec.d_v, spec.n_heads, causal=spec.causal,
                                        dropout=spec.dropout, qkv_bias=spec.qkv_bias, attention=spec.attention,
@@ -270,7 +250,7 @@ class GPT(nn.Module):
 def build_gpt(spec: ModelSpec, vocab_size: int, context: int) -> GPT:
     """The mini-GPT in this order: §5's tables (context positions); blocks 0 … n_layers-1
     (:class:`Block`); ln_f; the next-token head."""
-    embedding = _embedding(spec, vocab_size, context)
+    embedding = InputEmbedding(spec, vocab_size, context)
     blocks = [Block(spec, spec.d_ff or 4 * spec.d_model) for _ in range(spec.n_layers)]
     return GPT(embedding, blocks, _next_token_head(spec, vocab_size))
 

@@ -1,6 +1,5 @@
 """Adam, AdamW, SGD (:func:`build`); the fast path buys ~1 s of CPU per run and ~17 % per step (docs/benchmarks.md).
-It calls torch's own ``adam`` / ``sgd`` with the state the torch.optim classes make, bit for bit (tests/test_optim.py).
-"""
+It calls torch's own ``adam`` / ``sgd`` with the state torch.optim's classes make, bit for bit (tests/test_optim.py)."""
 from __future__ import annotations
 
 import functools

@@ -1,7 +1,6 @@
 """Tutorial §1, text → token ids with readable labels. ``gpt2`` (alias ``r50k_base``) is built with
 tiktoken's public API from the shipped, sha256-checked ``attnlab/data/gpt2.tiktoken`` (MIT, OpenAI); no
-other encoding is loaded: tiktoken would download it, and no config may make attnlab open a connection.
-"""
+other encoding is loaded: tiktoken would download it, and no config may make attnlab open a connection."""
 from __future__ import annotations
 
 import bisect
@@ -68,8 +67,7 @@ def encode(text: str, name: str = "gpt2", special_tokens: str = "special") -> li
 
 def token_labels(token_ids: list[int], name: str = "gpt2") -> list[str]:
     """One readable label per token id (T,), e.g. ``' journey'`` (:func:`piece_labels`)."""
-    enc = get_encoding(name)
-    return piece_labels([enc.decode_single_token_bytes(t) for t in token_ids])
+    return piece_labels(get_encoding(name).decode_tokens_bytes(token_ids))
 
 
 def piece_labels(pieces: list[bytes]) -> list[str]:
@@ -81,14 +79,12 @@ def piece_labels(pieces: list[bytes]) -> list[str]:
     labels = [""] * len(pieces)
     start = 0  # byte offset of the character
     for ch in text:
-        if 0xDC80 <= ord(ch) <= 0xDCFF:  # one undecodable byte (surrogateescape)
-            size, shown = 1, f"\\x{ord(ch) - 0xDC00:02x}"
-        else:
-            size, shown = len(ch.encode("utf-8")), ch
-        spanned = range(owner[start], owner[start + size - 1] + 1)  # with any empty piece between
+        raw = ch.encode("utf-8", errors="surrogateescape")  # an undecodable byte: itself, shown as \xNN
+        shown = raw.decode("utf-8", errors="backslashreplace")
+        spanned = range(owner[start], owner[start + len(raw) - 1] + 1)  # with any empty piece between
         for k, i in enumerate(spanned):
             labels[i] += shown if len(spanned) == 1 else f"{shown}({k + 1}/{len(spanned)})"
-        start += size
+        start += len(raw)
     return labels
 
 
@@ -130,11 +126,9 @@ def tokenize(cfg: DictConfig) -> Tokens:
     if isinstance(focus, int) and not 0 <= focus < n_tokens:
         raise ConfigError("train.focus_token", focus, _("must be a token position in [0, {T}) (the text has {T} "
                                                         "tokens), or a text in it").format(T=n_tokens))
-    enc = get_encoding(name)
-    pieces = [enc.decode_single_token_bytes(t) for t in ids]
+    pieces = get_encoding(name).decode_tokens_bytes(ids)
     labels = piece_labels(pieces)
-    return Tokens(ids, labels, max(GPT2_VOCAB_SIZE, enc.n_vocab),
-                  focus_position(cfg.train.focus_token, text, pieces, labels))
+    return Tokens(ids, labels, GPT2_VOCAB_SIZE, focus_position(cfg.train.focus_token, text, pieces, labels))
 
 
 def focus_position(spec: int | str | None, text: str, pieces: list[bytes], labels: list[str]) -> int:

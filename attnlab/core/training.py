@@ -1,6 +1,5 @@
 """Tutorial §5, the toy training run: build the model, then forward → loss → backward → step.
-:func:`train` returns a :class:`~attnlab.core.records.RunResult`; it writes nothing (sinks do).
-"""
+:func:`train` returns a :class:`~attnlab.core.records.RunResult`; it writes nothing (sinks do)."""
 from __future__ import annotations
 
 import contextlib
@@ -86,8 +85,6 @@ def build_optimizer(opt_cfg: DictConfig, params: Iterable[torch.nn.Parameter]):
     """The ``optimizer`` group over ``params``, from the shipped allow-list (ConfigError otherwise)."""
     name = optimizer_schema(opt_cfg.get("_target_"))._target_.rsplit(".", 1)[1]
     kwargs = {k: v for k, v in OmegaConf.to_container(opt_cfg, resolve=True).items() if k != "_target_"}
-    if "betas" in kwargs:
-        kwargs["betas"] = tuple(kwargs["betas"])
     return optim.build(name, params, **kwargs)
 
 
@@ -99,10 +96,7 @@ class LossRecorder:
     def __init__(self, sinks: list[Sink], threshold: float, keep: bool = True) -> None:
         self.sinks, self.threshold = sinks, threshold
         self.recorded = 0
-        self.final_loss: float | None = None
-        self.steps_to_threshold: int | None = None
-        self.diverged_at: int | None = None
-        self.bad_value: float | None = None
+        self.final_loss = self.steps_to_threshold = self.diverged_at = self.bad_value = None  # float, int, int, float
         self._pending: list[torch.Tensor] = []
         self._kept: list[np.ndarray] | None = [] if keep else None
 
@@ -204,8 +198,7 @@ def train(cfg: DictConfig, sinks: Iterable[Sink] = (), run_dir: Path | None = No
                         kept.append(snap)
                 if overflow:
                     break
-            else:
-                recorder.flush()
+            recorder.flush()  # the last batch (nothing left after a break)
         except KeyboardInterrupt:
             recorder.flush()  # the steps that finished before it
             n = recorder.recorded
@@ -301,21 +294,13 @@ def _finish(sinks: list[Sink], result: RunResult) -> None:
     """``flush`` on every sink, then ``on_end`` and ``close`` on each, shielded; a failing sink does not stop
     the others (those after it see ``failed``). Re-raises the first failure."""
     errors = []
-
-    def call(method, *args) -> None:
-        nonlocal result
-        try:
-            method(*args)
-        except Exception as err:
-            errors.append(err)
-            if result.status != "failed":
-                result = dataclasses.replace(result, status="failed", error=describe(err))
-
     with interrupts.shielded():
-        for sink in sinks:
-            call(sink.flush)
-        for sink in sinks:
-            call(sink.on_end, result)
-            call(sink.close)
+        for sink, method in [(s, "flush") for s in sinks] + [(s, m) for s in sinks for m in ("on_end", "close")]:
+            try:
+                getattr(sink, method)(*([result] if method == "on_end" else []))
+            except Exception as err:
+                errors.append(err)
+                if result.status != "failed":
+                    result = dataclasses.replace(result, status="failed", error=describe(err))
     if errors:
         raise errors[0]

@@ -1,7 +1,6 @@
 """Tutorial sections 1–4 as a narrated run (``task=walkthrough``), parameters made in the text's
 order (§2 token table, §3 position table, §4.1 W_query, W_key, W_value); with the
-tutorial_walkthrough preset (seed 123, std 0.02) it prints the tutorial's numbers.
-"""
+tutorial_walkthrough preset (seed 123, std 0.02) it prints the tutorial's numbers."""
 from __future__ import annotations
 
 from typing import Callable
@@ -47,8 +46,7 @@ def walkthrough(cfg: DictConfig, print_line: Callable[[str], object] = print,
         p("\n" + _("== 2. Token embedding =="))
         p("shape:", tuple(tok_emb.shape))
         p(tok_emb.cpu().numpy())
-        manual = embedding.token_embedding.weight[id_tensor]
-        p(_("lookup == Embedding call?"), torch.equal(manual, tok_emb))
+        p(_("lookup == Embedding call?"), torch.equal(embedding.token_embedding.weight[id_tensor], tok_emb))
         p(_("embedding table shape:"), tuple(embedding.token_embedding.weight.shape))
         p(_("input dtype:"), id_tensor.dtype, " shape:", tuple(id_tensor.shape))
 
