@@ -208,7 +208,8 @@ def main() -> None:
         code = EXIT_FAILED_RUN if closed else EXIT_BAD_INPUT
     finally:
         callbacks.end_stopped_sweep(table=code != EXIT_BAD_INPUT)  # a stopped sweep's table; a refusal: one line
-        rundir.abandon_all()  # a folder claimed for a job that never started is removed again
+        for held in rundir.claims():  # a folder claimed for a job that never started is removed again
+            rundir.abandon(held.path)
         interrupts.ignore_from_now()
     sys.exit(code)
 
