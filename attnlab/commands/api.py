@@ -33,7 +33,7 @@ from attnlab.commands.hydra_config import VERSION_BASE, register_configs
 from attnlab.commands.job import run_job
 from attnlab.commands.learner import stage_outcomes
 from attnlab.commands.sweep import job_dirname
-from attnlab.core import i18n, training
+from attnlab.core import checks, i18n, training
 from attnlab.core.config import apply_schema, plain
 from attnlab.core.errors import AttnlabError
 from attnlab.core.exercises import observe
@@ -159,15 +159,16 @@ def train(*args: Any, sinks: Iterable[Sink] = (), run_dir: Path | None = None, k
                              "attnlab.walkthrough(...) runs it"))
     typed = apply_schema(cfg)
     _speak(typed)
+    tokens = checks.validated_tokens(typed)  # once: the run and exercise 5's permutation check
     focus, start = FocusSink(), _Start()
     shown = [ConsoleSink(progress=typed.logging.progress, notebook=_in_notebook())] if typed.logging.console else []
     caller = torch.get_num_threads()
     try:
         result = training.train(typed, [*sinks, focus, start, *shown], run_dir=run_dir,
-                                keep_snapshots=keep_snapshots, keep_losses=keep_losses)
+                                keep_snapshots=keep_snapshots, keep_losses=keep_losses, tokens=tokens)
     finally:
         torch.set_num_threads(caller)
-    observed = observe(typed, result.token_ids, result.tokens) if start.info is not None else {}
+    observed = observe(typed, result.token_ids, result.tokens, tokens=tokens) if start.info is not None else {}
     return Run(**vars(result), info=start.info, recorded={**focus.summary(), **observed})
 
 
@@ -194,8 +195,7 @@ def sweep(*overrides: Any, dir: str | Path | None = None, **options: Any) -> Swe
         parsed = OverridesParser.create().parse_overrides(prepared)
     except Exception as err:
         raise _one_line(error_line(err, typed)) from None
-    fixed = [t for t, o in zip(typed, parsed) if not o.is_sweep_override()]
-    base = compose(*fixed)  # a bad override refused here, in one line
+    base = compose(*(t for t, o in zip(typed, parsed) if not o.is_sweep_override()))  # a bad one refused here
     described = sweep_of(base)
     params = described[0] if described else {}
     jobs = list(itertools.product(*combinations(prepared, params)))
@@ -203,8 +203,7 @@ def sweep(*overrides: Any, dir: str | Path | None = None, **options: Any) -> Swe
         raise AttnlabError(_("no sweep: give a preset that describes one (experiment=exercise4) or values "
                              "separated by commas (optimizer.lr=0.005,0.05); attnlab.train runs one job"))
     # job folders named as the command names them: by the keys that vary (sweep.name_by_swept_keys)
-    varying = {o.get_key_element() for o in parsed if o.is_sweep_override()} | (set(params) - {
-        o.get_key_element() for o in parsed if not o.is_sweep_override()})
+    fixed = {o.get_key_element() for o in parsed if not o.is_sweep_override()}
     keep = dir is not None
     extra = [] if keep else ["logging.figures=false", "logging.tensorboard=false", "logging.report=false"]
     with contextlib.ExitStack() as stack:
@@ -215,7 +214,7 @@ def sweep(*overrides: Any, dir: str | Path | None = None, **options: Any) -> Swe
         for num, job in enumerate(jobs):
             print(f"#{num} : {' '.join(job)}", flush=True)  # as Hydra's basic launcher says it
             cfg = _compose([*job, *extra], [*job, *extra])  # in Hydra's syntax already: a\ b is "a b"
-            name = job_dirname(num, ",".join(sorted(o for o in job if o.split("=", 1)[0] in varying)))
+            name = job_dirname(num, ",".join(sorted(o for o in job if o.split("=", 1)[0] not in fixed)))
             result = run_job(cfg, top / name, overrides=job, key="dir", show_dir=keep)
             if result.status != "completed":
                 print(_("{status}: {error}").format(status=result.status, error=result.error), flush=True)

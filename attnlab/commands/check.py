@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator, Sequence, TextIO
 import numpy as np
 
 from attnlab.commands import learner
-from attnlab.commands.arguments import HelperParser, speak
+from attnlab.commands.arguments import HelperParser, console_script, speak
 from attnlab.core.errors import AttnlabError
 from attnlab.core.files import RunFileError, read_own_file
 from attnlab.core.i18n import N_, _
@@ -46,13 +46,13 @@ class Stage:
 def reference() -> tuple[dict[str, np.ndarray], Any]:
     """The tutorial's §1–4 arrays (:func:`attnlab.core.walkthrough.walkthrough`) and its model (nn.Module)."""
     from attnlab.commands.api import compose  # torch and Hydra: not for --help
-    from attnlab.core.tokenizer import tokenize
+    from attnlab.core.checks import validated_tokens
     from attnlab.core.training import build_model
     from attnlab.core.walkthrough import walkthrough
 
     cfg = compose("experiment=tutorial_walkthrough")
-    arrays = walkthrough(cfg, print_line=lambda line: None)
-    return arrays, build_model(cfg, tokenize(cfg), order="walkthrough")
+    tokens = validated_tokens(cfg)
+    return walkthrough(cfg, print_line=lambda line: None, tokens=tokens), build_model(cfg, tokens, order="walkthrough")
 
 
 def stages() -> list[Stage]:
@@ -216,13 +216,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=args.file, reason="FileNotFoundError: " + _("no such file") if missing else err.reason),
             file=sys.stderr)
         return EXIT_NOT_LOADED
-    return check_source(source, str(args.file))
-
-
-def cli() -> None:
     try:
-        code = main()
+        return check_source(source, str(args.file))
     except KeyboardInterrupt:  # Ctrl-C: the learner's process ends with the check
         print(_("attnlab-check: interrupted"), file=sys.stderr)
-        code = 130
-    sys.exit(code)
+        return 130
+
+
+cli = console_script(main)

@@ -18,7 +18,7 @@ import sys
 from collections import Counter
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 from omegaconf import DictConfig
 
@@ -29,6 +29,7 @@ from attnlab.core.config import apply_schema, literal, plain
 from attnlab.core.errors import AttnlabError, ConfigError, RunDirError, describe
 from attnlab.core.files import printable
 from attnlab.core.i18n import N_, _
+from attnlab.core.tokenizer import Tokens
 from attnlab.outputs import artifacts, destination
 from attnlab.outputs.console import display_path
 from attnlab.outputs.drawing import end_with_parent
@@ -113,11 +114,22 @@ def stamped(prefix: str) -> Path:
     return Path(f"{prefix}-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S.%f')}")
 
 
-def prepare(run_dir: Path, out: Path | None, text_file: Path | None = None) -> tuple[Path, Path, DictConfig,
-                                                                                      dict[str, Any], dict, Any]:
-    """``(run_dir resolved, out, the config to run, as data, the original's summary, its tokens)`` after every check
-    that needs no torch; ``out`` defaults to ``RUN_DIR-repro-<time>`` beside the run, for a sweep's job
-    ``SWEEP_DIR-repro-<time>/JOB``. Raises RunDirError / ConfigError / TokenizerError; writes nothing."""
+class Plan(NamedTuple):
+    """A run to reproduce: its folder (resolved), the new one, the config to run (typed and as data), the
+    original's summary, the tokens (:func:`checks.validated_tokens`: checked and tokenized once)."""
+
+    run_dir: Path
+    out: Path
+    cfg: DictConfig
+    data: dict[str, Any]
+    summary: dict[str, Any]
+    tokens: Tokens
+
+
+def prepare(run_dir: Path, out: Path | None, text_file: Path | None = None) -> Plan:
+    """The :class:`Plan` after every check that needs no torch; ``out`` defaults to ``RUN_DIR-repro-<time>``
+    beside the run, for a sweep's job ``SWEEP_DIR-repro-<time>/JOB``. Raises RunDirError / ConfigError /
+    TokenizerError; writes nothing."""
     if not Path(run_dir).is_dir():
         raise RunDirError(_("{path}: not a directory").format(path=printable(str(run_dir), 300)))
     run_dir = Path(run_dir).resolve()
@@ -135,37 +147,40 @@ def prepare(run_dir: Path, out: Path | None, text_file: Path | None = None) -> t
     if (problem := safe_read.output_problem(Path(out), [run_dir])) is not None:
         raise RunDirError(problem)
     tokens = checks.validated_tokens(cfg)  # value and text checks (ConfigError / TokenizerError) before any folder
-    return run_dir, Path(out), cfg, data, summary, tokens
+    return Plan(run_dir, Path(out), cfg, data, summary, tokens)
 
 
-def rerun(run_dir: Path, out: Path, text_file: Path | None = None, draw: bool = False) -> Rerun | str:
-    """Re-run ``run_dir`` into ``out`` with this process's torch and kernels and compare: the :class:`Rerun`,
-    or one line saying why it cannot be reproduced. ``draw``: figures, TensorBoard and the report page too.
-    Never raises but KeyboardInterrupt outside the training steps."""
+def checked(fn, *args) -> Any:
+    """``fn(*args)`` with its output swallowed, or why it failed in one line (a row of the table)."""
     try:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            run_dir, out, cfg, data, summary, tokens = prepare(run_dir, out, text_file)
-            story = verdict.config_story(run_dir, data) if isinstance(summary.get("config"), dict) else []
-            if (recorded_threads := threads.for_reproduction(summary.get("versions"))) is not None:
-                cfg.threads = data["threads"] = recorded_threads  # the same reductions, the same bits
-            views = {"console": False} if draw else dict.fromkeys(("console", "figures", "tensorboard", "report"),
-                                                                   False)
-            cfg.logging.update(views)  # the verdict is the output; the numbers do not depend on the views
-            if isinstance(data.get("logging"), dict):
-                data["logging"].update(views)
-            result = run_job(cfg, out, key="--out", recorded={"reproduced_from": str(run_dir)}, tokens=tokens,
-                             saved={"config": data})  # the config it runs saved beside it
-            if result.bad_input:  # checked above: only a text file that changed since can get here
-                raise ConfigError("text_file", data.get("text_file"), result.error or "refused")
-            status = "interrupted" if result.late_signal is not None else result.status  # Ctrl-C after its last step
-            now = artifacts.environment(str(cfg.device))
-            diffs = verdict.compare_runs(run_dir, out) if status != "interrupted" else []
-            return Rerun(str(out), now["cpu_capability"], {k: now.get(k) for k in (*verdict.BITS, "torch_threads")},
-                         status, diffs, story)
+            return fn(*args)
     except AttnlabError as err:
         return printable(str(err), 1500)
     except Exception as err:  # still a row, naming it
         return printable(describe(err), 1500)
+
+
+def rerun(plan: Plan, out: Path, draw: bool = False) -> Rerun:
+    """Re-run a :func:`prepare`d run into ``out`` with this process's torch and kernels and compare. ``draw``:
+    figures, TensorBoard and the report page too. Raises ConfigError when its text file changed since."""
+    run_dir, _out, cfg, data, summary, tokens = plan
+    story = verdict.config_story(run_dir, data) if isinstance(summary.get("config"), dict) else []
+    if (recorded_threads := threads.for_reproduction(summary.get("versions"))) is not None:
+        cfg.threads = data["threads"] = recorded_threads  # the same reductions, the same bits
+    views = {"console": False} if draw else dict.fromkeys(("console", "figures", "tensorboard", "report"), False)
+    cfg.logging.update(views)  # the verdict is the output; the numbers do not depend on the views
+    if isinstance(data.get("logging"), dict):
+        data["logging"].update(views)
+    result = run_job(cfg, out, key="--out", recorded={"reproduced_from": str(run_dir)}, tokens=tokens,
+                     saved={"config": data})  # the config it runs saved beside it
+    if result.bad_input:  # checked by prepare: only a text file that changed since can get here
+        raise ConfigError("text_file", data.get("text_file"), result.error or "refused")
+    status = "interrupted" if result.late_signal is not None else result.status  # Ctrl-C after its last step
+    now = artifacts.environment(str(cfg.device))
+    diffs = verdict.compare_runs(run_dir, out) if status != "interrupted" else []
+    return Rerun(str(out), now["cpu_capability"], {k: now.get(k) for k in (*verdict.BITS, "torch_threads")},
+                 status, diffs, story)
 
 
 def _use_kernels(kernels: str) -> None:
@@ -190,48 +205,40 @@ def _sigint_ignored():
         signal.signal(signal.SIGINT, previous)
 
 
-class Kernels(dict):
-    """Worker pools by kernel setting: one per ``ATEN_CPU_CAPABILITY`` value a batch needs (torch starts
-    once per worker, not once per run; one worker each, ``workers`` for this machine's own, "")."""
-
-    def submit(self, kernels: str, fn, *args, workers: int = 1) -> Future:
-        """``fn(*args)`` in a worker of ``kernels``' pool; a Ctrl-C reaches only the runs, which record it."""
-        if kernels not in self:
-            self[kernels] = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                                                initializer=_use_kernels, initargs=(kernels,))
-        with _sigint_ignored():
-            return self[kernels].submit(fn, *args)
-
-    def shutdown(self, cancel: bool = False) -> None:
-        for pool in self.values():
-            pool.shutdown(wait=True, cancel_futures=cancel)
-
-
 def _rank(kernels: str) -> int:
     return KERNELS.index(kernels) if kernels in KERNELS else -1
 
 
-def verify(jobs_: Sequence[tuple[Path, Path]], text_file: Path | None = None, jobs: int = 1,
-           draw: bool = False) -> list[Verdict]:
-    """The verdict on each ``(run dir, out)`` (:func:`attnlab.saved.verdict.decide`): re-run on the kernels it
-    recorded when this CPU has them, else on its own, then on each other kernel path here if that differs. At
-    most ``jobs`` processes: this one, a worker per other kernel setting, then more workers of this CPU's
-    kernels. Never raises but KeyboardInterrupt before it starts (a run not finished then is ``interrupted``)."""
-    recorded = [runs.read_run(run_dir).summary.get("versions") or {} for run_dir, _out in jobs_]  # dict or null
+def verify(plans: Sequence[Plan | str], jobs: int = 1, draw: bool = False) -> list[Verdict]:
+    """The verdict on each :func:`prepare`d run (a str: why it cannot be reproduced; :func:`verdict.decide`):
+    re-run on the kernels it recorded when this CPU has them, else on its own, then on each other kernel path
+    here if that differs. At most ``jobs`` processes: this one, a worker pool per other kernel setting (torch
+    starts once per worker, not once per run), then more workers of this CPU's kernels. Never raises but
+    KeyboardInterrupt before it starts (a run not finished then is ``interrupted``)."""
+    errors = {i: plan for i, plan in enumerate(plans) if isinstance(plan, str)}
+    recorded = [{} if i in errors else plan.summary.get("versions") or {} for i, plan in enumerate(plans)]
     machine = platform.machine()
-    asked = [v.get("cpu_capability") if v.get("machine") == machine and v.get("cpu_capability") in KERNELS else ""
-             for v in recorded]
+    asked = {i: v.get("cpu_capability") if v.get("machine") == machine and v.get("cpu_capability") in KERNELS
+             else "" for i, v in enumerate(recorded) if i not in errors}
     # ATEN_CPU_CAPABILITY in this process's environment caps its kernels below what the CPU may have: then
     # every kernel setting up to the last of KERNELS is asked of a worker, where torch falls back to the best
     # it has (each re-run records the kernels it used, and the verdict compares with those)
     capped = bool(os.environ.get("ATEN_CPU_CAPABILITY"))
-    pools = Kernels()
-    reruns: list[list[Rerun]] = [[] for _ in jobs_]
-    errors: dict[int, str] = {}
+    pools: dict[str, ProcessPoolExecutor] = {}  # by ATEN_CPU_CAPABILITY ("": this machine's)
+    reruns: list[list[Rerun]] = [[] for _ in plans]
     futures: dict[Future, int] = {}
 
-    def submit(i: int, kernels: str, out: Path) -> None:
-        futures[pools.submit(kernels, rerun, jobs_[i][0], out, text_file, draw)] = i
+    def start(i: int, kernels: str | None, suffix: str = "", workers: int = 1) -> Future | None:
+        """Re-run plan ``i`` into its out + ``suffix`` in a worker of ``kernels`` (None: in this process)."""
+        args = (rerun, plans[i], Path(f"{plans[i].out}{suffix}"), draw)
+        if kernels is None:
+            return take(i, checked(*args))
+        if kernels not in pools:
+            pools[kernels] = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                                                 initializer=_use_kernels, initargs=(kernels,))
+        with _sigint_ignored():  # a Ctrl-C reaches only the runs, which record it
+            futures[future := pools[kernels].submit(checked, *args)] = i
+        return future
 
     def take(i: int, result: Rerun | str) -> None:
         if isinstance(result, str):
@@ -244,17 +251,13 @@ def verify(jobs_: Sequence[tuple[Path, Path]], text_file: Path | None = None, jo
                 and not any(d.rounding_cannot for d in result.diffs)):
             for kernels in ("DEFAULT", *(k for k in KERNELS if 0 < _rank(k) < top), ""):
                 if (kernels or native) != result.kernels:  # every other kernel path here: is the original one?
-                    out = Path(f"{jobs_[i][1]}-{(kernels or native).lower()}")
-                    if kernels:
-                        submit(i, kernels, out)
-                    else:
-                        take(i, rerun(jobs_[i][0], out, text_file, draw))
+                    start(i, kernels or None, f"-{(kernels or native).lower()}")
 
     try:
         early = "" if capped else "DEFAULT"  # capped: this process's own kernels may be DEFAULT's
-        for i, a in enumerate(asked):  # DEFAULT's worker starts first; this machine's kernels known next
+        for i, a in asked.items():  # DEFAULT's worker starts first; this machine's kernels known next
             if early and a == early:
-                submit(i, a, jobs_[i][1])
+                start(i, a)
         with interrupts.deferred(), interrupts.shielded():  # a Ctrl-C never cuts torch's import short
             import torch  # loaded here
 
@@ -264,33 +267,29 @@ def verify(jobs_: Sequence[tuple[Path, Path]], text_file: Path | None = None, jo
         if stopped is not None:
             raise KeyboardInterrupt
         here = []
-        for i, a in enumerate(asked):
+        for i, a in asked.items():
             if a and a not in (early, native) and _rank(a) < top:
-                submit(i, a, jobs_[i][1])
+                start(i, a)
             elif not a or a != early:
                 here.append(i)
         extra = max(0, jobs - 1 - len(pools))  # workers of this machine's kernels take from the front
-        ahead = {i: pools.submit("", rerun, jobs_[i][0], jobs_[i][1], text_file, draw, workers=extra)
-                 for i in here} if extra and len(here) > 1 else {}
-        futures.update({f: i for i, f in ahead.items()})
+        ahead = {i: start(i, "", workers=extra) for i in here} if extra and len(here) > 1 else {}
         for i in reversed(here):  # this process takes from the back what no worker has started
             if i not in ahead or ahead[i].cancel():
                 futures.pop(ahead.get(i), None)
-                take(i, rerun(jobs_[i][0], jobs_[i][1], text_file, draw))
+                start(i, None)
         while futures:
             done, _pending = wait(list(futures), return_when=FIRST_COMPLETED)
             for future in done:
                 take(futures.pop(future), future.result())
     except KeyboardInterrupt:
-        with _sigint_ignored():  # the workers end their runs within a step
-            pools.shutdown(cancel=True)
-    except BaseException:  # no worker outlives the command
-        pools.shutdown(cancel=True)
-        raise
-    else:
-        pools.shutdown()
+        pass  # the runs not finished are interrupted
+    finally:
+        with _sigint_ignored():  # the workers end their runs within a step; none outlives the command
+            for pool in pools.values():
+                pool.shutdown(cancel_futures=True)
     return [Verdict(CANNOT, errors[i]) if i in errors else verdict.decide(recorded[i], reruns[i], reruns[i][0].story)
-            if reruns[i] else Verdict(INTERRUPTED, _(STOPPED), [], str(out)) for i, (_run, out) in enumerate(jobs_)]
+            if reruns[i] else Verdict(INTERRUPTED, _(STOPPED), [], str(plan.out)) for i, plan in enumerate(plans)]
 
 
 def verdict_row(judged: Verdict) -> dict[str, Any]:
@@ -333,8 +332,9 @@ def reproduce_many(paths: Sequence[Path], out: Path | None, csv: Path | None, jo
         from attnlab.commands.compare import preset_config
 
         assignment = preset_config(against)
-    try:  # each run is checked in its worker before it runs
-        verdicts, interrupted = verify([(r, out / name) for r, name, _files in found], jobs=jobs, draw=draw), False
+    plans = [checked(prepare, r, out / name) for r, name, _files in found]  # a run refused is a row
+    try:
+        verdicts, interrupted = verify(plans, jobs, draw), False
     except KeyboardInterrupt:  # before any pool started
         verdicts, interrupted = [Verdict(INTERRUPTED, _(STOPPED))] * len(found), True
     rows = sorted(({"job": name, "name": runs.setting(files.config, "name", str, None),
@@ -358,7 +358,8 @@ def reproduce(run_dir: Path, out: Path | None = None, text_file: Path | None = N
               draw: bool = False) -> int:
     """One run verified (:func:`verify`) into ``out`` (default: beside it, :func:`prepare`): its verdict
     printed, notes to stderr; the exit status. Raises RunDirError / ConfigError when it cannot be reproduced."""
-    run_dir, out, cfg, _data, summary, _tokens = prepare(run_dir, out, text_file)
+    plan = prepare(run_dir, out, text_file)
+    run_dir, out, cfg, _data, summary, _tokens = plan
     versions, now = summary.get("versions"), artifacts.environment(str(cfg.device))  # torch loads here
     if (recorded_threads := threads.for_reproduction(versions)) is not None:
         now = {**now, "torch_threads": recorded_threads}  # the reproduction runs with them
@@ -374,7 +375,7 @@ def reproduce(run_dir: Path, out: Path | None = None, text_file: Path | None = N
                        "and compares the recorded steps").format(n=summary.get("steps_run"), steps=cfg.train.steps))
     for line in notes:
         print(line, file=sys.stderr)
-    judged = verify([(run_dir, out)], text_file, 1, draw)[0]
+    judged = verify([plan], 1, draw)[0]
     if judged.key == CANNOT:
         raise RunDirError(judged.why)
     print(verdict.format_verdict(judged))

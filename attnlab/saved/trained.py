@@ -37,14 +37,13 @@ def load_model(run_dir: Path) -> tuple[GPT, DictConfig]:
                                                        2).stacked_state().items()}
     members = {k: safe_read.Member(tuple(f"{k}.{axis}" for axis in range(len(shape))), "f") for k, shape in one.items()}
     with safe_read.NpzArchive(path, members, root=run_dir) as archive:
-        context = archive.infos[POSITIONS].shape[0]
+        context = archive.shapes[POSITIONS][0]
         for name, shape in one.items():  # the config's model, before one byte of it is allocated
             want = ((cfg.model.n_layers, *shape[1:]) if name.startswith("blocks.") else
                     (context, *shape[1:]) if name == POSITIONS else shape)
-            if tuple(archive.infos[name].shape) != want:
+            if archive.shapes[name] != want:
                 raise RunFileError(path, _("weights do not fit the run's config ({name} has shape {got}, the config's "
-                                           "model {want})").format(name=name, got=tuple(archive.infos[name].shape),
-                                                                   want=want))
+                                           "model {want})").format(name=name, got=archive.shapes[name], want=want))
         weights = {k: archive.read(k) for k in one}
     if (bad := next((k for k, v in weights.items() if not np.isfinite(v).all()), None)) is not None:
         raise RunFileError(path, _("{name} holds NaN or infinite weights: the run diverged, there is no model to "
