@@ -273,32 +273,25 @@ def type_name(value: Any) -> str:
     return "null" if value is None else names.get(type(value), type(value).__name__)
 
 
-NUMBER, INTEGER = "number", "integer"
-_TYPE_NAMES = {str: "a string", dict: "an object", list: "a list", NUMBER: "a number", INTEGER: "an integer",
-               None: "null"}
+NUMBER, NULL = (int, float), type(None)
+_TYPE_NAMES = {str: "a string", dict: "an object", list: "a list", NUMBER: "a number", int: "an integer", NULL: "null"}
 # summary.json fields attnlab writes; task and config are null for a job refused for a bad value
 SUMMARY_TYPES: dict[str, tuple] = {
-    "status": (str,), "task": (str, None), "started_at": (str,), "error": (str, None),
-    "config": (dict, None), "overrides": (list,),
-    "final_loss": (NUMBER, None), "steps_run": (INTEGER,), "steps_to_threshold": (INTEGER, None),
-    "wall_time_s": (NUMBER, None), "versions": (dict, None), "n_tokens": (INTEGER,),
+    "status": (str,), "task": (str, NULL), "started_at": (str,), "error": (str, NULL),
+    "config": (dict, NULL), "overrides": (list,),
+    "final_loss": (NUMBER, NULL), "steps_run": (int,), "steps_to_threshold": (int, NULL),
+    "wall_time_s": (NUMBER, NULL), "versions": (dict, NULL), "n_tokens": (int,),
     "token_table": (list,), "shapes": (dict,), "max_abs_weight_minus_uniform": (NUMBER,),
-    "permutation_check": (dict,), "reproduced_from": (str,), "job_num": (INTEGER, None),
+    "permutation_check": (dict,), "reproduced_from": (str,), "job_num": (int, NULL),
 }
-
-
-def _is(value: Any, t: Any) -> bool:
-    if t is None:
-        return value is None
-    return not isinstance(value, bool) and isinstance(value, {NUMBER: (int, float), INTEGER: int}.get(t, t))
 
 
 def type_problems(data: Any, types: Mapping[str, tuple], label: str = SUMMARY) -> list[str]:
     """One line per field of ``data`` not of a type in ``types[field]`` (a bool is no number)."""
     if not isinstance(data, dict):
         return [f"{label}: is {type_name(data)}, expected an object"]
-    return [f"{label}: {k} is {type_name(data[k])}, expected {' or '.join(_TYPE_NAMES[t] for t in allowed)}"
-            for k, allowed in types.items() if k in data and not any(_is(data[k], t) for t in allowed)]
+    return [f"{label}: {k} is {type_name(v)}, expected {' or '.join(_TYPE_NAMES[t] for t in types[k])}"
+            for k, v in data.items() if k in types and (isinstance(v, bool) or not isinstance(v, types[k]))]
 
 
 # ``root`` (default ``run_dir``): no link is followed below it (the sweep folder a job was found in)
@@ -484,11 +477,6 @@ class NpzArchive(contextlib.AbstractContextManager):
         if not -n <= index < n:
             raise RunFileError(self.path, f"{name} has {n} frames; no frame {index}")
         return self.read(name)[index]
-
-    def verify(self) -> None:
-        """Read every member, so a CRC error or truncation is found now."""
-        for name in self.shapes:
-            self.read(name)
 
     def close(self) -> None:
         if self._zip is not None:
