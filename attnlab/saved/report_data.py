@@ -45,8 +45,8 @@ def pick_frames(n: int, budget: int, fbytes: int) -> list[int]:
 
 def _snapshot_bytes(npz: safe_read.NpzArchive) -> int:
     """JSON bytes of one snapshot of attention.npz ``npz``: every head, and a GPT's every block's."""
-    _S, H, T, _ = npz.infos["weights"].shape
-    return frame_bytes(H * (1 + (npz.infos["layers"].shape[1] if "layers" in npz.infos else 0)), T)
+    _S, H, T, _ = npz.shapes["weights"]
+    return frame_bytes(H * (1 + (npz.shapes["layers"][1] if "layers" in npz.shapes else 0)), T)
 
 
 def weight_need(run_dir: Path, root: Path | None = None) -> int:
@@ -54,7 +54,7 @@ def weight_need(run_dir: Path, root: Path | None = None) -> int:
     with contextlib.suppress(RunFileError):  # load_run says what is wrong
         if safe_read.exists(run_dir, ATTENTION):
             with safe_read.open_attention(run_dir, NPZ_LIMIT, root=root) as npz:
-                return npz.infos["weights"].shape[0] * _snapshot_bytes(npz)
+                return npz.shapes["weights"][0] * _snapshot_bytes(npz)
     return 0
 
 
@@ -249,8 +249,8 @@ def _load_attention(rec: dict[str, Any], run_dir: Path, root: Path, max_weight_b
         labels = [str(t) for t in npz.read("tokens").tolist()]
         idx = pick_frames(steps.size, max_weight_bytes, _snapshot_bytes(npz))
         weights = npz.read("weights") if idx else None
-        layers = npz.read("layers")[idx] if idx and "layers" in npz.infos else None
-        _snapshots(rec, steps, labels, npz.read("token_ids"), npz.infos["weights"].shape[1], idx,
+        layers = npz.read("layers")[idx] if idx and "layers" in npz.shapes else None
+        _snapshots(rec, steps, labels, npz.read("token_ids"), npz.shapes["weights"][1], idx,
                    None if weights is None else weights[idx], layers)
     return None if weights is None else (steps, weights, labels)
 
