@@ -471,13 +471,6 @@ class NpzArchive(contextlib.AbstractContextManager):
             raise RunFileError(self.path, f"{name} holds a character code outside Unicode")
         return arr
 
-    def read_frame(self, name: str, index: int) -> np.ndarray:
-        """Axis-0 slice ``index`` of member ``name``. Raises RunFileError when out of range."""
-        n = self.shapes[name][0] if name in self.shapes else 0
-        if not -n <= index < n:
-            raise RunFileError(self.path, f"{name} has {n} frames; no frame {index}")
-        return self.read(name)[index]
-
     def close(self) -> None:
         if self._zip is not None:
             self._zip.close()
@@ -511,7 +504,7 @@ def read_last_snapshot(run_dir: Path, limit: int = files.NPZ_LIMIT, *,
     """``(step, weights (H, T, T))`` of attention.npz's last snapshot, None without one."""
     with open_attention(run_dir, limit, root=root) as archive:
         steps = archive.read("steps")
-        return (int(steps[-1]), archive.read_frame("weights", -1)) if steps.size else None
+        return (int(steps[-1]), archive.read("weights")[-1]) if steps.size else None
 
 
 def read_walkthrough(run_dir: Path, limit: int = files.NPZ_LIMIT, *, root: Path | None = None,
