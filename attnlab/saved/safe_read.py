@@ -380,7 +380,7 @@ class NpzArchive(contextlib.AbstractContextManager):
                 self._file.seek(max(0, self._file.size - n))
                 tail = self._file.read(n)
                 at = tail.rfind(b"PK\x05\x06")
-                if 0 <= at <= len(tail) - 22:
+                if 0 <= at <= len(tail) - 22 and (at >= 20 or len(tail) == self._file.size):
                     break
             else:
                 raise RunFileError(self.path, "not a zip archive (an .npz is one; empty or truncated?)")
@@ -396,9 +396,8 @@ class NpzArchive(contextlib.AbstractContextManager):
             raise (self._damaged(err) if isinstance(err, _DAMAGE) else err) from None
 
     def _damaged(self, err: BaseException) -> RunFileError:
-        msg = str(err).strip().splitlines()[0] if str(err).strip() else ""
-        why = type(err).__name__ + (f": {printable(msg, 120)}" if msg else "")
-        return RunFileError(self.path, f"damaged archive ({why})")
+        msg = printable(str(err).strip().partition("\n")[0], 120)
+        return RunFileError(self.path, f"damaged archive ({type(err).__name__}{': ' + msg if msg else ''})")
 
     def _check_members(self, members: Mapping[str, Member], limit: int, strict: bool) -> dict[str, tuple[int, ...]]:
         names = self._zip.namelist()
