@@ -51,13 +51,11 @@ def _snapshot_bytes(npz: safe_read.NpzArchive) -> int:
 
 def weight_need(run_dir: Path, root: Path | None = None) -> int:
     """JSON bytes all of ``run_dir``'s snapshots would take (0 without any); reads only headers."""
-    if not safe_read.exists(run_dir, ATTENTION):
-        return 0
-    try:
-        with safe_read.open_attention(run_dir, NPZ_LIMIT, root=root) as npz:
-            return npz.shapes["weights"][0] * _snapshot_bytes(npz)
-    except RunFileError:  # load_run says what is wrong
-        return 0
+    with contextlib.suppress(RunFileError):  # load_run says what is wrong
+        if safe_read.exists(run_dir, ATTENTION):
+            with safe_read.open_attention(run_dir, NPZ_LIMIT, root=root) as npz:
+                return npz.shapes["weights"][0] * _snapshot_bytes(npz)
+    return 0
 
 
 def share_budget(needs: Sequence[int], budget: int = WEIGHT_BUDGET) -> list[int]:
@@ -136,7 +134,7 @@ def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int
         elif safe_read.exists(run_dir, WALKTHROUGH):
             walk = files.attempt(safe_read.read_walkthrough, run_dir, NPZ_LIMIT, root=files.root,
                                  keys=("weights", "token_ids"))
-            attention = walk and _walkthrough(rec, walk, runs.setting(files.config, "tokenizer.encoding", str, "gpt2"))
+            attention = walk and _walkthrough(rec, walk, files.config)
     return _fill(rec, files, name, metrics, attention)
 
 
@@ -152,8 +150,7 @@ def run_record(run_dir: Path, summary: dict[str, Any], losses: np.ndarray | None
     rec = _record(files.run_dir, name)
     metrics = None if losses is None else (np.arange(len(losses), dtype=np.int64), np.asarray(losses, np.float64))
     if walkthrough is not None:
-        return _fill(rec, files, name, metrics,
-                     _walkthrough(rec, walkthrough, runs.setting(files.config, "tokenizer.encoding", str, "gpt2")))
+        return _fill(rec, files, name, metrics, _walkthrough(rec, walkthrough, files.config))
     _snapshots(rec, np.asarray(page.steps, dtype=np.int64), list(page.info.tokens), page.info.token_ids, page.heads,
                page.indices, np.stack(page.frames) if page.frames else None,
                np.stack(page.layer_frames) if page.layer_frames else None)
@@ -183,8 +180,8 @@ class PageSink(Sink):
 
 def _fill(rec: dict[str, Any], files: runs.RunFiles, name: str | None, metrics: tuple[np.ndarray, np.ndarray] | None,
           attention: Any, sink: FocusSink | None = None) -> dict[str, Any]:
-    """``rec`` completed from the run's files as read (or held): its summary and config, the losses ``metrics``
-    and attnlab-compare's row (from the ``attention`` or the focus ``sink`` read: :func:`runs.row_from`)."""
+    """``rec`` completed from the run's files as read (or held), the losses ``metrics`` and attnlab-compare's
+    row (:func:`runs.row_from` of the ``attention`` or the focus ``sink``)."""
     summary, used = files.summary, files.config
     rec["status"] = _jsonable(files.status)
     shown = used
@@ -205,7 +202,7 @@ def _fill(rec: dict[str, Any], files: runs.RunFiles, name: str | None, metrics: 
     rec["loss_name"] = loss_name([row["objective"]]) if "objective" in row else None  # a linked run: none
     for key in ("final_loss", "steps_run", "wall_time_s", "steps_to_threshold"):  # the row's numbers
         rec[key] = _jsonable(row[key])
-    threshold = runs.as_float(row["loss_threshold"]) if row["loss_threshold"] is not None else math.nan
+    threshold = runs.as_float(row["loss_threshold"] or math.nan)
     rec["loss_threshold"] = threshold if math.isfinite(threshold) and threshold > 0 else None  # a log axis' line
 
     steps, losses = metrics if metrics is not None else (np.zeros(0, dtype=np.int64), np.zeros(0))
@@ -237,13 +234,10 @@ def observations(cells: dict[str, dict[str, Any]], summary: dict[str, Any]) -> l
            for c in OBSERVED if c in cells and cells[c]["text"] != "-"]
     if isinstance(summary.get("val_loss"), (int, float)) and not isinstance(summary.get("val_loss"), bool):
         out.append({"title": _("validation loss"), "text": f"{summary['val_loss']:.4f}"})
-    generation = summary.get("generation")
-    if isinstance(generation, dict):
-        try:
+    if isinstance(generation := summary.get("generation"), dict):
+        with contextlib.suppress(KeyError, TypeError, ValueError):  # an edited summary.json: its raw data stays
             text = "\n".join(printable(line, MAX_STR) for line in generation_lines(generation))
             out.append({"title": _("continuation"), "text": text})
-        except (KeyError, TypeError, ValueError):  # a summary.json someone edited: its raw data stays in the page
-            pass
     return out
 
 
@@ -276,10 +270,10 @@ def _snapshots(rec: dict[str, Any], steps: np.ndarray, labels: list[str], token_
     rec["steps"] = [int(steps[i]) for i in idx]
 
 
-def _walkthrough(rec: dict[str, Any], walk: dict[str, np.ndarray], encoding: Any) -> tuple[None, np.ndarray, list[str]]:
+def _walkthrough(rec: dict[str, Any], walk: dict[str, np.ndarray], config: Any) -> tuple[None, np.ndarray, list[str]]:
     """Fill ``rec`` from the walkthrough's (T, T) ``weights``; returns them as :func:`runs.saved_attention`."""
     rec["kind"] = "walkthrough"
-    labels = runs.token_labels_for(walk["token_ids"], encoding)
+    labels = runs.token_labels_for(walk["token_ids"], runs.setting(config, "tokenizer.encoding", str, "gpt2"))
     weights = walk["weights"][None, None]
     _snapshots(rec, np.zeros(1, dtype=np.int64), labels, walk["token_ids"], 1, [0], weights, None)
     return None, weights, labels

@@ -243,8 +243,7 @@ def config_story(run_dir: Path, recorded: dict[str, Any]) -> list[Difference]:
             or isinstance(x, bool) != isinstance(y, bool)]
     if not keys:
         return []
-    said = ", ".join(f"{k}={printable(a.get(k), 30)}" for k in keys[:3])
-    recorded_said = ", ".join(f"{k}={printable(b.get(k), 30)}" for k in keys[:3])
+    said, recorded_said = (", ".join(f"{k}={printable(d.get(k), 30)}" for k in keys[:3]) for d in (a, b))
     more = f" and {len(keys) - 3} more" if len(keys) > 3 else ""
     return [Difference(safe_read.CONFIG, note=printable(f"says {said}{more}; summary.json records {recorded_said}",
                                                         NOTE_LIMIT * 2))]
