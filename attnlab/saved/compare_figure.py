@@ -67,10 +67,8 @@ def comparison_figure(rows: Sequence[dict[str, Any]], path: Path, force: bool = 
         ax, fax = (fig.add_subplot(g) for g in grid[0, :].subgridspec(1, 2, width_ratios=[3, 2]))
         ylabel = loss_axis_label(objectives)
         lw = 1.4 if keyed or len(rows) <= 1 else 0.8
-        for style, steps, losses in curves:
+        for style, steps, losses in curves or [({}, np.zeros(0), np.zeros(0))]:  # no curve: the axes still
             plot_loss(ax, steps, losses, ylabel, lw=lw, **style)
-        if not curves:
-            plot_loss(ax, np.zeros(0), np.zeros(0), ylabel)
         ax.set_title(_("loss") if curves else _("loss (no training runs)"))
         # the focus weight at each snapshot (heads averaged): how fast each run's attention focuses
         for style, steps, weights in focus:

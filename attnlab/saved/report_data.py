@@ -288,12 +288,11 @@ def collect_records(paths: Iterable[Path | str], *, found: list[tuple[Path, str,
     found = runs.named_runs(Path(p) for p in paths) if found is None else found
     shares = share_budget([weight_need(r, files.root) for r, _, files in found])
     records = [load_run(r, name, share, files=files) for (r, name, files), share in zip(found, shares)]
-    names = [name for _, name, _ in found]
-    labels = run_labels([{"job": name, "override_list": rec["overrides"]} for rec, name in zip(records, names)])
-    for rec, label in zip(records, labels):  # attnlab-compare --plot's legends: "3: lr=0.05"
+    rows = [{"job": name, "override_list": files.overrides} for _r, name, files in found]  # attnlab-compare's
+    for rec, label in zip(records, run_labels(rows)):  # attnlab-compare --plot's legends: "3: lr=0.05"
         rec["label"] = printable(label, MAX_STR)
     dashes = dict(zip(LINESTYLES, ("", "6.7 2.9", "1.8 3", "11.5 2.9 1.8 2.9")))  # the page's DASHES
-    for rec, style in zip(records, run_styles([{"override_list": rec["overrides"]} for rec in records]) or []):
+    for rec, style in zip(records, run_styles(rows) or []):
         rec["style"] = {"color": style["color"], "dash": dashes[style["linestyle"]]}
     configs = [files.config for _r, _name, files in found]  # as attnlab-compare reads them
     for rec, keys in zip(records, runs.differs(configs, against)):
@@ -301,8 +300,8 @@ def collect_records(paths: Iterable[Path | str], *, found: list[tuple[Path, str,
         rec["table"]["differs"] = table.page_cell("differs", rec["differs"])
     if verdicts is None:
         return records
-    for rec, name in zip(records, names):
-        rec["verdict"] = verdict_text(verdicts.get(name))
+    for rec, row in zip(records, rows):
+        rec["verdict"] = verdict_text(verdicts.get(row["job"]))
         rec["table"]["verdict"] = table.page_cell("verdict", rec["verdict"])
     student = {id(rec): runs.setting(config, "name", str, None) for rec, config in zip(records, configs)}
     return sorted(records, key=lambda rec: (student[id(rec)] is None, student[id(rec)] or "", rec["name"]))
