@@ -377,6 +377,16 @@ def many_members(n: int) -> Callable[[Path, Path], None]:
     return build
 
 
+def zip64_attention(run: Path, outside: Path) -> None:
+    """attention.npz with a zip64 end record and locator before its end record (all sizes true)."""
+    data = (run / ATTENTION).read_bytes()
+    at = data.rindex(b"PK\x05\x06")
+    count, size, offset = struct.unpack("<2xHLL", data[at + 8:at + 20])
+    record = struct.pack("<4sQ2H2L4Q", b"PK\x06\x06", 44, 45, 45, 0, 0, count, count, size, offset)
+    locator = struct.pack("<4sLQL", b"PK\x06\x07", 0, at, 1)
+    (run / ATTENTION).write_bytes(data[:at] + record + locator + data[at:])
+
+
 def npy_custom(header_text: str, data: bytes = b"", version: int = 1) -> bytes:
     """A .npy member with a hand-written header text (padded as numpy pads)."""
     text = header_text.encode("latin1")
@@ -561,6 +571,13 @@ CASES: list[Case] = [
          Raises(ATTENTION, "member weights.npy: compression method 12 (allowed: stored, deflate)")),
     Case("one_hundred_members", "bomb", many_members(100), "attention",
          Raises(ATTENTION, f"100 members, more than the limit of {S.NPZ_MAX_MEMBERS}")),
+    Case("directory_of_2000_members", "bomb", many_members(2000), "attention",
+         Raises(ATTENTION, f"bytes, more than the limit of {S.NPZ_DIRECTORY_LIMIT}"), max_read=64),
+    Case("zip64_end_record", "bomb", zip64_attention, "attention",
+         Raises(ATTENTION, "a zip64 end record (refused: an .npz attnlab writes has none)"), max_read=64,
+         note="zipfile takes the directory's size from it, not from the end record"),
+    Case("encrypted_member", "npz", attention_raw(lambda a: stored(npy_bytes(a["weights"]), flags=1)), "attention",
+         Raises(ATTENTION, "damaged archive (RuntimeError: File 'weights.npy' is encrypted")),
     Case("npy_header_with_code", "code",
          npz_with(weights=lambda a: npy_custom("{'descr': __import__('os').system('touch pwned'), "
                                                "'fortran_order': False, 'shape': (3, 1, 6, 6), }")), "attention",

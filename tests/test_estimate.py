@@ -14,7 +14,7 @@ from attnlab.commands.job import run_job
 from attnlab.core import checks, files, tokenizer
 from attnlab.core.config import apply_schema
 from attnlab.core.errors import ConfigError
-from attnlab.core.model import build_gpt
+from attnlab.core.model import GPT
 from attnlab.core.training import model_spec
 
 from conftest import compose_cfg
@@ -54,7 +54,7 @@ def test_the_parameter_count_is_the_models(overrides):
     tokens = tokenizer.tokenize(cfg)
     context = checks.corpus_split(cfg, tokens.seq_len)[1]
     with torch.device("meta"):
-        model = build_gpt(model_spec(cfg), tokens.vocab_size, context)
+        model = GPT(model_spec(cfg), tokens.vocab_size, context)
     assert checks.gpt_parameters(cfg, tokens.vocab_size, context) == sum(p.numel() for p in model.parameters())
 
 
@@ -109,7 +109,7 @@ def test_generate_checks_model_npz_before_building_a_hostile_config(gpt_run, tmp
     assert n == 1
     config.write_text(text)
     built = []
-    monkeypatch.setattr("attnlab.saved.trained.build_gpt", lambda spec, *a: built.append(spec) or build_gpt(spec, *a))
+    monkeypatch.setattr("attnlab.saved.trained.GPT", lambda spec, *a: built.append(spec) or GPT(spec, *a))
     assert generate.main([str(shared), "今天"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "model.npz: weights do not fit the run's config" in err

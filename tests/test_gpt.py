@@ -13,7 +13,7 @@ from torch import nn
 from attnlab.commands.generate import main
 from attnlab.commands.job import run_job
 from attnlab.core.generate import generate, whole_characters
-from attnlab.core.model import Block, ModelSpec, build_gpt, causal_mask
+from attnlab.core.model import GPT, Block, ModelSpec, causal_mask
 from attnlab.core.training import train
 from attnlab.saved import safe_read
 
@@ -62,7 +62,7 @@ def test_block_equals_torch_transformer_encoder_layer(n_heads, qkv_bias, attenti
 def test_gpt_stacks_blocks_with_a_final_layernorm():
     torch.manual_seed(1)
     spec = ModelSpec(8, 4, 4, 0.02, n_heads=2, n_layers=2)
-    gpt = build_gpt(spec, vocab_size=50, context=6).double()
+    gpt = GPT(spec, vocab_size=50, context=6).double()
     ids = torch.randint(0, 50, (2, 6))
     logits, weights = gpt(ids, need_weights=True)
     x = gpt.embedding.token_embedding(ids) + gpt.embedding.position_embedding(torch.arange(6))
@@ -80,7 +80,7 @@ def test_gpt_stacks_blocks_with_a_final_layernorm():
 
 def test_sampling_with_top_k_1_is_greedy_and_a_seed_repeats_a_sample():
     torch.manual_seed(2)
-    gpt = build_gpt(ModelSpec(8, 4, 4, 1.0, n_heads=2, n_layers=1), vocab_size=40, context=5).eval()
+    gpt = GPT(ModelSpec(8, 4, 4, 1.0, n_heads=2, n_layers=1), vocab_size=40, context=5).eval()
     greedy = generate(gpt, [1, 2, 3], 6)
     assert generate(gpt, [1, 2, 3], 6, temperature=0.7, top_k=1, seed=5) == greedy
     sampled = [generate(gpt, [1, 2, 3], 6, temperature=2.0, seed=seed) for seed in (5, 5, 6)]

@@ -14,10 +14,10 @@ from test_differential import plain_section5
 from attnlab.core import checks
 from attnlab.core.errors import ConfigError
 from attnlab.core.model import (
+    AttentionModel,
     AttentionOutput,
     ModelSpec,
     MultiHeadSelfAttention,
-    build_tutorial,
     mse,
     next_token_cross_entropy,
     next_token_targets,
@@ -66,7 +66,7 @@ def test_default_training_is_the_plain_tutorial_code_bit_for_bit(cfg_of):
 def test_section5_builder_and_forward_equal_the_tutorial_code():
     expected = section5_tutorial_code()
     torch.manual_seed(42)
-    model = build_tutorial(SECTION5, GPT2_VOCAB_SIZE, 6)
+    model = AttentionModel(SECTION5, GPT2_VOCAB_SIZE, 6)
     att = model.attention
     assert att.W_out is None
     assert model.next_token_head is None
@@ -96,7 +96,7 @@ def test_walkthrough_builder_equals_the_tutorial_sections_2_to_4():
     Z = attn_weights @ V
 
     torch.manual_seed(123)
-    model = build_tutorial(WALKTHROUGH, GPT2_VOCAB_SIZE, 6, order="walkthrough")
+    model = AttentionModel(WALKTHROUGH, GPT2_VOCAB_SIZE, 6, order="walkthrough")
     ours_X = model.embedding(torch.tensor(TUTORIAL_IDS))
     out = model.attention(ours_X)
     assert model.attention.W_out is None  # §4 stops at Z (T, d_v)
@@ -135,12 +135,12 @@ def test_attention_output_is_named_with_the_head_axis():
                          ids=["qkv_bias", "out_proj", "causal", "dropout", "sdpa", "next_token_head"])
 def test_a_switch_leaves_the_parameters_created_before_it_unchanged(change):
     torch.manual_seed(42)
-    base = dict(build_tutorial(SECTION5, GPT2_VOCAB_SIZE, 6).named_parameters())
+    base = dict(AttentionModel(SECTION5, GPT2_VOCAB_SIZE, 6).named_parameters())
     torch.manual_seed(42)
     if change == "next_token_head":
-        model = build_tutorial(SECTION5, GPT2_VOCAB_SIZE, 6, next_token_head=True)
+        model = AttentionModel(SECTION5, GPT2_VOCAB_SIZE, 6, next_token_head=True)
     else:
-        model = build_tutorial(ModelSpec(**{**SECTION5.__dict__, **change}), GPT2_VOCAB_SIZE, 6)
+        model = AttentionModel(ModelSpec(**{**SECTION5.__dict__, **change}), GPT2_VOCAB_SIZE, 6)
     params = dict(model.named_parameters())
     for name, value in base.items():
         assert torch.equal(params[name], value), name
@@ -162,7 +162,7 @@ def test_parameter_creation_order_is_the_documented_one():
     """W_query, W_key, W_value, then the biases, then W_out, then the head: redraw each from the
     same generator state in that order and get the same numbers."""
     torch.manual_seed(5)
-    model = build_tutorial(ModelSpec(6, 2, 3, 1.0, n_heads=2, qkv_bias=True), 50, 6, next_token_head=True)
+    model = AttentionModel(ModelSpec(6, 2, 3, 1.0, n_heads=2, qkv_bias=True), 50, 6, next_token_head=True)
     torch.manual_seed(5)
     tok, pos = nn.Embedding(50, 6), nn.Embedding(6, 6)
     nn.init.normal_(tok.weight, std=1.0)
@@ -211,9 +211,9 @@ def test_out_proj_false_is_refused_where_the_loss_needs_z_in_d_model_columns():
 
 def test_builders_apply_the_rule():
     torch.manual_seed(0)
-    five = build_tutorial(ModelSpec(6, 4, 4, 1.0), 50, 5)
-    walk = build_tutorial(ModelSpec(6, 4, 4, 1.0), 50, 5, order="walkthrough")
-    walk2 = build_tutorial(ModelSpec(6, 4, 4, 1.0, n_heads=2), 50, 5, order="walkthrough")
+    five = AttentionModel(ModelSpec(6, 4, 4, 1.0), 50, 5)
+    walk = AttentionModel(ModelSpec(6, 4, 4, 1.0), 50, 5, order="walkthrough")
+    walk2 = AttentionModel(ModelSpec(6, 4, 4, 1.0, n_heads=2), 50, 5, order="walkthrough")
     X = torch.randn(5, 6)
     assert five.attention(X).Z.shape == (5, 6)
     assert walk.attention(X).Z.shape == (5, 4)
@@ -222,7 +222,7 @@ def test_builders_apply_the_rule():
 
 def test_next_token_head_init_and_cross_entropy():
     torch.manual_seed(42)
-    model = build_tutorial(SECTION5, GPT2_VOCAB_SIZE, 6, next_token_head=True)
+    model = AttentionModel(SECTION5, GPT2_VOCAB_SIZE, 6, next_token_head=True)
     head = model.next_token_head
     assert head.bias is None
     assert head.weight.shape == (GPT2_VOCAB_SIZE, 6)
@@ -245,7 +245,7 @@ def test_next_token_head_init_and_cross_entropy():
 def test_next_token_objective_learns_the_sentence():
     """20 Adam steps on the tutorial's sentence: the next-token loss falls well below ln(vocab)."""
     torch.manual_seed(42)
-    model = build_tutorial(SECTION5, GPT2_VOCAB_SIZE, 6, next_token_head=True)
+    model = AttentionModel(SECTION5, GPT2_VOCAB_SIZE, 6, next_token_head=True)
     ids = torch.tensor(TUTORIAL_IDS)
     X = model.embedding(ids).detach()
     opt = torch.optim.Adam(model.trained_parameters(), lr=0.05)

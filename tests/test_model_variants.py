@@ -13,9 +13,9 @@ import torch.nn as nn
 from torch.func import functional_call
 
 from attnlab.core.model import (
+    AttentionModel,
     ModelSpec,
     MultiHeadSelfAttention,
-    build_tutorial,
     mse,
     next_token_targets,
 )
@@ -126,7 +126,7 @@ def test_explicit_and_sdpa_give_the_same_first_10_losses(causal, n_heads, d_k):
     curves = {}
     for path in PATHS:
         torch.manual_seed(42)
-        model = build_tutorial(ModelSpec(6, d_k, 6, 1.0, n_heads=n_heads, causal=causal, attention=path),
+        model = AttentionModel(ModelSpec(6, d_k, 6, 1.0, n_heads=n_heads, causal=causal, attention=path),
                                GPT2_VOCAB_SIZE, 6)
         X = model.embedding(torch.tensor(TUTORIAL_IDS)).detach()
         target = next_token_targets(X)

@@ -127,9 +127,9 @@ def test_jobs_of_a_dead_launcher_worker_say_failed_and_lose_their_lock(tmp_path)
     assert (sweep / "2_live" / rundir.LOCK).exists()
 
 
-def test_atomic_savez_is_what_np_savez_writes(tmp_path):
+def test_atomic_write_of_arrays_is_what_np_savez_writes(tmp_path):
     a, b = np.arange(6, dtype=np.int64).reshape(2, 3), np.array(["x", "yz"])
-    artifacts.atomic_savez(tmp_path / "mine.npz", a=a, b=b)
+    artifacts.atomic_write(tmp_path / "mine.npz", {"a": a, "b": b})
     np.savez(tmp_path / "numpy.npz", a=a, b=b)
     for name in ("mine.npz", "numpy.npz"):
         with np.load(tmp_path / name, allow_pickle=False) as npz:
@@ -208,15 +208,15 @@ def test_an_archive_too_large_for_the_disk_keeps_the_snapshots_that_fit(tmp_path
 
     from attnlab.core.errors import WriteError, as_write_error
 
-    real = artifacts.atomic_savez
+    real = artifacts.atomic_write
     frame = 4 * 3 * 3
 
-    def disk(path, **arrays):  # a disk with room for two frames and the rest of the archive
-        if arrays["weights"].nbytes > 2 * frame:
+    def disk(path, data):  # a disk with room for two frames and the rest of the archive
+        if isinstance(data, dict) and data["weights"].nbytes > 2 * frame:
             raise as_write_error(OSError(errno.ENOSPC, "No space left on device"), file=path.name)
-        real(path, **arrays)
+        real(path, data)
 
-    monkeypatch.setattr(artifacts, "atomic_savez", disk)
+    monkeypatch.setattr(artifacts, "atomic_write", disk)
     monkeypatch.setattr(artifacts, "_room", lambda folder: 4096 + 8 * 3 + 64 * 3 + 2 * frame)
     sink = artifacts.RunDirSink(tmp_path)
     with pytest.raises(WriteError, match="no space left on device while writing attention.npz"):

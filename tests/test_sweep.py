@@ -136,7 +136,7 @@ def test_sentence_sweep_quoting_gives_flat_folders(cli, tmp_path):
     (("model.dmodel=6,16",), "error: model.dmodel=6,16: no such config key (`attnlab --help` lists every key); "
                               "did you mean model.d_model?"),
     (("optimizer=adam,sgdd",), "error: optimizer=sgdd: no such option; allowed: adam, adamw, sgd"),
-    (("optimizer.lr=0.01,abc",), "error: optimizer.lr='abc': Value 'abc' of type 'str' could not be converted to Float"),
+    (("optimizer.lr=0.01,abc",), "error: optimizer.lr='abc': must be a number"),
 ])
 def test_a_sweep_refused_while_composing_is_one_line_and_leaves_nothing(cli, tmp_path, args, line):
     sweep = tmp_path / "new" / "sweep"  # neither folder exists yet

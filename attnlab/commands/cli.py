@@ -24,7 +24,7 @@ from attnlab.commands.hydra_config import VERSION_BASE, register_configs
 from attnlab.commands.job import EXIT_BAD_INPUT, EXIT_FAILED_RUN, run_job
 from attnlab.core import i18n, interrupts
 from attnlab.core.config import did_you_mean
-from attnlab.core.errors import AttnlabError, os_reason
+from attnlab.core.errors import AttnlabError, os_reason, schema_allowed
 from attnlab.core.files import printable
 from attnlab.core.i18n import _
 from attnlab.outputs import artifacts, rundir, streams
@@ -92,7 +92,8 @@ def error_line(err: BaseException, typed: list[str]) -> str:
     text = str(cause)
     first = text.splitlines()[0] if text.strip() else type(cause).__name__
     key = getattr(cause, "full_key", None) or next(iter(re.findall(r"full_key: (\S+)", text)), None)
-    given = next((a for a in reversed(typed) if a.split("=", 1)[0].lstrip("+~") == key), None) if key else None
+    base = re.sub(r"(\[\d+\])+$", "", key) if key else None  # optimizer.betas for optimizer.betas[0]
+    given = next((a for a in reversed(typed) if a.split("=", 1)[0].lstrip("+~") == base), None) if key else None
     if isinstance(err, AttnlabError):
         return _("error: {message}").format(message=err)
     if isinstance(err, MissingConfigException) and err.missing_cfg_file and err.options:
@@ -130,7 +131,8 @@ def error_line(err: BaseException, typed: list[str]) -> str:
     if given is not None and "=" in given:
         value = getattr(cause, "value", None)  # in a sweep, the one value of the list that was refused
         shown = value if isinstance(value, str) else given.split("=", 1)[1]
-        return _("error: {message}").format(message=f"{key}={printable(shown, 300)!r}: {printable(first, 300)}")
+        allowed = printable(schema_allowed(first), 300)
+        return _("error: {message}").format(message=f"{key}={printable(shown, 300)!r}: {allowed}")
     return _("error: {message} (`attnlab --help` lists the options)").format(message=printable(first, 300))
 
 
@@ -206,7 +208,8 @@ def main() -> None:
         code = EXIT_FAILED_RUN if closed else EXIT_BAD_INPUT
     finally:
         callbacks.end_stopped_sweep(table=code != EXIT_BAD_INPUT)  # a stopped sweep's table; a refusal: one line
-        rundir.abandon_all()  # a folder claimed for a job that never started is removed again
+        for held in rundir.claims():  # a folder claimed for a job that never started is removed again
+            rundir.abandon(held.path)
         interrupts.ignore_from_now()
     sys.exit(code)
 

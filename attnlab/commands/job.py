@@ -140,7 +140,7 @@ def _run(cfg: DictConfig, run_dir: Path, tokens: Tokens, summary: dict[str, Any]
         t0, prefix, shown = time.perf_counter(), job_prefix(), cfg.logging.console
         arrays = walkthrough(cfg, print_line=lambda line: print(prefixed(line, prefix)) if shown else None,
                              tokens=tokens)
-        artifacts.atomic_savez(run_dir / artifacts.WALKTHROUGH, **arrays)
+        artifacts.atomic_write(run_dir / artifacts.WALKTHROUGH, arrays)
         held["walkthrough"] = arrays
         summary.update(wall_time_s=round(time.perf_counter() - t0, 6),
                        **observe(cfg, tokens.token_ids, tokens.labels, arrays, tokens=tokens))

@@ -104,8 +104,7 @@ def check_original(run_dir: Path, task: str) -> dict[str, Any]:
         safe_read.read_run_metrics(run_dir)
         verdict.metric_columns(run_dir)  # a column attnlab does not write is refused
         name, members = safe_read.ATTENTION, safe_read.ATTENTION_MEMBERS
-    with safe_read.NpzArchive(run_dir / name, members, root=run_dir, strict=True) as npz:  # and a member
-        npz.verify()
+    safe_read.read_npz(run_dir / name, members, root=run_dir, strict=True)  # every member, CRC checked
     return summary
 
 

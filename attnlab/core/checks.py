@@ -202,7 +202,7 @@ def available_memory() -> int | None:
 
 
 def gpt_parameters(cfg: DictConfig, vocab_size: int, context: int) -> int:
-    """The exact number of parameters of :func:`attnlab.core.model.build_gpt` for ``cfg.model``, nothing built:
+    """The exact number of parameters of :class:`attnlab.core.model.GPT` for ``cfg.model``, nothing built:
     the token and position tables; per block 2 LayerNorms, W_query, W_key, W_value (biases), W_out, W_fc and
     W_proj with biases; ln_f and the head."""
     m = cfg.model

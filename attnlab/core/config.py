@@ -13,7 +13,7 @@ from typing import Any, Iterator, Optional
 from omegaconf import II, MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from attnlab.core.errors import ConfigError
+from attnlab.core.errors import ConfigError, schema_allowed
 from attnlab.core.i18n import N_, _, default_language
 
 TUTORIAL_SENTENCE = "Your journey starts with one step"
@@ -308,7 +308,7 @@ def apply_schema(cfg: Any) -> DictConfig:
         if key and err.object_type in OPTIMIZERS.values() and not key.startswith("optimizer"):
             key = f"optimizer.{key}"
         value = OmegaConf.select(cfg, key, default=None, throw_on_missing=False) if key else None
-        msg = getattr(err, "msg", str(err)).splitlines()[0]
+        msg = schema_allowed(getattr(err, "msg", str(err)))
         if "not in" in msg:  # ConfigKeyError: Key 'n_heads' not in 'ModelConfig'
             msg = N_("is not a key of attnlab's config schema (a config from another attnlab version?)")
         raise ConfigError(key or "<root>", value, msg) from None

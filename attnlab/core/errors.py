@@ -1,6 +1,7 @@
 """attnlab's own errors: each carries one line that names the key, the value and what is allowed."""
 import errno
 import os
+import re
 import traceback
 from pathlib import Path
 
@@ -49,6 +50,28 @@ OS_REASONS = {
     errno.ELOOP: N_("too many levels of symbolic links"), errno.EBUSY: N_("device or resource busy"),
     errno.EFBIG: N_("file too large"), errno.EIO: N_("input/output error"), errno.ENOTEMPTY: N_("directory not empty"),
 }
+
+
+# OmegaConf's type checks against the schema (attnlab.core.config), each as what the key allows
+SCHEMA_TYPES = (
+    (r"could not be converted to Integer", N_("must be an integer")),
+    (r"could not be converted to Float", N_("must be a number")),
+    (r"is not a valid bool|could not be converted to Boolean", N_("must be true or false")),
+    (r"expected one of \[(?P<options>.*)\]", N_("must be one of: {options}")),
+    (r"is not Optional|Non optional field|Incompatible value .None.", N_("must not be null")),
+    (r"is not a ListConfig, list or tuple", N_("must be a list, e.g. [0,10,19]")),
+)
+
+
+def schema_allowed(message: str) -> str:
+    """What the schema allows, translated, for OmegaConf's ValidationError ``message`` (``Value 'abc' of type
+    'str' could not be converted to Integer``: ``must be an integer``); ``message``'s first line when it is
+    none of :data:`SCHEMA_TYPES`."""
+    first = message.strip().splitlines()[0] if message.strip() else message
+    for pattern, allowed in SCHEMA_TYPES:
+        if found := re.search(pattern, first):
+            return _(allowed).format(**found.groupdict())
+    return first
 
 
 def os_reason(err: OSError) -> str:

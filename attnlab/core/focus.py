@@ -60,8 +60,7 @@ def focus(weights: np.ndarray, query: int) -> Focus:
     """Where ``query`` (``train.focus_token``) attends most: (..., H, T, T) → :class:`Focus` (..., H).
     Raises ValueError when ``weights`` is not (..., T, T) or ``query`` not in [0, T)."""
     row = _query_row(weights, query)  # (..., H, T)
-    key = row.argmax(axis=-1)
-    return Focus(key.astype(np.int64), np.take_along_axis(row, key[..., None], axis=-1)[..., 0])
+    return Focus(row.argmax(axis=-1).astype(np.int64), row.max(axis=-1))
 
 
 def row_entropy(weights: np.ndarray) -> np.ndarray:

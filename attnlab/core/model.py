@@ -85,15 +85,12 @@ def scaled_scores(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None = 
 
 
 class MultiHeadSelfAttention(nn.Module):
-    """H heads of scaled dot-product self-attention (tutorial §4; Vaswani et al. 2017, §3.2.2).
-
-    Per head: Q_h = X W_qhᵀ, K_h = X W_khᵀ, V_h = X W_vhᵀ; weights_h = softmax(Q_h K_hᵀ / √d_k);
-    head_h = dropout(weights_h) V_h; Z = [head_1 … head_H] (T, H·d_v), then Z W_outᵀ with ``out_proj``.
-    Made in this order (it decides the random numbers): W_query, W_key (d_model → H·d_k), W_value
-    (d_model → H·d_v), bias-free; with ``qkv_bias`` their biases U(±1/√d_model); W_out (H·d_v →
-    d_model). ``attention="explicit"``: §4's 2-D matmuls one head at a time; ``"sdpa"``:
-    F.scaled_dot_product_attention, weights recomputed without gradient when asked.
-    """
+    """H heads of scaled dot-product self-attention (tutorial §4; Vaswani et al. 2017, §3.2.2). Per head:
+    Q_h = X W_qhᵀ, K_h = X W_khᵀ, V_h = X W_vhᵀ; weights_h = softmax(Q_h K_hᵀ / √d_k); head_h = dropout(weights_h) V_h;
+    Z = [head_1 … head_H] (T, H·d_v), then Z W_outᵀ with ``out_proj``. Made in this order (it decides the
+    random numbers): W_query, W_key (d_model → H·d_k), W_value (d_model → H·d_v), bias-free; with ``qkv_bias``
+    their biases U(±1/√d_model); W_out (H·d_v → d_model). ``attention="explicit"``: §4's 2-D matmuls one head
+    at a time; ``"sdpa"``: F.scaled_dot_product_attention, weights recomputed without gradient when asked."""
 
     def __init__(self, d_model: int, d_k: int, d_v: int, n_heads: int = 1, *, causal: bool = False,
                  dropout: float = 0.0, qkv_bias: bool = False, attention: str = "explicit",
@@ -144,14 +141,21 @@ class MultiHeadSelfAttention(nn.Module):
 
 
 class AttentionModel(nn.Module):
-    """``embedding`` (§2–3), ``attention`` (§4), ``next_token_head`` (Linear(d_model, vocab) or None)."""
+    """The tutorial's model: ``embedding`` (§2–3, seq_len positions), ``attention`` (§4), with ``next_token_head``
+    Linear(d_model, vocab_size) drawn last (else None). ``order="training"``: §5's (the tables made, then drawn;
+    Z in d_model for the loss); ``"walkthrough"``: §2–4's text order (each table drawn when made; no loss:
+    "auto" gives W_out for H > 1)."""
 
-    def __init__(self, embedding: InputEmbedding, attention: MultiHeadSelfAttention,
-                 next_token_head: nn.Linear | None = None) -> None:
+    def __init__(self, spec: ModelSpec, vocab_size: int, seq_len: int, order: str = "training",
+                 next_token_head: bool = False) -> None:
         super().__init__()
-        self.embedding = embedding
-        self.attention = attention
-        self.next_token_head = next_token_head
+        walkthrough = order == "walkthrough"
+        self.embedding = InputEmbedding(spec, vocab_size, seq_len, text_order=walkthrough)
+        out_proj = resolve_out_proj(spec.out_proj, spec.n_heads, spec.d_v, spec.d_model, z_in_d_model=not walkthrough)
+        self.attention = MultiHeadSelfAttention(spec.d_model, spec.d_k, spec.d_v, spec.n_heads, causal=spec.causal,
+                                                dropout=spec.dropout, qkv_bias=spec.qkv_bias,
+                                                attention=spec.attention, out_proj=out_proj)
+        self.next_token_head = _next_token_head(spec, vocab_size) if next_token_head else None
 
     def trained_parameters(self) -> list[nn.Parameter]:
         """What §5 trains, in creation order (the embeddings are not: X is computed once)."""
@@ -163,20 +167,6 @@ def _next_token_head(spec: ModelSpec, vocab_size: int) -> nn.Linear:
     head = nn.Linear(spec.d_model, vocab_size, bias=False)
     nn.init.normal_(head.weight, mean=0.0, std=0.02)
     return head
-
-
-def build_tutorial(spec: ModelSpec, vocab_size: int, seq_len: int, order: str = "training",
-                   next_token_head: bool = False) -> AttentionModel:
-    """The tutorial's model: the tables (seq_len positions), the attention, with ``next_token_head`` the head,
-    drawn last. ``order="training"``: §5's (the tables made, then drawn; Z in d_model for the loss);
-    ``"walkthrough"``: §2–4's text order (each table drawn when made; no loss: "auto" gives W_out for H > 1)."""
-    walkthrough = order == "walkthrough"
-    embedding = InputEmbedding(spec, vocab_size, seq_len, text_order=walkthrough)
-    out_proj = resolve_out_proj(spec.out_proj, spec.n_heads, spec.d_v, spec.d_model, z_in_d_model=not walkthrough)
-    attention = MultiHeadSelfAttention(spec.d_model, spec.d_k, spec.d_v, spec.n_heads, causal=spec.causal,
-                                       dropout=spec.dropout, qkv_bias=spec.qkv_bias, attention=spec.attention,
-                                       out_proj=out_proj)
-    return AttentionModel(embedding, attention, _next_token_head(spec, vocab_size) if next_token_head else None)
 
 
 class Block(nn.Module):
@@ -203,15 +193,16 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    """A mini-GPT: ``embedding`` (§2–3, trained here), ``blocks`` (:class:`Block` × n_layers),
-    ``ln_f`` (a final LayerNorm), ``next_token_head`` Linear(d_model, vocab_size)."""
+    """A mini-GPT, made in this order: ``embedding`` (§5's tables, ``context`` positions, trained here),
+    ``blocks`` (:class:`Block` × n_layers), ``ln_f`` (a final LayerNorm), ``next_token_head``
+    Linear(d_model, vocab_size)."""
 
-    def __init__(self, embedding: InputEmbedding, blocks: list[Block], next_token_head: nn.Linear) -> None:
+    def __init__(self, spec: ModelSpec, vocab_size: int, context: int) -> None:
         super().__init__()
-        self.embedding = embedding
-        self.blocks = nn.ModuleList(blocks)
-        self.ln_f = nn.LayerNorm(next_token_head.in_features)
-        self.next_token_head = next_token_head
+        self.embedding = InputEmbedding(spec, vocab_size, context)
+        self.blocks = nn.ModuleList(Block(spec, spec.d_ff or 4 * spec.d_model) for _ in range(spec.n_layers))
+        self.ln_f = nn.LayerNorm(spec.d_model)
+        self.next_token_head = _next_token_head(spec, vocab_size)
 
     def forward(self, token_ids: torch.Tensor, need_weights: bool = False,
                 head: bool = True) -> tuple[torch.Tensor | None, list]:
@@ -245,14 +236,6 @@ class GPT(nn.Module):
             if k.startswith("blocks."):
                 state.update({f"blocks.{i}.{k.removeprefix('blocks.')}": t for i, t in enumerate(v)})
         self.load_state_dict(state)
-
-
-def build_gpt(spec: ModelSpec, vocab_size: int, context: int) -> GPT:
-    """The mini-GPT in this order: §5's tables (context positions); blocks 0 … n_layers-1
-    (:class:`Block`); ln_f; the next-token head."""
-    embedding = InputEmbedding(spec, vocab_size, context)
-    blocks = [Block(spec, spec.d_ff or 4 * spec.d_model) for _ in range(spec.n_layers)]
-    return GPT(embedding, blocks, _next_token_head(spec, vocab_size))
 
 
 def next_token_targets(X: torch.Tensor) -> torch.Tensor:

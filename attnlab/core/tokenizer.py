@@ -18,7 +18,6 @@ from attnlab.core.files import RunFileError, printable, read_own_file
 from attnlab.core.i18n import N_, _
 
 GPT2_RANKS_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"
-ENDOFTEXT = "<|endoftext|>"
 GPT2_VOCAB_SIZE = 50257  # tutorial §2: rows of the token-embedding table
 SHIPPED_ENCODINGS = ("gpt2", "r50k_base")  # the only encodings attnlab loads: offline, from its own file
 ALLOWED_ENCODINGS = N_("must be gpt2 (or its other name r50k_base), the vocabulary attnlab ships; another "
@@ -56,7 +55,7 @@ def get_encoding(name: str = "gpt2") -> tiktoken.Encoding:
         raise TokenizerError(_("tokenizer.encoding={name!r}: packaged ranks file {path} is corrupted ({reason}); "
                                "reinstall attnlab").format(name=name, path=path, reason=err)) from err
     return tiktoken.Encoding(name=name, pat_str=r50k_pat_str, mergeable_ranks=ranks,
-                             special_tokens={ENDOFTEXT: 50256}, explicit_n_vocab=GPT2_VOCAB_SIZE)
+                             special_tokens={"<|endoftext|>": 50256}, explicit_n_vocab=GPT2_VOCAB_SIZE)
 
 
 def encode(text: str, name: str = "gpt2", special_tokens: str = "special") -> list[int]:

@@ -19,16 +19,7 @@ from attnlab.core import checks, generate, interrupts, optim, threads, tokenizer
 from attnlab.core.config import optimizer_schema, plain, resolve, snapshot_steps
 from attnlab.core.errors import as_write_error, describe
 from attnlab.core.i18n import _
-from attnlab.core.model import (
-    GPT,
-    AttentionModel,
-    ModelSpec,
-    build_gpt,
-    build_tutorial,
-    mse,
-    next_token_cross_entropy,
-    next_token_targets,
-)
+from attnlab.core.model import GPT, AttentionModel, ModelSpec, mse, next_token_cross_entropy, next_token_targets
 from attnlab.core.records import RunInfo, RunResult, Sink, Snapshot
 
 FLUSH_EVERY = 256  # steps between loss batches sent to sinks (also at snapshots and the end)
@@ -75,9 +66,9 @@ def build_model(cfg: DictConfig, tokens: tokenizer.Tokens, order: str = "trainin
     torch.manual_seed(cfg.seed)
     deterministic_algorithms()
     if spec.n_layers:
-        model = build_gpt(spec, tokens.vocab_size, seq_len)
+        model = GPT(spec, tokens.vocab_size, seq_len)
     else:
-        model = build_tutorial(spec, tokens.vocab_size, tokens.seq_len, order, next_token_head=head)
+        model = AttentionModel(spec, tokens.vocab_size, tokens.seq_len, order, next_token_head=head)
     return model.to(torch.device(cfg.device))
 
 

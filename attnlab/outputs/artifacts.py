@@ -31,12 +31,16 @@ WALKTHROUGH = "walkthrough.npz"
 MODEL = "model.npz"
 
 
-def _replace_from_temp(path: Path, write) -> None:
-    """``write(tmp_path)`` beside ``path``, then renamed to it; WriteError (``path`` untouched, no temporary left)."""
+def atomic_write(path: Path, data: bytes | str | dict[str, Any]) -> None:
+    """``data`` into ``path`` through a temporary file and a rename: a str as UTF-8, a dict of arrays as
+    ``np.savez`` writes them. WriteError (``path`` untouched, no temporary left)."""
     path = Path(path)
     tmp = path.with_name(f".{os.getpid()}.{path.name}")
     try:
-        write(tmp)
+        if isinstance(data, dict):
+            np.savez(tmp, **data)
+        else:
+            tmp.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
         os.replace(tmp, path)
     except BaseException as err:
         with contextlib.suppress(OSError):  # (a read-only file system refuses even a missing file's unlink)
@@ -44,16 +48,6 @@ def _replace_from_temp(path: Path, write) -> None:
         if isinstance(err, OSError):
             raise as_write_error(err, file=path.name) from err
         raise
-
-
-def atomic_write(path: Path, data: bytes | str) -> None:
-    """``data`` (a str as UTF-8) into ``path`` through a temporary file and a rename; raises WriteError."""
-    _replace_from_temp(path, lambda tmp: tmp.write_bytes(data.encode("utf-8") if isinstance(data, str) else data))
-
-
-def atomic_savez(path: Path, **arrays: Any) -> None:
-    """``np.savez(path, **arrays)``, atomically; raises WriteError."""
-    _replace_from_temp(path, lambda tmp: np.savez(tmp, **arrays))
 
 
 def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
@@ -205,7 +199,7 @@ class RunDirSink(Sink):
         threshold = result.steps_to_threshold
         if result.parameters is not None:
             try:
-                atomic_savez(self.run_dir / MODEL, **result.parameters)
+                atomic_write(self.run_dir / MODEL, result.parameters)
             except WriteError as err:
                 failure = failure or err
         kept_val = [v for s, v in self._val.items() if s < n]
@@ -224,10 +218,10 @@ class RunDirSink(Sink):
 
     def _write_attention(self, kept: int) -> None:
         layers = {"layers": np.stack(self._layers[:kept])} if self._layers and kept else {}
-        atomic_savez(self.run_dir / ATTENTION, weights=self._weights[:kept],
+        atomic_write(self.run_dir / ATTENTION, dict(weights=self._weights[:kept],
                      steps=np.asarray(self._steps[:kept], dtype=np.int64),
                      tokens=np.asarray(self._info.tokens, dtype=str),
-                     token_ids=np.asarray(self._info.token_ids, dtype=np.int64), **layers)
+                     token_ids=np.asarray(self._info.token_ids, dtype=np.int64), **layers))
 
     def _add_val_column(self) -> None:
         """metrics.csv's rows with a third column, ``val_loss`` (empty between snapshots)."""

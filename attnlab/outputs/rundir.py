@@ -137,10 +137,9 @@ def release(path: Path) -> None:
     """Release this process's claim on ``path``, if any: its lock file closed, then deleted if still that file."""
     if (held := _claims.pop(os.path.realpath(path), None)) is None:
         return
-    try:
+    ours = False
+    with contextlib.suppress(OSError):
         ours = os.path.samestat(os.stat(held.path / LOCK, follow_symlinks=False), os.fstat(held.fd))
-    except OSError:
-        ours = False
     os.close(held.fd)
     if ours:
         with contextlib.suppress(OSError):
@@ -159,22 +158,15 @@ def abandon(path: Path) -> None:
     """:func:`release`; when no job started there, a sweep's ``multirun.yaml`` and the folders made go too."""
     if (held := claimed(path)) is None:
         return
-    try:
+    names = {"?"}
+    with contextlib.suppress(OSError):
         names = set(os.listdir(held.path)) - {LOCK}
-    except OSError:
-        names = {"?"}
     unused = not held.started and names <= {"multirun.yaml"}
     for name in names if unused else ():
         (held.path / name).unlink(missing_ok=True)
     release(path)
     if unused:
         _remove_created(held.path, held.created)
-
-
-def abandon_all() -> None:
-    """:func:`abandon` every claim of this process (the command is ending)."""
-    for held in claims():
-        abandon(held.path)
 
 
 def holder(run_dir: Path) -> str | None:

@@ -76,10 +76,8 @@ def install() -> None:
             os.open(os.devnull, os.O_RDWR)
             if getattr(sys, name) is None:
                 setattr(sys, name, open(fd, "r" if fd == 0 else "w", encoding="utf-8", closefd=False))
-    for name in ("stdout", "stderr"):
-        stream = getattr(sys, name)
-        if stream is not None and not isinstance(stream, SafeStream):
-            with contextlib.suppress(AttributeError, ValueError, OSError):
-                stream.reconfigure(errors="backslashreplace")
-            setattr(sys, name, SafeStream(stream))
+    for name in ("stdout", "stderr"):  # (None under pythonw: a silent SafeStream)
+        with contextlib.suppress(AttributeError, ValueError, OSError):
+            getattr(sys, name).reconfigure(errors="backslashreplace")
+        setattr(sys, name, safe(getattr(sys, name)))
     threading.excepthook = _quiet_tensorboard_thread

@@ -8,6 +8,7 @@ from typing import Any, Callable, Sequence
 
 from attnlab.core.focus import Uniform
 from attnlab.core.i18n import _
+from attnlab.saved.columns import BY_KEY, column
 from attnlab.saved.safe_read import printable, select
 from attnlab.saved.table import cell_text, columns_of
 
@@ -24,12 +25,11 @@ def exercise_of(rows: Rows) -> int | None:
 
 
 def table_columns(rows: Rows) -> list[str] | None:
-    """The printed table's columns for an exercise's sweep: the job, its status, what the exercise
-    measures (:data:`MEASURES`) and any error; None for another sweep (every column the table shows)."""
-    n = exercise_of(rows)
-    if n is None:
+    """The printed table's columns for an exercise's sweep: the job, its status, the columns that answer the
+    exercise (:attr:`attnlab.saved.columns.Column.exercises`) and any error; None for another sweep."""
+    if (n := exercise_of(rows)) is None:
         return None
-    return [c for c in columns_of(rows, table=True) if c in ("job", "status", "error", *MEASURES[n])]
+    return [c for c in columns_of(rows, table=True) if c in ("job", "status", "error") or n in column(c).exercises]
 
 
 def answer(rows: Rows, exercise: int | None = None) -> str | None:
@@ -122,12 +122,10 @@ def _exercise4(rows: Rows) -> str | None:
     for lr, r in _by(rows, "optimizer.lr"):
         groups.setdefault(select(r.get("config"), "train.steps"), []).append((lr, r))
     out = []
-    for steps, jobs in sorted(groups.items(), key=lambda g: g[0]):
+    for steps, jobs in sorted(groups.items()):
         clauses = []
         for lr, r in jobs:
-            c = {k: cell_text(k, r.get(k)) for k in ("final_loss", "loss_threshold", "steps_to_threshold",
-                                                    "focus_token", "focus_target", "focus_weight", "snapshot_step",
-                                                    "focus_step")}
+            c = {k: cell_text(k, r.get(k)) for k in BY_KEY}
             loss = (_("loss below {thr} at step {step}, {loss} at the end").format(
                 thr=c["loss_threshold"], step=c["steps_to_threshold"], loss=c["final_loss"])
                 if r.get("steps_to_threshold") is not None else _("loss {loss}").format(loss=c["final_loss"]))
@@ -139,7 +137,7 @@ def _exercise4(rows: Rows) -> str | None:
                     token=c["focus_token"], weight=c["focus_weight"], target=c["focus_target"], step=c["snapshot_step"])
             clauses.append(_("lr {lr}: {loss}; {focus}").format(lr=lr, loss=loss, focus=focus))
         out.append(_("in {steps} steps, {clauses}.").format(steps=steps, clauses=" · ".join(clauses)))
-    steps, jobs = max(groups.items(), key=lambda g: g[0])  # what the longest runs show
+    steps, jobs = max(groups.items())  # what the longest runs show
     if len(jobs) < 2:
         return "\n".join(out)
     by_lr = sorted(jobs, key=lambda j: float(j[0]))
@@ -176,10 +174,5 @@ def _exercise5(rows: Rows) -> str | None:
     return text
 
 
-MEASURES = {1: ("shapes",), 2: ("n_tokens", "tokens"),
-            3: ("focus_token", "focus_target", "focus_weight", "max_abs_weight_minus_uniform"),
-            4: ("final_loss", "steps_to_threshold", "focus_token", "focus_target", "focus_weight", "snapshot_step",
-                "focus_step"),
-            5: ("perm_tokens_match", "perm_z_max_abs_diff")}  # the columns that answer each exercise
 ANSWERS: dict[int, Callable[[Rows], str | None]] = {1: _exercise1, 2: _exercise2, 3: _exercise3, 4: _exercise4,
                                                     5: _exercise5}

@@ -21,6 +21,7 @@ class Column:
     fmt: str | None = None  # a float's format (None: 4 decimals, or .2e below 1e-3 and from 1e5)
     hide: str = "empty"  # never; empty: printed when some row has a value; same: when their values differ; csv
     observed: bool = False  # an exercise's observation: in the CSV only when some row has it
+    exercises: tuple[int, ...] = ()  # the exercises (§8) it answers: their sweep's table shows only these
 
 
 SPEC: tuple[Column, ...] = (
@@ -29,27 +30,27 @@ SPEC: tuple[Column, ...] = (
     Column("differs", N_("what differs"), width=100),
     Column("overrides", N_("overrides"), hide="csv"),  # the job name shows them
     Column("status", N_("status"), hide="never"),
-    Column("final_loss", N_("final loss")),
+    Column("final_loss", N_("final loss"), exercises=(4,)),
     Column("steps_run", N_("steps run"), hide="csv"),
-    Column("steps_to_threshold", N_("loss<thr at step")),
+    Column("steps_to_threshold", N_("loss<thr at step"), exercises=(4,)),
     Column("loss_threshold", N_("loss threshold"), fmt="g", hide="csv"),
-    Column("focus_token", N_("token")),
-    Column("focus_target", N_("→ attends most to")),
-    Column("focus_weight", N_("weight"), fmt=".3f"),
-    Column("snapshot_step", N_("at step")),
+    Column("focus_token", N_("token"), exercises=(3, 4)),
+    Column("focus_target", N_("→ attends most to"), exercises=(3, 4)),
+    Column("focus_weight", N_("weight"), fmt=".3f", exercises=(3, 4)),
+    Column("snapshot_step", N_("at step"), exercises=(4,)),
     Column("wall_time_s", N_("seconds"), fmt=".2f"),
     Column("notes", N_("notes")),
     Column("error", N_("error")),
     # the exercises' observations (observed_cells)
-    Column("focus_step", N_("first >0.9 at step"), observed=True),
+    Column("focus_step", N_("first >0.9 at step"), observed=True, exercises=(4,)),
     Column("heads_focus", N_("each head looks at"), width=100, observed=True),
     Column("upper_max", N_("largest weight above diagonal"), observed=True),
-    Column("n_tokens", N_("number of tokens"), hide="same", observed=True),
-    Column("tokens", N_("tokens"), width=100, hide="same", observed=True),
-    Column("shapes", N_("shapes"), hide="same", observed=True),
-    Column("max_abs_weight_minus_uniform", N_("farthest from 1/T"), observed=True),
-    Column("perm_tokens_match", N_("same tokens reordered"), observed=True),
-    Column("perm_z_max_abs_diff", N_("max |ΔZ| when reordered"), observed=True),
+    Column("n_tokens", N_("number of tokens"), hide="same", observed=True, exercises=(2,)),
+    Column("tokens", N_("tokens"), width=100, hide="same", observed=True, exercises=(2,)),
+    Column("shapes", N_("shapes"), hide="same", observed=True, exercises=(1,)),
+    Column("max_abs_weight_minus_uniform", N_("farthest from 1/T"), observed=True, exercises=(3,)),
+    Column("perm_tokens_match", N_("same tokens reordered"), observed=True, exercises=(5,)),
+    Column("perm_z_max_abs_diff", N_("max |ΔZ| when reordered"), observed=True, exercises=(5,)),
     Column("path", N_("path"), hide="csv"),
     # attnlab-reproduce's table
     Column("verdict", N_("verdict"), hide="never"),

@@ -11,7 +11,7 @@ from attnlab.core.focus import FOCUS_THRESHOLD
 from attnlab.core.i18n import _
 from attnlab.outputs import destination, fonts
 from attnlab.outputs.fonts import drawable, label
-from attnlab.outputs.plots import DPI, draw_heatmap, figure_bytes, plot_loss
+from attnlab.outputs.plots import draw_heatmap, figure_bytes, new_figure, plot_loss
 from attnlab.saved.swept import LINESTYLES, PALETTE, run_labels, run_styles, wrap
 
 MAX_HEATMAPS = 8  # at most this many heatmap panels
@@ -23,10 +23,8 @@ def comparison_figure(rows: Sequence[dict[str, Any]], path: Path, force: bool = 
     each run's focus weight at every snapshot (top right, heads averaged) and up
     to :data:`MAX_HEATMAPS` last-snapshot heatmaps (colour scale [0, 1]), titled by job number and
     swept values wrapped to the panel; constrained layout, written atomically."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.cm import ScalarMappable
     from matplotlib.colors import Normalize
-    from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
 
     TITLE_CHARS, MAX_TITLE_LINES = 34, 3  # heatmap titles: name and swept values wrapped at 34 characters
@@ -62,8 +60,7 @@ def comparison_figure(rows: Sequence[dict[str, Any]], path: Path, force: bool = 
     key_cols = max(1, min(len(keyed), int((width - 0.4) // (0.6 + 0.055 * max((len(n) for n, _ in keyed), default=1)))))
     key_in = 0.15 * -(-len(keyed) // key_cols) + 0.1 if keyed else 0.0
     with fonts.style():
-        fig = Figure(figsize=(width, 4.6 + key_in + row_in * grid_rows), dpi=DPI, layout="constrained")
-        FigureCanvasAgg(fig)
+        fig = new_figure(width, 4.6 + key_in + row_in * grid_rows)
         # one grid: the loss axes, the key and a heading row (empty axes whose legend and title the
         # layout makes room for, so no panel title runs into them), then the heatmaps
         grid = fig.add_gridspec(3 + grid_rows, cols, height_ratios=[4.3, 0.01, 0.01] + [row_in] * grid_rows)

@@ -45,8 +45,8 @@ def pick_frames(n: int, budget: int, fbytes: int) -> list[int]:
 
 def _snapshot_bytes(npz: safe_read.NpzArchive) -> int:
     """JSON bytes of one snapshot of attention.npz ``npz``: every head, and a GPT's every block's."""
-    _S, H, T, _ = npz.infos["weights"].shape
-    return frame_bytes(H * (1 + (npz.infos["layers"].shape[1] if "layers" in npz.infos else 0)), T)
+    _S, H, T, _ = npz.shapes["weights"]
+    return frame_bytes(H * (1 + (npz.shapes["layers"][1] if "layers" in npz.shapes else 0)), T)
 
 
 def weight_need(run_dir: Path, root: Path | None = None) -> int:
@@ -55,7 +55,7 @@ def weight_need(run_dir: Path, root: Path | None = None) -> int:
         return 0
     try:
         with safe_read.open_attention(run_dir, NPZ_LIMIT, root=root) as npz:
-            return npz.infos["weights"].shape[0] * _snapshot_bytes(npz)
+            return npz.shapes["weights"][0] * _snapshot_bytes(npz)
     except RunFileError:  # load_run says what is wrong
         return 0
 
@@ -122,14 +122,10 @@ def _record(run_dir: Path, name: str | None) -> dict[str, Any]:
 
 
 def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int = WEIGHT_BUDGET, *,
-             root: Path | None = None) -> dict[str, Any]:
-    """One run dir as the page's record (:func:`_record`'s fields, docs/reference.md), read as attnlab-compare
-    reads it, through :mod:`attnlab.saved.safe_read` (someone else's run); never raises."""
-    return _load(runs.read_run(Path(run_dir), root), name, max_weight_bytes)
-
-
-def _load(files: runs.RunFiles, name: str | None, max_weight_bytes: int) -> dict[str, Any]:
-    """:func:`load_run` of a :func:`runs.read_run`: the row below is attnlab-compare's."""
+             root: Path | None = None, files: runs.RunFiles | None = None) -> dict[str, Any]:
+    """One run dir (``files``: its :func:`runs.read_run`) as the page's record (:func:`_record`'s fields,
+    docs/reference.md), read as attnlab-compare reads it (someone else's run); never raises."""
+    files = files or runs.read_run(Path(run_dir), root)
     run_dir, rec = files.run_dir, _record(files.run_dir, name)
     metrics = attention = None  # the snapshots as attnlab-compare reads them, from the arrays read here
     if not files.linked:  # nothing read through a link
@@ -203,7 +199,6 @@ def _fill(rec: dict[str, Any], files: runs.RunFiles, name: str | None, metrics: 
     rec["recorded"] = _jsonable({k: v for k, v in summary.items() if k not in _KNOWN_SUMMARY})
     kind = summary.get("task") or safe_read.select(used, "task")
     rec["kind"] = rec["kind"] or (kind if kind in ("train", "walkthrough") else None)  # walkthrough.npz: its kind
-    focus = runs.setting(used, "train.focus_token", int, 1)
     row = runs.row_from(files, name, read=False, metrics=metrics, attention=attention, focus=sink)
     rec["table"] = table.page_cells(row)
     rec["observations"] = observations(rec["table"], summary)
@@ -223,8 +218,8 @@ def _fill(rec: dict[str, Any], files: runs.RunFiles, name: str | None, metrics: 
 
     if rec["steps"] and row.get("focus_curve"):  # the focus weight at every snapshot, beside the frames shown
         rec["focus_series"] = {"steps": list(row["focus_curve"][0]), "weights": _finite_or_none(row["focus_curve"][1])}
-    T = len(rec["tokens"])
-    rec["focus_token"] = focus if 0 <= focus < T else None
+    focus = runs.setting(used, "train.focus_token", int, 1)
+    rec["focus_token"] = focus if 0 <= focus < len(rec["tokens"]) else None
     if row.get("focus_token") is not None:  # the row's focus cells: attnlab-compare's, weight unrounded
         rec["focus"] = {"token": printable(row["focus_token"], MAX_STR),
                         "target": printable(row["focus_target"], MAX_STR),
@@ -260,8 +255,8 @@ def _load_attention(rec: dict[str, Any], run_dir: Path, root: Path, max_weight_b
         labels = [str(t) for t in npz.read("tokens").tolist()]
         idx = pick_frames(steps.size, max_weight_bytes, _snapshot_bytes(npz))
         weights = npz.read("weights") if idx else None
-        layers = npz.read("layers")[idx] if idx and "layers" in npz.infos else None
-        _snapshots(rec, steps, labels, npz.read("token_ids"), npz.infos["weights"].shape[1], idx,
+        layers = npz.read("layers")[idx] if idx and "layers" in npz.shapes else None
+        _snapshots(rec, steps, labels, npz.read("token_ids"), npz.shapes["weights"][1], idx,
                    None if weights is None else weights[idx], layers)
     return None if weights is None else (steps, weights, labels)
 
@@ -298,7 +293,7 @@ def collect_records(paths: Iterable[Path | str], *, found: list[tuple[Path, str,
     (``name``, then job). Raises RunDirError."""
     found = runs.named_runs(Path(p) for p in paths) if found is None else found
     shares = share_budget([weight_need(r, files.root) for r, _, files in found])
-    records = [_load(files, name, share) for (_r, name, files), share in zip(found, shares)]
+    records = [load_run(r, name, share, files=files) for (r, name, files), share in zip(found, shares)]
     names = [name for _, name, _ in found]
     labels = run_labels([{"job": name, "override_list": rec["overrides"]} for rec, name in zip(records, names)])
     for rec, label in zip(records, labels):  # attnlab-compare --plot's legends: "3: lr=0.05"

@@ -273,32 +273,25 @@ def type_name(value: Any) -> str:
     return "null" if value is None else names.get(type(value), type(value).__name__)
 
 
-NUMBER, INTEGER = "number", "integer"
-_TYPE_NAMES = {str: "a string", dict: "an object", list: "a list", NUMBER: "a number", INTEGER: "an integer",
-               None: "null"}
+NUMBER, NULL = (int, float), type(None)
+_TYPE_NAMES = {str: "a string", dict: "an object", list: "a list", NUMBER: "a number", int: "an integer", NULL: "null"}
 # summary.json fields attnlab writes; task and config are null for a job refused for a bad value
 SUMMARY_TYPES: dict[str, tuple] = {
-    "status": (str,), "task": (str, None), "started_at": (str,), "error": (str, None),
-    "config": (dict, None), "overrides": (list,),
-    "final_loss": (NUMBER, None), "steps_run": (INTEGER,), "steps_to_threshold": (INTEGER, None),
-    "wall_time_s": (NUMBER, None), "versions": (dict, None), "n_tokens": (INTEGER,),
+    "status": (str,), "task": (str, NULL), "started_at": (str,), "error": (str, NULL),
+    "config": (dict, NULL), "overrides": (list,),
+    "final_loss": (NUMBER, NULL), "steps_run": (int,), "steps_to_threshold": (int, NULL),
+    "wall_time_s": (NUMBER, NULL), "versions": (dict, NULL), "n_tokens": (int,),
     "token_table": (list,), "shapes": (dict,), "max_abs_weight_minus_uniform": (NUMBER,),
-    "permutation_check": (dict,), "reproduced_from": (str,), "job_num": (INTEGER, None),
+    "permutation_check": (dict,), "reproduced_from": (str,), "job_num": (int, NULL),
 }
-
-
-def _is(value: Any, t: Any) -> bool:
-    if t is None:
-        return value is None
-    return not isinstance(value, bool) and isinstance(value, {NUMBER: (int, float), INTEGER: int}.get(t, t))
 
 
 def type_problems(data: Any, types: Mapping[str, tuple], label: str = SUMMARY) -> list[str]:
     """One line per field of ``data`` not of a type in ``types[field]`` (a bool is no number)."""
     if not isinstance(data, dict):
         return [f"{label}: is {type_name(data)}, expected an object"]
-    return [f"{label}: {k} is {type_name(data[k])}, expected {' or '.join(_TYPE_NAMES[t] for t in allowed)}"
-            for k, allowed in types.items() if k in data and not any(_is(data[k], t) for t in allowed)]
+    return [f"{label}: {k} is {type_name(v)}, expected {' or '.join(_TYPE_NAMES[t] for t in types[k])}"
+            for k, v in data.items() if k in types and (isinstance(v, bool) or not isinstance(v, types[k]))]
 
 
 # ``root`` (default ``run_dir``): no link is followed below it (the sweep folder a job was found in)
@@ -351,12 +344,6 @@ class Member:
     required: bool = True
 
 
-@dataclass(frozen=True)
-class MemberInfo:
-    shape: tuple[int, ...]
-    info: zipfile.ZipInfo
-
-
 ATTENTION_MEMBERS = {"steps": Member(("S",), "i"), "weights": Member(("S", "H", "T", "T"), "f"),
                      "tokens": Member(("T",), "U"), "token_ids": Member(("T",), "i"),
                      "layers": Member(("S", "L", "H", "T", "T"), "f", required=False)}  # a GPT's every block
@@ -366,7 +353,7 @@ WALKTHROUGH_MEMBERS = {"token_ids": Member(("T",), "i"), "token_embeddings": Mem
                        "scores": Member(("T", "T"), "f"), "weights": Member(("T", "T"), "f"),
                        "Z": Member(("T", "d_v"), "f")}
 _ALLOWED = {"f": "float32, float64", "i": "int32, int64", "U": f"strings of at most {files.TOKEN_CHARS} characters"}
-# what zipfile, zlib and numpy raise on a damaged archive (CRC errors, truncation, bad headers)
+# what zipfile, zlib and numpy raise on a damaged archive (CRC errors, truncation, bad headers, encryption)
 _DAMAGE = (zipfile.BadZipFile, zlib.error, EOFError, struct.error, OSError, ValueError, NotImplementedError,
            RuntimeError, UnicodeDecodeError, SyntaxError, TypeError)
 
@@ -378,8 +365,9 @@ def _dtype_ok(dtype: np.dtype, kinds: str) -> bool:
 
 
 class NpzArchive(contextlib.AbstractContextManager):
-    """An .npz of a run dir, checked as the module docstring says (declared sizes within ``limit``);
-    ``infos``: name -> :class:`MemberInfo`; ``strict``: a member not in ``members`` is refused too.
+    """An .npz of a run dir, checked as the module docstring says (the zip's end record before zipfile
+    reads its directory; declared sizes within ``limit`` before anything is decompressed); ``shapes``:
+    name -> shape of each member present; ``strict``: a member not in ``members`` is refused too.
     Every problem is one RunFileError naming the file."""
 
     def __init__(self, path: Path, members: Mapping[str, Member], limit: int = files.NPZ_LIMIT, *,
@@ -388,11 +376,21 @@ class NpzArchive(contextlib.AbstractContextManager):
         self._file = open_run_file(self.path, limit, root=root)
         self._zip = None
         try:
-            self._check_directory()
+            for n in (42, 42 + 65535):  # the end record and a zip64 locator before it, then room for a zip comment
+                self._file.seek(max(0, self._file.size - n))
+                tail = self._file.read(n)
+                at = tail.rfind(b"PK\x05\x06")
+                if 0 <= at <= len(tail) - 22:
+                    break
+            else:
+                raise RunFileError(self.path, "not a zip archive (an .npz is one; empty or truncated?)")
+            if at >= 20 and tail[at - 20:at - 16] == b"PK\x06\x07":  # zipfile would take the sizes from it
+                raise RunFileError(self.path, "a zip64 end record (refused: an .npz attnlab writes has none)")
+            if (size := int.from_bytes(tail[at + 12:at + 16], "little")) > files.NPZ_DIRECTORY_LIMIT:
+                raise RunFileError(self.path, f"zip directory of {size} bytes, more than the limit of "
+                                   f"{files.NPZ_DIRECTORY_LIMIT}")
             self._zip = zipfile.ZipFile(self._file)
-            self.infos = self._check_members(members, limit)
-            if strict and (unknown := sorted(set(self._zip.namelist()) - {f"{n}.npy" for n in members})):
-                raise RunFileError(self.path, f"member {printable(unknown[0], 60)} is not one attnlab writes")
+            self.shapes = self._check_members(members, limit, strict)
         except BaseException as err:
             self.close()
             raise (self._damaged(err) if isinstance(err, _DAMAGE) else err) from None
@@ -402,53 +400,31 @@ class NpzArchive(contextlib.AbstractContextManager):
         why = type(err).__name__ + (f": {printable(msg, 120)}" if msg else "")
         return RunFileError(self.path, f"damaged archive ({why})")
 
-    def _check_directory(self) -> None:
-        """The end record's directory size, before zipfile reads the directory (bounding its entries)."""
-        tail = b""
-        for n in (22, 22 + 65535):  # the end record, then room for a zip comment before it
-            n = min(n, self._file.size)
-            self._file.seek(self._file.size - n)
-            tail = self._file.read(n)
-            at = tail.rfind(b"PK\x05\x06")
-            if at >= 0 and len(tail) - at >= 22:
-                break
-        else:
-            raise RunFileError(self.path, "not a zip archive (an .npz is one; empty or truncated?)")
-        size = struct.unpack("<I", tail[at + 12:at + 16])[0]
-        if size > files.NPZ_DIRECTORY_LIMIT:
-            raise RunFileError(self.path, f"zip directory of {size} bytes, more than the limit of "
-                               f"{files.NPZ_DIRECTORY_LIMIT}")
-        self._file.seek(0)
-
-    def _check_members(self, members: Mapping[str, Member], limit: int) -> dict[str, MemberInfo]:
-        entries = self._zip.infolist()
-        names = [i.filename for i in entries]
-        if len(entries) > files.NPZ_MAX_MEMBERS:
-            raise RunFileError(self.path, f"{len(entries)} members, more than the limit of {files.NPZ_MAX_MEMBERS}")
-        if len(set(names)) != len(names):
-            raise RunFileError(self.path, f"member {printable(next(n for n in names if names.count(n) > 1), 60)} "
-                               "appears twice")
-        out: dict[str, MemberInfo] = {}
+    def _check_members(self, members: Mapping[str, Member], limit: int, strict: bool) -> dict[str, tuple[int, ...]]:
+        names = self._zip.namelist()
+        if len(names) > files.NPZ_MAX_MEMBERS:
+            raise RunFileError(self.path, f"{len(names)} members, more than the limit of {files.NPZ_MAX_MEMBERS}")
+        if twice := [n for n in names if names.count(n) > 1]:
+            raise RunFileError(self.path, f"member {printable(twice[0], 60)} appears twice")
+        if strict and (unknown := sorted(set(names) - {f"{n}.npy" for n in members})):
+            raise RunFileError(self.path, f"member {printable(unknown[0], 60)} is not one attnlab writes")
+        infos = {n: self._zip.getinfo(f"{n}.npy") for n in members if f"{n}.npy" in names}
+        for info in infos.values():  # zipfile refuses an encrypted member when it is opened
+            if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+                raise RunFileError(self.path, f"member {info.filename}: compression method {info.compress_type} "
+                                   "(allowed: stored, deflate)")
+        if (total := sum(info.file_size for info in infos.values())) > limit:
+            raise RunFileError(self.path, f"members declare {total} bytes uncompressed, more than the limit of {limit}")
+        shapes: dict[str, tuple[int, ...]] = {}
         dims: dict[str, tuple[int, str]] = {}
-        total = 0
         for name, spec in members.items():
-            if f"{name}.npy" not in names:
+            if name not in infos:
                 if spec.required:
                     raise RunFileError(self.path, f"no member {name}.npy")
                 continue
-            info = self._zip.getinfo(f"{name}.npy")
-            where = f"member {name}.npy"
-            if info.flag_bits & 0x1:
-                raise RunFileError(self.path, f"{where} is encrypted")
-            if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
-                raise RunFileError(self.path, f"{where}: compression method {info.compress_type} "
-                                   "(allowed: stored, deflate)")
-            total += info.file_size
-            if total > limit:
-                raise RunFileError(self.path, f"members declare {total} bytes uncompressed, more than the limit "
-                                   f"of {limit}")
+            info, where = infos[name], f"member {name}.npy"
             try:
-                with self._zip.open(info) as f:  # numpy's .npy header reader: a few hundred bytes decompressed
+                with self._zip.open(info.filename) as f:  # numpy's .npy header reader: a few hundred bytes decompressed
                     version = np.lib.format.read_magic(f)
                     if version not in ((1, 0), (2, 0)):
                         raise RunFileError(self.path, f"{where}: .npy format version {version} (allowed: 1.0, 2.0)")
@@ -469,23 +445,22 @@ class NpzArchive(contextlib.AbstractContextManager):
             if len(shape) != len(spec.dims):
                 raise RunFileError(self.path, f"{name} has shape {shape}, expected {len(spec.dims)} dimension"
                                    f"{'s' if len(spec.dims) > 1 else ''} ({', '.join(spec.dims)})")
-            nbytes = math.prod(shape) * dtype.itemsize
-            if header + nbytes != info.file_size:
+            if header + (nbytes := math.prod(shape) * dtype.itemsize) != info.file_size:
                 raise RunFileError(self.path, f"{where}: its header declares shape {shape} {dtype.str} "
                                    f"({nbytes} bytes) but the member holds {info.file_size - header}")
             for axis, (dim, n) in enumerate(zip(spec.dims, shape)):
                 if dims.setdefault(dim, (n, name))[0] != n:
                     raise RunFileError(self.path, f"{name} has {dim}={n} (axis {axis}) but {dims[dim][1]} has "
                                        f"{dim}={dims[dim][0]}")
-            out[name] = MemberInfo(tuple(shape), info)
-        return out
+            shapes[name] = tuple(shape)
+        return shapes
 
     def read(self, name: str) -> np.ndarray:
         """Member ``name``, its CRC verified."""
-        if name not in self.infos:
+        if name not in self.shapes:
             raise RunFileError(self.path, f"no member {name}.npy")
         try:
-            with self._zip.open(self.infos[name].info) as f:
+            with self._zip.open(f"{name}.npy") as f:
                 arr = np.load(f, allow_pickle=False, max_header_size=files.NPY_HEADER_LIMIT)
                 f.read(1)  # at the end: zipfile checks the CRC
         except _DAMAGE as err:
@@ -498,15 +473,10 @@ class NpzArchive(contextlib.AbstractContextManager):
 
     def read_frame(self, name: str, index: int) -> np.ndarray:
         """Axis-0 slice ``index`` of member ``name``. Raises RunFileError when out of range."""
-        n = self.infos[name].shape[0] if name in self.infos else 0
+        n = self.shapes[name][0] if name in self.shapes else 0
         if not -n <= index < n:
             raise RunFileError(self.path, f"{name} has {n} frames; no frame {index}")
         return self.read(name)[index]
-
-    def verify(self) -> None:
-        """Read every member, so a CRC error or truncation is found now."""
-        for name in self.infos:
-            self.read(name)
 
     def close(self) -> None:
         if self._zip is not None:
@@ -522,7 +492,7 @@ def read_npz(path: Path, members: Mapping[str, Member], limit: int = files.NPZ_L
              strict: bool = False) -> dict[str, np.ndarray]:
     """The arrays ``load`` (default all present) of a checked .npz (``strict``: :class:`NpzArchive`)."""
     with NpzArchive(path, members, limit, root=root, strict=strict) as npz:
-        return {k: npz.read(k) for k in (list(npz.infos) if load is None else load)}
+        return {k: npz.read(k) for k in (list(npz.shapes) if load is None else load)}
 
 
 def open_attention(run_dir: Path, limit: int = files.NPZ_LIMIT, *, root: Path | None = None) -> NpzArchive:

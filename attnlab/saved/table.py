@@ -59,12 +59,11 @@ def sort_key(v: Any) -> tuple[int, float, str]:
 
 def sort_rows(rows: list[dict[str, Any]], column: str, reverse: bool = False) -> list[dict[str, Any]]:
     """``rows`` sorted by ``column`` (:func:`sort_key`, empty last). KeyError naming the allowed columns."""
-    allowed = columns_of(rows)
-    if column not in allowed:
+    if column not in (allowed := columns_of(rows)):
         raise KeyError(f"--sort {column!r}: unknown column; one of {', '.join(allowed)}")
-    present = [r for r in rows if sort_key(r.get(column))[0] < 2]
-    empty = [r for r in rows if sort_key(r.get(column))[0] == 2]
-    return sorted(present, key=lambda r: sort_key(r.get(column)), reverse=reverse) + empty
+    empty = [sort_key(r.get(column))[0] == 2 for r in rows]
+    present = sorted((r for r, e in zip(rows, empty) if not e), key=lambda r: sort_key(r.get(column)), reverse=reverse)
+    return present + [r for r, e in zip(rows, empty) if e]
 
 
 def _csv_value(v: Any) -> Any:
@@ -127,7 +126,7 @@ def cell_text(col: str, v: Any) -> str:
 
 
 def page_cells(row: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """One row's cells for attnlab-report's runs table (:func:`page_cell`)."""
+    """One row's :func:`page_cell` per column of attnlab-report's runs table."""
     return {c: page_cell(c, row.get(c)) for c in columns_of([row]) if column(c).hide != "csv"}
 
 
@@ -141,17 +140,14 @@ def page_cell(col: str, v: Any) -> dict[str, Any]:
     return cell
 
 
-Cells = dict[str, dict[str, Any]]  # column -> cell (page_cells)
-
-
-def page_table(tables: Sequence[Cells]) -> tuple[list[dict[str, Any]], list[Cells]]:
+def page_table(tables: Sequence[dict[str, dict]]) -> tuple[list[dict[str, Any]], list[dict[str, dict]]]:
     """The printed table's columns (``key``, ``title``, ``right``) and each run's :func:`page_cells`
     with ``sort``, its place in :func:`sort_rows`' order by that column (ties share one; None when empty)."""
     rows = [{c: cell["value"] for c, cell in t.items()} for t in tables]
     cols = columns_of(rows, table=True)
     columns = [{"key": c, "title": header(c), "right": all(_right_aligned(r.get(c)) for r in rows)}
                for c in cols]
-    ranked: list[Cells] = [{} for _ in tables]
+    ranked: list[dict[str, dict]] = [{} for _ in tables]
     for c in cols:
         keys = [sort_key(r.get(c)) for r in rows]
         place = {k: i for i, k in enumerate(sorted({k for k in keys if k[0] < 2}))}

@@ -59,8 +59,7 @@ class Difference:
 @dataclass
 class Rerun:
     """One reproduction of a run: its folder, the kernels torch used, that process's :data:`BITS`, its
-    ``status`` (``interrupted``: a signal stopped it), what differs from the original, and ``story``: its
-    ``.hydra/config.yaml`` against its recorded config (:func:`config_story`)."""
+    ``status``, what differs from the original, and the original's :func:`config_story`."""
 
     out: str
     kernels: str
@@ -76,8 +75,7 @@ class Rerun:
 
 @dataclass
 class Verdict:
-    """A run's verdict: ``key`` one of :data:`VERDICTS`, ``why`` the header's reason, the differences
-    (those no rounding makes first), the reproduction it was decided on."""
+    """A run's verdict (``key`` one of :data:`VERDICTS`): the header's reason, the differences, the reproduction."""
 
     key: str
     why: str = ""
@@ -114,7 +112,7 @@ def _compare(name: str, a: np.ndarray, b: np.ndarray, steps: np.ndarray | None =
 
 
 def _leaves(value: Any, name: str = "") -> Iterator[tuple[str, Any]]:
-    """``(dotted name, value)`` of every value in a config or summary: dicts and lists of dicts are entered."""
+    """``(dotted name, value)`` of every value: dicts and lists of dicts are entered."""
     if isinstance(value, dict):
         for key, item in value.items():
             yield from _leaves(item, f"{name}.{key}" if name else str(key))
