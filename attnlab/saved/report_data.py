@@ -92,13 +92,11 @@ def _jsonable(value: Any, budget: list[int] | None = None) -> Any:
     budget[0] -= 1
     if budget[0] < 0:
         return "…"
-    if value is None or isinstance(value, bool):
+    value = value.item() if isinstance(value, np.generic) else value
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else "inf" if value > 0 else "-inf"
+    if value is None or isinstance(value, (bool, int, float)):
         return value
-    if isinstance(value, (int, np.integer)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        v = float(value)
-        return v if math.isfinite(v) else ("nan" if math.isnan(v) else "inf" if v > 0 else "-inf")
     if isinstance(value, (dict, list, tuple)):
         pairs = [(printable(k, MAX_STR), v) for k, v in value.items()] if isinstance(value, dict) else enumerate(value)
         out: dict[Any, Any] = {}
