@@ -164,8 +164,7 @@ def metric_columns(run_dir: Path) -> dict[str, np.ndarray]:
 
 
 def _archives(runs: tuple[Path, Path], name: str, members: dict[str, Any]) -> list[dict[str, np.ndarray]]:
-    """Every member of each run's archive ``name`` ({} where there is none); RunFileError for a member
-    attnlab does not write there."""
+    """Each run's archive ``name`` ({} where there is none); RunFileError for a member attnlab does not write."""
     return [safe_read.read_npz(Path(r) / name, members, root=r, strict=True) if safe_read.exists(r, name)
             else {} for r in runs]
 
