@@ -13,7 +13,7 @@ from torch import nn
 from attnlab.commands.generate import main
 from attnlab.commands.job import run_job
 from attnlab.core.generate import generate, whole_characters
-from attnlab.core.model import GPT, Block, ModelSpec, causal_mask
+from attnlab.core.model import GPT, Block, ModelSpec
 from attnlab.core.training import train
 from attnlab.saved import safe_read
 
@@ -52,7 +52,8 @@ def test_block_equals_torch_transformer_encoder_layer(n_heads, qkv_bias, attenti
             ln.bias.uniform_(-0.5, 0.5)
     x = torch.randn(B, T, d_model, dtype=torch.float64)
     ours, weights = block(x, need_weights=True)
-    theirs = _torch_layer(block, n_heads)(x, src_mask=causal_mask(T), is_causal=True)
+    theirs = _torch_layer(block, n_heads)(x, src_mask=nn.Transformer.generate_square_subsequent_mask(T, dtype=x.dtype),
+                                          is_causal=True)
     torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-6)
     assert weights.shape == (B, n_heads, T, T)
     assert torch.all(weights.triu(1) == 0)
@@ -68,7 +69,7 @@ def test_gpt_stacks_blocks_with_a_final_layernorm():
     x = gpt.embedding.token_embedding(ids) + gpt.embedding.position_embedding(torch.arange(6))
     layers = [_torch_layer(b, 2) for b in gpt.blocks]
     for layer in layers:
-        x = layer(x, src_mask=causal_mask(6), is_causal=True)
+        x = layer(x, src_mask=nn.Transformer.generate_square_subsequent_mask(6, dtype=x.dtype), is_causal=True)
     expected = gpt.next_token_head(nn.functional.layer_norm(x, (8,)))
     torch.testing.assert_close(logits, expected, rtol=0, atol=1e-6)
     assert [w.shape for w in weights] == [(2, 2, 6, 6)] * 2

@@ -71,11 +71,6 @@ class AttentionOutput(NamedTuple):
     Z: torch.Tensor
 
 
-def causal_mask(T: int, device: torch.device | None = None) -> torch.Tensor:
-    """(T, T) bool, True above the diagonal: the keys j > i query i must not see."""
-    return torch.ones(T, T, dtype=torch.bool, device=device).triu(diagonal=1)
-
-
 def scaled_scores(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     """q kᵀ / √d_k (tutorial §4.2): q, k (..., T, d_k) → (..., T, T); -inf where ``mask`` is True."""
     scores = q @ k.transpose(-2, -1) / k.shape[-1] ** 0.5  # (..., T, T)
@@ -112,7 +107,8 @@ class MultiHeadSelfAttention(nn.Module):
         Q_all, K_all, V_all = self.W_query(X), self.W_key(X), self.W_value(X)  # (T, H·d_k), (T, H·d_k), (T, H·d_v)
         # (T, H·d) → (H, T, d), views: head h is columns h·d … (h+1)·d - 1
         Q, K, V = (t.unflatten(-1, (self.n_heads, -1)).transpose(-3, -2) for t in (Q_all, K_all, V_all))
-        mask = causal_mask(X.shape[-2], X.device) if self.causal else None
+        T = X.shape[-2]  # causal: (T, T) True above the diagonal, the keys j > i query i must not see
+        mask = torch.ones(T, T, dtype=torch.bool, device=X.device).triu(diagonal=1) if self.causal else None
         scores = weights = None
         if self.attention == "explicit":
             all_scores, all_weights, heads = [], [], []
@@ -212,9 +208,8 @@ class GPT(nn.Module):
         weights = []
         for block in self.blocks:
             x, w = block(x, need_weights)
-            if need_weights:
-                weights.append(w)
-        return (self.next_token_head(self.ln_f(x)) if head else None), weights
+            weights.append(w)
+        return (self.next_token_head(self.ln_f(x)) if head else None), weights if need_weights else []
 
     def trained_parameters(self) -> list[nn.Parameter]:
         """Every parameter, the embeddings too (GPT learns them), in creation order."""

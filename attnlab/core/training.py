@@ -65,10 +65,8 @@ def build_model(cfg: DictConfig, tokens: tokenizer.Tokens, order: str = "trainin
     threads.configure(cfg, seq_len, tokens.vocab_size if head else 0, spec.out_proj)  # the whole step counted
     torch.manual_seed(cfg.seed)
     deterministic_algorithms()
-    if spec.n_layers:
-        model = GPT(spec, tokens.vocab_size, seq_len)
-    else:
-        model = AttentionModel(spec, tokens.vocab_size, tokens.seq_len, order, next_token_head=head)
+    model = GPT(spec, tokens.vocab_size, seq_len) if spec.n_layers else AttentionModel(
+        spec, tokens.vocab_size, tokens.seq_len, order, next_token_head=head)
     return model.to(torch.device(cfg.device))
 
 

@@ -37,11 +37,10 @@ def answer(rows: Rows, exercise: int | None = None) -> str | None:
     None when the rows do not answer it (not that exercise, or too few jobs completed)."""
     n = exercise if exercise is not None else exercise_of(rows)
     done = [r for r in rows if r.get("status") == "completed"]
-    make = ANSWERS.get(n)
-    if make is None or not done:
+    if n not in ANSWERS or not done:
         return None
     try:
-        text = make(done)
+        text = ANSWERS[n](done)
     except (KeyError, TypeError, ValueError, IndexError):  # a run that lacks what its exercise measures
         return None
     return _("Exercise {n}, answer: ").format(n=n) + text if text else None
@@ -58,14 +57,13 @@ def _by(rows: Rows, key: str) -> list[tuple[str, dict[str, Any]]]:
 
 
 def _exercise1(rows: Rows) -> str | None:
-    values = _by(rows, "model.d_model")
     if len(rows) < 2:
         return None
     shapes = [dict(part.split("=", 1) for part in str(r["shapes"]).split()) for r in rows]
     changed = [k for k in shapes[0] if len({s[k] for s in shapes}) > 1]
     same = [k for k in shapes[0] if k not in changed]
     text = _("with d_model {values}: {changed} change; {same} stay.").format(
-        values=" → ".join(v for v, _r in values),
+        values=" → ".join(v for v, _r in _by(rows, "model.d_model")),
         changed=_(", ").join(f"{k} {' → '.join(s[k] for s in shapes)}" for k in changed) or "-",
         same=_(", ").join(f"{k} {shapes[0][k]}" for k in same) or "-")
     if changed == ["X"]:
@@ -95,25 +93,23 @@ def _exercise2(rows: Rows) -> str:
 
 
 def _exercise3(rows: Rows) -> str | None:
-    parts, uniform, spread = [], False, False
+    parts = []
     for std, r in _by(rows, "model.init_std"):
         far = cell_text("max_abs_weight_minus_uniform", r["max_abs_weight_minus_uniform"])
         T = r["n_tokens"]
         if isinstance(r.get("focus_target"), Uniform):
-            uniform = True
             parts.append(_("with init std {std} every weight is within {far} of 1/{T} = {u}: still uniform").format(
                 std=std, far=far, T=T, u=f"{1 / T:.3f}"))
         else:
-            spread = True
             parts.append(_("with init std {std} a weight is up to {far} away from 1/{T} ({token} gives {target} "
                            "{weight}): no longer uniform").format(
                 std=std, far=far, T=T, token=cell_text("focus_token", r["focus_token"]),
                 target=cell_text("focus_target", r["focus_target"]),
                 weight=cell_text("focus_weight", r["focus_weight"])))
     text = _("; ").join(parts) + _(".")
-    if uniform and spread:
+    if len({isinstance(r.get("focus_target"), Uniform) for r in rows}) == 2:  # some uniform, some spread
         text = _then(text, _("Small parameters give scores near 0, and softmax of equal scores is uniform; larger "
-                                   "ones spread the scores apart, so some keys get more weight."))
+                             "ones spread the scores apart, so some keys get more weight."))
     return text
 
 
@@ -140,8 +136,7 @@ def _exercise4(rows: Rows) -> str | None:
     steps, jobs = max(groups.items())  # what the longest runs show
     if len(jobs) < 2:
         return "\n".join(out)
-    by_lr = sorted(jobs, key=lambda j: float(j[0]))
-    (low_lr, low), (high_lr, high) = by_lr[0], by_lr[-1]
+    (low_lr, low), *_between, (high_lr, high) = sorted(jobs, key=lambda j: float(j[0]))
     best_lr, best = min(jobs, key=lambda j: j[1]["final_loss"])
     focused = [(r["focus_step"], lr) for lr, r in jobs if r.get("focus_step") is not None]
     out.append(_("In {steps} steps the lowest loss is lr {lr}'s.").format(steps=steps, lr=best_lr))

@@ -51,13 +51,11 @@ def _snapshot_bytes(npz: safe_read.NpzArchive) -> int:
 
 def weight_need(run_dir: Path, root: Path | None = None) -> int:
     """JSON bytes all of ``run_dir``'s snapshots would take (0 without any); reads only headers."""
-    if not safe_read.exists(run_dir, ATTENTION):
-        return 0
-    try:
-        with safe_read.open_attention(run_dir, NPZ_LIMIT, root=root) as npz:
-            return npz.shapes["weights"][0] * _snapshot_bytes(npz)
-    except RunFileError:  # load_run says what is wrong
-        return 0
+    with contextlib.suppress(RunFileError):  # load_run says what is wrong
+        if safe_read.exists(run_dir, ATTENTION):
+            with safe_read.open_attention(run_dir, NPZ_LIMIT, root=root) as npz:
+                return npz.shapes["weights"][0] * _snapshot_bytes(npz)
+    return 0
 
 
 def share_budget(needs: Sequence[int], budget: int = WEIGHT_BUDGET) -> list[int]:
@@ -94,13 +92,11 @@ def _jsonable(value: Any, budget: list[int] | None = None) -> Any:
     budget[0] -= 1
     if budget[0] < 0:
         return "…"
-    if value is None or isinstance(value, bool):
+    value = value.item() if isinstance(value, np.generic) else value
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else "inf" if value > 0 else "-inf"
+    if value is None or isinstance(value, (bool, int, float)):
         return value
-    if isinstance(value, (int, np.integer)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        v = float(value)
-        return v if math.isfinite(v) else ("nan" if math.isnan(v) else "inf" if v > 0 else "-inf")
     if isinstance(value, (dict, list, tuple)):
         pairs = [(printable(k, MAX_STR), v) for k, v in value.items()] if isinstance(value, dict) else enumerate(value)
         out: dict[Any, Any] = {}
@@ -136,24 +132,22 @@ def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int
         elif safe_read.exists(run_dir, WALKTHROUGH):
             walk = files.attempt(safe_read.read_walkthrough, run_dir, NPZ_LIMIT, root=files.root,
                                  keys=("weights", "token_ids"))
-            attention = walk and _walkthrough(rec, walk, runs.setting(files.config, "tokenizer.encoding", str, "gpt2"))
+            attention = walk and _walkthrough(rec, walk, files.config)
     return _fill(rec, files, name, metrics, attention)
 
 
 def run_record(run_dir: Path, summary: dict[str, Any], losses: np.ndarray | None = None,
                page: PageSink | None = None, focus: FocusSink | None = None,
                walkthrough: dict[str, np.ndarray] | None = None, name: str | None = None) -> dict[str, Any]:
-    """:func:`load_run`'s record of the run attnlab has just written into ``run_dir`` (or holds in memory), from
-    what it holds: its ``summary``, ``losses`` (steps,), the snapshots ``page`` kept and ``focus`` saw, or the
-    ``walkthrough``'s arrays. Nothing is read back."""
+    """:func:`load_run`'s record of the run attnlab is making in ``run_dir``, from what it holds, nothing read back:
+    its ``summary``, ``losses`` (steps,), the snapshots ``page`` kept and ``focus`` saw, or the ``walkthrough``."""
     summary = json.loads(json.dumps(summary, ensure_ascii=False))  # as summary.json holds it
     files = runs.RunFiles(Path(run_dir), Path(run_dir), summary=summary, status=summary.get("status"),
                           config=summary.get("config") or {}, overrides=summary.get("overrides") or [], held=True)
     rec = _record(files.run_dir, name)
     metrics = None if losses is None else (np.arange(len(losses), dtype=np.int64), np.asarray(losses, np.float64))
     if walkthrough is not None:
-        return _fill(rec, files, name, metrics,
-                     _walkthrough(rec, walkthrough, runs.setting(files.config, "tokenizer.encoding", str, "gpt2")))
+        return _fill(rec, files, name, metrics, _walkthrough(rec, walkthrough, files.config))
     _snapshots(rec, np.asarray(page.steps, dtype=np.int64), list(page.info.tokens), page.info.token_ids, page.heads,
                page.indices, np.stack(page.frames) if page.frames else None,
                np.stack(page.layer_frames) if page.layer_frames else None)
@@ -183,8 +177,8 @@ class PageSink(Sink):
 
 def _fill(rec: dict[str, Any], files: runs.RunFiles, name: str | None, metrics: tuple[np.ndarray, np.ndarray] | None,
           attention: Any, sink: FocusSink | None = None) -> dict[str, Any]:
-    """``rec`` completed from the run's files as read (or held): its summary and config, the losses ``metrics``
-    and attnlab-compare's row (from the ``attention`` or the focus ``sink`` read: :func:`runs.row_from`)."""
+    """``rec`` completed from the run's files as read (or held), the losses ``metrics`` and attnlab-compare's
+    row (:func:`runs.row_from` of the ``attention`` or the focus ``sink``)."""
     summary, used = files.summary, files.config
     rec["status"] = _jsonable(files.status)
     shown = used
@@ -205,7 +199,7 @@ def _fill(rec: dict[str, Any], files: runs.RunFiles, name: str | None, metrics: 
     rec["loss_name"] = loss_name([row["objective"]]) if "objective" in row else None  # a linked run: none
     for key in ("final_loss", "steps_run", "wall_time_s", "steps_to_threshold"):  # the row's numbers
         rec[key] = _jsonable(row[key])
-    threshold = runs.as_float(row["loss_threshold"]) if row["loss_threshold"] is not None else math.nan
+    threshold = runs.as_float(row["loss_threshold"] or math.nan)
     rec["loss_threshold"] = threshold if math.isfinite(threshold) and threshold > 0 else None  # a log axis' line
 
     steps, losses = metrics if metrics is not None else (np.zeros(0, dtype=np.int64), np.zeros(0))
@@ -237,13 +231,10 @@ def observations(cells: dict[str, dict[str, Any]], summary: dict[str, Any]) -> l
            for c in OBSERVED if c in cells and cells[c]["text"] != "-"]
     if isinstance(summary.get("val_loss"), (int, float)) and not isinstance(summary.get("val_loss"), bool):
         out.append({"title": _("validation loss"), "text": f"{summary['val_loss']:.4f}"})
-    generation = summary.get("generation")
-    if isinstance(generation, dict):
-        try:
+    if isinstance(generation := summary.get("generation"), dict):
+        with contextlib.suppress(KeyError, TypeError, ValueError):  # an edited summary.json: its raw data stays
             text = "\n".join(printable(line, MAX_STR) for line in generation_lines(generation))
             out.append({"title": _("continuation"), "text": text})
-        except (KeyError, TypeError, ValueError):  # a summary.json someone edited: its raw data stays in the page
-            pass
     return out
 
 
@@ -276,10 +267,10 @@ def _snapshots(rec: dict[str, Any], steps: np.ndarray, labels: list[str], token_
     rec["steps"] = [int(steps[i]) for i in idx]
 
 
-def _walkthrough(rec: dict[str, Any], walk: dict[str, np.ndarray], encoding: Any) -> tuple[None, np.ndarray, list[str]]:
+def _walkthrough(rec: dict[str, Any], walk: dict[str, np.ndarray], config: Any) -> tuple[None, np.ndarray, list[str]]:
     """Fill ``rec`` from the walkthrough's (T, T) ``weights``; returns them as :func:`runs.saved_attention`."""
     rec["kind"] = "walkthrough"
-    labels = runs.token_labels_for(walk["token_ids"], encoding)
+    labels = runs.token_labels_for(walk["token_ids"], runs.setting(config, "tokenizer.encoding", str, "gpt2"))
     weights = walk["weights"][None, None]
     _snapshots(rec, np.zeros(1, dtype=np.int64), labels, walk["token_ids"], 1, [0], weights, None)
     return None, weights, labels
@@ -294,12 +285,11 @@ def collect_records(paths: Iterable[Path | str], *, found: list[tuple[Path, str,
     found = runs.named_runs(Path(p) for p in paths) if found is None else found
     shares = share_budget([weight_need(r, files.root) for r, _, files in found])
     records = [load_run(r, name, share, files=files) for (r, name, files), share in zip(found, shares)]
-    names = [name for _, name, _ in found]
-    labels = run_labels([{"job": name, "override_list": rec["overrides"]} for rec, name in zip(records, names)])
-    for rec, label in zip(records, labels):  # attnlab-compare --plot's legends: "3: lr=0.05"
+    rows = [{"job": name, "override_list": files.overrides} for _r, name, files in found]  # attnlab-compare's
+    for rec, label in zip(records, run_labels(rows)):  # attnlab-compare --plot's legends: "3: lr=0.05"
         rec["label"] = printable(label, MAX_STR)
     dashes = dict(zip(LINESTYLES, ("", "6.7 2.9", "1.8 3", "11.5 2.9 1.8 2.9")))  # the page's DASHES
-    for rec, style in zip(records, run_styles([{"override_list": rec["overrides"]} for rec in records]) or []):
+    for rec, style in zip(records, run_styles(rows) or []):
         rec["style"] = {"color": style["color"], "dash": dashes[style["linestyle"]]}
     configs = [files.config for _r, _name, files in found]  # as attnlab-compare reads them
     for rec, keys in zip(records, runs.differs(configs, against)):
@@ -307,8 +297,8 @@ def collect_records(paths: Iterable[Path | str], *, found: list[tuple[Path, str,
         rec["table"]["differs"] = table.page_cell("differs", rec["differs"])
     if verdicts is None:
         return records
-    for rec, name in zip(records, names):
-        rec["verdict"] = verdict_text(verdicts.get(name))
+    for rec, row in zip(records, rows):
+        rec["verdict"] = verdict_text(verdicts.get(row["job"]))
         rec["table"]["verdict"] = table.page_cell("verdict", rec["verdict"])
     student = {id(rec): runs.setting(config, "name", str, None) for rec, config in zip(records, configs)}
     return sorted(records, key=lambda rec: (student[id(rec)] is None, student[id(rec)] or "", rec["name"]))

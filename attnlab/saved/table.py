@@ -44,7 +44,7 @@ def columns_of(rows: Sequence[dict[str, Any]], table: bool = False) -> list[str]
             return (hide == "never" or hide != "csv" and bool(values)
                     and (hide != "same" or len(rows) == 1 or len({str(v) for v in values}) > 1))
         cols = [c for c in cols if shows(c)]
-        cols = [c for c in cols if c != "error"] + (["error"] if "error" in cols else [])  # the long text last
+        cols.sort(key=lambda c: c == "error")  # the long text last
     return cols
 
 
@@ -115,11 +115,6 @@ def _cell(col: str, v: Any, limit: int | None = None) -> str:
     return printable(v, limit)
 
 
-def _right_aligned(v: Any) -> bool:
-    """A number or empty: right-aligned when the whole column is."""
-    return v is None or isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
 def cell_text(col: str, v: Any) -> str:
     """A cell as :func:`format_table` prints it."""
     return clip(_cell(col, v), column(col).width)
@@ -145,7 +140,7 @@ def page_table(tables: Sequence[dict[str, dict]]) -> tuple[list[dict[str, Any]],
     with ``sort``, its place in :func:`sort_rows`' order by that column (ties share one; None when empty)."""
     rows = [{c: cell["value"] for c, cell in t.items()} for t in tables]
     cols = columns_of(rows, table=True)
-    columns = [{"key": c, "title": header(c), "right": all(_right_aligned(r.get(c)) for r in rows)}
+    columns = [{"key": c, "title": header(c), "right": all(sort_key(r.get(c))[0] != 1 for r in rows)}
                for c in cols]
     ranked: list[dict[str, dict]] = [{} for _ in tables]
     for c in cols:
@@ -197,7 +192,7 @@ def format_table(rows: Sequence[dict[str, Any]], cols: Sequence[str] | None = No
     head = [header(c) for c in cols]
     body = [[cell_text(c, r.get(c)) for c in cols] for r in rows]
     widths = [max(_width(x) for x in [h] + [b[i] for b in body]) for i, h in enumerate(head)]
-    numeric = {c for c in cols if all(_right_aligned(r.get(c)) for r in rows)}
+    numeric = {c for c in cols if all(sort_key(r.get(c))[0] != 1 for r in rows)}  # numbers or empty: right-aligned
 
     def line(cells: Sequence[str]) -> str:
         pads = [" " * (w - _width(x)) for x, w in zip(cells, widths)]
