@@ -12,7 +12,7 @@ import numpy as np
 import yaml
 
 from attnlab.core.records import RunInfo, RunResult, Snapshot
-from attnlab.outputs.artifacts import RunDirSink
+from attnlab.outputs.artifacts import RunDirSink, write_summary
 
 DATA_OPEN = '<script type="application/json" id="attnlab-data">'
 
@@ -103,4 +103,5 @@ def write_synthetic_run(run_dir: Path, tokens: Sequence[str], steps: Sequence[in
     sink.on_end(RunResult(status=status, steps_run=n_steps, final_loss=float(losses[-1]), wall_time_s=0.5,
                           losses=losses))
     sink.close()
+    write_summary(run_dir, sink.summary)
     return run_dir

@@ -41,7 +41,8 @@ def feed(sink, run_dir, losses, snapshot_steps=(0, 2, 4), heads=1, status="compl
 
 def test_the_run_dir_files_hold_exactly_the_records(tmp_path):
     losses = [2.356612, 1.0 / 3, 0.1, 1e-300, 0.0]
-    weights = feed(artifacts.RunDirSink(tmp_path), tmp_path, losses, heads=2)
+    sink = artifacts.RunDirSink(tmp_path)
+    weights = feed(sink, tmp_path, losses, heads=2)
     assert (tmp_path / "metrics.csv").read_text() == "step,loss\n" + "".join(f"{i},{x!r}\n" for i, x in enumerate(losses))
     with np.load(tmp_path / "attention.npz", allow_pickle=False) as npz:
         assert npz.files == ["weights", "steps", "tokens", "token_ids"]
@@ -50,9 +51,8 @@ def test_the_run_dir_files_hold_exactly_the_records(tmp_path):
         assert npz["steps"].tolist() == [0, 2, 4]
         assert npz["tokens"].tolist() == TOKENS
         assert npz["token_ids"].tolist() == IDS
-    summary = json.loads((tmp_path / "summary.json").read_text())
-    assert (summary["status"], summary["steps_run"], summary["final_loss"]) == ("completed", 5, 0.0)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["attention.npz", "metrics.csv", "summary.json"]
+    assert (sink.summary["status"], sink.summary["steps_run"], sink.summary["final_loss"]) == ("completed", 5, 0.0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["attention.npz", "metrics.csv"]
 
 
 def test_a_run_stopped_early_keeps_the_snapshots_of_its_steps(tmp_path):
@@ -70,8 +70,7 @@ def test_a_run_stopped_early_keeps_the_snapshots_of_its_steps(tmp_path):
     assert (tmp_path / "metrics.csv").read_text() == "step,loss\n0,3.0\n1,2.0\n"
     with np.load(tmp_path / "attention.npz", allow_pickle=False) as npz:
         assert npz["steps"].tolist() == [0] and npz["weights"].shape == (1, 1, 3, 3)
-    summary = json.loads((tmp_path / "summary.json").read_text())
-    assert (summary["status"], summary["steps_run"], summary["final_loss"]) == ("failed", 2, 2.0)
+    assert (sink.summary["status"], sink.summary["steps_run"], sink.summary["final_loss"]) == ("failed", 2, 2.0)
     assert not list(tmp_path.glob(".*"))  # no partial or temporary file left
 
 
@@ -223,9 +222,9 @@ def test_an_archive_too_large_for_the_disk_keeps_the_snapshots_that_fit(tmp_path
         feed(sink, tmp_path, [3.0, 2.0, 1.0, 0.5, 0.25])
     with np.load(tmp_path / "attention.npz", allow_pickle=False) as npz:
         assert npz["steps"].tolist() == [0, 2]
-    summary = json.loads((tmp_path / "summary.json").read_text())
-    assert (summary["status"], summary["error"]) == ("failed", "no space left on device while writing attention.npz")
-    assert summary["steps_run"] == 5  # metrics.csv holds every step
+    assert (sink.summary["status"], sink.summary["error"]) == ("failed",
+                                                               "no space left on device while writing attention.npz")
+    assert sink.summary["steps_run"] == 5  # metrics.csv holds every step
 
 
 def test_a_sink_failing_to_start_still_ends_the_run_dir(tmp_path, monkeypatch, attnlab_here):

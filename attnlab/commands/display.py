@@ -109,7 +109,7 @@ class Run(RunResult):
         rundir.claim(run_dir, key="dir", value=str(dir))
         try:
             summary = self._summary()
-            for sink in [artifacts.RunDirSink(run_dir, writes_summary=False), FigureSink(run_dir)]:
+            for sink in [artifacts.RunDirSink(run_dir), FigureSink(run_dir)]:
                 sink.on_start(self.info)
                 sink.on_losses(np.arange(len(self.losses), dtype=np.int64), np.asarray(self.losses, np.float64))
                 for snapshot in self.snapshots:

@@ -150,7 +150,7 @@ def _run(cfg: DictConfig, run_dir: Path, tokens: Tokens, summary: dict[str, Any]
         return JobResult("completed")
     from attnlab.core.training import train
 
-    files = artifacts.RunDirSink(run_dir, writes_summary=False)  # its fields: this summary, at the end
+    files = artifacts.RunDirSink(run_dir)  # its fields: this summary, at the end
     focus, layers = FocusSink(), [FocusSink(layer) for layer in range(cfg.model.n_layers)]  # a GPT's blocks too
     page = [PageSink()] if cfg.logging.report else []
     try:

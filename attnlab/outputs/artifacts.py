@@ -92,15 +92,14 @@ def _static_environment() -> dict[str, Any]:
 
 
 class RunDirSink(Sink):
-    """Writes ``metrics.csv``, ``attention.npz`` (a GPT's ``model.npz``) and ``summary.json`` into ``run_dir``;
-    ``on_end`` keeps ``steps_run`` rows and their snapshots whatever the status. A refused write raises
-    WriteError (``no space left on device while writing metrics.csv at step 57``), which the status records.
-    :attr:`summary`: the run's fields as the files have them; with ``writes_summary=False`` the job writes
-    them, once every other file is written (a run killed while drawing reads as killed)."""
+    """Writes ``metrics.csv`` and ``attention.npz`` (a GPT's ``model.npz``) into ``run_dir``; ``on_end`` keeps
+    ``steps_run`` rows and their snapshots whatever the status. A refused write raises WriteError (``no space
+    left on device while writing metrics.csv at step 57``), which the status records. :attr:`summary`: the run's
+    fields as the files have them, for the job's summary.json, written once every other file is written (a run
+    killed while drawing reads as killed)."""
 
-    def __init__(self, run_dir: Path, writes_summary: bool = True) -> None:
+    def __init__(self, run_dir: Path) -> None:
         self.run_dir = Path(run_dir)
-        self.writes_summary = writes_summary
         self.summary: dict[str, Any] = {}
         self._metrics_tmp = self.run_dir / f".{METRICS}.partial"
         self._weights_tmp = self.run_dir / ".attention.npy.partial"
@@ -211,8 +210,6 @@ class RunDirSink(Sink):
         if failure is not None and result.status != "failed":
             fields.update(status="failed", error=str(failure))
         self.summary = fields
-        if self.writes_summary:
-            update_summary(self.run_dir, **fields)
         if failure is not None and result.status != "failed":
             raise failure  # the sinks after this one record the failure too
 

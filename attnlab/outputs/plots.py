@@ -52,10 +52,11 @@ def new_figure(width_in: float, height_in: float) -> "Figure":
     return fig
 
 
-def draw_heatmap(ax, w: np.ndarray, labels: Sequence[str], title: str):
-    """One heatmap of ``w`` (T, T) on ``ax`` in the tutorial's style: viridis over [0, 1], token labels
-    up to 40 tokens (positions beyond), cell values up to 12. Returns the image (for a colour bar)."""
+def draw_heatmap(ax, w: np.ndarray, tokens: Sequence[str], title: str):
+    """One heatmap of ``w`` (T, T) on ``ax`` in the tutorial's style: viridis over [0, 1], the tokens' :func:`label`
+    ticks up to 40 tokens (positions beyond), cell values up to 12. Returns the image (for a colour bar)."""
     t = w.shape[0]
+    labels = [label(tok) for tok in tokens]
     im = ax.imshow(w, cmap="viridis", vmin=0.0, vmax=1.0)
     ax.set_title(title, fontsize=10)
     if t <= MAX_TOKEN_LABELS:
@@ -104,9 +105,8 @@ def evolution_figure(snapshots: Sequence[Snapshot], tokens: Sequence[str], total
 
     fig = new_figure(cols * panel_w + COLORBAR_IN, rows * panel_h + 0.5)
     axes = fig.subplots(rows, cols, squeeze=False)
-    labels = [label(t) for t in tokens]
     for ax, (w, panel_title) in zip(axes.flat, panels):
-        im = draw_heatmap(ax, w, labels, panel_title)
+        im = draw_heatmap(ax, w, tokens, panel_title)
     for ax in axes.flat[len(panels):]:
         ax.set_axis_off()
     fig.colorbar(im, ax=axes, shrink=0.8, label=_("attention weight"))
@@ -197,10 +197,7 @@ class FigureSink(Sink):
         return np.concatenate(self._losses) if self._losses else np.zeros(0)
 
     def flush(self) -> None:
-        if self._losses:  # the run is over: the figures start drawing (in a worker, see outputs.drawing)
-            self._draw(self.losses)
-
-    def _draw(self, losses: np.ndarray) -> None:
+        """The run is over: the figures start drawing (in a worker, see :mod:`attnlab.outputs.drawing`)."""
         snapshots = self.snapshots
         if self._latest is not None and (not snapshots or self._latest.step > snapshots[-1].step):
             snapshots = pick_snapshots(snapshots + [self._latest])  # an early stop: its last snapshot too
@@ -209,7 +206,7 @@ class FigureSink(Sink):
             figures.append((self.LAYER_EVOLUTION.format(layer=layer),  # a GPT's blocks
                             [dataclasses.replace(s, weights=s.layers[layer]) for s in snapshots]))
         # the loss figure sent first: a run waiting for the worker draws the newest
-        loss = Drawing(png, loss_figure, losses, self._ylabel)
+        loss = Drawing(png, loss_figure, self.losses, self._ylabel)
         self._drawings = [(name, Drawing(png, evolution_figure, shown, self.tokens, self._received))
                           for name, shown in figures]
         self._drawings.append((self.LOSS, loss))
@@ -217,7 +214,7 @@ class FigureSink(Sink):
     def on_end(self, result: RunResult) -> None:
         interrupts.pause_point("drawing")  # a test hook: the run's records are written, its figures not yet
         if self._drawings is None:
-            self._draw(self.losses if self._losses else np.asarray(result.losses, dtype=np.float64))
+            self.flush()
         for name, drawing in self._drawings:
             if (data := drawing.result()) is not None:  # (no loss.png when no loss is finite)
                 atomic_write(self.run_dir / name, data)

@@ -3,6 +3,7 @@
 ``torch.utils.tensorboard`` is imported only when a sink is made."""
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from pathlib import Path
@@ -13,7 +14,7 @@ import numpy as np
 from attnlab.core.focus import FOCUS_THRESHOLD, focus, row_entropy
 from attnlab.core.records import RunInfo, RunResult, Sink, Snapshot, head_mean
 from attnlab.outputs.drawing import Drawing
-from attnlab.outputs.fonts import drawable, label, style
+from attnlab.outputs.fonts import drawable, style
 from attnlab.outputs.plots import draw_heatmap, new_figure
 
 
@@ -52,7 +53,6 @@ class TensorBoardSink(Sink):
         from torch.utils.tensorboard import SummaryWriter  # fails here if tensorboard is missing
 
         self._writer_class = SummaryWriter
-        self._writer = None
         self.run_dir = Path(run_dir)
         self.images = images
         self.info: RunInfo | None = None
@@ -61,11 +61,9 @@ class TensorBoardSink(Sink):
         self._focus_step: int | None = None  # the first snapshot step whose mean focus weight passed 0.9
         self._images: list[tuple[str, int, Drawing]] = []  # (tag, step, heatmap) not added yet
 
-    @property
+    @functools.cached_property
     def writer(self):
-        if self._writer is None:
-            self._writer = self._writer_class(log_dir=str(self.run_dir))
-        return self._writer
+        return self._writer_class(log_dir=str(self.run_dir))
 
     def on_start(self, info: RunInfo) -> None:
         from omegaconf import OmegaConf
@@ -123,8 +121,8 @@ class TensorBoardSink(Sink):
 
     def flush(self) -> None:
         self._add_images(wait=True)
-        if self._writer is not None:
-            self._writer.flush()
+        if "writer" in vars(self):  # (made at the first record)
+            self.writer.flush()
 
     def on_end(self, result: RunResult) -> None:
         from tensorboard.plugins.hparams import plugin_data_pb2
@@ -150,8 +148,8 @@ class TensorBoardSink(Sink):
 
     def close(self) -> None:
         self.flush()
-        if self._writer is not None:
-            self._writer.close()
+        if "writer" in vars(self):
+            self.writer.close()
 
 
 def heatmap_pixels(tokens: Sequence[str], weights: np.ndarray, title: str = "") -> np.ndarray:
@@ -160,7 +158,7 @@ def heatmap_pixels(tokens: Sequence[str], weights: np.ndarray, title: str = "") 
     with style():
         fig = new_figure(4.6, 4.0)
         ax = fig.add_subplot()
-        im = draw_heatmap(ax, head_mean(weights), [label(t) for t in tokens], drawable(title))
+        im = draw_heatmap(ax, head_mean(weights), tokens, drawable(title))
         fig.colorbar(im, ax=ax, shrink=0.85)
         fig.canvas.draw()
         return np.asarray(fig.canvas.buffer_rgba())[..., :3].copy()

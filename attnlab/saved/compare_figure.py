@@ -10,7 +10,7 @@ from attnlab.core.config import loss_axis_label
 from attnlab.core.focus import FOCUS_THRESHOLD
 from attnlab.core.i18n import _
 from attnlab.outputs import destination, fonts
-from attnlab.outputs.fonts import drawable, label
+from attnlab.outputs.fonts import drawable
 from attnlab.outputs.plots import draw_heatmap, figure_bytes, new_figure, plot_loss
 from attnlab.saved.swept import LINESTYLES, PALETTE, run_labels, run_styles, wrap
 
@@ -92,7 +92,7 @@ def comparison_figure(rows: Sequence[dict[str, Any]], path: Path, force: bool = 
         heading.set_title(_("attention at the last snapshot") + more, fontsize=11)
         axes = [fig.add_subplot(grid[3 + i // cols, i % cols]) for i in range(grid_rows * cols)]
         for a, (title, w, labels) in zip(axes, shown):
-            im = draw_heatmap(a, w, [label(t) for t in labels], title)  # title: made drawable line by line
+            im = draw_heatmap(a, w, labels, title)  # title: made drawable line by line
             if w.shape[0] > 12:  # smaller token labels, so long texts' ticks do not run into each other
                 a.tick_params(labelsize=6 if w.shape[0] <= 24 else 5)
         for a in axes[len(shown):]:
