@@ -377,14 +377,18 @@ def many_members(n: int) -> Callable[[Path, Path], None]:
     return build
 
 
-def zip64_attention(run: Path, outside: Path) -> None:
-    """attention.npz with a zip64 end record and locator before its end record (all sizes true)."""
-    data = (run / ATTENTION).read_bytes()
-    at = data.rindex(b"PK\x05\x06")
-    count, size, offset = struct.unpack("<2xHLL", data[at + 8:at + 20])
-    record = struct.pack("<4sQ2H2L4Q", b"PK\x06\x06", 44, 45, 45, 0, 0, count, count, size, offset)
-    locator = struct.pack("<4sLQL", b"PK\x06\x07", 0, at, 1)
-    (run / ATTENTION).write_bytes(data[:at] + record + locator + data[at:])
+def zip64_attention(comment: bytes = b"") -> Callable[[Path, Path], None]:
+    """attention.npz with a zip64 end record and locator before its end record (all sizes true), then a
+    zip ``comment``."""
+    def build(run: Path, outside: Path) -> None:
+        data = (run / ATTENTION).read_bytes()
+        at = data.rindex(b"PK\x05\x06")
+        count, size, offset = struct.unpack("<2xHLL", data[at + 8:at + 20])
+        record = struct.pack("<4sQ2H2L4Q", b"PK\x06\x06", 44, 45, 45, 0, 0, count, count, size, offset)
+        locator = struct.pack("<4sLQL", b"PK\x06\x07", 0, at, 1)
+        end = data[at:at + 20] + struct.pack("<H", len(comment)) + comment
+        (run / ATTENTION).write_bytes(data[:at] + record + locator + end)
+    return build
 
 
 def npy_custom(header_text: str, data: bytes = b"", version: int = 1) -> bytes:
@@ -573,9 +577,11 @@ CASES: list[Case] = [
          Raises(ATTENTION, f"100 members, more than the limit of {S.NPZ_MAX_MEMBERS}")),
     Case("directory_of_2000_members", "bomb", many_members(2000), "attention",
          Raises(ATTENTION, f"bytes, more than the limit of {S.NPZ_DIRECTORY_LIMIT}"), max_read=64),
-    Case("zip64_end_record", "bomb", zip64_attention, "attention",
+    Case("zip64_end_record", "bomb", zip64_attention(), "attention",
          Raises(ATTENTION, "a zip64 end record (refused: an .npz attnlab writes has none)"), max_read=64,
          note="zipfile takes the directory's size from it, not from the end record"),
+    Case("zip64_end_record_before_a_comment", "bomb", zip64_attention(b"ten bytes!"), "attention",
+         Raises(ATTENTION, "a zip64 end record (refused: an .npz attnlab writes has none)")),
     Case("encrypted_member", "npz", attention_raw(lambda a: stored(npy_bytes(a["weights"]), flags=1)), "attention",
          Raises(ATTENTION, "damaged archive (RuntimeError: File 'weights.npy' is encrypted")),
     Case("npy_header_with_code", "code",

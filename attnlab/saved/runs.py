@@ -265,9 +265,8 @@ def named_runs(paths: Iterable[Path]) -> list[tuple[Path, str, RunFiles]]:
         base = Path(os.path.commonpath([str(r) for r in resolved]))
         if len(resolved) == 1 or base in resolved:
             base = base.parent
-    named = [(r, str(res.relative_to(base)), read_run(r, paths[i])) for (i, r), res in zip(found, resolved)]
-    order = [(i, _job_num(files), r.name) for (i, r), (_r, _name, files) in zip(found, named)]
-    return [run for _order, run in sorted(zip(order, named), key=lambda pair: pair[0])]
+    named = [(i, r, str(res.relative_to(base)), read_run(r, paths[i])) for (i, r), res in zip(found, resolved)]
+    return [run[1:] for run in sorted(named, key=lambda run: (run[0], _job_num(run[3]), run[1].name))]
 
 
 def collect_rows(paths: Iterable[Path], sweep_end: bool = False, against: dict | None = None,

@@ -380,7 +380,7 @@ class NpzArchive(contextlib.AbstractContextManager):
                 self._file.seek(max(0, self._file.size - n))
                 tail = self._file.read(n)
                 at = tail.rfind(b"PK\x05\x06")
-                if 0 <= at <= len(tail) - 22:
+                if 0 <= at <= len(tail) - 22 and (at >= 20 or len(tail) == self._file.size):
                     break
             else:
                 raise RunFileError(self.path, "not a zip archive (an .npz is one; empty or truncated?)")
@@ -396,9 +396,8 @@ class NpzArchive(contextlib.AbstractContextManager):
             raise (self._damaged(err) if isinstance(err, _DAMAGE) else err) from None
 
     def _damaged(self, err: BaseException) -> RunFileError:
-        msg = str(err).strip().splitlines()[0] if str(err).strip() else ""
-        why = type(err).__name__ + (f": {printable(msg, 120)}" if msg else "")
-        return RunFileError(self.path, f"damaged archive ({why})")
+        msg = printable(str(err).strip().partition("\n")[0], 120)
+        return RunFileError(self.path, f"damaged archive ({type(err).__name__}{': ' + msg if msg else ''})")
 
     def _check_members(self, members: Mapping[str, Member], limit: int, strict: bool) -> dict[str, tuple[int, ...]]:
         names = self._zip.namelist()
@@ -471,13 +470,6 @@ class NpzArchive(contextlib.AbstractContextManager):
             raise RunFileError(self.path, f"{name} holds a character code outside Unicode")
         return arr
 
-    def read_frame(self, name: str, index: int) -> np.ndarray:
-        """Axis-0 slice ``index`` of member ``name``. Raises RunFileError when out of range."""
-        n = self.shapes[name][0] if name in self.shapes else 0
-        if not -n <= index < n:
-            raise RunFileError(self.path, f"{name} has {n} frames; no frame {index}")
-        return self.read(name)[index]
-
     def close(self) -> None:
         if self._zip is not None:
             self._zip.close()
@@ -511,7 +503,7 @@ def read_last_snapshot(run_dir: Path, limit: int = files.NPZ_LIMIT, *,
     """``(step, weights (H, T, T))`` of attention.npz's last snapshot, None without one."""
     with open_attention(run_dir, limit, root=root) as archive:
         steps = archive.read("steps")
-        return (int(steps[-1]), archive.read_frame("weights", -1)) if steps.size else None
+        return (int(steps[-1]), archive.read("weights")[-1]) if steps.size else None
 
 
 def read_walkthrough(run_dir: Path, limit: int = files.NPZ_LIMIT, *, root: Path | None = None,
