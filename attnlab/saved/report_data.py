@@ -92,13 +92,11 @@ def _jsonable(value: Any, budget: list[int] | None = None) -> Any:
     budget[0] -= 1
     if budget[0] < 0:
         return "…"
-    if value is None or isinstance(value, bool):
+    value = value.item() if isinstance(value, np.generic) else value
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else "inf" if value > 0 else "-inf"
+    if value is None or isinstance(value, (bool, int, float)):
         return value
-    if isinstance(value, (int, np.integer)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        v = float(value)
-        return v if math.isfinite(v) else ("nan" if math.isnan(v) else "inf" if v > 0 else "-inf")
     if isinstance(value, (dict, list, tuple)):
         pairs = [(printable(k, MAX_STR), v) for k, v in value.items()] if isinstance(value, dict) else enumerate(value)
         out: dict[Any, Any] = {}
@@ -141,9 +139,8 @@ def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int
 def run_record(run_dir: Path, summary: dict[str, Any], losses: np.ndarray | None = None,
                page: PageSink | None = None, focus: FocusSink | None = None,
                walkthrough: dict[str, np.ndarray] | None = None, name: str | None = None) -> dict[str, Any]:
-    """:func:`load_run`'s record of the run attnlab has just written into ``run_dir`` (or holds in memory), from
-    what it holds: its ``summary``, ``losses`` (steps,), the snapshots ``page`` kept and ``focus`` saw, or the
-    ``walkthrough``'s arrays. Nothing is read back."""
+    """:func:`load_run`'s record of the run attnlab is making in ``run_dir``, from what it holds, nothing read back:
+    its ``summary``, ``losses`` (steps,), the snapshots ``page`` kept and ``focus`` saw, or the ``walkthrough``."""
     summary = json.loads(json.dumps(summary, ensure_ascii=False))  # as summary.json holds it
     files = runs.RunFiles(Path(run_dir), Path(run_dir), summary=summary, status=summary.get("status"),
                           config=summary.get("config") or {}, overrides=summary.get("overrides") or [], held=True)
