@@ -358,12 +358,6 @@ _DAMAGE = (zipfile.BadZipFile, zlib.error, EOFError, struct.error, OSError, Valu
            RuntimeError, UnicodeDecodeError, SyntaxError, TypeError)
 
 
-def _dtype_ok(dtype: np.dtype, kinds: str) -> bool:
-    if dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None or dtype.kind not in kinds:
-        return False
-    return dtype.itemsize in (4, 8) if dtype.kind in "fi" else 0 < dtype.itemsize <= 4 * files.TOKEN_CHARS
-
-
 class NpzArchive(contextlib.AbstractContextManager):
     """An .npz of a run dir, checked as the module docstring says (the zip's end record before zipfile
     reads its directory; declared sizes within ``limit`` before anything is decompressed); ``shapes``:
@@ -434,7 +428,9 @@ class NpzArchive(contextlib.AbstractContextManager):
             except (ValueError, SyntaxError, TypeError) as err:  # numpy's words for a header that is not one
                 why = re.sub(r" at 0x[0-9a-fA-F]+", "", str(err))  # an object's address differs every run
                 raise RunFileError(self.path, f"{where}: bad .npy header ({printable(why, 100)})") from None
-            if not _dtype_ok(dtype, spec.kinds):
+            itemsizes = (4, 8) if dtype.kind in "fi" else range(1, 4 * files.TOKEN_CHARS + 1)  # U: 4 bytes a character
+            if (dtype.kind not in spec.kinds or dtype.itemsize not in itemsizes or dtype.hasobject
+                    or dtype.fields is not None or dtype.subdtype is not None):
                 allowed = "; ".join(_ALLOWED[k] for k in spec.kinds)
                 raise RunFileError(self.path, f"{name} has dtype {printable(str(dtype), 60)}, allowed: {allowed}")
             if any(n < 0 for n in shape):
