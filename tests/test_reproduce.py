@@ -146,6 +146,18 @@ def test_edited_snapshot_and_row_count_are_reported(fresh_run, tmp_path):
     assert (diffs["loss"].step, diffs["loss"].note) == (39, "39 vs 40 rows")  # the 39 common losses are identical
 
 
+def test_an_interrupted_original_is_compared_over_its_own_rows(fresh_run, tmp_path):
+    """Stopped after its first snapshot (fewer snapshots than tokens): the whole run reproduces its rows."""
+    run = copy_run(fresh_run, tmp_path / "stopped")
+    summary = safe_read.read_summary(run)
+    (run / "summary.json").write_text(json.dumps({**summary, "status": "interrupted"}), encoding="utf-8")
+    att = safe_read.read_attention(run)
+    np.savez(run / "attention.npz", **{**att, "steps": att["steps"][:1], "weights": att["weights"][:1]})
+    lines = (run / "metrics.csv").read_text().splitlines()
+    (run / "metrics.csv").write_text("\n".join(lines[:3]) + "\n")
+    assert compare_runs(run, fresh_run) == []
+
+
 def test_sweep_jobs_reproduce_and_a_diverged_job_leaves_the_others(sweep_dir, tmp_path, capsys):
     sweep, proc = sweep_dir
     assert proc.returncode == 1, proc.stderr  # the sweep ran every job, then says one failed

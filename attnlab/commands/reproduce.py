@@ -1,6 +1,6 @@
 """``attnlab-reproduce PATH... [--out DIR] [--csv FILE] [-j N] [--artifacts]``: re-run saved runs from the
 configs they recorded (read as data, :mod:`attnlab.saved.safe_read`) and compare every file bit for bit
-(:mod:`attnlab.saved.verdict`), on the kernels the run recorded when this CPU has them (:class:`Kernels`),
+(:mod:`attnlab.saved.verdict`), on the kernels the run recorded when this CPU has them (:func:`verify`),
 else on every kernel path here. One run: its verdict and differences; several, or folders of runs: one
 table sorted by student. Exit 0 reproduced exactly or within rounding, 1 not (not reproduced, undecided,
 interrupted), 2 not a run that can be reproduced (one line; ``HYDRA_FULL_ERROR=1`` raises instead).
@@ -331,8 +331,8 @@ def reproduce_many(paths: Sequence[Path], out: Path | None, csv: Path | None, jo
         from attnlab.commands.compare import preset_config
 
         assignment = preset_config(against)
-    plans = [checked(prepare, r, out / name) for r, name, _files in found]  # a run refused is a row
     try:
+        plans = [checked(prepare, r, out / name) for r, name, _files in found]  # a run refused is a row
         verdicts, interrupted = verify(plans, jobs, draw), False
     except KeyboardInterrupt:  # before any pool started
         verdicts, interrupted = [Verdict(INTERRUPTED, _(STOPPED))] * len(found), True

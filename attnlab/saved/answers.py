@@ -37,11 +37,10 @@ def answer(rows: Rows, exercise: int | None = None) -> str | None:
     None when the rows do not answer it (not that exercise, or too few jobs completed)."""
     n = exercise if exercise is not None else exercise_of(rows)
     done = [r for r in rows if r.get("status") == "completed"]
-    make = ANSWERS.get(n)
-    if make is None or not done:
+    if n not in ANSWERS or not done:
         return None
     try:
-        text = make(done)
+        text = ANSWERS[n](done)
     except (KeyError, TypeError, ValueError, IndexError):  # a run that lacks what its exercise measures
         return None
     return _("Exercise {n}, answer: ").format(n=n) + text if text else None

@@ -69,8 +69,7 @@ def observed_cells(summary: dict[str, Any]) -> dict[str, Any]:
     """The observations a job's ``summary.json`` holds as table cells (those of :data:`OBSERVED` present);
     ``focus`` is :class:`attnlab.core.focus.FocusSink`'s (or None), never a summary's."""
     out: dict[str, Any] = {}
-    focus = summary.get("focus")
-    if focus:  # FocusSink's (training runs)
+    if focus := summary.get("focus"):  # FocusSink's (training runs)
         out["focus_step"] = focus["mean"]["first_step_above"]
         if len(focus["heads"]) > 1:
             out["heads_focus"] = " ".join(f"{h}:{'uniform' if e.get('uniform') else show(e['token'].strip())}"

@@ -19,10 +19,9 @@ HEATMAP_COLS = 4  # ... per row
 
 
 def comparison_figure(rows: Sequence[dict[str, Any]], path: Path, force: bool = False) -> Path:
-    """Write one PNG to ``path``: loss curves on a log axis (top left; non-finite losses left out),
-    each run's focus weight at every snapshot (top right, heads averaged) and up
-    to :data:`MAX_HEATMAPS` last-snapshot heatmaps (colour scale [0, 1]), titled by job number and
-    swept values wrapped to the panel; constrained layout, written atomically."""
+    """Write one PNG to ``path``: loss curves on a log axis (non-finite losses left out), each run's focus
+    weight at every snapshot (heads averaged) and up to :data:`MAX_HEATMAPS` last-snapshot heatmaps (colour
+    scale [0, 1]), titled by job number and swept values wrapped to the panel; written atomically."""
     from matplotlib.cm import ScalarMappable
     from matplotlib.colors import Normalize
     from matplotlib.lines import Line2D
@@ -67,10 +66,8 @@ def comparison_figure(rows: Sequence[dict[str, Any]], path: Path, force: bool = 
         ax, fax = (fig.add_subplot(g) for g in grid[0, :].subgridspec(1, 2, width_ratios=[3, 2]))
         ylabel = loss_axis_label(objectives)
         lw = 1.4 if keyed or len(rows) <= 1 else 0.8
-        for style, steps, losses in curves:
+        for style, steps, losses in curves or [({}, np.zeros(0), np.zeros(0))]:  # no curve: the axes still
             plot_loss(ax, steps, losses, ylabel, lw=lw, **style)
-        if not curves:
-            plot_loss(ax, np.zeros(0), np.zeros(0), ylabel)
         ax.set_title(_("loss") if curves else _("loss (no training runs)"))
         # the focus weight at each snapshot (heads averaged): how fast each run's attention focuses
         for style, steps, weights in focus:
@@ -108,8 +105,7 @@ STYLES = [{"color": c, "linestyle": ls} for ls in LINESTYLES for c in PALETTE]  
 
 
 def curve_styles(n: int) -> list[dict[str, str]]:
-    """The style of each of ``n`` curves: :data:`STYLES` in turn, or with more curves than those,
-    :data:`RUN_COLORMAP` over the curves' order, solid."""
+    """Each of ``n`` curves' style: :data:`STYLES` in turn, or for more curves :data:`RUN_COLORMAP`, solid."""
     if n <= len(STYLES):
         return STYLES[:n]
     import matplotlib

@@ -75,30 +75,19 @@ def text_of(config: Any) -> str:
     return Path(str(text_file)).name if text_file else str(safe_read.select(config, "sentence", "") or "")
 
 
-def shareable(data: Any, run_dirs: Sequence[Path]) -> Any:
-    """``data`` with every absolute path of this machine made relative: below the runs' common folder
-    (a run dir becomes its name), attnlab's own folder (``attnlab/data/...``), the working folder, else
-    the home folder (``~/...``); a page a learner shares names no folder of the author's machine."""
+def shareable(text: str, run_dirs: Sequence[Path]) -> str:
+    """:func:`script_json` ``text`` with every absolute path of this machine made relative: below the runs'
+    common folder (a run dir becomes its name), attnlab's own folder (``attnlab/data/...``), the working folder,
+    else the home folder (``~/...``); a page a learner shares names no folder of the author's machine."""
     runs = [str(p.absolute()) for p in run_dirs]
     common = os.path.commonpath(runs) if len(runs) > 1 else str(Path(runs[0]).parent)
     roots = [(common, ""), (str(Path(__file__).resolve().parent.parent.parent), ""), (str(Path.cwd()), ""),
              (str(Path.home()), "~")]
-    roots = sorted({r for r in roots if r[0] not in ("", os.sep)}, key=lambda r: -len(r[0]))
-
-    def clean(value: Any) -> Any:
-        if isinstance(value, str) and os.sep in value:
-            for root, short in roots:
-                value = value.replace(root + os.sep, short + os.sep if short else "")
-                if value == root:
-                    value = short or "."
-            return value
-        if isinstance(value, dict):
-            return {k: clean(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [clean(v) if isinstance(v, (str, dict, list)) else v for v in value]  # (no call per weight)
-        return value
-
-    return clean(data)
+    for root, short in sorted({r for r in roots if r[0] not in ("", os.sep)}, key=lambda r: -len(r[0])):
+        quoted = script_json(root)[1:-1]  # as the text holds it
+        text = text.replace(script_json(root + os.sep)[1:-1], script_json(short + os.sep)[1:-1] if short else "")
+        text = text.replace(f'"{quoted}"', f'"{short or "."}"')
+    return text
 
 
 def render(records: Sequence[dict[str, Any]]) -> str:
@@ -120,8 +109,8 @@ def render(records: Sequence[dict[str, Any]]) -> str:
             "generator": {"attnlab": __version__, "weight_budget_bytes": WEIGHT_BUDGET,
                           "bytes_per_weight": PAGE_BYTES_PER_WEIGHT, "decimals": DECIMALS,
                           "uniform_spread": UNIFORM_SPREAD, "focus_threshold": FOCUS_THRESHOLD}}
-    data = shareable(data, [Path(str(r["run_dir"])) for r in records])
-    page_data = script_json(data)  # every text the page shows: the runs' and the translations
+    # every text the page shows: the runs' and the translations
+    page_data = shareable(script_json(data), [Path(str(r["run_dir"])) for r in records])
     return _PageTemplate(page).substitute(title=html.escape(printable(title, MAX_STR)), data=page_data,
                                           font=cjk_font_face(page_data))
 

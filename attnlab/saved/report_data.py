@@ -92,13 +92,11 @@ def _jsonable(value: Any, budget: list[int] | None = None) -> Any:
     budget[0] -= 1
     if budget[0] < 0:
         return "…"
-    if value is None or isinstance(value, bool):
+    value = value.item() if isinstance(value, np.generic) else value
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else "inf" if value > 0 else "-inf"
+    if value is None or isinstance(value, (bool, int, float)):
         return value
-    if isinstance(value, (int, np.integer)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        v = float(value)
-        return v if math.isfinite(v) else ("nan" if math.isnan(v) else "inf" if v > 0 else "-inf")
     if isinstance(value, (dict, list, tuple)):
         pairs = [(printable(k, MAX_STR), v) for k, v in value.items()] if isinstance(value, dict) else enumerate(value)
         out: dict[Any, Any] = {}
@@ -141,9 +139,8 @@ def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int
 def run_record(run_dir: Path, summary: dict[str, Any], losses: np.ndarray | None = None,
                page: PageSink | None = None, focus: FocusSink | None = None,
                walkthrough: dict[str, np.ndarray] | None = None, name: str | None = None) -> dict[str, Any]:
-    """:func:`load_run`'s record of the run attnlab has just written into ``run_dir`` (or holds in memory), from
-    what it holds: its ``summary``, ``losses`` (steps,), the snapshots ``page`` kept and ``focus`` saw, or the
-    ``walkthrough``'s arrays. Nothing is read back."""
+    """:func:`load_run`'s record of the run attnlab is making in ``run_dir``, from what it holds, nothing read back:
+    its ``summary``, ``losses`` (steps,), the snapshots ``page`` kept and ``focus`` saw, or the ``walkthrough``."""
     summary = json.loads(json.dumps(summary, ensure_ascii=False))  # as summary.json holds it
     files = runs.RunFiles(Path(run_dir), Path(run_dir), summary=summary, status=summary.get("status"),
                           config=summary.get("config") or {}, overrides=summary.get("overrides") or [], held=True)
@@ -288,12 +285,11 @@ def collect_records(paths: Iterable[Path | str], *, found: list[tuple[Path, str,
     found = runs.named_runs(Path(p) for p in paths) if found is None else found
     shares = share_budget([weight_need(r, files.root) for r, _, files in found])
     records = [load_run(r, name, share, files=files) for (r, name, files), share in zip(found, shares)]
-    names = [name for _, name, _ in found]
-    labels = run_labels([{"job": name, "override_list": rec["overrides"]} for rec, name in zip(records, names)])
-    for rec, label in zip(records, labels):  # attnlab-compare --plot's legends: "3: lr=0.05"
+    rows = [{"job": name, "override_list": files.overrides} for _r, name, files in found]  # attnlab-compare's
+    for rec, label in zip(records, run_labels(rows)):  # attnlab-compare --plot's legends: "3: lr=0.05"
         rec["label"] = printable(label, MAX_STR)
     dashes = dict(zip(LINESTYLES, ("", "6.7 2.9", "1.8 3", "11.5 2.9 1.8 2.9")))  # the page's DASHES
-    for rec, style in zip(records, run_styles([{"override_list": rec["overrides"]} for rec in records]) or []):
+    for rec, style in zip(records, run_styles(rows) or []):
         rec["style"] = {"color": style["color"], "dash": dashes[style["linestyle"]]}
     configs = [files.config for _r, _name, files in found]  # as attnlab-compare reads them
     for rec, keys in zip(records, runs.differs(configs, against)):
@@ -301,8 +297,8 @@ def collect_records(paths: Iterable[Path | str], *, found: list[tuple[Path, str,
         rec["table"]["differs"] = table.page_cell("differs", rec["differs"])
     if verdicts is None:
         return records
-    for rec, name in zip(records, names):
-        rec["verdict"] = verdict_text(verdicts.get(name))
+    for rec, row in zip(records, rows):
+        rec["verdict"] = verdict_text(verdicts.get(row["job"]))
         rec["table"]["verdict"] = table.page_cell("verdict", rec["verdict"])
     student = {id(rec): runs.setting(config, "name", str, None) for rec, config in zip(records, configs)}
     return sorted(records, key=lambda rec: (student[id(rec)] is None, student[id(rec)] or "", rec["name"]))

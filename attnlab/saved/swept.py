@@ -18,9 +18,8 @@ def swept(override_lists: Sequence[Sequence[str]]) -> list[dict[str, str]]:
     ``optimizer.lr``, value ``0.05`` (without ``=``: value "")."""
     parsed = [{key.lstrip("+~"): value for key, _, value in (o.partition("=") for o in overrides)}
               for overrides in override_lists]
-    keys = list(dict.fromkeys(k for p in parsed for k in p))
-    if len(parsed) > 1:
-        keys = [k for k in keys if len({p.get(k) for p in parsed}) > 1]
+    keys = [k for k in dict.fromkeys(k for p in parsed for k in p)
+            if len(parsed) == 1 or len({p.get(k) for p in parsed}) > 1]
     return [{k: p[k] for k in keys if k in p} for p in parsed]
 
 

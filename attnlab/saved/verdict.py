@@ -164,8 +164,7 @@ def metric_columns(run_dir: Path) -> dict[str, np.ndarray]:
 
 
 def _archives(runs: tuple[Path, Path], name: str, members: dict[str, Any]) -> list[dict[str, np.ndarray]]:
-    """Every member of each run's archive ``name`` ({} where there is none); RunFileError for a member
-    attnlab does not write there."""
+    """Each run's archive ``name`` ({} where there is none); RunFileError for a member attnlab does not write."""
     return [safe_read.read_npz(Path(r) / name, members, root=r, strict=True) if safe_read.exists(r, name)
             else {} for r in runs]
 
@@ -180,6 +179,10 @@ def compare_runs(original: Path, reproduction: Path) -> list[Difference]:
     prefix_only = s_a.get("status") == "interrupted"
     quantities: list[tuple[str, Any, Any, Any]] = []  # (name, original's, reproduction's, steps of axis 0)
     none = np.zeros(0)
+
+    def rows(arrays: dict[str, np.ndarray], key: str) -> int | None:  # an interrupted original: its rows only
+        return len(arrays.get(key, none)) if prefix_only else None
+
     if s_a.get("task") == "walkthrough" or safe_read.exists(original, safe_read.WALKTHROUGH):
         fa, fb = _archives(pair, safe_read.WALKTHROUGH, safe_read.WALKTHROUGH_MEMBERS)
         quantities += [(key, fa.get(key, none), fb.get(key, none), None)
@@ -189,12 +192,10 @@ def compare_runs(original: Path, reproduction: Path) -> list[Difference]:
         if list(ma) != list(mb):
             quantities.append(("metrics.csv columns", np.array(list(ma)), np.array(list(mb)), None))
         aa, ab = _archives(pair, safe_read.ATTENTION, safe_read.ATTENTION_MEMBERS)
-        s = len(ma.get("step", none)) if prefix_only else None
-        w = len(aa.get("steps", none)) if prefix_only else None
         steps = max(ma.get("step", none), mb.get("step", none), key=len).astype(np.int64)
-        quantities += [(name, ma.get(name, none), mb.get(name, none)[:s], None if name == "step" else steps)
-                       for name in METRIC_COLUMNS if name in ma or name in mb]
-        quantities += [(ATTENTION_NAMES.get(key, key), aa.get(key, none), ab.get(key, none)[:w],
+        quantities += [(n, ma.get(n, none), mb.get(n, none)[:rows(ma, n)], None if n == "step" else steps)
+                       for n in METRIC_COLUMNS if n in ma or n in mb]
+        quantities += [(ATTENTION_NAMES.get(key, key), aa.get(key, none), ab.get(key, none)[:rows(aa, key)],
                         aa.get("steps") if key in ("weights", "layers") else None)
                        for key in safe_read.ATTENTION_MEMBERS if key in aa or key in ab]
         model = {}  # model.npz's members as the reproduction (attnlab itself) wrote them: name -> Member of that rank
