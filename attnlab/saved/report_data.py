@@ -118,10 +118,10 @@ def _record(run_dir: Path, name: str | None) -> dict[str, Any]:
 
 
 def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int = WEIGHT_BUDGET, *,
-             root: Path | None = None, files: runs.RunFiles | None = None) -> dict[str, Any]:
+             files: runs.RunFiles | None = None) -> dict[str, Any]:
     """One run dir (``files``: its :func:`runs.read_run`) as the page's record (:func:`_record`'s fields,
     docs/reference.md), read as attnlab-compare reads it (someone else's run); never raises."""
-    files = files or runs.read_run(Path(run_dir), root)
+    files = files or runs.read_run(Path(run_dir))
     run_dir, rec = files.run_dir, _record(files.run_dir, name)
     metrics = attention = None  # the snapshots as attnlab-compare reads them, from the arrays read here
     if not files.linked:  # nothing read through a link
