@@ -19,6 +19,7 @@ CASES = [
     ("Adam", dict(lr=0.05)),
     ("Adam", dict(lr=0.01, betas=(0.5, 0.9), eps=1e-6, weight_decay=0.1)),
     ("AdamW", dict(lr=0.2, betas=(0.0, 0.99), eps=1e-3, weight_decay=0.5)),
+    ("AdamW", dict(lr=0.2)),  # AdamW's own default weight_decay (0.01), not Adam's
     ("SGD", dict(lr=0.1, momentum=0.9, dampening=0.3, weight_decay=0.01)),
     ("SGD", dict(lr=0.1, momentum=0.8, nesterov=True)),
     ("SGD", dict(lr=0.05)),

@@ -15,7 +15,6 @@ import pytest
 from attnlab.core.records import RunInfo, RunResult, Snapshot
 from attnlab.outputs import fonts as font_module
 from attnlab.outputs import plots
-from attnlab.outputs.tensorboard import heatmap_pixels
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 TOKENS = ["Your", " journey", " starts", " with", " one", " step"]
@@ -85,7 +84,7 @@ def test_chinese_tokens_render_without_missing_glyphs(tmp_path):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         (tmp_path / "zh.png").write_bytes(plots.png(plots.evolution_figure, snapshots(2, t=len(ZH_TOKENS)), ZH_TOKENS))
-        img = heatmap_pixels(ZH_TOKENS, snapshots(1, t=len(ZH_TOKENS))[0].weights, "你的")
+        img = plots.heatmap_pixels(ZH_TOKENS, snapshots(1, t=len(ZH_TOKENS))[0].weights, "你的")
     assert [str(w.message) for w in caught if "Glyph" in str(w.message)] == []
     assert img.dtype == np.uint8
     assert img.ndim == 3
@@ -119,7 +118,7 @@ def test_figure_titles_follow_the_language():
 def test_heatmap_image_is_hwc_uint8_with_the_weights_drawn():
     w = np.full((6, 6), 1 / 6, dtype=np.float32)
     w[1] = [0.9, 0.1, 0, 0, 0, 0]
-    img = heatmap_pixels(TOKENS, w, "step=0")
+    img = plots.heatmap_pixels(TOKENS, w, "step=0")
     assert img.shape == (400, 460, 3)
     assert img.dtype == np.uint8
     assert img.min() < 50
@@ -128,7 +127,7 @@ def test_heatmap_image_is_hwc_uint8_with_the_weights_drawn():
 
     colours = {tuple(c) for c in img.reshape(-1, 3).tolist()}
     assert tuple(matplotlib.colormaps["viridis"](0.9, bytes=True)[:3]) in colours  # the brightest cell
-    other = heatmap_pixels(TOKENS, np.full((6, 6), 1 / 6, np.float32), "step=0")
+    other = plots.heatmap_pixels(TOKENS, np.full((6, 6), 1 / 6, np.float32), "step=0")
     assert not np.array_equal(img, other)
 
 
@@ -181,12 +180,12 @@ def test_workers_draw_the_same_bytes_and_a_dead_or_missing_pool_draws_here(monke
     try:
         evolution = drawing.Drawing(plots.png, plots.evolution_figure, snaps, TOKENS, 7)
         loss = drawing.Drawing(plots.png, plots.loss_figure, losses)
-        heatmap = drawing.Drawing(heatmap_pixels, TOKENS, snaps[1].weights, "step=10")
+        heatmap = drawing.Drawing(plots.heatmap_pixels, TOKENS, snaps[1].weights, "step=10")
         assert evolution.future is not None or (os.cpu_count() or 1) < 2  # sent to a worker (one core: drawn here)
         concurrent.futures.wait([d.future for d in (evolution, loss, heatmap) if d.future is not None])
         assert evolution.result() == plots.png(plots.evolution_figure, snaps, TOKENS, 7)  # the worker's bytes
         assert loss.result() == plots.png(plots.loss_figure, losses)
-        np.testing.assert_array_equal(heatmap.result(), heatmap_pixels(TOKENS, snaps[1].weights, "step=10"))
+        np.testing.assert_array_equal(heatmap.result(), plots.heatmap_pixels(TOKENS, snaps[1].weights, "step=10"))
         busy = [drawing.Drawing(_pid_after, 0.8) for _ in range(4)]  # one drawn, one queued in the worker
         while not (busy[0].future.running() and busy[1].future.running()):
             time.sleep(0.01)

@@ -153,13 +153,13 @@ def test_event_file_contents(tmp_path):
 
 
 def test_images_are_the_heatmaps_of_the_snapshots(tmp_path):
-    """Each snapshot's image in the event file is its heatmap (tensorboard.heatmap_pixels: the
+    """Each snapshot's image in the event file is its heatmap (plots.heatmap_pixels: the
     step and loss in the title), decoded back to the same pixels."""
     import io
 
     from PIL import Image
 
-    from attnlab.outputs.tensorboard import heatmap_pixels
+    from attnlab.outputs.plots import heatmap_pixels
 
     _, snaps = write_run(tmp_path)
     events = accumulate(tmp_path).Images("attention/weights")

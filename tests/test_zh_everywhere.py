@@ -171,3 +171,23 @@ def test_reproduce_speaks_the_locale_not_the_runs_recorded_language(default_run,
     assert reproduce.main([str(default_run), "--out", str(tmp_path / "again")]) == 0
     out = capsys.readouterr().out
     assert re.search(r"[\u4e00-\u9fff]", out.splitlines()[0]) and english_words(out) == set(), out
+
+
+def test_the_processes_a_command_starts_speak_its_language(monkeypatch):
+    """attnlab-check's child (spawn, as on Windows) and attnlab-reproduce's kernel workers say their lines in
+    the command's language (--lang zh), not the locale's (LANG=en_US)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from attnlab.commands import learner
+
+    monkeypatch.setenv("LANG", "en_US.UTF-8")
+    i18n.set_language("zh")
+    try:
+        [loading] = learner.run_stages("def embed_tokens(:\n", "mine.py", [], method="spawn")
+        assert loading.error == "mine.py 第 1 行: SyntaxError: invalid syntax"
+        with ProcessPoolExecutor(1, multiprocessing.get_context("spawn"), initializer=reproduce._use_kernels,
+                                 initargs=("", i18n.language())) as workers:
+            assert workers.submit(i18n._, "reproduced exactly").result() == "完全复现"
+    finally:
+        i18n.set_language("en")

@@ -121,7 +121,8 @@ def _compose(typed: list[str], given: list[str], config_name: str = "config") ->
 
 
 def _config(args: tuple, options: dict[str, Any], what: str) -> DictConfig:
-    """The config of ``train(cfg)`` or ``train("key=value", key=value)``; a sweep preset refused in one line."""
+    """The config of ``train(cfg)`` or ``train("key=value", key=value)``, whose ``lang`` speaks from now on; a
+    sweep preset refused in one line."""
     if args and isinstance(args[0], DictConfig):
         if len(args) > 1 or options:
             raise AttnlabError(_("{what}(cfg, ...): give either a config (compose(...)) or overrides, not both")
@@ -129,6 +130,8 @@ def _config(args: tuple, options: dict[str, Any], what: str) -> DictConfig:
         cfg = args[0]
     else:
         cfg = compose(*args, **options)
+    if (lang := plain(OmegaConf.select(cfg, "lang", default=None))) in LANGUAGES:
+        i18n.set_language(lang)  # _() in the config's language from now on (another lang: left as it is)
     if (described := sweep_of(cfg)) is None:
         return cfg
     params, overrides = described
@@ -158,7 +161,6 @@ def train(*args: Any, sinks: Iterable[Sink] = (), run_dir: Path | None = None, k
         raise AttnlabError(_("task=walkthrough: this config narrates §1–4 and trains nothing; "
                              "attnlab.walkthrough(...) runs it"))
     typed = apply_schema(cfg)
-    _speak(typed)
     tokens = checks.validated_tokens(typed)  # once: the run and exercise 5's permutation check
     focus, start = FocusSink(), _Start()
     shown = [ConsoleSink(progress=typed.logging.progress, notebook=_in_notebook())] if typed.logging.console else []
@@ -176,14 +178,7 @@ def walkthrough(*args: Any, print_line: Callable[[str], object] = print, **optio
     """Tutorial §1–4 narrated through ``print_line`` (default ``experiment=tutorial_walkthrough``); returns
     head 0's arrays (:func:`attnlab.core.walkthrough.walkthrough`). Writes nothing."""
     cfg = _config(args or ("experiment=tutorial_walkthrough",), options, "walkthrough")
-    _speak(cfg)
     return narrate(cfg, print_line=print_line)
-
-
-def _speak(cfg: DictConfig) -> None:
-    """``_()`` in ``cfg``'s language from now on (a ``lang`` it does not have: left as it is)."""
-    if (lang := plain(OmegaConf.select(cfg, "lang", default=None))) in LANGUAGES:
-        i18n.set_language(lang)
 
 
 def sweep(*overrides: Any, dir: str | Path | None = None, **options: Any) -> SweepTable:

@@ -18,7 +18,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from attnlab.core.i18n import _
+from attnlab.core.i18n import _, language, set_language
 from attnlab.outputs.drawing import end_with_parent
 
 TIME_LIMIT = 30.0  # seconds the learner's file may take to load, and each stage to return
@@ -98,8 +98,10 @@ def _outcome(number: int, fn: Any, filename: str, function: str, inputs: tuple, 
     return Outcome(number, arrays)
 
 
-def _child(conn, source: str, filename: str, stages: Stages, memory_limit: int | None) -> None:
-    """The child process: run ``source``, then each stage; one JSON message per outcome, its values as ``.npy``."""
+def _child(conn, source: str, filename: str, stages: Stages, memory_limit: int | None, lang: str) -> None:
+    """The child process, speaking the command's ``lang``: run ``source``, then each stage; one JSON message per
+    outcome, its values as ``.npy``."""
+    set_language(lang)
     def send(error: str | None, arrays: Sequence[np.ndarray] = ()) -> None:
         conn.send_bytes(json.dumps({"error": error, "values": len(arrays)}).encode("utf-8"))
         for array in arrays:
@@ -140,7 +142,8 @@ def run_stages(source: str, filename: str, stages: Stages, *, time_limit: float 
     if ctx.get_start_method() == "forkserver":
         ctx.set_forkserver_preload(["numpy", "torch", __name__])
     mine, theirs = ctx.Pipe(duplex=False)
-    child = ctx.Process(target=_child, args=(theirs, source, filename, list(stages), memory_limit), daemon=True)
+    child = ctx.Process(target=_child, args=(theirs, source, filename, list(stages), memory_limit, language()),
+                        daemon=True)
     child.start()
     theirs.close()
     try:

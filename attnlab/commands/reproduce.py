@@ -1,6 +1,6 @@
 """``attnlab-reproduce PATH... [--out DIR] [--csv FILE] [-j N] [--artifacts]``: re-run saved runs from the
 configs they recorded (read as data, :mod:`attnlab.saved.safe_read`) and compare every file bit for bit
-(:mod:`attnlab.saved.verdict`), on the kernels the run recorded when this CPU has them (:class:`Kernels`),
+(:mod:`attnlab.saved.verdict`), on the kernels the run recorded when this CPU has them (:func:`verify`),
 else on every kernel path here. One run: its verdict and differences; several, or folders of runs: one
 table sorted by student. Exit 0 reproduced exactly or within rounding, 1 not (not reproduced, undecided,
 interrupted), 2 not a run that can be reproduced (one line; ``HYDRA_FULL_ERROR=1`` raises instead).
@@ -24,7 +24,7 @@ from omegaconf import DictConfig
 
 from attnlab.commands.arguments import HelperParser, console_script, speak
 from attnlab.commands.job import run_job
-from attnlab.core import checks, interrupts, threads
+from attnlab.core import checks, i18n, interrupts, threads
 from attnlab.core.config import apply_schema, literal, plain
 from attnlab.core.errors import AttnlabError, ConfigError, RunDirError, describe
 from attnlab.core.files import printable
@@ -182,9 +182,11 @@ def rerun(plan: Plan, out: Path, draw: bool = False) -> Rerun:
                  status, diffs, story)
 
 
-def _use_kernels(kernels: str) -> None:
+def _use_kernels(kernels: str, lang: str) -> None:
     """A worker's initializer: torch loaded with ``kernels`` (``ATEN_CPU_CAPABILITY``, read once as torch
-    loads; "": this machine's); Ctrl-C left to the command. RuntimeError when torch was loaded before."""
+    loads; "": this machine's); the command's ``lang``; Ctrl-C left to the command. RuntimeError when torch
+    was loaded before."""
+    i18n.set_language(lang)
     if "torch" in sys.modules:
         raise RuntimeError("torch was loaded before the kernels were chosen")
     if kernels:
@@ -234,7 +236,7 @@ def verify(plans: Sequence[Plan | str], jobs: int = 1, draw: bool = False) -> li
             return take(i, checked(*args))
         if kernels not in pools:
             pools[kernels] = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                                                 initializer=_use_kernels, initargs=(kernels,))
+                                                 initializer=_use_kernels, initargs=(kernels, i18n.language()))
         with _sigint_ignored():  # a Ctrl-C reaches only the runs, which record it
             futures[future := pools[kernels].submit(checked, *args)] = i
         return future
@@ -331,8 +333,8 @@ def reproduce_many(paths: Sequence[Path], out: Path | None, csv: Path | None, jo
         from attnlab.commands.compare import preset_config
 
         assignment = preset_config(against)
-    plans = [checked(prepare, r, out / name) for r, name, _files in found]  # a run refused is a row
     try:
+        plans = [checked(prepare, r, out / name) for r, name, _files in found]  # a run refused is a row
         verdicts, interrupted = verify(plans, jobs, draw), False
     except KeyboardInterrupt:  # before any pool started
         verdicts, interrupted = [Verdict(INTERRUPTED, _(STOPPED))] * len(found), True

@@ -52,13 +52,10 @@ def permutation_check(cfg: DictConfig, tokens: Tokens | None = None) -> dict[str
         return out
     model = build_model(cfg, prepared, order="walkthrough" if cfg.task == Task.walkthrough else "training")
     model.eval()
-    embedding, attention = model.embedding, model.attention
-    device = next(attention.parameters()).device
+    device = next(model.parameters()).device
     with torch.no_grad():
-        X_a = embedding(torch.tensor(ids_a, device=device))  # (T, d_model)
-        X_b = embedding(torch.tensor(ids_b, device=device))  # (T, d_model), same parameters
-        Z_a = attention(X_a).Z  # (T, d_v)
-        Z_b = attention(X_b).Z
+        X_a, X_b = (model.embedding(torch.tensor(ids, device=device)) for ids in (ids_a, ids_b))  # (T, d_model) each
+        Z_a, Z_b = model.attention(X_a).Z, model.attention(X_b).Z  # (T, d_v) each, the same parameters
         idx = torch.tensor(perm, device=device)
         out["z_max_abs_diff"] = float((Z_b - Z_a[idx]).abs().max())
         out["x_max_abs_diff"] = float((X_b - X_a[idx]).abs().max())

@@ -96,5 +96,7 @@ def build(name: str, params: Iterable[torch.nn.Parameter], fast: bool | None = N
         return cls(params, **kwargs)
     if name == "SGD":
         return SGD(params, **kwargs)
+    if name == "AdamW":
+        kwargs.setdefault("weight_decay", 0.01)  # torch.optim.AdamW's default, not Adam's 0
     return Adam(params, decoupled_weight_decay=name == "AdamW", **kwargs)
 

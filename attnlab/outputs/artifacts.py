@@ -149,7 +149,6 @@ class RunDirSink(Sink):
         except OSError as err:
             with contextlib.suppress(OSError):  # no half-written batch: on_end promotes the rows before it
                 self._metrics.close()
-            self._metrics = None
             raise self._fail(err, METRICS, int(steps[0])) from err
         self._rows.append((rows + len(steps), end + len(data), float(losses[-1])))
 
@@ -175,9 +174,7 @@ class RunDirSink(Sink):
         n, end, final_loss = max((r for r in self._rows if r[0] <= result.steps_run), default=(0, 0, None))
         if self._rows:
             try:
-                if self._metrics is not None:
-                    self._metrics.close()
-                    self._metrics = None
+                self._metrics.close()  # (a second close does nothing)
                 os.truncate(self._metrics_tmp, end)
                 if self._val:
                     self._add_val_column()
@@ -231,7 +228,6 @@ class RunDirSink(Sink):
     def close(self) -> None:
         if self._metrics is not None:
             self._metrics.close()
-            self._metrics = None
         self._weights = None  # the memmap is unmapped with its last reference
         self._weights_tmp.unlink(missing_ok=True)
 

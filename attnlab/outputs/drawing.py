@@ -20,7 +20,6 @@ def end_with_parent() -> None:
     ended, however (``kill -9`` too), seen by a thread waiting on the parent's sentinel."""
     import multiprocessing
     import threading
-    from multiprocessing.connection import wait
 
     parent = multiprocessing.parent_process()
     if parent is None:
@@ -28,7 +27,7 @@ def end_with_parent() -> None:
 
     def watch() -> None:
         with contextlib.suppress(OSError, ValueError):
-            wait([parent.sentinel])
+            parent.join()  # (its sentinel: ends however the parent ended)
         os._exit(0)
 
     threading.Thread(target=watch, name="attnlab-end-with-parent", daemon=True).start()

@@ -16,7 +16,7 @@ from attnlab.core.i18n import _
 from attnlab.core.records import RunInfo, RunResult, Sink, Snapshot, head_mean
 from attnlab.outputs.artifacts import atomic_write
 from attnlab.outputs.drawing import Drawing
-from attnlab.outputs.fonts import label, style
+from attnlab.outputs.fonts import drawable, label, style
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
@@ -36,10 +36,7 @@ MSE_LABEL = "loss (MSE)"  # the tutorial's objective (attnlab.core.config.loss_a
 
 def warm_up() -> None:
     """matplotlib loaded and a first heatmap drawn (fonts, glyph caches): a figure worker's start."""
-    with style():
-        fig = new_figure(1, 1)
-        draw_heatmap(fig.add_subplot(), np.eye(2), ["a", "b"], "a")
-        fig.canvas.draw()
+    heatmap_pixels(["a", "b"], np.eye(2))
 
 
 def new_figure(width_in: float, height_in: float) -> "Figure":
@@ -71,6 +68,18 @@ def draw_heatmap(ax, w: np.ndarray, tokens: Sequence[str], title: str):
             ax.text(j, i, f"{w[i, j]:.2f}", ha="center", va="center", fontsize=size,
                     color="black" if w[i, j] > 0.6 else "white")
     return im
+
+
+def heatmap_pixels(tokens: Sequence[str], weights: np.ndarray, title: str = "") -> np.ndarray:
+    """TensorBoard's heatmap of ``weights`` ((T, T) or (H, T, T), heads averaged): ``(400, 460, 3)`` uint8 RGB,
+    colour scale fixed to [0, 1] so steps compare."""
+    with style():
+        fig = new_figure(4.6, 4.0)
+        ax = fig.add_subplot()
+        im = draw_heatmap(ax, head_mean(weights), tokens, drawable(title))
+        fig.colorbar(im, ax=ax, shrink=0.85)
+        fig.canvas.draw()
+        return np.asarray(fig.canvas.buffer_rgba())[..., :3].copy()
 
 
 def pick_snapshots(snapshots: Sequence, max_panels: int = MAX_PANELS) -> list:

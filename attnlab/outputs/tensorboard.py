@@ -7,15 +7,14 @@ import functools
 import re
 import unicodedata
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
 from attnlab.core.focus import FOCUS_THRESHOLD, focus, row_entropy
 from attnlab.core.records import RunInfo, RunResult, Sink, Snapshot, head_mean
 from attnlab.outputs.drawing import Drawing
-from attnlab.outputs.fonts import drawable, style
-from attnlab.outputs.plots import draw_heatmap, new_figure
+from attnlab.outputs.plots import heatmap_pixels
 
 
 def tag_names(tokens: list[str]) -> list[str]:
@@ -151,14 +150,3 @@ class TensorBoardSink(Sink):
         if "writer" in vars(self):
             self.writer.close()
 
-
-def heatmap_pixels(tokens: Sequence[str], weights: np.ndarray, title: str = "") -> np.ndarray:
-    """TensorBoard's heatmap of ``weights`` ((T, T) or (H, T, T), heads averaged): ``(400, 460, 3)`` uint8 RGB,
-    colour scale fixed to [0, 1] so steps compare."""
-    with style():
-        fig = new_figure(4.6, 4.0)
-        ax = fig.add_subplot()
-        im = draw_heatmap(ax, head_mean(weights), tokens, drawable(title))
-        fig.colorbar(im, ax=ax, shrink=0.85)
-        fig.canvas.draw()
-        return np.asarray(fig.canvas.buffer_rgba())[..., :3].copy()

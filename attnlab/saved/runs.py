@@ -202,8 +202,7 @@ def row_from(files: RunFiles, job: str | None = None, *, sweep_end: bool = False
         row["override_list"] = files.overrides  # not a column: the swept values of a figure's titles
         threshold = row["loss_threshold"] = setting(config, "train.loss_threshold", (int, float), None)
         row["objective"] = select(config, "train.objective")  # names the loss axes (not a column)
-        for key in ("final_loss", "steps_run", "steps_to_threshold", "wall_time_s"):  # a run without data: these
-            row[key] = summary.get(key)
+        row.update({k: summary.get(k) for k in ("final_loss", "steps_run", "steps_to_threshold", "wall_time_s")})
         if read:
             metrics = (files.attempt(safe_read.read_run_metrics, run_dir, root=files.root)
                        if safe_read.exists(run_dir, METRICS) else None)

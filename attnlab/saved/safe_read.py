@@ -39,7 +39,6 @@ _TAGS = {_CORE + t for t in ("null", "bool", "int", "float", "str", "seq", "map"
 MAX_NUMBER_CHARS = 4300  # Python's limit on the digits of an int converted from text
 MAX_INT_BITS = 14_284  # 2**14284 < 10**4300: an int this size prints within Python's limit
 _NUMERIC = re.compile(r"[-+]?[0-9.][0-9_:.eE+-]*")
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @functools.cache
@@ -113,7 +112,7 @@ def parse_yaml_data(text: str, label: Any = "<yaml>") -> Any:
             if isinstance(value, dict) and not all(isinstance(k, str) for k in value):
                 bad = next(k for k in value if not isinstance(k, str))
                 raise ValueError(f"a mapping key that is not a string ({printable(repr(bad), 40)})")
-            if isinstance(value, str) and _SURROGATE.search(value):
+            if isinstance(value, str) and re.search("[\ud800-\udfff]", value):
                 raise ValueError("a lone surrogate in a string")
             if isinstance(value, int) and value.bit_length() > MAX_INT_BITS:
                 raise ValueError(f"an integer of {value.bit_length()} bits (more than Python prints)")
@@ -160,9 +159,6 @@ def read_json_data(path: Path, limit: int = files.SUMMARY_LIMIT, *, root: Path |
     return data
 
 
-_INT = re.compile(r"\s*\+?[0-9]+\s*")
-
-
 def read_run_metrics(run_dir: Path, limit: int = files.METRICS_LIMIT, *,
                      root: Path | None = None) -> tuple[np.ndarray, np.ndarray]:
     """``RUN_DIR/metrics.csv`` as ``(steps (N,) int64, losses (N,) float64)``: header ``step,loss``,
@@ -194,7 +190,7 @@ def read_run_metrics(run_dir: Path, limit: int = files.METRICS_LIMIT, *,
         fields = line.split(",")
         if len(fields) < 2:
             raise RunFileError(path, f"line {n}: 1 field, expected at least 2 (step,loss)")
-        if not _INT.fullmatch(fields[0]) or int(fields[0]) >= 2 ** 63:
+        if not re.fullmatch(r"\s*\+?[0-9]+\s*", fields[0]) or int(fields[0]) >= 2 ** 63:
             raise RunFileError(path, f"line {n}: step '{printable(fields[0], 40)}' is not a non-negative integer")
         try:
             loss = float(fields[1].replace("_", "x"))  # float() would read 1_0 as 10
@@ -358,12 +354,6 @@ _DAMAGE = (zipfile.BadZipFile, zlib.error, EOFError, struct.error, OSError, Valu
            RuntimeError, UnicodeDecodeError, SyntaxError, TypeError)
 
 
-def _dtype_ok(dtype: np.dtype, kinds: str) -> bool:
-    if dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None or dtype.kind not in kinds:
-        return False
-    return dtype.itemsize in (4, 8) if dtype.kind in "fi" else 0 < dtype.itemsize <= 4 * files.TOKEN_CHARS
-
-
 class NpzArchive(contextlib.AbstractContextManager):
     """An .npz of a run dir, checked as the module docstring says (the zip's end record before zipfile
     reads its directory; declared sizes within ``limit`` before anything is decompressed); ``shapes``:
@@ -434,7 +424,9 @@ class NpzArchive(contextlib.AbstractContextManager):
             except (ValueError, SyntaxError, TypeError) as err:  # numpy's words for a header that is not one
                 why = re.sub(r" at 0x[0-9a-fA-F]+", "", str(err))  # an object's address differs every run
                 raise RunFileError(self.path, f"{where}: bad .npy header ({printable(why, 100)})") from None
-            if not _dtype_ok(dtype, spec.kinds):
+            itemsizes = (4, 8) if dtype.kind in "fi" else range(1, 4 * files.TOKEN_CHARS + 1)  # U: 4 bytes a character
+            if (dtype.kind not in spec.kinds or dtype.itemsize not in itemsizes or dtype.hasobject
+                    or dtype.fields is not None or dtype.subdtype is not None):
                 allowed = "; ".join(_ALLOWED[k] for k in spec.kinds)
                 raise RunFileError(self.path, f"{name} has dtype {printable(str(dtype), 60)}, allowed: {allowed}")
             if any(n < 0 for n in shape):
