@@ -1,6 +1,7 @@
 """The console sink: the tutorial's §5 lines at each snapshot step, and a progress bar on long runs."""
 from __future__ import annotations
 
+import importlib.util
 import re
 import sys
 import time
@@ -109,8 +110,6 @@ class ConsoleSink(Sink):
         self._info = info
         self._t0 = time.monotonic()
         if self.progress and info.steps >= PROGRESS_MIN_STEPS:
-            import importlib.util
-
             if self.notebook and importlib.util.find_spec("ipywidgets") is not None:  # a widget in the cell
                 from tqdm.auto import tqdm as bar
             else:

@@ -4,8 +4,13 @@ both draw (docs/benchmarks.md: the default run's gain). Same functions, same byt
 every file, and draws them itself without a worker (not started, one core) or when it died."""
 from __future__ import annotations
 
+import atexit
 import contextlib
+import multiprocessing
 import os
+import signal
+import threading
+from concurrent.futures import BrokenExecutor, Future, ProcessPoolExecutor
 from typing import Any, Callable
 
 from attnlab.core.config import Task
@@ -18,9 +23,6 @@ _sent: list["Drawing"] = []  # sent to the worker, their result not asked for ye
 def end_with_parent() -> None:
     """In a process multiprocessing started: ``os._exit`` as soon as the process that started it has
     ended, however (``kill -9`` too), seen by a thread waiting on the parent's sentinel."""
-    import multiprocessing
-    import threading
-
     parent = multiprocessing.parent_process()
     if parent is None:
         return
@@ -35,9 +37,6 @@ def end_with_parent() -> None:
 
 def _prepare_worker(lang: str, warm_up: Callable[[], None] | None) -> None:
     """The worker's start: the run's language, Ctrl-C is the run's, it ends with the run, no interpreter teardown."""
-    import atexit
-    import signal
-
     set_language(lang)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     end_with_parent()
@@ -54,13 +53,9 @@ def start(cfg: Any, warm_up: Callable[[], None] | None = None) -> None:
     if _pool is not None or cfg.task != Task.train or (os.cpu_count() or 1) < 2 or not (
             log.figures or (log.tensorboard and log.images)):
         return
-    import concurrent.futures
-    import multiprocessing
-
     try:  # one worker: a second drew beside it with a free core, but under load made the default run slower
-        _pool = concurrent.futures.ProcessPoolExecutor(1, multiprocessing.get_context("spawn"),
-                                                       initializer=_prepare_worker,
-                                                       initargs=(language(), warm_up))
+        _pool = ProcessPoolExecutor(1, multiprocessing.get_context("spawn"), initializer=_prepare_worker,
+                                    initargs=(language(), warm_up))
         _pool.submit(int)  # a worker starts at a submit
     except (OSError, ImportError, NotImplementedError, RuntimeError):  # no processes, no working semaphores
         _pool = None
@@ -92,8 +87,6 @@ class Drawing:
     def result(self) -> Any:
         """The value (or its exception). While the worker draws this one, the run draws the newest
         drawings the worker has not started; without a worker, or when it died, the run draws it."""
-        from concurrent.futures import BrokenExecutor
-
         with contextlib.suppress(ValueError):
             _sent.remove(self)
         while not self.done():  # this one, else the newest the worker has not started, drawn here
@@ -108,8 +101,6 @@ class Drawing:
 
     def _take_back(self) -> bool:
         """Draw it here when the worker has not started it (False when it has); its value or exception kept."""
-        from concurrent.futures import Future
-
         if not self.future.cancel():
             return False
         drawn = Future()  # set before it replaces the cancelled one (an interrupt leaves that)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from omegaconf import OmegaConf
 
 from attnlab.core.focus import FOCUS_THRESHOLD, focus, row_entropy
 from attnlab.core.records import RunInfo, RunResult, Sink, Snapshot, head_mean
@@ -65,8 +66,6 @@ class TensorBoardSink(Sink):
         return self._writer_class(log_dir=str(self.run_dir))
 
     def on_start(self, info: RunInfo) -> None:
-        from omegaconf import OmegaConf
-
         self.info = info
         self._names = tag_names(info.tokens)
         w = self.writer

@@ -511,10 +511,8 @@ def exists(run_dir: Path, name: str) -> bool:
 
 def file_problem(err: RunFileError, run_dir: Path) -> str:
     """``err`` as one line naming its file relative to ``run_dir``."""
-    try:
-        name = Path(err.path).relative_to(run_dir).as_posix()
-    except ValueError:
-        name = Path(err.path).name
+    path = Path(err.path)
+    name = path.relative_to(run_dir).as_posix() if path.is_relative_to(run_dir) else path.name
     return f"{printable(name, 300)}: {printable(err.reason, 1000)}"
 
 
