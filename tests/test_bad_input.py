@@ -777,3 +777,12 @@ def test_the_command_says_what_the_key_allows_in_the_learners_language(tmp_path)
     sweep = run_here("-m", "optimizer.betas=[0.9,0.99],[a,0.99]", "logging=off", f"hydra.sweep.dir={tmp_path / 's'}")
     assert sweep.returncode == 2 and sweep.stderr == "error: optimizer.betas[0]='a': must be a number\n", sweep.stderr
     assert not (tmp_path / "s").exists()  # refused before any job ran
+
+
+def test_omegaconf_2_4s_tuple_length_says_how_many_values():
+    """OmegaConf 2.4 checks a tuple's length itself (``optimizer.betas=[0.9]`` under Hydra 1.4, docs/compat.md)."""
+    from attnlab.core.errors import schema_allowed
+
+    assert schema_allowed("TupleConfig length 1 does not match type hint length 2\n    full_key: optimizer.betas") == (
+        "must be a list of 2 values")
+    assert schema_allowed("something OmegaConf says\nfull_key: x") == "something OmegaConf says"

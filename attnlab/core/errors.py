@@ -60,6 +60,7 @@ SCHEMA_TYPES = (
     (r"expected one of \[(?P<options>.*)\]", N_("must be one of: {options}")),
     (r"is not Optional|Non optional field|Incompatible value .None.", N_("must not be null")),
     (r"is not a ListConfig, list or tuple", N_("must be a list, e.g. [0,10,19]")),
+    (r"length \d+ does not match type hint length (?P<n>\d+)", N_("must be a list of {n} values")),  # OmegaConf 2.4
 )
 
 

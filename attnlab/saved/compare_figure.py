@@ -50,8 +50,7 @@ def comparison_figure(rows: Sequence[dict[str, Any]], path: Path, force: bool = 
     n = max(len(shown), 1)
     cols = min(n, HEATMAP_COLS)
     grid_rows = -(-n // cols)
-    title_lines = max([t.count("\n") + 1 for t, _, _ in shown], default=2)
-    row_in = 3.5 + 0.17 * title_lines
+    row_in = 3.5 + 0.17 * max([t.count("\n") + 1 for t, _, _ in shown], default=2)  # a title's lines
     more = f" ({len(shown)} of {len(maps)})" if len(maps) > len(shown) else ""
     width = max(9.0, 3.4 * cols + 0.9)
     # the key below both axes, in columns (a name per style); more runs than styles: a colour scale by row
@@ -75,8 +74,7 @@ def comparison_figure(rows: Sequence[dict[str, Any]], path: Path, force: bool = 
         fax.axhline(FOCUS_THRESHOLD, color="0.5", lw=0.8, ls="--")
         fax.set(ylim=(0, 1.02), xlabel=_("step"), ylabel=_("strongest weight"), title=_("focus token's attention"))
         fax.grid(True, alpha=0.3)
-        key = fig.add_subplot(grid[1, :])
-        key.set_axis_off()
+        key, heading = fig.add_subplot(grid[1, :]), fig.add_subplot(grid[2, :])
         if keyed:
             key.legend([Line2D([], [], lw=1.4, **style) for _, style in keyed], [name for name, _ in keyed],
                        loc="upper center", bbox_to_anchor=(0.5, 1.0), ncols=key_cols, fontsize=7, frameon=False)
@@ -84,15 +82,13 @@ def comparison_figure(rows: Sequence[dict[str, Any]], path: Path, force: bool = 
             scale = ScalarMappable(Normalize(0, len(rows) - 1), RUN_COLORMAP)
             fig.colorbar(scale, ax=[ax, fax], aspect=40,
                          label=_("run: its row in the table (0 to {last})").format(last=len(rows) - 1))
-        heading = fig.add_subplot(grid[2, :])
-        heading.set_axis_off()
         heading.set_title(_("attention at the last snapshot") + more, fontsize=11)
         axes = [fig.add_subplot(grid[3 + i // cols, i % cols]) for i in range(grid_rows * cols)]
         for a, (title, w, labels) in zip(axes, shown):
             im = draw_heatmap(a, w, labels, title)  # title: made drawable line by line
             if w.shape[0] > 12:  # smaller token labels, so long texts' ticks do not run into each other
                 a.tick_params(labelsize=6 if w.shape[0] <= 24 else 5)
-        for a in axes[len(shown):]:
+        for a in [key, heading, *axes[len(shown):]]:
             a.set_axis_off()
         if shown:
             fig.colorbar(im, ax=axes, shrink=0.8, label=_("attention weight"))

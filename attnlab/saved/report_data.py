@@ -113,15 +113,14 @@ def _record(run_dir: Path, name: str | None) -> dict[str, Any]:
     """A record's fields that :func:`_fill` may leave as they are (it sets the others)."""
     return {"name": printable(name if name is not None else run_dir.name, MAX_STR),
             "run_dir": printable(run_dir, MAX_STR), "kind": None, "tokens": [], "token_ids": [], "steps": [],
-            "snapshots_total": 0, "weights": [], "heads": 0, "loss": {"steps": [], "values": [], "total": 0},
-            "focus": None, "focus_series": None}
+            "snapshots_total": 0, "weights": [], "heads": 0, "focus": None, "focus_series": None}
 
 
 def load_run(run_dir: Path | str, name: str | None = None, max_weight_bytes: int = WEIGHT_BUDGET, *,
-             root: Path | None = None, files: runs.RunFiles | None = None) -> dict[str, Any]:
+             files: runs.RunFiles | None = None) -> dict[str, Any]:
     """One run dir (``files``: its :func:`runs.read_run`) as the page's record (:func:`_record`'s fields,
     docs/reference.md), read as attnlab-compare reads it (someone else's run); never raises."""
-    files = files or runs.read_run(Path(run_dir), root)
+    files = files or runs.read_run(Path(run_dir))
     run_dir, rec = files.run_dir, _record(files.run_dir, name)
     metrics = attention = None  # the snapshots as attnlab-compare reads them, from the arrays read here
     if not files.linked:  # nothing read through a link
@@ -204,11 +203,9 @@ def _fill(rec: dict[str, Any], files: runs.RunFiles, name: str | None, metrics: 
 
     steps, losses = metrics if metrics is not None else (np.zeros(0, dtype=np.int64), np.zeros(0))
     at = {int(s): i for i, s in enumerate(steps.tolist())}
-    rec["snapshot_loss"] = [_finite_or_none([losses[at[s]]])[0] if s in at else None for s in rec["steps"]]
-    if steps.size:
-        idx = _thin(int(steps.size), MAX_LOSS_POINTS, [at[s] for s in rec["steps"] if s in at])
-        rec["loss"] = {"steps": steps[idx].tolist(), "values": _finite_or_none(losses[idx].tolist()),
-                       "total": int(steps.size)}
+    rec["snapshot_loss"] = _finite_or_none([losses[at[s]] if s in at else math.nan for s in rec["steps"]])
+    idx = _thin(int(steps.size), MAX_LOSS_POINTS, [at[s] for s in rec["steps"] if s in at])
+    rec["loss"] = {"steps": steps[idx].tolist(), "values": _finite_or_none(losses[idx]), "total": int(steps.size)}
 
     if rec["steps"] and row.get("focus_curve"):  # the focus weight at every snapshot, beside the frames shown
         rec["focus_series"] = {"steps": list(row["focus_curve"][0]), "weights": _finite_or_none(row["focus_curve"][1])}
