@@ -199,15 +199,13 @@ class RunDirSink(Sink):
             except WriteError as err:
                 failure = failure or err
         kept_val = [v for s, v in self._val.items() if s < n]
-        fields = {"status": result.status, "final_loss": final_loss, "steps_run": n,
-                  **({"val_loss": kept_val[-1]} if kept_val else {}),
-                  **({"generation": result.generation} if result.generation else {}),
-                  "steps_to_threshold": threshold if threshold is not None and threshold < n else None,
-                  "wall_time_s": round(result.wall_time_s, 6), "error": result.error}
+        self.summary = {"status": result.status, "final_loss": final_loss, "steps_run": n,
+                        **({"val_loss": kept_val[-1]} if kept_val else {}),
+                        **({"generation": result.generation} if result.generation else {}),
+                        "steps_to_threshold": threshold if threshold is not None and threshold < n else None,
+                        "wall_time_s": round(result.wall_time_s, 6), "error": result.error}
         if failure is not None and result.status != "failed":
-            fields.update(status="failed", error=str(failure))
-        self.summary = fields
-        if failure is not None and result.status != "failed":
+            self.summary.update(status="failed", error=str(failure))
             raise failure  # the sinks after this one record the failure too
 
     def _write_attention(self, kept: int) -> None:
