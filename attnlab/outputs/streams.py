@@ -21,9 +21,8 @@ class SafeStream:
     def write(self, text: str) -> int:
         self._pending += text
         if "\n" in text:
-            cut = self._pending.rindex("\n") + 1
-            lines, self._pending = self._pending[:cut], self._pending[cut:]
-            self._write(lines)
+            lines, newline, self._pending = self._pending.rpartition("\n")
+            self._write(lines + newline)
         return len(text)
 
     def _write(self, text: str, flush: bool = False) -> None:
