@@ -6,6 +6,7 @@ mark of :data:`MARKS`) or with ``--force``, a file of no ``kind`` (the learner's
 nothing is written inside a run dir the command ``reads``, but the names in ``allow``."""
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from pathlib import Path
@@ -53,11 +54,9 @@ def refusal(path: Path | str, *, key: str, kind: str | None, force: bool = False
             key=key, path=shown, what=_(what))
     if force and kind is not None:
         return None
-    try:
-        with open(path, "rb", buffering=0) as f:
-            head = f.read(HEAD)
-    except OSError:
-        head = b""
+    head = b""
+    with contextlib.suppress(OSError), open(path, "rb", buffering=0) as f:
+        head = f.read(HEAD)
     mark = MARKS.get(kind)
     if mark is not None and (mark in head if kind == "figure" else head.lstrip(b"\xef\xbb\xbf").startswith(mark)):
         return None

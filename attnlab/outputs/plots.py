@@ -158,8 +158,7 @@ def figure_bytes(fig: "Figure", fmt: str = "png") -> bytes:
 
 
 def png(figure: Callable[..., "Figure | None"], *args: Any) -> bytes | None:
-    """``figure(*args)`` (:func:`evolution_figure`, :func:`loss_figure`) drawn inside :func:`style`, as the
-    bytes of a PNG file; None when it drew nothing."""
+    """``figure(*args)`` drawn inside :func:`style` as a PNG file's bytes; None when it drew nothing."""
     with style():
         fig = figure(*args)
         return None if fig is None else figure_bytes(fig)

@@ -115,10 +115,9 @@ def _contents_problem(path: Path, choose: str, stale_lock: bool = False) -> str 
 
 def summary_status(path: Path) -> str | None:
     """The ``status`` of ``path``'s summary.json (a bounded read), or None when unreadable."""
-    try:
+    status = None
+    with contextlib.suppress(RunFileError, ValueError, AttributeError, RecursionError):
         status = json.loads(read_text(path / "summary.json", SUMMARY_LIMIT)).get("status")
-    except (RunFileError, ValueError, AttributeError, RecursionError):
-        return None
     return status if isinstance(status, str) else None
 
 
