@@ -85,10 +85,9 @@ def csv_text(rows: Sequence[dict[str, Any]], cols: Sequence[str] | None = None) 
     return buf.getvalue()
 
 
-def write_csv(rows: Sequence[dict[str, Any]], path: Path, cols: Sequence[str] | None = None) -> Path:
-    """Write :func:`csv_text` to ``path`` atomically; returns ``path``."""
-    artifacts.atomic_write(Path(path), csv_text(rows, cols))
-    return Path(path)
+def write_csv(rows: Sequence[dict[str, Any]], path: Path) -> None:
+    """Write :func:`csv_text` to ``path`` atomically."""
+    artifacts.atomic_write(Path(path), csv_text(rows))
 
 
 def _cell(col: str, v: Any, limit: int | None = None) -> str:
