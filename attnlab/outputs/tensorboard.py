@@ -57,7 +57,6 @@ class TensorBoardSink(Sink):
         self.images = images
         self.info: RunInfo | None = None
         self._names: list[str] = []  # tag suffixes <pos>_<tok>
-        self._last_step = 0
         self._focus_step: int | None = None  # the first snapshot step whose mean focus weight passed 0.9
         self._images: list[tuple[str, int, Drawing]] = []  # (tag, step, heatmap) not added yet
 
@@ -81,7 +80,6 @@ class TensorBoardSink(Sink):
     def on_losses(self, steps: np.ndarray, losses: np.ndarray) -> None:
         for step, loss in zip(steps.tolist(), losses.tolist()):
             self.writer.add_scalar("loss", loss, step)
-            self._last_step = step
 
     def on_snapshot(self, snapshot: Snapshot) -> None:
         heads = np.asarray(snapshot.weights)  # (H, T, T)
@@ -132,7 +130,7 @@ class TensorBoardSink(Sink):
         metrics = {"hparam/final_loss": float("nan") if final is None else float(final),
                    "hparam/steps_to_threshold": -1 if reached is None else reached,
                    "hparam/focus_step": -1 if self._focus_step is None else self._focus_step}
-        step = max(self._last_step, result.steps_run - 1, 0)
+        step = max(result.steps_run - 1, 0)  # the last loss's (the run counts every step a sink was sent)
         exp, ssi, sei = hparams(hp, metrics)
         # torch always writes STATUS_SUCCESS; record the run's real status instead
         plugin = sei.value[0].metadata.plugin_data
