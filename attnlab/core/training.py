@@ -85,7 +85,10 @@ class LossRecorder:
     def __init__(self, sinks: list[Sink], threshold: float, keep: bool = True) -> None:
         self.sinks, self.threshold = sinks, threshold
         self.recorded = 0
-        self.final_loss = self.steps_to_threshold = self.diverged_at = self.bad_value = None  # float, int, int, float
+        self.final_loss: float | None = None
+        self.steps_to_threshold: int | None = None
+        self.diverged_at: int | None = None
+        self.bad_value: float | None = None
         self._pending: list[torch.Tensor] = []
         self._kept: list[np.ndarray] | None = [] if keep else None
 
@@ -283,13 +286,21 @@ def _finish(sinks: list[Sink], result: RunResult) -> None:
     """``flush`` on every sink, then ``on_end`` and ``close`` on each, shielded; a failing sink does not stop
     the others (those after it see ``failed``). Re-raises the first failure."""
     errors = []
+
+    def call(method, *args) -> None:
+        nonlocal result
+        try:
+            method(*args)
+        except Exception as err:
+            errors.append(err)
+            if result.status != "failed":
+                result = dataclasses.replace(result, status="failed", error=describe(err))
+
     with interrupts.shielded():
-        for sink, method in [(s, "flush") for s in sinks] + [(s, m) for s in sinks for m in ("on_end", "close")]:
-            try:
-                getattr(sink, method)(*([result] if method == "on_end" else []))
-            except Exception as err:
-                errors.append(err)
-                if result.status != "failed":
-                    result = dataclasses.replace(result, status="failed", error=describe(err))
+        for sink in sinks:
+            call(sink.flush)
+        for sink in sinks:
+            call(sink.on_end, result)
+            call(sink.close)
     if errors:
         raise errors[0]
