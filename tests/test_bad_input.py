@@ -50,6 +50,8 @@ CASES = [
          "error: optimzer=sgd: no such config key (`attnlab --help` lists every key); did you mean optimizer?"),
     Case("mistyped_optimizer_key", "a mistyped key of an optimizer", ("optimizer=sgd", "optimizer.momentun=0.9"),
          "hydra", "did you mean optimizer.momentum?"),
+    Case("key_without_section", "a key without its section", ("lr=0.1",), "hydra",
+         "error: lr=0.1: no such config key (`attnlab --help` lists every key); did you mean optimizer.lr?"),
     Case("wrong_type", "a value of the wrong type", ("model.d_model=abc",), "hydra",
          "error: model.d_model='abc': must be an integer", cli=True),
     Case("wrong_choice", "a value outside an enum", ("model.positional=xx",), "hydra",
@@ -786,3 +788,12 @@ def test_omegaconf_2_4s_tuple_length_says_how_many_values():
     assert schema_allowed("TupleConfig length 1 does not match type hint length 2\n    full_key: optimizer.betas") == (
         "must be a list of 2 values")
     assert schema_allowed("something OmegaConf says\nfull_key: x") == "something OmegaConf says"
+
+
+@pytest.mark.parametrize("typed, meant", [
+    ("lr", "optimizer.lr"), ("steps", "train.steps"), ("d_model", "model.d_model"), ("dmodel", "model.d_model"),
+    ("n_head", "model.n_heads"), ("+momentum", "optimizer.momentum"), ("optimzer", "optimizer"),
+    ("trian.steps", "train.steps"), ("sentense", "sentence"), ("sentence", None), ("xyzzy", None),
+])
+def test_a_key_without_its_section_or_misspelled_names_the_one_meant(typed, meant):
+    assert config.did_you_mean(typed) == meant

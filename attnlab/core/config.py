@@ -236,10 +236,18 @@ def schema_keys() -> frozenset[str]:
 
 
 def did_you_mean(key: str) -> str | None:
-    """The config key or group (:func:`schema_keys`) closest to a misspelled ``key``, or None."""
+    """The config key or group (:func:`schema_keys`) closest to a misspelled ``key``, or None; a key given
+    without its section (``lr``, ``dmodel``) is the one whose last part is, or is closest to, it (``optimizer.lr``)."""
+    key = key.lstrip("+~")
+    by_leaf: dict[str, list[str]] = {}
+    for k in sorted(schema_keys()):
+        by_leaf.setdefault(k.rsplit(".", 1)[-1], []).append(k)
+    if "." not in key and (leaf := difflib.get_close_matches(key, sorted(by_leaf), n=1, cutoff=0.75)):
+        if len(by_leaf[leaf[0]]) == 1 and by_leaf[leaf[0]][0] != key:
+            return by_leaf[leaf[0]][0]
     known = schema_keys() | {k.split(".", 1)[0] for k in schema_keys()}
-    close = difflib.get_close_matches(key.lstrip("+~"), sorted(known), n=1, cutoff=0.75)
-    return close[0] if close and close[0] != key.lstrip("+~") else None
+    close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.75)
+    return close[0] if close and close[0] != key else None
 
 
 def literal(data: Any) -> Any:
