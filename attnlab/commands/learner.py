@@ -102,6 +102,7 @@ def _child(conn, source: str, filename: str, stages: Stages, memory_limit: int |
     """The child process, speaking the command's ``lang``: run ``source``, then each stage; one JSON message per
     outcome, its values as ``.npy``."""
     set_language(lang)
+
     def send(error: str | None, arrays: Sequence[np.ndarray] = ()) -> None:
         conn.send_bytes(json.dumps({"error": error, "values": len(arrays)}).encode("utf-8"))
         for array in arrays:
